@@ -1,0 +1,436 @@
+"""``optimize()``: the public entry point. Decides fresh/resume/append/overwrite, runs this
+node's shards on worker processes, and publishes index.json when every shard is done."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from . import checkpoint
+from .checkpoint import INDEX_KEY, CommitRecord, Lease, Manifest, ShardProgress
+from .errors import (
+    DatasetExistsError,
+    FnError,
+    InputsError,
+    OutputDirError,
+    RunMismatchError,
+    ShardwrightError,
+    WorkerDiedError,
+)
+from .format import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .planning import (
+    InputsFingerprint,
+    NodeIdentity,
+    _short_repr,
+    check_inputs,
+    check_settings_match,
+    default_num_shards,
+    node_identity,
+    shards_of_node,
+)
+from .storage import Storage, open_storage
+from .workers import PoolOutcome, ShardTask, WorkerConfig, WorkerPool, _signal_name
+
+log = logging.getLogger("shardwright")
+
+DEFAULT_CHUNK_BYTES = "64MB"
+
+
+@dataclass
+class OptimizeResult:
+    output_dir: str
+    items: int  # samples written by this call (this node)
+    chunks: int  # chunks written by this call
+    bytes: int  # bytes of chunk files written by this call (as stored)
+    seconds: float
+    resumed: bool  # continued an interrupted run
+    published: bool  # index.json written (False: other nodes' shards still pending)
+    inputs: int = 0  # inputs of the whole run
+    failed: int = 0  # inputs that failed and were skipped (on_error="skip")
+    pending_shards: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        state = "published" if self.published else f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
+        return (f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
+                f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}")
+
+
+@dataclass(frozen=True)
+class _Settings:
+    chunk_size: int | None
+    chunk_bytes: int | None
+    compression: str | None
+    num_shards: int
+
+    def to_json(self) -> dict:
+        return {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
+                "compression": self.compression, "num_shards": self.num_shards}
+
+
+def _fn_name(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def _validate(fn, mode, compression, chunk_size, chunk_bytes, on_error, max_retries) -> int | None:
+    if not callable(fn):
+        raise ShardwrightError(f"fn must be callable; got {type(fn).__name__}")
+    if mode not in (None, "overwrite", "append"):
+        raise ShardwrightError(f"mode must be None, 'overwrite' or 'append'; got {mode!r}")
+    if compression not in (None, "zstd"):
+        raise ShardwrightError(f"compression must be None or 'zstd'; got {compression!r}")
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ShardwrightError(f"chunk_size must be a positive int (items per chunk); got {chunk_size!r}")
+    if on_error not in ("raise", "skip"):
+        raise ShardwrightError(f"on_error must be 'raise' or 'skip'; got {on_error!r}")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise ShardwrightError(f"max_retries must be an int >= 0; got {max_retries!r}")
+    if chunk_size is None and chunk_bytes is None:
+        chunk_bytes = DEFAULT_CHUNK_BYTES
+    return parse_size(chunk_bytes) if chunk_bytes is not None else None
+
+
+def _read_index(storage: Storage) -> tuple[list[ChunkEntry], IndexConfig] | None:
+    try:
+        data = storage.read_bytes(INDEX_KEY)
+    except FileNotFoundError:
+        return None
+    return parse_index(data, f"{storage.url}/{INDEX_KEY}")
+
+
+def _foreign_files(storage: Storage) -> list[str]:
+    return [k for k in storage.list("") if "/" not in k and (k.endswith(".bin") or k.endswith("index.json"))]
+
+
+class _Run:
+    """One optimize() call: decides what the run is, then drives it."""
+
+    def __init__(self, fn, inputs, output_dir, storage_options, settings: _Settings, mode, use_checkpoint,
+                 node: NodeIdentity, verbose: bool):
+        self.fn, self.inputs, self.settings, self.mode = fn, inputs, settings, mode
+        self.use_checkpoint, self.node, self.verbose = use_checkpoint, node, verbose
+        self.storage = open_storage(output_dir, storage_options, create=True)
+        self.output_dir = self.storage.url
+        self.fingerprint = InputsFingerprint.of(inputs)
+        self.resumed = False
+
+    # -- deciding fresh / resume / append / overwrite ------------------------------------------
+
+    def _new_manifest(self, generation: int, mode: str, base: tuple | None) -> Manifest:
+        return Manifest(
+            run_id=uuid.uuid4().hex, generation=generation, mode=mode, num_inputs=len(self.inputs),
+            num_shards=self.settings.num_shards, inputs=self.fingerprint.to_json(),
+            settings=self.settings.to_json(), use_checkpoint=self.use_checkpoint,
+            base_chunks=[c.to_json() for c in base[0]] if base else [],
+            base_config=base[1].to_json() if base else None,
+            fn_name=_fn_name(self.fn), created_at=time.time(),
+        )
+
+    def _mismatch(self, manifest: Manifest) -> str | None:
+        recorded = InputsFingerprint.from_json(manifest.inputs)
+        return recorded.first_difference(self.fingerprint)
+
+    def _check_same_run(self, manifest: Manifest) -> None:
+        difference = self._mismatch(manifest)
+        if difference:
+            raise RunMismatchError(
+                f"inputs changed since the interrupted run in {self.output_dir}: {difference}; "
+                "pass the same inputs to resume, or mode='overwrite' to start over"
+            )
+        check_settings_match(manifest.settings, self.settings.to_json())
+        if manifest.fn_name != _fn_name(self.fn):
+            log.warning("fn changed since the interrupted run (%s, now %s); resuming with the new fn",
+                        manifest.fn_name, _fn_name(self.fn))
+
+    def open(self) -> Manifest | None:
+        """Returns the manifest to run, or None when the same run already finished."""
+        storage = self.storage
+        manifest = checkpoint.read_manifest(storage)
+        index = _read_index(storage)
+        if manifest is not None and index is not None and checkpoint.is_published(index[0], manifest):
+            # a crash during publishing: index.json is out, the cleanup was not finished
+            checkpoint.cleanup_after_publish(storage, manifest, index[0], self._run_record(manifest, index[0]))
+            if self.mode is None and self._mismatch(manifest) is None:
+                self.resumed = True
+                return None
+            manifest = None
+        if self.mode == "overwrite":
+            if manifest is not None and manifest.use_checkpoint and not self._mismatch(manifest) \
+                    and manifest.settings == self.settings.to_json():
+                log.info("resuming the interrupted overwrite of %s", self.output_dir)
+                return self._resume(manifest)
+            checkpoint.wipe(storage)
+            return self._create(0, "create", None)
+        if manifest is not None:
+            if not manifest.use_checkpoint or not self.use_checkpoint:
+                # a run without checkpoints can't be resumed: start that run over
+                self._discard(manifest)
+                base = (
+                    [ChunkEntry.from_json(c) for c in manifest.base_chunks],
+                    IndexConfig.from_json(manifest.base_config),
+                ) if manifest.base_config else None
+                return self._create(manifest.generation, manifest.mode, base)
+            self._check_same_run(manifest)
+            return self._resume(manifest)
+        if index is not None:
+            if self.mode == "append":
+                generation = 1 + max((checkpoint.chunk_generation(c.filename) or 0) for c in index[0]) \
+                    if index[0] else 1
+                return self._create(generation, "append", index)
+            previous = checkpoint.read_run_record(storage)
+            if self.node.is_multi_node and previous and previous.get("inputs") == self.fingerprint.to_json():
+                return None  # a requeued array task after the run finished: nothing to do
+            raise DatasetExistsError(
+                f"{self.output_dir} already holds a finished dataset ({sum(c.chunk_size for c in index[0]):,} items); "
+                "pass mode='append' to add to it or mode='overwrite' to replace it"
+            )
+        foreign = _foreign_files(storage)
+        if foreign:
+            raise OutputDirError(
+                f"{self.output_dir} holds {foreign[0]} (and {len(foreign) - 1} more) but no index.json and no "
+                "shardwright run: a partial output of another tool? Pass mode='overwrite' to replace it"
+            )
+        return self._create(0, "create", None)
+
+    def _discard(self, manifest: Manifest) -> None:
+        storage = self.storage
+        for key in storage.list("chunk-"):
+            if "/" not in key and checkpoint.chunk_generation(key) == manifest.generation:
+                storage.delete(key)
+        storage.delete_prefix(checkpoint.SHARDS_PREFIX)
+        storage.delete(checkpoint.FORMAT_KEY)
+        storage.delete(checkpoint.MANIFEST_KEY)
+
+    def _create(self, generation: int, mode: str, base) -> Manifest:
+        wanted = self._new_manifest(generation, mode, base)
+        if base is not None and base[1].data_format:
+            config = base[1]
+            checkpoint.claim_format(self.storage, config.data_format, config.data_spec, -1)
+        manifest = checkpoint.create_manifest(self.storage, wanted)
+        if manifest.run_id != wanted.run_id:  # another node created it first
+            self._check_same_run(manifest)
+            self.resumed = True
+        return manifest
+
+    def _resume(self, manifest: Manifest) -> Manifest:
+        self.resumed = True
+        return manifest
+
+    def _run_record(self, manifest: Manifest, chunks: list[ChunkEntry], **extra) -> dict:
+        new = [c for c in chunks if checkpoint.chunk_generation(c.filename) == manifest.generation]
+        return {
+            "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
+            "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
+            "settings": manifest.settings, "items": sum(c.chunk_size for c in chunks),
+            "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
+            "started_at": manifest.created_at, "finished_at": time.time(),
+            "seconds": time.time() - manifest.created_at, "host": socket.gethostname(), **extra,
+        }
+
+
+def optimize(
+    fn,
+    inputs,
+    output_dir,
+    *,
+    chunk_size: int | None = None,
+    chunk_bytes: int | str | None = None,
+    compression: str | None = None,
+    num_workers: int | None = None,
+    mode: str | None = None,
+    use_checkpoint: bool = True,
+    start_method: str | None = None,
+    storage_options: dict | None = None,
+    verbose: bool = True,
+    num_nodes: int | None = None,
+    node_rank: int | None = None,
+    num_shards: int | None = None,
+    on_error: str = "raise",
+    max_retries: int = 0,
+) -> OptimizeResult:
+    """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
+
+    Rerunning the same call after any interruption continues where it stopped. See README.md.
+    """
+    started = time.monotonic()
+    chunk_bytes_int = _validate(fn, mode, compression, chunk_size, chunk_bytes, on_error, max_retries)
+    inputs = check_inputs(inputs)
+    node = node_identity(num_nodes, node_rank)
+    if node.is_multi_node and not use_checkpoint:
+        raise ShardwrightError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
+    start_method = start_method or ("fork" if sys.platform == "linux" else "spawn")
+    if start_method != "fork":
+        _check_picklable(fn, start_method)
+    shards = num_shards if num_shards is not None else default_num_shards(len(inputs))
+    if not isinstance(shards, int) or shards < 1:
+        raise ShardwrightError(f"num_shards must be a positive int; got {num_shards!r}")
+    settings = _Settings(chunk_size, chunk_bytes_int, compression, min(shards, max(1, len(inputs))))
+    run = _Run(fn, inputs, output_dir, storage_options, settings, mode, use_checkpoint, node, verbose)
+
+    lease = Lease(run.storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run")
+    lease.acquire(run.output_dir)
+    try:
+        manifest = run.open()
+        if manifest is None:
+            return OptimizeResult(run.output_dir, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
+        return _drive(run, manifest, lease, fn, num_workers, start_method, storage_options,
+                      on_error, max_retries, started)
+    finally:
+        lease.release()
+
+
+def _check_picklable(fn, start_method: str) -> None:
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise ShardwrightError(
+            f"fn {_fn_name(fn)} cannot be pickled, which start_method={start_method!r} needs ({exc}). "
+            "Define fn at the top level of an importable .py file (not in a notebook, not a lambda or closure), "
+            "or use start_method='fork' (the default on Linux)"
+        ) from None
+
+
+def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_method, storage_options,
+           on_error, max_retries, started) -> OptimizeResult:
+    storage, node = run.storage, run.node
+    all_bounds = manifest.shard_bounds()
+    mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
+    progress = checkpoint.load_progress(storage, mine) if manifest.use_checkpoint and run.resumed else \
+        {s: ShardProgress(s, *b) for s, b in mine.items()}
+    pending = [p for p in progress.values() if not p.done]
+    cfg = WorkerConfig(
+        output_dir=run.output_dir, storage_options=storage_options, generation=manifest.generation,
+        chunk_size=manifest.settings["chunk_size"], chunk_bytes=manifest.settings["chunk_bytes"],
+        compression=manifest.settings["compression"], use_checkpoint=manifest.use_checkpoint,
+        on_error=on_error, max_retries=max_retries, node_rank=node.rank,
+    )
+    tracker = _Tracker(run, progress)
+    if pending:
+        tasks = [ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq,
+                           list(run.inputs[p.next_input:p.end])) for p in pending]
+        workers = max(1, min(num_workers or os.cpu_count() or 1, len(tasks)))
+        tracker.open_bar(sum(p.end - p.start for p in progress.values()), sum(p.inputs_done for p in progress.values()))
+        try:
+            outcome = WorkerPool(fn, cfg, workers, start_method).run(tasks, tracker.on_message, tracker.on_idle)
+        finally:
+            tracker.close_bar()
+        _raise_for_outcome(outcome, run, tracker, lease)
+    failed = tracker.failed
+    if lease.lost:
+        raise ShardwrightError(f"stopped: {lease.lost}")
+    published, missing = _try_publish(run, manifest, progress)
+    result = OptimizeResult(
+        output_dir=run.output_dir, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,
+        seconds=time.monotonic() - started, resumed=run.resumed, published=published,
+        inputs=manifest.num_inputs, failed=failed, pending_shards=missing,
+    )
+    if run.verbose:
+        print(f"shardwright: {result}", file=sys.stderr)
+    return result
+
+
+class _Tracker:
+    """Main-process bookkeeping of what workers report: the bar, commits, failures."""
+
+    def __init__(self, run: _Run, progress: dict[int, ShardProgress]):
+        self.run, self.progress = run, progress
+        self.items = self.chunks = self.bytes = self.failed = 0
+        self.bar = None
+
+    def open_bar(self, total: int, initial: int) -> None:
+        if not self.run.verbose:
+            return
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, unit="input", desc="optimize", mininterval=0.5,
+                        maxinterval=1.0, smoothing=0.1, dynamic_ncols=True)
+
+    def close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def on_idle(self) -> None:
+        if self.bar is not None:
+            self.bar.refresh()
+
+    def on_message(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "progress":
+            if self.bar is not None:
+                self.bar.update(message[2])
+        elif kind == "commit":
+            record = CommitRecord.from_json(message[2], "a worker's message")
+            self.progress[record.shard].add(record)
+            if record.chunk is not None:
+                self.items += record.chunk.chunk_size
+                self.chunks += 1
+                self.bytes += record.stored_bytes
+        elif kind == "failed":
+            self.failed += 1
+
+    def inputs_done(self) -> int:
+        return sum(p.inputs_done for p in self.progress.values())
+
+
+def _raise_for_outcome(outcome: PoolOutcome, run: _Run, tracker: _Tracker, lease: Lease) -> None:
+    total = sum(p.end - p.start for p in tracker.progress.values())
+    if outcome.error is not None:
+        _, wid, kind, message, index, _, tb, pickled = outcome.error
+        original = pickle.loads(pickled) if pickled else None
+        if kind == "fn":
+            value = _short_repr(run.inputs[index]) if 0 <= index < len(run.inputs) else "?"
+            error = FnError(
+                f"fn raised on input {index:,} ({value}) in worker {wid}: {message}. Committed work is kept: "
+                f"fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
+                input_index=index, input_repr=value, worker_traceback=tb,
+            )
+            raise error from original
+        if isinstance(original, ShardwrightError):
+            raise original
+        raise ShardwrightError(f"worker {wid} failed: {message}\n--- worker traceback ---\n{tb}") from original
+    if outcome.dead_worker is not None:
+        wid, pid, exitcode, index = outcome.dead_worker
+        where = f"input {index:,} ({_short_repr(run.inputs[index])})" if 0 <= index < len(run.inputs) else "start-up"
+        raise WorkerDiedError(
+            f"worker {wid} (pid {pid}) {_signal_name(exitcode)} while processing {where}; the other workers were "
+            f"stopped and committed work is kept ({tracker.inputs_done():,} of {total:,} inputs done). "
+            "Fix the cause (memory? a crash in fn?) and rerun the same call to resume"
+        )
+    if outcome.interrupted_by is not None:
+        line = (f"Interrupted: {tracker.inputs_done():,} of {total:,} inputs done. "
+                "Rerun the same call to resume.")
+        print(line, file=sys.stderr, flush=True)
+        lease.release()
+        if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
+            raise KeyboardInterrupt(line)
+        raise SystemExit(128 + outcome.interrupted_by)
+
+
+def _try_publish(run: _Run, manifest: Manifest, progress: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
+    """Publish index.json if every shard of the run is done; returns (published, missing shards)."""
+    storage = run.storage
+    all_bounds = manifest.shard_bounds()
+    others = {s: b for s, b in all_bounds.items() if s not in progress}
+    everything = dict(progress)
+    if others:
+        everything.update(checkpoint.load_progress(storage, others))
+    missing = sorted(s for s, p in everything.items() if not p.done)
+    if missing:
+        return False, missing
+    publisher = Lease(storage, "publish", "the final merge")
+    if publisher.try_acquire() is not None:
+        return False, []  # another node is publishing this very moment
+    try:
+        if checkpoint.read_manifest(storage) is None:
+            return True, []  # published by the other node that finished at the same moment
+        chunks = checkpoint.publish(storage, manifest, everything)
+        checkpoint.cleanup_after_publish(storage, manifest, chunks, run._run_record(manifest, chunks))
+    finally:
+        publisher.release()
+    return True, []

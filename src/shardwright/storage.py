@@ -1,0 +1,1071 @@
+"""Where a dataset's bytes live: one small interface, two backends (local disk and S3).
+
+The engine never touches files or boto3 directly; it goes through :class:`Storage`, whose
+handful of operations are exactly the guarantees "write once, resume after any crash" needs:
+
+* ``write_bytes`` is an **atomic replace**: a reader (or a resuming run after a crash) sees
+  either the old object or the new one, never a torn half-written file. Locally that is a
+  temp file in the same directory + ``fsync`` + ``rename`` + ``fsync`` of the directory (so
+  the rename itself survives a power cut); on S3 a single PUT (or a multipart upload, which
+  only becomes visible when it is completed) is already all-or-nothing.
+* ``create_exclusive`` is **create-if-absent**: of several processes or nodes racing to
+  create the same key, exactly one gets ``True``. It is what makes a shard claimed or
+  committed exactly once.
+* ``read_versioned`` + ``replace_if_version`` are **compare-and-swap**. They exist for
+  leases: a run holds a lease object that it renews (heartbeats) and that another run may
+  take over only when it has expired. Renewing or stealing must be conditional on the lease
+  still being the one we read, otherwise two runs could both believe they own the output
+  and write the same shards twice.
+
+Keys are ``'/'``-separated paths relative to the root (the ``output_dir``), e.g.
+``"chunks/chunk-0-3.bin"``. Use :func:`open_storage` to get the right backend for a path or
+an ``s3://bucket/prefix`` URL.
+"""
+
+from __future__ import annotations
+
+import abc
+import errno
+import hashlib
+import os
+import random
+import re
+import threading
+import time
+from typing import Callable, TypeVar
+
+from .errors import OutputDirError, StorageError
+
+__all__ = ["Storage", "LocalStorage", "S3Storage", "open_storage"]
+
+T = TypeVar("T")
+
+# Names of our own scratch files next to real keys (never reported by ``list``):
+#   .{name}.tmp-{pid}-{tid}-{random}   a write in progress (or left by a crash)
+#   .{name}.cas-lock                   the side lock that serialises compare-and-swap
+_TMP_RE = re.compile(r"^\..*\.tmp-\d+-\d+-[0-9a-f]+$")
+_LOCK_SUFFIX = ".cas-lock"
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def _is_internal_name(name: str) -> bool:
+    return name.startswith(".") and (bool(_TMP_RE.match(name)) or name.endswith(_LOCK_SUFFIX))
+
+
+def _check_key(key: str) -> str:
+    """Reject keys that could escape the root or alias another key ('a//b', '../x', '/x')."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"storage key must be a non-empty str, got {key!r}")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"invalid storage key {key!r}: use '/'-separated names without '.', '..' or empty parts")
+    return key
+
+
+class Storage(abc.ABC):
+    """The operations the engine and the reader need, with their atomicity guarantees.
+
+    Implementations must be safe to use from several threads, and picklable so that worker
+    processes (forked or spawned) can get a copy; a copy opens its own connections.
+    """
+
+    #: What to show users for this location (never contains secrets).
+    url: str
+
+    @abc.abstractmethod
+    def write_bytes(self, key: str, data: bytes) -> None:
+        """Create or atomically replace ``key`` with ``data``, durably.
+
+        Readers see the old content or the new, never a mix; once this returns the data
+        survives a crash of this process or machine.
+        """
+
+    @abc.abstractmethod
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` only if it does not exist yet.
+
+        Returns True if this call created it, False if the key already existed. Of any
+        number of concurrent callers (threads, processes, machines) exactly one wins.
+        Put something unique to the caller in ``data`` (e.g. a run id) if you need to tell,
+        after a retried request on a flaky network, who won.
+        """
+
+    @abc.abstractmethod
+    def read_bytes(self, key: str) -> bytes:
+        """Return the whole content of ``key``; raise FileNotFoundError if it is missing."""
+
+    @abc.abstractmethod
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """Return ``(content, version)`` or None if missing.
+
+        ``version`` is an opaque token that changes on every replace; pass it to
+        :meth:`replace_if_version`.
+        """
+
+    @abc.abstractmethod
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        """Compare-and-swap: replace ``key`` with ``data`` only if it is still at ``version``.
+
+        Returns False (and changes nothing) if someone replaced it since it was read, or it
+        was deleted. This is what makes lease renewal and lease takeover safe.
+        """
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool:
+        """True if ``key`` exists."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """Size of ``key`` in bytes; FileNotFoundError if missing."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """All keys starting with ``prefix`` (recursively), sorted, relative to the root.
+
+        ``prefix`` is a plain string prefix ("chunks/" lists a directory, "chunks/chunk-1"
+        lists the keys starting so). Scratch files of in-progress writes are never listed.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; a missing key is fine."""
+
+    @abc.abstractmethod
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key starting with ``prefix`` ("" empties the whole output)."""
+
+    @abc.abstractmethod
+    def local_path(self, key: str) -> str | None:
+        """Filesystem path of ``key`` when it is on local disk (so readers can mmap it), else None."""
+
+    @abc.abstractmethod
+    def download_to(self, key: str, local_path: str) -> None:
+        """Copy ``key`` to the file ``local_path`` atomically (temp file + rename).
+
+        Meant for a reader's cache: a crash mid-download never leaves a partial file at
+        ``local_path``. FileNotFoundError if ``key`` is missing.
+        """
+
+    def check(self) -> None:
+        """Cheap sanity check at run start; raises a StorageError/OutputDirError with the fix."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+# --------------------------------------------------------------------------------------
+# Local disk
+# --------------------------------------------------------------------------------------
+
+
+def _tmp_name(path: str) -> str:
+    """A scratch name next to ``path`` that no other process or thread can pick.
+
+    pid + thread id + random: two runs writing the same key at the same time (which the
+    leases should prevent, but a stale run may still be alive) never share a temp file.
+    """
+    d, name = os.path.split(path)
+    return os.path.join(
+        d, f".{name[:180]}.tmp-{os.getpid()}-{threading.get_ident()}-{random.getrandbits(40):010x}"
+    )
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename/link/unlink in directory ``path`` durable (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class LocalStorage(Storage):
+    """A directory on a local (or network) filesystem.
+
+    Durability: every write goes to a unique temp file in the target's directory, is
+    ``fsync``-ed, then renamed (or hard-linked, for create-if-absent) into place, and the
+    directory is ``fsync``-ed so the new name itself survives a power loss. Rename and link
+    within one directory are atomic on POSIX filesystems, so readers never see a torn file.
+    """
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        self.url = self.root
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *_check_key(key).split("/"))
+
+    def _mkdirs(self, directory: str) -> None:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except (NotADirectoryError, FileExistsError) as e:
+            raise OutputDirError(
+                f"cannot create directory {directory}: a parent path is a file, not a directory; "
+                f"remove or rename that file, or choose another output_dir"
+            ) from e
+        except OSError as e:
+            self._raise_os_error(e, directory)
+
+    def _raise_os_error(self, e: OSError, path: str) -> None:
+        if e.errno in _DISK_FULL:
+            raise StorageError(
+                f"disk full while writing {path}: free space and rerun the same call to resume; "
+                f"nothing committed was lost"
+            ) from e
+        if e.errno in _NOT_WRITABLE:
+            raise OutputDirError(
+                f"cannot write {path}: {e.strerror}; make {self.root} writable for this user "
+                f"or choose another output_dir"
+            ) from e
+        raise e
+
+    def _write_tmp(self, path: str, data: bytes) -> str:
+        """Write ``data`` to a fresh fsync-ed temp file next to ``path``; return its name."""
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            self._mkdirs(directory)
+        tmp = _tmp_name(path)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            self._raise_os_error(e, path)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException as e:
+            _unlink_quiet(tmp)
+            if isinstance(e, OSError):
+                self._raise_os_error(e, path)
+            raise
+        return tmp
+
+    # -- Storage API ---------------------------------------------------------------------
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException as e:
+            _unlink_quiet(tmp)
+            if isinstance(e, OSError):
+                self._raise_os_error(e, path)
+            raise
+        _fsync_dir(os.path.dirname(path))
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        # Write the full content first, then hard-link it into place: link() fails with
+        # EEXIST if the name exists, atomically, so exactly one racer wins and the winner's
+        # file is complete from the moment it becomes visible.
+        path = self._path(key)
+        if os.path.lexists(path):
+            return False
+        tmp = self._write_tmp(path, data)
+        try:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                    self._raise_os_error(e, path)
+                # Filesystem without hard links: serialise through the side lock instead.
+                with self._cas_lock(path):
+                    if os.path.lexists(path):
+                        return False
+                    os.replace(tmp, path)
+            _fsync_dir(os.path.dirname(path))
+            return True
+        finally:
+            _unlink_quiet(tmp)
+
+    def read_bytes(self, key: str) -> bytes:
+        with open(self._path(key), "rb") as f:
+            return f.read()
+
+    @staticmethod
+    def _version_of(f, data: bytes) -> str:
+        # Inode + mtime change on every atomic replace (the new content is a new inode);
+        # the content hash guards against inode reuse with an equal mtime.
+        st = os.fstat(f.fileno())
+        return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{hashlib.sha1(data).hexdigest()}"
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                data = f.read()
+                return data, self._version_of(f, data)
+        except FileNotFoundError:
+            return None
+
+    def _cas_lock(self, path: str):
+        d, name = os.path.split(path)
+        return _FileLock(os.path.join(d, f".{name}{_LOCK_SUFFIX}"))
+
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        # All compare-and-swaps of one key serialise on a side lock file, so "read the
+        # current version, compare, replace" is one step for every CAS caller. (Plain
+        # write_bytes does not take the lock: leases are only ever written through CAS or
+        # create_exclusive.)
+        path = self._path(key)
+        if not os.path.isdir(os.path.dirname(path)):
+            return False
+        try:
+            lock = self._cas_lock(path)
+            lock.acquire()
+        except OSError as e:
+            self._raise_os_error(e, path)
+        try:
+            try:
+                with open(path, "rb") as f:
+                    current = self._version_of(f, f.read())
+            except FileNotFoundError:
+                return False
+            if current != version:
+                return False
+            self.write_bytes(key, data)
+            return True
+        finally:
+            lock.release()
+
+    def exists(self, key: str) -> bool:
+        return os.path.isfile(self._path(key))
+
+    def size(self, key: str) -> int:
+        path = self._path(key)
+        st = os.stat(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, "not a file", path)
+        return st.st_size
+
+    def _walk(self, prefix: str, include_internal: bool = False):
+        """Yield (key, path) of files whose key starts with ``prefix``."""
+        # Start walking at the deepest directory the prefix fully names.
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = os.path.join(self.root, *head.split("/")) if head else self.root
+        if not os.path.isdir(start):
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            # Prune directories that cannot contain matching keys.
+            dirnames[:] = [
+                d for d in dirnames if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")
+            ]
+            for name in filenames:
+                key = rel + name
+                if key.startswith(prefix) and (include_internal or not _is_internal_name(name)):
+                    yield key, os.path.join(dirpath, name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(k for k, _ in self._walk(prefix))
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self._raise_os_error(e, path)
+        _fsync_dir(os.path.dirname(path))
+
+    def delete_prefix(self, prefix: str) -> None:
+        # Also removes our scratch files (crash leftovers) and then empty directories, but
+        # never the root itself.
+        dirs = set()
+        for _key, path in list(self._walk(prefix, include_internal=True)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._raise_os_error(e, path)
+            dirs.add(os.path.dirname(path))
+        for d in sorted(dirs, key=len, reverse=True):
+            while d != self.root and d.startswith(self.root + os.sep):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+                d = os.path.dirname(d)
+        for d in dirs:
+            if os.path.isdir(d):
+                _fsync_dir(d)
+        _fsync_dir(self.root)
+
+    def local_path(self, key: str) -> str | None:
+        return self._path(key)
+
+    def download_to(self, key: str, local_path: str) -> None:
+        src = self._path(key)
+        dst = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = _tmp_name(dst)
+        try:
+            with open(src, "rb") as fin, open(tmp, "xb") as fout:
+                while True:
+                    buf = fin.read(8 << 20)
+                    if not buf:
+                        break
+                    fout.write(buf)
+                fout.flush()
+                os.fsync(fout.fileno())
+            os.replace(tmp, dst)
+        except BaseException as e:
+            _unlink_quiet(tmp)
+            if isinstance(e, OSError) and e.errno in _DISK_FULL:
+                raise StorageError(
+                    f"disk full while writing {dst}: free space and rerun the same call to resume; "
+                    f"nothing committed was lost"
+                ) from e
+            raise
+
+    def check(self) -> None:
+        """Raise OutputDirError unless the root is a directory we can create files in."""
+        _check_local_dir(self.root, create=False)
+
+
+class _FileLock:
+    """An exclusive lock on a side file; excludes other processes and other threads.
+
+    ``flock`` locks belong to the open file description, so two opens in one process also
+    exclude each other (unlike ``fcntl``/POSIX record locks).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - non-POSIX
+            os.close(fd)
+            import filelock
+
+            self._fallback = filelock.FileLock(self.path + ".filelock")
+            self._fallback.acquire()
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+        elif getattr(self, "_fallback", None) is not None:  # pragma: no cover
+            self._fallback.release()
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _check_local_dir(path: str, *, create: bool) -> None:
+    """Make sure ``path`` is (or, with ``create``, becomes) a directory we can write into."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputDirError(
+            f"output_dir {path} is a file, not a directory: remove it or choose another output_dir"
+        )
+    if not os.path.isdir(path):
+        if not create:
+            return
+        try:
+            os.makedirs(path, exist_ok=True)
+        except (NotADirectoryError, FileExistsError) as e:
+            raise OutputDirError(
+                f"cannot create output_dir {path}: a parent path is a file, not a directory; "
+                f"remove or rename that file, or choose another output_dir"
+            ) from e
+        except OSError as e:
+            if e.errno in _NOT_WRITABLE:
+                raise OutputDirError(
+                    f"cannot create output_dir {path}: {e.strerror}; create it yourself or choose "
+                    f"a location this user can write to"
+                ) from e
+            if e.errno in _DISK_FULL:
+                raise StorageError(f"disk full while creating {path}: free space and rerun") from e
+            raise
+    # os.access lies for root and on some network filesystems: really create a file.
+    probe = os.path.join(path, f".shardwright-probe.tmp-{os.getpid()}-{threading.get_ident()}-{random.getrandbits(40):010x}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+    except OSError as e:
+        if e.errno in _DISK_FULL:
+            raise StorageError(f"disk full in output_dir {path}: free space and rerun the same call") from e
+        raise OutputDirError(
+            f"output_dir {path} is not writable ({e.strerror}): fix its permissions "
+            f"(e.g. chmod u+w, or a read-only mount) or choose another output_dir"
+        ) from e
+    finally:
+        _unlink_quiet(probe)
+
+
+# --------------------------------------------------------------------------------------
+# Factory
+# --------------------------------------------------------------------------------------
+
+
+def open_storage(
+    output_dir: str | os.PathLike, storage_options: dict | None = None, *, create: bool = False
+) -> Storage:
+    """Return the Storage for a local path or an ``s3://bucket/prefix`` URL.
+
+    ``storage_options`` only applies to S3 (boto3 client kwargs such as ``endpoint_url``,
+    ``aws_access_key_id``, ``region_name``; plus ``config``, a dict merged into
+    ``botocore.config.Config``); it is ignored for local paths.
+
+    ``create=True`` (writers) makes a local directory if needed and checks that it is
+    writable, raising OutputDirError naming the path and the fix. For S3 nothing is created;
+    call :meth:`Storage.check` to validate bucket and credentials.
+    """
+    if isinstance(output_dir, str) and output_dir.startswith("s3://"):
+        return S3Storage(output_dir, storage_options)
+    path = os.fspath(output_dir)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    if "://" in path:
+        raise OutputDirError(
+            f"unsupported output_dir URL {path!r}: use a local path or s3://bucket/prefix"
+        )
+    storage = LocalStorage(path)
+    if create:
+        _check_local_dir(storage.root, create=True)
+    elif os.path.exists(storage.root) and not os.path.isdir(storage.root):
+        raise OutputDirError(
+            f"output_dir {storage.root} is a file, not a directory: remove it or choose another output_dir"
+        )
+    return storage
+
+
+# --------------------------------------------------------------------------------------
+# S3
+# --------------------------------------------------------------------------------------
+
+_MiB = 1024 * 1024
+
+# Error codes worth another try once botocore's own retries gave up (or did not apply).
+_RETRY_CODES = {
+    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "RequestTimeTooSkewed",
+    "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
+    "ConditionalRequestConflict", "OperationAborted", "BadDigest", "IncompleteBody",
+    "500", "502", "503", "504",
+}
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
+    "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed",
+    "InvalidSecurity", "TokenRefreshRequired", "403",
+}
+
+# Reset in a forked child: a lock held by another thread at fork time would stay locked.
+_CLIENT_LOCK = threading.Lock()
+
+
+def _reset_client_lock() -> None:
+    global _CLIENT_LOCK
+    _CLIENT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_client_lock)
+
+
+class _TruncatedBody(Exception):
+    """A GET body shorter than its Content-Length (connection cut mid-body)."""
+
+
+def _strip_userinfo(url: str) -> str:
+    """Endpoint for messages: no user:password@, no query string."""
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/]*@)?([^?#]*)", url)
+    return (m.group(1) + m.group(2)) if m else url
+
+
+def _client_error_info(e) -> tuple[str, int | None, str]:
+    resp = getattr(e, "response", None) or {}
+    err = resp.get("Error", {}) or {}
+    status = (resp.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
+    return str(err.get("Code", "")), status, str(err.get("Message", ""))
+
+
+def _retried(e) -> bool:
+    resp = getattr(e, "response", None) or {}
+    return bool((resp.get("ResponseMetadata", {}) or {}).get("RetryAttempts", 0))
+
+
+class S3Storage(Storage):
+    """Objects under ``s3://bucket/prefix`` on AWS S3 or any S3-compatible server.
+
+    * Atomicity comes from S3 itself: a PUT (or a completed multipart upload) replaces the
+      object all at once, and is durable when it returns.
+    * create-if-absent and compare-and-swap use conditional PUTs (``If-None-Match: *`` and
+      ``If-Match: <etag>``); the server answers 412 to the loser, so they are race-free across
+      machines without any lock service.
+    * The boto3 client is created lazily and once per process: the engine forks workers, and
+      a client (its connection pool) must never be shared across a fork.
+    * Flaky networks: botocore retries each request (adaptive mode, 10 attempts), and every
+      operation is wrapped in our own bounded retry loop (about ``retry_timeout`` = 60 s) that
+      also covers what botocore does not: bodies cut mid-stream, connection resets while
+      reading, read timeouts. A body is only accepted if it has exactly Content-Length bytes.
+    * An endpoint that was never reachable fails fast (a couple of attempts, seconds), so a
+      typo in the URL does not hang for minutes; once the endpoint has answered, connection
+      failures are treated as transient and retried within the budget.
+    * Every failure surfaces as StorageError naming the bucket, key and endpoint, never a
+      secret.
+
+    Besides boto3 client kwargs, ``storage_options`` may hold ``config`` (dict merged into
+    ``botocore.config.Config``) and the shardwright settings ``multipart_threshold``,
+    ``multipart_chunksize`` (bytes) and ``retry_timeout`` (seconds).
+    """
+
+    multipart_threshold: int = 64 * _MiB
+    multipart_chunksize: int = 16 * _MiB
+    retry_timeout: float = 60.0
+
+    def __init__(self, url: str, storage_options: dict | None = None):
+        m = re.match(r"^s3://([^/]+)/?(.*)$", url)
+        if not m:
+            raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
+        self.bucket = m.group(1)
+        self.prefix = m.group(2).strip("/")
+        self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        opts = dict(storage_options or {})
+        if "multipart_threshold" in opts:
+            self.multipart_threshold = int(opts.pop("multipart_threshold"))
+        if "multipart_chunksize" in opts:
+            self.multipart_chunksize = int(opts.pop("multipart_chunksize"))
+        if "retry_timeout" in opts:
+            self.retry_timeout = float(opts.pop("retry_timeout"))
+        self._config = opts.pop("config", None)
+        self._client_kwargs = opts  # may hold secrets: never printed
+        self._client = None
+        self._client_pid: int | None = None
+        self._reached = False  # has the endpoint ever answered in this process?
+
+    # -- pickling / repr: no client, no secrets in repr ------------------------------------
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_client_pid"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"S3Storage({self.url!r}, endpoint={self.endpoint!r})"
+
+    # -- client ---------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL, for messages (credentials in the URL are stripped)."""
+        ep = None
+        if self._client is not None:
+            ep = self._client.meta.endpoint_url
+        ep = ep or self._client_kwargs.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") \
+            or os.environ.get("AWS_ENDPOINT_URL")
+        return _strip_userinfo(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
+
+    def _botocore_config(self):
+        from botocore.config import Config
+
+        cfg = Config(
+            retries={"max_attempts": 10, "mode": "adaptive"},
+            connect_timeout=3,
+            read_timeout=30,
+            max_pool_connections=32,
+        )
+        extra = self._config
+        if extra:
+            cfg = cfg.merge(extra if isinstance(extra, Config) else Config(**extra))
+        return cfg
+
+    def client(self):
+        """The boto3 S3 client of this process (created on first use, recreated after fork)."""
+        pid = os.getpid()
+        client = self._client
+        if client is not None and self._client_pid == pid:
+            return client
+        with _CLIENT_LOCK:
+            if self._client is not None and self._client_pid == pid:
+                return self._client
+            import boto3
+
+            session = boto3.session.Session()  # sessions are not thread-safe: one per client
+            client = session.client("s3", config=self._botocore_config(), **self._client_kwargs)
+            # Runs before botocore's retry handler: stop retrying a never-reached endpoint.
+            client.meta.events.register_first("needs-retry.s3", self._fail_fast_unreachable)
+            self._client = client
+            self._client_pid = pid
+            return client
+
+    def _fail_fast_unreachable(self, attempts=0, caught_exception=None, **_kwargs):
+        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
+
+        if (
+            caught_exception is not None
+            and not self._reached
+            and isinstance(caught_exception, (EndpointConnectionError, ConnectTimeoutError))
+            and attempts >= 2
+        ):
+            raise caught_exception  # ends botocore's retry loop with this error
+        return None
+
+    # -- retry loop and error mapping -----------------------------------------------------
+
+    def _key(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _full_prefix(self, prefix: str) -> str:
+        if not self.prefix:
+            return prefix
+        return f"{self.prefix}/{prefix}"
+
+    def _rel(self, full_key: str) -> str:
+        return full_key[len(self.prefix) + 1:] if self.prefix else full_key
+
+    def _is_retryable(self, e: BaseException) -> bool:
+        from botocore import exceptions as bce
+
+        if isinstance(e, _TruncatedBody):
+            return True
+        if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError)):
+            return self._reached
+        if isinstance(e, bce.ClientError):
+            code, status, _ = _client_error_info(e)
+            return code in _RETRY_CODES or (status is not None and status >= 500)
+        stream_errors = [bce.IncompleteReadError, bce.ReadTimeoutError, bce.ConnectionClosedError, bce.HTTPClientError]
+        if hasattr(bce, "ResponseStreamingError"):
+            stream_errors.append(bce.ResponseStreamingError)
+        if isinstance(e, tuple(stream_errors)):
+            return True
+        try:
+            import http.client
+
+            import urllib3.exceptions as u3
+
+            if isinstance(e, (u3.ProtocolError, u3.ReadTimeoutError, u3.IncompleteRead, http.client.IncompleteRead)):
+                return True
+        except ImportError:  # pragma: no cover
+            pass
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return True
+        cause = e.__cause__ or e.__context__
+        if cause is not None and cause is not e and type(e).__name__ == "S3UploadFailedError":
+            return self._is_retryable(cause)
+        return False
+
+    def _where(self, op: str, key: str | None) -> str:
+        target = f"s3://{self.bucket}/{self._key(key)}" if key else self.url
+        return f"{op} {target}"
+
+    def _to_storage_error(self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float):
+        from botocore import exceptions as bce
+
+        ep, bucket, where = self.endpoint, self.bucket, self._where(op, key)
+        if isinstance(e, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+            return StorageError(
+                f"no usable AWS credentials for bucket {bucket} at {ep} ({where}): set "
+                f"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass aws_access_key_id/"
+                f"aws_secret_access_key in storage_options"
+            )
+        if isinstance(e, bce.ClientError):
+            code, status, msg = _client_error_info(e)
+            if code in _CREDENTIAL_CODES or status == 403:
+                return StorageError(
+                    f"credentials rejected by {ep} for bucket {bucket} ({code or status}: {msg or 'Forbidden'}; "
+                    f"during {where}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, "
+                    f"AWS_SESSION_TOKEN) or storage_options, and that they may read and write this bucket"
+                )
+            if code == "NoSuchBucket" or (op == "HeadBucket" and status == 404):
+                return StorageError(f"bucket {bucket} does not exist at {ep}: create it or fix the URL ({self.url})")
+            if code in ("PermanentRedirect", "301", "AuthorizationHeaderMalformed") or status == 301:
+                return StorageError(
+                    f"bucket {bucket} is in another region than the client uses at {ep}: set region_name "
+                    f"in storage_options or AWS_REGION"
+                )
+            if self._is_retryable(e):
+                return StorageError(
+                    f"S3 {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} tries, last: {code} {msg}): "
+                    f"the server is overloaded or unstable; rerun the same call to resume"
+                )
+            return StorageError(f"S3 {where} at {ep} failed: {code or status} {msg}")
+        if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError)) and not self._reached:
+            return StorageError(
+                f"cannot reach S3 endpoint {ep} for bucket {bucket} ({type(e).__name__}): check endpoint_url "
+                f"(storage_options or AWS_ENDPOINT_URL), the network, and that the server is running"
+            )
+        if self._is_retryable(e):
+            return StorageError(
+                f"S3 {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} tries, last: "
+                f"{type(e).__name__}: {e}): the network or the server is unstable; rerun the same call to resume"
+            )
+        if isinstance(e, bce.BotoCoreError):
+            return StorageError(f"S3 {where} at {ep} failed: {type(e).__name__}: {e}")
+        return None
+
+    def _run(self, op: str, key: str | None, fn: Callable[[int], T]) -> T:
+        """Run ``fn(attempt)`` with bounded retries; map final failures to StorageError."""
+        start = time.monotonic()
+        deadline = start + self.retry_timeout
+        attempt = 0
+        while True:
+            try:
+                result = fn(attempt)
+                self._reached = True
+                return result
+            except (StorageError, FileNotFoundError, ValueError):
+                raise
+            except Exception as e:
+                if self._is_retryable(e):
+                    delay = min(4.0, 0.1 * 2 ** attempt) * random.uniform(0.5, 1.0)
+                    if time.monotonic() + delay < deadline:
+                        attempt += 1
+                        time.sleep(delay)
+                        continue
+                err = self._to_storage_error(op, key, e, attempt + 1, time.monotonic() - start)
+                if err is None:
+                    raise
+                raise err from e
+
+    # -- single attempts ------------------------------------------------------------------
+
+    def _get_once(self, full_key: str):
+        """One GET: (bytes, etag) or None if missing; _TruncatedBody if cut short."""
+        from botocore.exceptions import ClientError
+
+        try:
+            r = self.client().get_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as e:
+            code, status, _ = _client_error_info(e)
+            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                return None
+            raise
+        body = r["Body"]
+        try:
+            data = body.read()
+        finally:
+            body.close()
+        expected = r.get("ContentLength")
+        if expected is not None and len(data) != expected:
+            raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
+        return data, r.get("ETag", "")
+
+    def _head_once(self, full_key: str):
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.client().head_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as e:
+            code, status, _ = _client_error_info(e)
+            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
+                return None
+            raise
+
+    def _conditional_put(self, op: str, key: str, data: bytes, **condition) -> bool:
+        """PUT with If-None-Match/If-Match; False on 412.
+
+        A conditional PUT is not idempotent: if the server applied our first attempt but the
+        answer was lost (connection reset), the retry gets 412 although we succeeded. So
+        after any retry a 412 is checked by reading the object back: if it holds exactly our
+        bytes, the write was ours.
+        """
+        from botocore.exceptions import ClientError
+
+        full = self._key(key)
+        body = bytes(data)
+
+        def once(attempt: int) -> bool:
+            try:
+                self.client().put_object(Bucket=self.bucket, Key=full, Body=body, **condition)
+                return True
+            except ClientError as e:
+                code, status, _ = _client_error_info(e)
+                if status == 412 or code == "PreconditionFailed":
+                    if attempt > 0 or _retried(e):
+                        got = self._get_once(full)
+                        return got is not None and got[0] == body
+                    return False
+                if "IfMatch" in condition and (code in ("NoSuchKey", "404") or status == 404):
+                    return False  # deleted since it was read
+                raise  # 409 ConditionalRequestConflict is retried by _run
+
+        return self._run(op, key, once)
+
+    # -- Storage API ----------------------------------------------------------------------
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        full = self._key(key)
+        if len(data) < self.multipart_threshold:
+            body = bytes(data)
+            self._run("PUT", key, lambda _a: self.client().put_object(Bucket=self.bucket, Key=full, Body=body))
+            return
+        import io
+
+        from boto3.s3.transfer import TransferConfig
+
+        chunk = max(self.multipart_chunksize, 5 * _MiB)
+        cfg = TransferConfig(multipart_threshold=self.multipart_threshold, multipart_chunksize=chunk, max_concurrency=8)
+
+        def upload(_attempt: int) -> None:
+            # Parts are invisible until CompleteMultipartUpload: readers still see old or new.
+            self.client().upload_fileobj(io.BytesIO(data), self.bucket, full, Config=cfg)
+
+        self._run("multipart PUT", key, upload)
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        return self._conditional_put("PUT If-None-Match", key, data, IfNoneMatch="*")
+
+    def read_bytes(self, key: str) -> bytes:
+        full = self._key(key)
+        got = self._run("GET", key, lambda _a: self._get_once(full))
+        if got is None:
+            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+        return got[0]
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        full = self._key(key)
+        return self._run("GET", key, lambda _a: self._get_once(full))
+
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        return self._conditional_put("PUT If-Match", key, data, IfMatch=version)
+
+    def exists(self, key: str) -> bool:
+        full = self._key(key)
+        return self._run("HEAD", key, lambda _a: self._head_once(full)) is not None
+
+    def size(self, key: str) -> int:
+        full = self._key(key)
+        head = self._run("HEAD", key, lambda _a: self._head_once(full))
+        if head is None:
+            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+        return int(head["ContentLength"])
+
+    def _list_full(self, full_prefix: str) -> list[str]:
+        keys: list[str] = []
+        token = None
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = self._run("LIST", None, lambda _a, kw=kwargs: self.client().list_objects_v2(**kw))
+            keys.extend(o["Key"] for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return keys
+
+    def list(self, prefix: str = "") -> list[str]:
+        full_prefix = self._full_prefix(prefix) if (prefix or self.prefix) else ""
+        if self.prefix and not prefix:
+            full_prefix = self.prefix + "/"
+        return sorted(self._rel(k) for k in self._list_full(full_prefix))
+
+    def delete(self, key: str) -> None:
+        full = self._key(key)
+        self._run("DELETE", key, lambda _a: self.client().delete_object(Bucket=self.bucket, Key=full))
+
+    def delete_prefix(self, prefix: str) -> None:
+        full_prefix = self.prefix + "/" + prefix if self.prefix else prefix
+        keys = self._list_full(full_prefix)
+        for i in range(0, len(keys), 1000):
+            batch = {"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True}
+
+            def once(_a: int, batch=batch) -> None:
+                r = self.client().delete_objects(Bucket=self.bucket, Delete=batch)
+                errors = [e for e in r.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+                if errors:
+                    from botocore.exceptions import ClientError
+
+                    first = errors[0]
+                    raise ClientError(
+                        {"Error": {"Code": first.get("Code", ""), "Message": f"{first.get('Message', '')} "
+                                   f"(key {first.get('Key')}; {len(errors)} keys failed)"}},
+                        "DeleteObjects",
+                    )
+
+            self._run("DELETE prefix", None, once)
+
+    def local_path(self, key: str) -> str | None:
+        return None
+
+    def download_to(self, key: str, local_path: str) -> None:
+        full = self._key(key)
+        dst = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+
+        def once(_attempt: int) -> bool:
+            from botocore.exceptions import ClientError
+
+            try:
+                r = self.client().get_object(Bucket=self.bucket, Key=full)
+            except ClientError as e:
+                code, status, _ = _client_error_info(e)
+                if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                    return False
+                raise
+            tmp = _tmp_name(dst)
+            try:
+                n = 0
+                with open(tmp, "xb") as f:
+                    for chunk in r["Body"].iter_chunks(1 * _MiB):
+                        f.write(chunk)
+                        n += len(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if n != r.get("ContentLength", n):
+                    raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
+                os.replace(tmp, dst)
+            except OSError as e:
+                _unlink_quiet(tmp)
+                if e.errno in _DISK_FULL:
+                    raise StorageError(
+                        f"disk full while writing {dst}: free space and rerun the same call to resume; "
+                        f"nothing committed was lost"
+                    ) from e
+                raise
+            except BaseException:
+                _unlink_quiet(tmp)
+                raise
+            finally:
+                r["Body"].close()
+            return True
+
+        if not self._run("GET", key, once):
+            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+
+    def check(self) -> None:
+        """One cheap HeadBucket at run start, so a wrong bucket, endpoint or credentials fail
+        immediately with a message that says which and how to fix it."""
+        self._run("HeadBucket", None, lambda _a: self.client().head_bucket(Bucket=self.bucket))

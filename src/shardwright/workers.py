@@ -1,0 +1,488 @@
+"""Worker processes: apply ``fn`` to the inputs of whole shards and commit chunks as they fill.
+
+A worker takes one shard at a time from the task queue, resumes it where its records say,
+and hands each full chunk to a background committer thread, which writes the chunk file
+and then its record (the order of the commit protocol, see checkpoint.py) while the worker
+keeps computing. The committer's queue is short, so memory stays bounded at a few chunks.
+
+Workers never decide anything about the run: they report progress, commits, failures and
+their exit to the main process, which owns the progress bar, errors and publishing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+import traceback
+import types
+from dataclasses import dataclass
+
+from . import checkpoint
+from .checkpoint import CommitRecord
+from .errors import ShardwrightError
+from .format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename, compress
+from .planning import _short_repr
+from .storage import Storage, open_storage
+
+PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
+COMMIT_QUEUE_DEPTH = 2  # chunks waiting for upload per worker: bounds memory, keeps uploads overlapped
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    output_dir: str
+    storage_options: dict | None
+    generation: int
+    chunk_size: int | None
+    chunk_bytes: int | None
+    compression: str | None
+    use_checkpoint: bool
+    on_error: str  # "raise" or "skip"
+    max_retries: int
+    node_rank: int
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    shard: int
+    start: int
+    end: int
+    next_input: int
+    skip_outputs: int
+    next_seq: int
+    inputs: list  # inputs[next_input - ... ]: only those still to do, indexed from next_input
+
+
+def _die_with_parent() -> None:
+    """A SIGKILLed main process must not leave workers writing on (litdata's orphans)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class ChunkCommitter:
+    """Writes chunks then their records, in order, on a thread of its own."""
+
+    def __init__(self, storage: Storage, cfg: WorkerConfig, report):
+        self.storage = storage
+        self.cfg = cfg
+        self.report = report
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=COMMIT_QUEUE_DEPTH)
+        self._thread = threading.Thread(target=self._run, name="chunk-committer", daemon=True)
+        self._thread.start()
+
+    def submit(self, shard: int, seq: int, items: list[bytes], first_input: int, next_input: int,
+               skip_outputs: int, done: bool) -> None:
+        self.raise_if_failed()
+        self._queue.put((shard, seq, items, first_input, next_input, skip_outputs, done))
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        self.raise_if_failed()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if self.error is not None:
+                continue  # drain: nothing after a failed commit may be committed
+            try:
+                self._commit(*job)
+            except BaseException as exc:  # reported through raise_if_failed
+                self.error = exc
+
+    def _commit(self, shard, seq, items, first_input, next_input, skip_outputs, done) -> None:
+        entry, stored = None, 0
+        if items:
+            raw = build_chunk(items)
+            name = chunk_filename(self.cfg.generation, shard, seq, self.cfg.compression)
+            data = compress(raw, self.cfg.compression)
+            self.storage.write_bytes(name, data)  # protocol step 1: chunk first
+            entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
+        record = CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done)
+        if self.cfg.use_checkpoint:
+            checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
+        self.report(("commit", record.to_json()))
+
+
+class FormatGate:
+    """Encodes samples; the first sample anywhere in the run fixes the format (format.json)."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+        self.encoder: ItemEncoder | None = None
+
+    def encode(self, sample, input_index: int) -> bytes:
+        if self.encoder is None:
+            known = checkpoint.read_format(self.storage)
+            if known is None:
+                probe = ItemEncoder()
+                data = probe.encode(sample, input_index)
+                known = checkpoint.claim_format(self.storage, probe.data_format, probe.data_spec, input_index)
+                if known["data_format"] == probe.data_format and known["data_spec"] == probe.data_spec:
+                    self.encoder = probe
+                    self.encoder.format_input_index = known["input_index"]
+                    return data
+            self.encoder = ItemEncoder(known["data_format"], known["data_spec"])
+            self.encoder.format_input_index = known["input_index"]
+        return self.encoder.encode(sample, input_index)
+
+
+class ShardWriter:
+    """Buffers one shard's encoded items and cuts them into chunks.
+
+    ``position`` is where the shard would resume if everything added so far were committed:
+    (next input, outputs of it already taken). It is what each commit record stores.
+    """
+
+    def __init__(self, task: ShardTask, cfg: WorkerConfig, committer: ChunkCommitter):
+        self.task, self.cfg, self.committer = task, cfg, committer
+        self.items: list[bytes] = []
+        self.items_bytes = 0
+        self.seq = task.next_seq
+        self.position = (task.next_input, task.skip_outputs)
+        self.committed = self.position
+        self.first_input = task.next_input
+
+    def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
+        if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
+            self.commit()  # the chunk ends before this item, at the current position
+        if not self.items:
+            self.first_input = input_index
+        self.items.append(data)
+        self.items_bytes += len(data)
+        self.position = after
+        if self.cfg.chunk_size and len(self.items) >= self.cfg.chunk_size:
+            self.commit()
+
+    def commit(self, done: bool = False) -> None:
+        if not self.items and not done:
+            return
+        next_input, skip = self.position
+        self.committer.submit(self.task.shard, self.seq, self.items, self.first_input, next_input, skip, done)
+        self.seq += 1
+        self.committed = self.position
+        self.items, self.items_bytes = [], 0
+
+    def mark(self) -> tuple[int, int, tuple[int, int]]:
+        return self.seq, len(self.items), self.position
+
+    def rollback(self, mark: tuple[int, int, tuple[int, int]]) -> None:
+        """Forget what an input added since ``mark`` (fn failed on it, or is retried)."""
+        seq, length, position = mark
+        if seq == self.seq:
+            del self.items[length:]
+            self.position = position
+        else:  # a chunk was committed inside this input: keep that, drop the rest
+            self.items.clear()
+            self.position = self.committed
+        self.items_bytes = sum(len(x) for x in self.items)
+
+
+class Worker:
+    def __init__(self, wid: int, fn, cfg: WorkerConfig, result_q, stop_event, current_inputs):
+        self.wid = wid
+        self.fn = fn
+        self.cfg = cfg
+        self.result_q = result_q
+        self.stop_event = stop_event
+        self.current_inputs = current_inputs
+        self.signalled = False
+        self.storage = open_storage(cfg.output_dir, cfg.storage_options)
+        self.committer = ChunkCommitter(self.storage, cfg, self.report)
+        self.gate = FormatGate(self.storage)
+        self._pending_progress = 0
+        self._last_progress = time.monotonic()
+        self._parent = os.getppid()
+
+    def report(self, message: tuple) -> None:
+        self.result_q.put((message[0], self.wid) + tuple(message[1:]))
+
+    def should_stop(self) -> bool:
+        return self.signalled or self.stop_event.is_set() or os.getppid() != self._parent
+
+    def tick(self) -> None:
+        self._pending_progress += 1
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL:
+            self.flush_progress()
+            self._last_progress = now
+
+    def flush_progress(self) -> None:
+        if self._pending_progress:
+            self.report(("progress", self._pending_progress))
+            self._pending_progress = 0
+
+    def run_shard(self, task: ShardTask) -> None:
+        writer = ShardWriter(task, self.cfg, self.committer)
+        try:
+            for i in range(task.next_input, task.end):
+                if self.should_stop():
+                    raise _Stop
+                self.current_inputs[self.wid] = i
+                skip = task.skip_outputs if i == task.next_input else 0
+                self._process_input(writer, task.inputs[i - task.next_input], i, skip)
+                self.tick()
+            writer.position = (task.end, 0)
+            writer.commit(done=True)
+        except _Stop:
+            writer.commit()  # keep what is done: the rerun resumes at writer.position
+            raise
+
+    def _process_input(self, writer: ShardWriter, value, i: int, skip: int) -> None:
+        attempt = 0
+        mark = writer.mark()
+        while True:
+            attempt += 1
+            try:
+                self._apply(writer, value, i, skip)
+                writer.position = (i + 1, 0)
+                return
+            except (_Stop, ShardwrightError):
+                raise
+            except Exception as exc:  # fn's own failure
+                writer.rollback(mark)
+                if attempt <= self.cfg.max_retries:
+                    continue
+                if self.cfg.on_error == "skip":
+                    self.report(("failed", i, _short_repr(value), _describe(exc), traceback.format_exc(), attempt))
+                    writer.position = (i + 1, 0)
+                    return
+                writer.commit()  # what came before input i is good: keep it
+                raise _FnFailed(exc, traceback.format_exc()) from exc
+
+    def _apply(self, writer: ShardWriter, value, i: int, skip: int) -> None:
+        result = self.fn(value)
+        if isinstance(result, types.GeneratorType):
+            for j, sample in enumerate(result):
+                if j < skip:
+                    continue  # committed by an earlier run
+                writer.add(self.gate.encode(sample, i), i, after=(i, j + 1))
+                if self.should_stop():
+                    raise _Stop
+        elif result is not None:
+            writer.add(self.gate.encode(result, i), i, after=(i + 1, 0))
+
+
+class _Stop(Exception):
+    """Raised inside a worker when the main process (or a signal) asks it to stop."""
+
+
+class _FnFailed(Exception):
+    def __init__(self, original: BaseException, tb: str):
+        super().__init__(str(original))
+        self.original = original
+        self.tb = tb
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _picklable_exception(exc: BaseException) -> bytes | None:
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return None
+
+
+def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, current_inputs) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent()
+    worker_ref: list[Worker] = []
+
+    def on_signal(signum, frame):  # the main process decides; we just stop at the next input
+        if worker_ref:
+            worker_ref[0].signalled = True
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal Ctrl-C reaches the whole group
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        worker = Worker(wid, fn, cfg, result_q, stop_event, current_inputs)
+    except BaseException as exc:
+        result_q.put(("error", wid, "setup", _describe(exc), -1, "", traceback.format_exc(), _picklable_exception(exc)))
+        result_q.put(("exit", wid, False))
+        return
+    worker_ref.append(worker)
+    stopped = False
+    try:
+        while True:
+            task = task_q.get()
+            if task is None:
+                break
+            worker.report(("start", task.shard))
+            worker.run_shard(task)
+            worker.flush_progress()
+            worker.report(("shard_done", task.shard))
+        worker.committer.close()
+    except _Stop:
+        stopped = True
+        _close_quietly(worker, wid, result_q)
+    except _FnFailed as failure:
+        _close_quietly(worker, wid, result_q)
+        i = worker.current_inputs[wid]
+        result_q.put(("error", wid, "fn", _describe(failure.original), i, "", failure.tb,
+                      _picklable_exception(failure.original)))
+    except BaseException as exc:
+        _close_quietly(worker, wid, result_q)
+        kind = "shardwright" if isinstance(exc, ShardwrightError) else "internal"
+        result_q.put(("error", wid, kind, _describe(exc), worker.current_inputs[wid], "",
+                      traceback.format_exc(), _picklable_exception(exc)))
+    worker.flush_progress()
+    result_q.put(("exit", wid, stopped))
+
+
+def _close_quietly(worker: Worker, wid: int, result_q) -> None:
+    """Wait for queued commits; a commit failure is reported (it is the root cause)."""
+    try:
+        worker.committer.close()
+    except BaseException as exc:
+        result_q.put(("error", wid, "storage", _describe(exc), worker.current_inputs[wid], "",
+                      traceback.format_exc(), _picklable_exception(exc)))
+
+
+# --- the pool, as seen from the main process ---------------------------------------------------
+
+STOP_GRACE_SECONDS = float(os.environ.get("SHARDWRIGHT_STOP_GRACE", "5"))
+DEATH_GRACE_SECONDS = 1.0  # a worker's last messages may still be in the pipe when it exits
+
+
+@dataclass
+class PoolOutcome:
+    interrupted_by: int | None = None  # signal number
+    error: tuple | None = None  # the first ("error", wid, kind, message, input, repr, tb, pickled)
+    dead_worker: tuple | None = None  # (wid, pid, exitcode, input index)
+
+
+def _signal_name(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (what the OOM killer sends)" if exitcode == -signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {exitcode} without reporting (os._exit or a crash in native code)"
+
+
+class WorkerPool:
+    """Runs shard tasks on worker processes and watches them until each has exited."""
+
+    def __init__(self, fn, cfg: WorkerConfig, num_workers: int, start_method: str):
+        self.fn, self.cfg, self.num_workers, self.start_method = fn, cfg, num_workers, start_method
+
+    def run(self, tasks: list[ShardTask], on_message, on_idle) -> PoolOutcome:
+        import multiprocessing as mp
+
+        ctx = mp.get_context(self.start_method)
+        task_q, result_q = ctx.Queue(), ctx.Queue()
+        stop_event = ctx.Event()
+        current = ctx.Array("q", [-1] * self.num_workers, lock=False)
+        procs = [
+            ctx.Process(target=worker_main, name=f"shardwright-worker-{wid}", daemon=True,
+                        args=(wid, self.fn, self.cfg, task_q, result_q, stop_event, current))
+            for wid in range(self.num_workers)
+        ]
+        for proc in procs:
+            proc.start()
+        for task in tasks:
+            task_q.put(task)
+        for _ in procs:
+            task_q.put(None)
+
+        outcome = PoolOutcome()
+        exited = [False] * len(procs)
+        found_dead_at: dict[int, float] = {}
+        stop_deadline: float | None = None
+        signals_seen: list[int] = []
+
+        def on_signal(signum, frame):
+            signals_seen.append(signum)
+
+        previous = _install_handlers(on_signal)
+        try:
+            while not all(exited):
+                try:
+                    message = result_q.get(timeout=0.1)
+                except queue.Empty:
+                    message = None
+                if message is not None:
+                    kind, wid = message[0], message[1]
+                    if kind == "exit":
+                        exited[wid] = True
+                    elif kind == "error":
+                        if outcome.error is None and outcome.dead_worker is None:
+                            outcome.error = message
+                        stop_event.set()
+                    else:
+                        on_message(message)
+                    continue
+                on_idle()
+                now = time.monotonic()
+                if signals_seen and outcome.interrupted_by is None:
+                    outcome.interrupted_by = signals_seen[0]
+                    stop_event.set()
+                if len(signals_seen) >= 2:  # second Ctrl-C: abort now; commits already made stay
+                    _kill_all(procs)
+                    break
+                for wid, proc in enumerate(procs):
+                    if exited[wid] or proc.is_alive():
+                        continue
+                    first_seen = found_dead_at.setdefault(wid, now)
+                    if now - first_seen >= DEATH_GRACE_SECONDS:
+                        exited[wid] = True
+                        if outcome.dead_worker is None and outcome.interrupted_by is None:
+                            outcome.dead_worker = (wid, proc.pid, proc.exitcode, current[wid])
+                        stop_event.set()
+                if stop_event.is_set() and stop_deadline is None:
+                    stop_deadline = now + STOP_GRACE_SECONDS
+                if stop_deadline is not None and now > stop_deadline:
+                    _kill_all(procs)  # fn is stuck; committed chunks are safe
+                    break
+        finally:
+            _restore_handlers(previous)
+            for proc in procs:
+                proc.join(timeout=2)
+            _kill_all(procs)
+            for q in (task_q, result_q):
+                q.cancel_join_thread()
+                q.close()
+        return outcome
+
+
+def _kill_all(procs) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+def _install_handlers(handler):
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_handlers(previous) -> None:
+    if previous:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
