@@ -440,8 +440,9 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
 
         def ready() -> bool:
             states = self.node_states()
+            # A trailing "*" means "not responding": not ready yet.
             return len(states) == len(self.node_names) and all(
-                s.rstrip("*~#!%$@^-") in ("idle", "mixed", "allocated") for s in states.values()
+                s in ("idle", "mix", "alloc") for s in states.values()
             )
 
         self._wait(ready, timeout, "nodes did not become idle")

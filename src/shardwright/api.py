@@ -7,7 +7,6 @@ import logging
 import os
 import pickle
 import signal
-import socket
 import sys
 import time
 import uuid
@@ -155,7 +154,7 @@ class _Run:
         index = _read_index(storage)
         if manifest is not None and index is not None and checkpoint.is_published(index[0], manifest):
             # a crash during publishing: index.json is out, the cleanup was not finished
-            checkpoint.cleanup_after_publish(storage, manifest, index[0], self._run_record(manifest, index[0]))
+            checkpoint.cleanup_after_publish(storage, manifest, index[0])
             if self.mode is None and self._mismatch(manifest) is None:
                 self.resumed = True
                 return None
@@ -222,16 +221,6 @@ class _Run:
         self.resumed = True
         return manifest
 
-    def _run_record(self, manifest: Manifest, chunks: list[ChunkEntry], **extra) -> dict:
-        new = [c for c in chunks if checkpoint.chunk_generation(c.filename) == manifest.generation]
-        return {
-            "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
-            "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
-            "settings": manifest.settings, "items": sum(c.chunk_size for c in chunks),
-            "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
-            "started_at": manifest.created_at, "finished_at": time.time(),
-            "seconds": time.time() - manifest.created_at, "host": socket.gethostname(), **extra,
-        }
 
 
 def optimize(
@@ -324,7 +313,7 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
     failed = tracker.failed
     if lease.lost:
         raise ShardwrightError(f"stopped: {lease.lost}")
-    published, missing = _try_publish(run, manifest, progress)
+    published, missing = checkpoint.publish_if_complete(run.storage, manifest, progress)
     result = OptimizeResult(
         output_dir=run.output_dir, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,
         seconds=time.monotonic() - started, resumed=run.resumed, published=published,
@@ -410,27 +399,3 @@ def _raise_for_outcome(outcome: PoolOutcome, run: _Run, tracker: _Tracker, lease
         if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
             raise KeyboardInterrupt(line)
         raise SystemExit(128 + outcome.interrupted_by)
-
-
-def _try_publish(run: _Run, manifest: Manifest, progress: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
-    """Publish index.json if every shard of the run is done; returns (published, missing shards)."""
-    storage = run.storage
-    all_bounds = manifest.shard_bounds()
-    others = {s: b for s, b in all_bounds.items() if s not in progress}
-    everything = dict(progress)
-    if others:
-        everything.update(checkpoint.load_progress(storage, others))
-    missing = sorted(s for s, p in everything.items() if not p.done)
-    if missing:
-        return False, missing
-    publisher = Lease(storage, "publish", "the final merge")
-    if publisher.try_acquire() is not None:
-        return False, []  # another node is publishing this very moment
-    try:
-        if checkpoint.read_manifest(storage) is None:
-            return True, []  # published by the other node that finished at the same moment
-        chunks = checkpoint.publish(storage, manifest, everything)
-        checkpoint.cleanup_after_publish(storage, manifest, chunks, run._run_record(manifest, chunks))
-    finally:
-        publisher.release()
-    return True, []

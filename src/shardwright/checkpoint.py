@@ -496,9 +496,23 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
     return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
 
 
-def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], run_record: dict) -> None:
+def run_record(manifest: Manifest, chunks: list[ChunkEntry]) -> dict:
+    """What ``status`` shows of a finished run."""
+    new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
+    now = time.time()
+    return {
+        "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
+        "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
+        "settings": manifest.settings, "items": sum(c.chunk_size for c in chunks),
+        "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
+        "started_at": manifest.created_at, "finished_at": now, "seconds": now - manifest.created_at,
+        "published_by": socket.gethostname(),
+    }
+
+
+def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent."""
-    write_run_record(storage, run_record)
+    write_run_record(storage, run_record(manifest, index_chunks))
     storage.delete(MANIFEST_KEY)
     named = {c.filename for c in index_chunks}
     for key in storage.list("chunk-"):
@@ -547,3 +561,32 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     chunks = base + [r.chunk for r in records]
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks
+
+
+def publish_if_complete(storage: Storage, manifest: Manifest,
+                        known: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
+    """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
+
+    ``known`` is what this process already knows (its own shards); the other shards' records
+    are read. Whoever gets the ``publish`` lease publishes; a node finishing at the same moment
+    sees the lease taken (or the manifest gone) and leaves it to the winner.
+    """
+    everything = dict(known)
+    others = {s: b for s, b in manifest.shard_bounds().items() if s not in known}
+    if others:
+        everything.update(load_progress(storage, others))
+    missing = sorted(s for s, p in everything.items() if not p.done)
+    if missing:
+        return False, missing
+    publisher = Lease(storage, "publish", "the final merge")
+    if publisher.try_acquire() is not None:
+        return False, []
+    try:
+        current = read_manifest(storage)
+        if current is None or current.run_id != manifest.run_id:
+            return True, []  # published by a node that finished at the same moment
+        chunks = publish(storage, manifest, everything)
+        cleanup_after_publish(storage, manifest, chunks)
+    finally:
+        publisher.release()
+    return True, []
