@@ -63,3 +63,7 @@ class FnError(ShardwrightError):
 
 class IncompleteRunError(ShardwrightError):
     """Some shards are not finished (e.g. another node's share), so the index cannot be published."""
+
+
+class UnsupportedFormatError(ShardwrightError):
+    """The dataset uses a litdata-only feature shardwright does not read (in-file zstd frames, encryption, Arrow rows, media/json leaves)."""

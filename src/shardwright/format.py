@@ -1,0 +1,904 @@
+"""litdata's on-disk format: samples -> item bytes -> chunk bytes -> index.json, and back.
+
+Pure functions only (no processes, no file I/O), so every byte can be unit-tested. torch is
+imported lazily: only when a leaf is a torch tensor (then it is already imported) or when a
+tensor leaf has to be decoded.
+
+Byte layout (all integers little-endian unless said otherwise)
+----------------------------------------------------------------
+Sample -> leaves. A sample is flattened like a torch pytree: ``dict``, ``OrderedDict``, ``list``
+and ``tuple`` (exact types) are containers, everything else is a leaf. Dict keys stay in
+insertion order (torch and litdata do not sort them). The structure is stored once per
+dataset as ``data_spec``, the JSON text torch's ``treespec_dumps`` produces, e.g.::
+
+    [1, {"type": "builtins.dict", "context": "[\\"i\\", \\"x\\"]", "children_spec": [LEAF, LEAF]}]
+    LEAF = {"type": null, "context": null, "children_spec": []}
+
+Lists and tuples have context ``"null"``. A bare leaf sample is ``[1, LEAF]``.
+
+Leaf -> bytes, named by ``data_format`` (one name per leaf, fixed by the first sample):
+
+=========================  =====================================================================
+``int``                    int64 ``<q`` (8 bytes)
+``float``                  float64 ``<d`` (8 bytes)
+``bool``                   1 byte, 0 or 1
+``str``                    UTF-8
+``bytes``                  raw
+``no_header_numpy:{k}``    1-D ``np.ndarray``, raw C-order bytes, numpy dtype code k
+``numpy``                  ndim >= 2: ``u32 k, u32 ndim, u32 shape[ndim]`` (little-endian) + raw
+``no_header_tensor:{k}``   1-D ``torch.Tensor``, raw bytes, torch dtype code k
+``tensor``                 other ranks: BIG-endian ``u32 k, u32 ndim, u32 shape[ndim]`` + raw
+``pickle``                 ``pickle.dumps`` (None, numpy scalars, 0-d arrays, anything else)
+=========================  =====================================================================
+
+numpy dtype codes: int8 0, int16 1, int32 2, int64 3, uint8 4, uint16 5, uint32 6, uint64 7,
+float16 8, float32 9, float64 10, complex64 11, complex128 12, bool 13.
+torch dtype codes (what litdata writes; it reads the aliases in brackets too): float32 1 [0],
+float64 3 [2], complex64 5 [4], complex128 7 [6], float16 9 [8], bfloat16 10, uint8 11,
+int8 12, int16 14 [13], int32 16 [15], int64 18 [17], bool 19, uint16 20.
+
+Item = ``u32 size[L]`` (L = len(data_format)) followed by the L leaves' bytes in order.
+
+Chunk file = ``u32 N | u32 offsets[N+1] | items``; offsets are absolute from the start of the
+file: ``offsets[0] = 4 + 4 * (N + 1)`` and item j is ``offsets[j]:offsets[j+1]``. With
+``compression="zstd"`` the whole file is one zstd frame (content size in the frame header,
+which python-zstd's one-shot ``decompress`` needs) stored as ``*.zstd.bin``; ``chunk_bytes``
+in index.json is always the uncompressed size.
+
+index.json = ``{"chunks": [ChunkEntry...], "config": IndexConfig, "updated_at": str}``, keys
+sorted like litdata writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import struct
+import sys
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import islice
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
+
+__all__ = [
+    "ChunkEntry",
+    "IndexConfig",
+    "ItemEncoder",
+    "build_chunk",
+    "chunk_filename",
+    "chunk_item",
+    "chunk_num_items",
+    "compress",
+    "decode_item",
+    "decompress",
+    "flatten_sample",
+    "leaf_format",
+    "parse_index",
+    "parse_size",
+    "render_index",
+    "unflatten_sample",
+]
+
+# --- constants of the format ------------------------------------------------------------------
+
+_U32_MAX = 0xFFFFFFFF
+_INT64 = struct.Struct("<q")
+_FLOAT64 = struct.Struct("<d")
+_U32 = struct.Struct("<I")
+_TENSOR_HEADER = struct.Struct(">II")
+
+# Index = dtype code. litdata's table goes on with object/bytes/str/void (14..17), but it
+# writes those as raw memory (object arrays become pointers), so we never use them.
+_NUMPY_DTYPES: tuple[np.dtype, ...] = tuple(
+    np.dtype(t)
+    for t in (
+        np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+        np.float16, np.float32, np.float64, np.complex64, np.complex128, np.bool_,
+    )
+)  # fmt: skip
+_NUMPY_CODES: dict[np.dtype, int] = {dtype: code for code, dtype in enumerate(_NUMPY_DTYPES)}
+
+# torch dtype name per code, as litdata's table has it (several codes are aliases of one dtype).
+_TORCH_DTYPE_NAMES: dict[int, str] = {
+    0: "float32", 1: "float32", 2: "float64", 3: "float64", 4: "complex64", 5: "complex64",
+    6: "complex128", 7: "complex128", 8: "float16", 9: "float16", 10: "bfloat16", 11: "uint8",
+    12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32", 17: "int64", 18: "int64",
+    19: "bool", 20: "uint16",
+}  # fmt: skip
+# litdata inverts its table, so the last code of each alias pair is the one it writes.
+_TORCH_WRITE_CODES: dict[str, int] = {name: code for code, name in _TORCH_DTYPE_NAMES.items()}
+
+_LEAF_SCHEMA: dict[str, Any] = {"type": None, "context": None, "children_spec": []}
+_TREESPEC_PROTOCOL = 1
+
+_CONTAINER_NAMES: dict[type, str] = {
+    dict: "builtins.dict",
+    OrderedDict: "collections.OrderedDict",
+    list: "builtins.list",
+    tuple: "builtins.tuple",
+}
+_NAME_TO_CONTAINER: dict[str, type] = {name: typ for typ, name in _CONTAINER_NAMES.items()}
+_MAPPINGS = (dict, OrderedDict)
+
+# Python types whose format name is fixed (checked by exact type first: the hot path).
+_EXACT_FORMATS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
+
+_FIX_HINT = (
+    "Every sample must have the same structure (same dict keys, same list/tuple lengths) and the "
+    "same leaf types as the first one. Convert values in fn (e.g. int(x), float(x), "
+    "np.asarray(x, dtype=np.float32)), give optional fields a value of one type, or store "
+    "variable parts as one leaf (e.g. pickle.dumps(part) as bytes)."
+)
+
+
+# --- pytree flatten / unflatten ---------------------------------------------------------------
+
+
+def _check_keys(keys: list, path: str) -> None:
+    # The keys travel as JSON in data_spec: only types that come back from JSON unchanged work
+    # (a tuple key would come back as an unhashable list).
+    for key in keys:
+        if key is None or isinstance(key, (str, bool, int)):
+            continue
+        if type(key) is float and math.isfinite(key):
+            continue
+        raise SampleFormatError(
+            f"dict at {path or 'the top'} has key {key!r} of type {type(key).__name__}; dict keys "
+            "are stored as JSON in data_spec, so they must be str, int, finite float, bool or None. "
+            "Use string keys (e.g. str(key))."
+        )
+
+
+def _flatten(obj: Any, leaves: list, path: str) -> dict[str, Any]:
+    name = _CONTAINER_NAMES.get(type(obj))
+    if name is None:
+        leaves.append(obj)
+        return _LEAF_SCHEMA
+    if type(obj) in _MAPPINGS:
+        keys = list(obj.keys())
+        _check_keys(keys, path)
+        children = [_flatten(value, leaves, f"{path}[{key!r}]") for key, value in obj.items()]
+        context = json.dumps(keys)
+    else:
+        children = [_flatten(value, leaves, f"{path}[{i}]") for i, value in enumerate(obj)]
+        context = "null"
+    return {"type": name, "context": context, "children_spec": children}
+
+
+def flatten_sample(sample: Any) -> tuple[list, str]:
+    """Leaves of ``sample`` in torch-pytree order and its ``data_spec`` JSON (as litdata writes it)."""
+    leaves: list = []
+    schema = _flatten(sample, leaves, "")
+    return leaves, json.dumps([_TREESPEC_PROTOCOL, schema])
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A parsed treespec node; ``kind`` is None for a leaf."""
+
+    kind: type | None
+    keys: tuple  # dict keys, or () for list/tuple/leaf
+    children: tuple["_Node", ...]
+    num_leaves: int
+
+
+_LEAF = _Node(None, (), (), 1)
+
+
+def _node_from_json(schema: Any, where: str) -> _Node:
+    if not isinstance(schema, dict) or not {"type", "context", "children_spec"} <= schema.keys():
+        raise ValueError(f"{where}: expected an object with type/context/children_spec, got {schema!r:.80}")
+    typ, context, children = schema["type"], schema["context"], schema["children_spec"]
+    if not isinstance(children, list):
+        raise ValueError(f"{where}: children_spec is not a list")
+    if typ is None:
+        if context is not None or children:
+            raise ValueError(f"{where}: a leaf must have context null and no children")
+        return _LEAF
+    kind = _NAME_TO_CONTAINER.get(typ)
+    if kind is None:
+        raise ValueError(
+            f"{where}: container type {typ!r} is not supported (shardwright reads builtins.dict, "
+            "collections.OrderedDict, builtins.list and builtins.tuple)"
+        )
+    nodes = tuple(_node_from_json(child, f"{where}.children_spec[{i}]") for i, child in enumerate(children))
+    keys: tuple = ()
+    if kind in _MAPPINGS:
+        if not isinstance(context, str):
+            raise ValueError(f"{where}: dict context must be a JSON string of keys")
+        decoded = json.loads(context)
+        if not isinstance(decoded, list) or len(decoded) != len(nodes):
+            raise ValueError(f"{where}: dict context must list one key per child")
+        keys = tuple(decoded)
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{where}: dict context has duplicate keys")
+    return _Node(kind, keys, nodes, sum(node.num_leaves for node in nodes))
+
+
+@lru_cache(maxsize=64)
+def _parse_spec(data_spec: str) -> _Node:
+    """Parse a data_spec; raises ValueError naming what is wrong."""
+    try:
+        parsed = json.loads(data_spec)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(parsed, list) or len(parsed) != 2:
+        raise ValueError("expected [protocol, treespec]")
+    if parsed[0] != _TREESPEC_PROTOCOL:
+        raise ValueError(f"treespec protocol {parsed[0]!r} is not supported (only 1)")
+    try:
+        return _node_from_json(parsed[1], "treespec")
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _spec_or_corrupt(data_spec: str) -> _Node:
+    try:
+        return _parse_spec(data_spec)
+    except ValueError as exc:
+        raise CorruptStateError(
+            f"data_spec {data_spec!r:.120} is not a valid treespec: {exc}; restore the dataset's "
+            "index.json or rerun optimize with mode='overwrite'"
+        ) from None
+
+
+def _builder(node: _Node) -> Callable[[Iterator], Any]:
+    """A function that rebuilds ``node`` by pulling leaves from an iterator."""
+    if node.kind is None:
+        return next
+    kind, keys, n = node.kind, node.keys, len(node.children)
+    if all(child.kind is None for child in node.children):
+        # Flat containers (the common case) are built with one C-level call.
+        if kind is dict:
+            return lambda it: dict(zip(keys, islice(it, n)))
+        if kind is OrderedDict:
+            return lambda it: OrderedDict(zip(keys, islice(it, n)))
+        return lambda it: kind(islice(it, n))
+    builders = [_builder(child) for child in node.children]
+    if kind in _MAPPINGS:
+        return lambda it: kind((key, build(it)) for key, build in zip(keys, builders))
+    return lambda it: kind(build(it) for build in builders)
+
+
+@lru_cache(maxsize=64)
+def _unflattener(data_spec: str) -> tuple[int, Callable[[Iterator], Any]]:
+    node = _spec_or_corrupt(data_spec)
+    return node.num_leaves, _builder(node)
+
+
+def unflatten_sample(leaves: list, data_spec: str) -> Any:
+    """Inverse of :func:`flatten_sample`."""
+    num_leaves, build = _unflattener(data_spec)
+    if len(leaves) != num_leaves:
+        raise CorruptStateError(f"data_spec has {num_leaves} leaves but {len(leaves)} values were given")
+    return build(iter(leaves))
+
+
+# --- leaf formats -----------------------------------------------------------------------------
+
+
+def _torch_code(tensor: Any) -> int | None:
+    return _TORCH_WRITE_CODES.get(str(tensor.dtype).removeprefix("torch."))
+
+
+def _is_tensor(leaf: Any) -> bool:
+    # A torch tensor can only exist if torch is already imported: never import it here.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(leaf, torch.Tensor)
+
+
+def leaf_format(leaf: Any) -> str:
+    """The ``data_format`` name litdata would pick for ``leaf`` (see module doc for deviations)."""
+    name = _EXACT_FORMATS.get(type(leaf))
+    if name is not None:
+        return name
+    # Subclasses keep their base's format, like litdata's isinstance checks (np.float64 is a
+    # float, np.str_ a str, IntEnum an int). bool cannot be subclassed.
+    if isinstance(leaf, str):
+        return "str"
+    if isinstance(leaf, int):
+        return "int"
+    if isinstance(leaf, float):
+        return "float"
+    if isinstance(leaf, bytes):
+        return "bytes"
+    if type(leaf) is np.ndarray:  # subclasses (masked arrays, ...) would lose data: pickle them
+        code = _NUMPY_CODES.get(leaf.dtype)
+        if code is not None and leaf.ndim == 1:
+            return f"no_header_numpy:{code}"
+        if code is not None and leaf.ndim >= 2:
+            return "numpy"
+        return "pickle"  # 0-d arrays (as litdata), and dtypes without a code
+    if _is_tensor(leaf):
+        torch = sys.modules["torch"]
+        if leaf.layout != torch.strided or leaf.is_quantized or getattr(leaf, "is_nested", False):
+            return "pickle"
+        code = _torch_code(leaf)
+        if code is None:
+            return "pickle"
+        return f"no_header_tensor:{code}" if leaf.ndim == 1 else "tensor"
+    return "pickle"
+
+
+def _tensor_raw(tensor: Any) -> bytes:
+    torch = sys.modules["torch"]
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    # numpy has no bfloat16: reinterpret the memory as bytes, which works for every dtype.
+    return tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _shape_dims(shape: tuple, what: str) -> tuple:
+    if any(dim > _U32_MAX for dim in shape):
+        raise ValueError(f"{what} shape {shape} has a dimension above 2**32-1")
+    return tuple(shape)
+
+
+def _encode_leaf(fmt: str, leaf: Any) -> bytes:
+    """Bytes of ``leaf`` under format ``fmt``; raises ValueError/TypeError/struct.error/PicklingError."""
+    if fmt == "int":
+        return _INT64.pack(leaf)
+    if fmt == "float":
+        return _FLOAT64.pack(leaf)
+    if fmt == "bool":
+        return b"\x01" if leaf else b"\x00"
+    if fmt == "str":
+        return leaf.encode("utf-8")
+    if fmt == "bytes":
+        return bytes(leaf)
+    if fmt == "pickle":
+        return pickle.dumps(leaf)
+    if fmt == "numpy":
+        shape = _shape_dims(leaf.shape, "array")
+        header = struct.pack(f"<{2 + len(shape)}I", _NUMPY_CODES[leaf.dtype], len(shape), *shape)
+        return header + leaf.tobytes(order="C")
+    if fmt == "tensor":
+        shape = _shape_dims(tuple(leaf.shape), "tensor")
+        header = _TENSOR_HEADER.pack(_torch_code(leaf), len(shape)) + struct.pack(f">{len(shape)}I", *shape)
+        return header + _tensor_raw(leaf)
+    if fmt.startswith("no_header_numpy:"):
+        return leaf.tobytes(order="C")
+    if fmt.startswith("no_header_tensor:"):
+        return _tensor_raw(leaf)
+    raise ValueError(f"unknown leaf format {fmt!r}")
+
+
+# --- item encoding ----------------------------------------------------------------------------
+
+
+class _Mismatch(Exception):
+    def __init__(self, path: str, expected: str, got: str):
+        super().__init__(path, expected, got)
+        self.path, self.expected, self.got = path, expected, got
+
+
+def _describe(value: Any) -> str:
+    kind = _CONTAINER_NAMES.get(type(value))
+    if kind is None:
+        return f"{leaf_format(value)} ({type(value).__name__})"
+    if type(value) in _MAPPINGS:
+        return f"{type(value).__name__} with keys {list(value.keys())!r}"
+    return f"{type(value).__name__} of length {len(value)}"
+
+
+def _describe_node(node: _Node) -> str:
+    if node.kind in _MAPPINGS:
+        return f"{node.kind.__name__} with keys {list(node.keys)!r}"
+    return f"{node.kind.__name__} of length {len(node.children)}"  # type: ignore[union-attr]
+
+
+def _collect(node: _Node, value: Any, formats: list[str], out: list, path: str) -> None:
+    """Leaves of ``value`` in the order of ``node``; raises _Mismatch at the first difference."""
+    if node.kind is None:
+        fmt = formats[len(out)]
+        # A position whose first value was pickled takes anything (litdata pickles it too).
+        if fmt != "pickle":
+            if type(value) in _CONTAINER_NAMES:
+                raise _Mismatch(path, fmt, _describe(value))
+            got = leaf_format(value)
+            if got != fmt:
+                raise _Mismatch(path, fmt, f"{got} ({type(value).__name__})")
+        out.append(value)
+        return
+    if node.kind in _MAPPINGS:
+        # dict and OrderedDict are interchangeable (as in torch); key order may differ: values
+        # are taken by key, in the first sample's order.
+        if type(value) not in _MAPPINGS or len(value) != len(node.keys):
+            raise _Mismatch(path, _describe_node(node), _describe(value))
+        for key, child in zip(node.keys, node.children):
+            try:
+                item = value[key]
+            except KeyError:
+                raise _Mismatch(path, _describe_node(node), _describe(value)) from None
+            _collect(child, item, formats, out, f"{path}[{key!r}]")
+        return
+    if type(value) is not node.kind or len(value) != len(node.children):
+        raise _Mismatch(path, _describe_node(node), _describe(value))
+    for i, (child, item) in enumerate(zip(node.children, value)):
+        _collect(child, item, formats, out, f"{path}[{i}]")
+
+
+class ItemEncoder:
+    """Turns samples into item bytes. One per writer: the first sample fixes the format.
+
+    ``data_format``/``data_spec`` may be given to continue a dataset (resume, append); then
+    every sample must match them. ``format_input_index`` is the input that fixed the format
+    (named in error messages); it is set by the first :meth:`encode` when unknown.
+    """
+
+    def __init__(self, data_format: list[str] | None = None, data_spec: str | None = None):
+        if (data_format is None) != (data_spec is None):
+            raise ValueError("give both data_format and data_spec, or neither")
+        self.data_format: list[str] | None = None
+        self.data_spec: str | None = None
+        self.format_input_index: int | None = None
+        self._root: _Node | None = None
+        self._sizes: struct.Struct | None = None
+        if data_format is not None and data_spec is not None:
+            self._fix(list(data_format), data_spec)
+
+    def _fix(self, data_format: list[str], data_spec: str) -> None:
+        root = _spec_or_corrupt(data_spec)
+        if root.num_leaves != len(data_format):
+            raise CorruptStateError(
+                f"data_format has {len(data_format)} names but data_spec has {root.num_leaves} leaves"
+            )
+        self.data_format, self.data_spec, self._root = data_format, data_spec, root
+        self._sizes = struct.Struct(f"<{len(data_format)}I")
+
+    def _origin(self) -> str:
+        if self.format_input_index is None:
+            return "the first sample written"
+        return f"input {self.format_input_index}"
+
+    def _where(self, input_index: int, path: str) -> str:
+        return f"input {input_index}" + (f" at {path}" if path else "")
+
+    def encode(self, sample: Any, input_index: int) -> bytes:
+        """Item bytes of ``sample`` (``u32 sizes[L]`` + leaves). Raises SampleFormatError."""
+        if self._root is None:
+            try:
+                leaves, spec = flatten_sample(sample)
+            except SampleFormatError as exc:
+                raise SampleFormatError(f"input {input_index}: {exc}") from None
+            except RecursionError:
+                raise SampleFormatError(f"input {input_index}: the sample is nested too deeply") from None
+            formats = [leaf_format(leaf) for leaf in leaves]
+            data = self._pack(leaves, formats, input_index, struct.Struct(f"<{len(leaves)}I"))
+            # Fix the format only once the first sample encoded cleanly.
+            self._fix(formats, spec)
+            if self.format_input_index is None:
+                self.format_input_index = input_index
+            return data
+        assert self.data_format is not None and self._sizes is not None
+        leaves = []
+        try:
+            _collect(self._root, sample, self.data_format, leaves, "")
+        except _Mismatch as mis:
+            raise SampleFormatError(self._mismatch_message(sample, input_index, mis)) from None
+        return self._pack(leaves, self.data_format, input_index, self._sizes)
+
+    def _mismatch_message(self, sample: Any, input_index: int, mis: _Mismatch) -> str:
+        assert self.data_format is not None and self.data_spec is not None
+        expected = unflatten_sample(list(self.data_format), self.data_spec)
+        try:
+            got_leaves, got_spec = flatten_sample(sample)
+            got = unflatten_sample([leaf_format(leaf) for leaf in got_leaves], got_spec)
+        except (SampleFormatError, CorruptStateError, RecursionError):
+            got = type(sample).__name__
+        return (
+            f"{self._where(input_index, mis.path)}: expected {mis.expected}, got {mis.got}. "
+            f"The format was fixed by {self._origin()}: expected {expected!r}, got {got!r}. {_FIX_HINT}"
+        )
+
+    def _pack(self, leaves: list, formats: list[str], input_index: int, sizes: struct.Struct) -> bytes:
+        parts: list[bytes] = [b""]
+        lengths: list[int] = []
+        for position, (fmt, leaf) in enumerate(zip(formats, leaves)):
+            try:
+                blob = _encode_leaf(fmt, leaf)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes one clear error
+                raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
+            if len(blob) > _U32_MAX:
+                raise SampleFormatError(
+                    f"input {input_index}: leaf {position} is {len(blob)} bytes; litdata's format stores "
+                    "each leaf's size as uint32, so a leaf must stay under 4 GiB. Split it across samples."
+                )
+            parts.append(blob)
+            lengths.append(len(blob))
+        parts[0] = sizes.pack(*lengths)
+        return b"".join(parts)
+
+    def _leaf_error(self, fmt: str, leaf: Any, position: int, input_index: int, exc: Exception) -> str:
+        if fmt == "int" and isinstance(exc, struct.error):
+            return (
+                f"input {input_index}: int {leaf} (leaf {position}) is outside int64 "
+                f"[{-(2**63)}, {2**63 - 1}], the only int litdata's format stores. Store it as "
+                "str(value) or bytes, or as a float if precision loss is fine."
+            )
+        if fmt == "str":
+            return (
+                f"input {input_index}: str leaf {position} cannot be encoded as UTF-8 ({exc}). "
+                "Fix the text (e.g. s.encode('utf-8', 'replace').decode()) or store bytes."
+            )
+        if fmt == "pickle":
+            return (
+                f"input {input_index}: leaf {position} of type {type(leaf).__name__} is stored with "
+                f"pickle but cannot be pickled ({type(exc).__name__}: {exc}). Convert it in fn to "
+                "numbers, str, bytes, numpy arrays or tensors."
+            )
+        return f"input {input_index}: leaf {position} ({fmt}, {type(leaf).__name__}) cannot be encoded: {exc}"
+
+
+# --- item decoding ----------------------------------------------------------------------------
+
+
+def _torch_dtype(code: int) -> Any:
+    import torch  # lazy: only datasets with tensor leaves need it
+
+    name = _TORCH_DTYPE_NAMES.get(code)
+    if name is None:
+        raise CorruptStateError(f"torch dtype code {code} is unknown (litdata's codes are 0-20)")
+    return getattr(torch, name)
+
+
+def _tensor_from(raw: memoryview, dtype: Any, shape: tuple) -> Any:
+    import torch
+
+    if len(raw) == 0:
+        return torch.empty(shape, dtype=dtype)
+    # bytearray: the tensor owns writable memory and never pins the chunk's buffer (mmap).
+    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
+
+
+def _decode_numpy_nd(raw: memoryview) -> np.ndarray:
+    code, ndim = struct.unpack_from("<II", raw, 0)
+    if code >= len(_NUMPY_DTYPES):
+        raise CorruptStateError(f"numpy dtype code {code} is not supported")
+    shape = struct.unpack_from(f"<{ndim}I", raw, 8)
+    return np.frombuffer(raw[8 + 4 * ndim :], dtype=_NUMPY_DTYPES[code]).reshape(shape).copy()
+
+
+def _decode_tensor(raw: memoryview) -> Any:
+    code, ndim = _TENSOR_HEADER.unpack_from(raw, 0)
+    shape = struct.unpack_from(f">{ndim}I", raw, 8)
+    return _tensor_from(raw[8 + 4 * ndim :], _torch_dtype(code), shape)
+
+
+def _leaf_decoder(fmt: str) -> Callable[[memoryview], Any]:
+    """The decoder of one leaf format; raises UnsupportedFormatError for unknown names."""
+    simple: dict[str, Callable[[memoryview], Any]] = {
+        "int": lambda raw: _INT64.unpack(raw)[0],
+        "float": lambda raw: _FLOAT64.unpack(raw)[0],
+        "bool": lambda raw: raw[0] != 0,
+        "str": lambda raw: str(raw, "utf-8"),
+        "text": lambda raw: str(raw, "utf-8"),  # litdata's Text leaves are plain UTF-8 too
+        "bytes": bytes,
+        "pickle": pickle.loads,
+        "numpy": _decode_numpy_nd,
+        "tensor": _decode_tensor,
+    }
+    if fmt in simple:
+        return simple[fmt]
+    name, _, arg = fmt.partition(":")
+    if name == "no_header_numpy" and arg.isdigit() and int(arg) < len(_NUMPY_DTYPES):
+        dtype = _NUMPY_DTYPES[int(arg)]
+        return lambda raw: np.frombuffer(raw, dtype=dtype).copy()
+    if name == "no_header_tensor" and arg.isdigit() and int(arg) in _TORCH_DTYPE_NAMES:
+        code = int(arg)
+        return lambda raw: _tensor_from(raw, _torch_dtype(code), (-1,) if len(raw) else (0,))
+    raise UnsupportedFormatError(
+        f"leaf format {fmt!r} is not one shardwright reads (it reads int, float, bool, str, bytes, "
+        "numpy, tensor and pickle leaves); it comes from one of litdata's own serializers "
+        "(json lists, images, audio, ...). Read this dataset with litdata.StreamingDataset."
+    )
+
+
+@lru_cache(maxsize=64)
+def _decode_plan(data_format: tuple[str, ...], data_spec: str) -> tuple[struct.Struct, list, Callable]:
+    num_leaves, build = _unflattener(data_spec)
+    if num_leaves != len(data_format):
+        raise CorruptStateError(f"data_format has {len(data_format)} names but data_spec has {num_leaves} leaves")
+    return struct.Struct(f"<{len(data_format)}I"), [_leaf_decoder(fmt) for fmt in data_format], build
+
+
+def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str) -> Any:
+    """Inverse of :meth:`ItemEncoder.encode`. torch is imported only for tensor leaves."""
+    sizes_struct, decoders, build = _decode_plan(tuple(data_format), data_spec)
+    view = memoryview(buf)
+    if len(view) < sizes_struct.size:
+        raise CorruptStateError(f"item is {len(view)} bytes, shorter than its {sizes_struct.size}-byte size header")
+    sizes = sizes_struct.unpack_from(view, 0)
+    pos = sizes_struct.size
+    if pos + sum(sizes) != len(view):
+        raise CorruptStateError(f"item is {len(view)} bytes but its header announces {pos + sum(sizes)}")
+    leaves = []
+    for size, decode in zip(sizes, decoders):
+        leaves.append(decode(view[pos : pos + size]))
+        pos += size
+    return build(iter(leaves))
+
+
+# --- chunks -----------------------------------------------------------------------------------
+
+
+def build_chunk(items: list[bytes]) -> bytes:
+    """``u32 N | u32 offsets[N+1] | items`` with absolute offsets."""
+    n = len(items)
+    offsets = [4 + 4 * (n + 1)]
+    for item in items:
+        offsets.append(offsets[-1] + len(item))
+    if offsets[-1] > _U32_MAX:
+        raise SampleFormatError(
+            f"a chunk of {n} items would be {offsets[-1]} bytes; litdata's chunk offsets are uint32, so a "
+            "chunk must stay under 4 GiB. Use a smaller chunk_bytes/chunk_size."
+        )
+    return b"".join([struct.pack(f"<{n + 2}I", n, *offsets), *items])
+
+
+def chunk_num_items(chunk: bytes | memoryview) -> int:
+    if len(chunk) < 8:
+        raise CorruptStateError(f"chunk is {len(chunk)} bytes, too short for a chunk header")
+    return _U32.unpack_from(chunk, 0)[0]
+
+
+def chunk_item(chunk: bytes | memoryview, j: int) -> memoryview:
+    """Zero-copy view of item ``j``; raises IndexError/CorruptStateError."""
+    n = chunk_num_items(chunk)
+    if not 0 <= j < n:
+        raise IndexError(f"item {j} of a chunk of {n} items")
+    start, end = struct.unpack_from("<II", chunk, 4 + 4 * j)
+    if not start <= end <= len(chunk):
+        raise CorruptStateError(f"item {j} spans bytes {start}:{end} of a {len(chunk)}-byte chunk")
+    return memoryview(chunk)[start:end]
+
+
+# --- compression ------------------------------------------------------------------------------
+
+
+def _zstd_level(compression: str) -> int:
+    # "zstd" is level 4, as litdata's "zstd"; "zstd:N" picks level N (only the writer cares).
+    name, _, level = compression.partition(":")
+    if name != "zstd" or (level and not level.isdigit()):
+        raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd' (or 'zstd:LEVEL')")
+    return int(level) if level else 4
+
+
+def compress(data: bytes, compression: str | None) -> bytes:
+    """Whole-file compression of a chunk."""
+    if compression is None:
+        return data
+    import zstandard
+
+    # One-shot compress writes the content size into the frame header: python-zstd's
+    # decompress (what litdata 0.2.58 uses) refuses frames without it.
+    return zstandard.ZstdCompressor(level=_zstd_level(compression), write_content_size=True).compress(data)
+
+
+def decompress(data: bytes | memoryview, compression: str | None) -> bytes:
+    if compression is None:
+        return bytes(data)
+    _zstd_level(compression)
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    try:
+        return dctx.decompress(data)
+    except zstandard.ZstdError:
+        # Frames written in streaming mode carry no content size: read them as a stream.
+        try:
+            return dctx.stream_reader(bytes(data), read_across_frames=True).read()
+        except zstandard.ZstdError as exc:
+            raise CorruptStateError(f"zstd data cannot be decompressed: {exc}") from None
+
+
+def chunk_filename(generation: int, shard: int, seq: int, compression: str | None) -> str:
+    # litdata's reader finds the decompressed file by removing f".{compression}" from the name,
+    # so a compressed chunk must be named *.zstd.bin while the index says "zstd".
+    suffix = ".zstd.bin" if compression is not None and compression.startswith("zstd") else ".bin"
+    return f"chunk-{generation}-{shard:05d}-{seq:06d}{suffix}"
+
+
+# --- index.json -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkEntry:
+    filename: str
+    chunk_size: int  # items in the chunk
+    chunk_bytes: int  # size of the uncompressed chunk
+    dim: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chunk_bytes": self.chunk_bytes, "chunk_size": self.chunk_size, "dim": self.dim, "filename": self.filename}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ChunkEntry":
+        """Raises ValueError naming the bad field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a chunk entry must be an object, got {type(data).__name__}")
+        for key in ("filename", "chunk_size", "chunk_bytes"):
+            if key not in data:
+                raise ValueError(f"chunk entry has no {key!r}")
+        filename, size, nbytes, dim = data["filename"], data["chunk_size"], data["chunk_bytes"], data.get("dim")
+        if not isinstance(filename, str) or not _safe_filename(filename):
+            raise ValueError(f"chunk filename {filename!r} is not a relative path inside the dataset")
+        for key, value in (("chunk_size", size), ("chunk_bytes", nbytes)):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
+        if dim is not None and type(dim) is not int:
+            raise ValueError(f"chunk {filename!r} has dim {dim!r}, not an int or null")
+        return cls(filename=filename, chunk_size=size, chunk_bytes=nbytes, dim=dim)
+
+
+def _safe_filename(name: str) -> bool:
+    # Filenames are joined to the dataset dir: never let one point outside it.
+    parts = name.replace("\\", "/").split("/")
+    return bool(name) and not name.startswith(("/", "\\")) and ".." not in parts and "" not in parts
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    chunk_bytes: int | None
+    chunk_size: int | None
+    compression: str | None
+    data_format: list[str]
+    data_spec: str | None
+    encryption: Any = None
+    item_loader: str = "PyTreeLoader"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunk_bytes": self.chunk_bytes,
+            "chunk_size": self.chunk_size,
+            "compression": self.compression,
+            # litdata 0.2.76 keys; null = whole-file compression, no Arrow/batch frames. Its
+            # reader only .get()s them, but its writer compares configs when merging.
+            "compression_batch_size": None,
+            "compression_level": None,
+            "data_format": list(self.data_format),
+            "data_spec": self.data_spec,
+            "encryption": self.encryption,
+            "ipc_compression": None,
+            "item_loader": self.item_loader,
+            "types": None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "IndexConfig":
+        """Raises ValueError naming the bad field (UnsupportedFormatError for litdata-only modes)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"config must be an object, got {type(data).__name__}")
+        for key in ("data_format", "data_spec", "compression"):
+            if key not in data:
+                raise ValueError(f"config has no {key!r}")
+        data_format = data["data_format"]
+        if data_format is None:  # litdata writes null when no sample was ever written
+            data_format = []
+        if not isinstance(data_format, list) or not all(isinstance(f, str) for f in data_format):
+            raise ValueError(f"config data_format {data_format!r:.80} is not a list of strings")
+        data_spec = data["data_spec"]
+        if data_spec is not None and not isinstance(data_spec, str):
+            raise ValueError("config data_spec is not a string or null")
+        if data_spec is None and data_format:
+            raise ValueError("config has a data_format but no data_spec")
+        if data_spec is not None:
+            num_leaves = _parse_spec(data_spec).num_leaves  # ValueError when malformed
+            if num_leaves != len(data_format):
+                raise ValueError(f"data_spec has {num_leaves} leaves but data_format has {len(data_format)} names")
+        compression = data["compression"]
+        if compression is not None and not isinstance(compression, str):
+            raise ValueError(f"config compression {compression!r} is not a string or null")
+        level = data.get("compression_level")
+        if compression is not None and level not in (None, "", "chunk"):
+            raise UnsupportedFormatError(
+                f"chunks use litdata's in-file compression_level={level!r} (zstd frames inside .bin), "
+                "which shardwright does not read; read them with litdata, or rewrite the dataset with "
+                "whole-file compression (litdata: compression_level='chunk')"
+            )
+        chunk_bytes, chunk_size = data.get("chunk_bytes"), data.get("chunk_size")
+        if isinstance(chunk_bytes, str):
+            chunk_bytes = parse_size(chunk_bytes)
+        for key, value in (("chunk_bytes", chunk_bytes), ("chunk_size", chunk_size)):
+            if value is not None and type(value) is not int:
+                raise ValueError(f"config {key} {value!r} is not an int or null")
+        item_loader = data.get("item_loader", "PyTreeLoader")
+        if not isinstance(item_loader, str):
+            raise ValueError(f"config item_loader {item_loader!r} is not a string")
+        return cls(
+            chunk_bytes=chunk_bytes,
+            chunk_size=chunk_size,
+            compression=compression,
+            data_format=list(data_format),
+            data_spec=data_spec,
+            encryption=data.get("encryption"),
+            item_loader=item_loader,
+        )
+
+
+def render_index(chunks: list[ChunkEntry], config: IndexConfig, updated_at: str | None = None) -> bytes:
+    """index.json bytes, read by litdata 0.2.58 and 0.2.76 alike."""
+    document = {
+        "chunks": [chunk.to_json() for chunk in chunks],
+        "config": config.to_json(),
+        # Remote litdata readers key their cache on this value.
+        "updated_at": updated_at if updated_at is not None else str(time.time()),
+    }
+    return json.dumps(document, sort_keys=True).encode("utf-8")
+
+
+def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig]:
+    """Chunks and config of an index.json (ours or litdata's). Raises CorruptStateError."""
+
+    def corrupt(what: str) -> CorruptStateError:
+        return CorruptStateError(
+            f"index.json at {source} is not valid {what}; restore it or rerun optimize with mode='overwrite'"
+        )
+
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise corrupt(f"JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise corrupt(f"dataset index: the top level is a {type(document).__name__}, not an object")
+    for key in ("chunks", "config"):
+        if key not in document:
+            raise corrupt(f"dataset index: it has no {key!r} key")
+    if not isinstance(document["chunks"], list):
+        raise corrupt("dataset index: 'chunks' is not a list")
+    chunks = []
+    for position, raw in enumerate(document["chunks"]):
+        try:
+            chunks.append(ChunkEntry.from_json(raw))
+        except ValueError as exc:
+            raise corrupt(f"dataset index: chunk {position}: {exc}") from None
+    try:
+        config = IndexConfig.from_json(document["config"])
+    except UnsupportedFormatError:
+        raise
+    except ValueError as exc:
+        raise corrupt(f"dataset index: {exc}") from None
+    return chunks, config
+
+
+# --- sizes ------------------------------------------------------------------------------------
+
+# Decimal units, as litdata's chunk_bytes="64MB" (1 MB = 1000**2 bytes); the binary "MiB"
+# spellings are accepted too and mean powers of 1024.
+_SIZE_UNITS: dict[str, int] = {
+    "tib": 1024**4, "gib": 1024**3, "mib": 1024**2, "kib": 1024,
+    "tb": 1000**4, "gb": 1000**3, "mb": 1000**2, "kb": 1000,
+    "t": 1000**4, "g": 1000**3, "m": 1000**2, "k": 1000, "b": 1,
+}  # fmt: skip
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes in ``value``: an int, or a string like ``"64MB"`` (decimal, as litdata), ``"1.5 GiB"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"size {value!r} is not a number of bytes")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size {value} is negative")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"size {value!r} must be an int or a string like '64MB'")
+    raw = value.strip().lower().replace(" ", "")
+    for suffix, factor in _SIZE_UNITS.items():  # longest suffixes first
+        if raw.endswith(suffix):
+            number = raw[: -len(suffix)]
+            break
+    else:
+        number, factor = raw, 1
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError(f"size {value!r} is not understood: use e.g. 64MB, 512KB, 1GB or a number of bytes") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise ValueError(f"size {value!r} must be a non-negative number of bytes")
+    return int(amount * factor)
