@@ -129,6 +129,7 @@ class S3Server:
             f"-s3.port={s3}", f"-s3.config={os.path.join(self.workdir, 's3.json')}",
             "-s3.port.iceberg=0", "-admin.ui=false", "-webdav=false",
             "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
+            "-volume.preStopSeconds=0",  # fast stop: the data is throwaway
             # real S3 does not create buckets on PUT; the missing-bucket tests rely on that
             "-s3.autoCreateBucket=false",
             # every other listener on a free port, so parallel servers never collide

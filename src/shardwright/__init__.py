@@ -17,8 +17,6 @@ from .errors import (
     StorageError,
     WorkerDiedError,
 )
-from .reader import StreamingDataset
-
 __version__ = "0.1.0"
 
 __all__ = [
@@ -26,3 +24,12 @@ __all__ = [
     "CorruptStateError", "DatasetExistsError", "FnError", "IncompleteDatasetError", "IncompleteRunError",
     "InputsError", "OutputDirError", "RunMismatchError", "SampleFormatError", "StorageError", "WorkerDiedError",
 ]
+
+
+def __getattr__(name: str):
+    # The reader may import torch (to subclass its Dataset): only pay that when it is used.
+    if name == "StreamingDataset":
+        from .reader import StreamingDataset
+
+        return StreamingDataset
+    raise AttributeError(f"module 'shardwright' has no attribute {name!r}")

@@ -381,7 +381,8 @@ class _Mismatch(Exception):
 def _describe(value: Any) -> str:
     kind = _CONTAINER_NAMES.get(type(value))
     if kind is None:
-        return f"{leaf_format(value)} ({type(value).__name__})"
+        fmt, name = leaf_format(value), type(value).__name__
+        return fmt if fmt == name else f"{fmt} ({name})"
     if type(value) in _MAPPINGS:
         return f"{type(value).__name__} with keys {list(value.keys())!r}"
     return f"{type(value).__name__} of length {len(value)}"
@@ -403,25 +404,30 @@ def _collect(node: _Node, value: Any, formats: list[str], out: list, path: str) 
                 raise _Mismatch(path, fmt, _describe(value))
             got = leaf_format(value)
             if got != fmt:
-                raise _Mismatch(path, fmt, f"{got} ({type(value).__name__})")
+                raise _Mismatch(path, fmt, _describe(value))
         out.append(value)
         return
     if node.kind in _MAPPINGS:
         # dict and OrderedDict are interchangeable (as in torch); key order may differ: values
         # are taken by key, in the first sample's order.
-        if type(value) not in _MAPPINGS or len(value) != len(node.keys):
+        if type(value) not in _MAPPINGS:
             raise _Mismatch(path, _describe_node(node), _describe(value))
+        if len(value) != len(node.keys) or not all(key in value for key in node.keys):
+            missing = [key for key in node.keys if key not in value]
+            extra = [key for key in value if key not in node.keys]
+            raise _Mismatch(path, _describe_node(node), f"{_describe(value)} (missing {missing!r}, extra {extra!r})")
         for key, child in zip(node.keys, node.children):
-            try:
-                item = value[key]
-            except KeyError:
-                raise _Mismatch(path, _describe_node(node), _describe(value)) from None
-            _collect(child, item, formats, out, f"{path}[{key!r}]")
+            _collect(child, value[key], formats, out, f"{path}[{key!r}]")
         return
     if type(value) is not node.kind or len(value) != len(node.children):
         raise _Mismatch(path, _describe_node(node), _describe(value))
     for i, (child, item) in enumerate(zip(node.children, value)):
         _collect(child, item, formats, out, f"{path}[{i}]")
+
+
+def _short(value: Any, limit: int = 400) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ItemEncoder:
@@ -458,7 +464,7 @@ class ItemEncoder:
         return f"input {self.format_input_index}"
 
     def _where(self, input_index: int, path: str) -> str:
-        return f"input {input_index}" + (f" at {path}" if path else "")
+        return f"input {input_index} at {path or 'the top level'}"
 
     def encode(self, sample: Any, input_index: int) -> bytes:
         """Item bytes of ``sample`` (``u32 sizes[L]`` + leaves). Raises SampleFormatError."""
@@ -494,7 +500,7 @@ class ItemEncoder:
             got = type(sample).__name__
         return (
             f"{self._where(input_index, mis.path)}: expected {mis.expected}, got {mis.got}. "
-            f"The format was fixed by {self._origin()}: expected {expected!r}, got {got!r}. {_FIX_HINT}"
+            f"The format was fixed by {self._origin()}: expected {_short(expected)}, got {_short(got)}. {_FIX_HINT}"
         )
 
     def _pack(self, leaves: list, formats: list[str], input_index: int, sizes: struct.Struct) -> bytes:

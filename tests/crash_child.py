@@ -1,0 +1,77 @@
+"""A child process for the crash tests: runs one optimize() call described by argv[1] (JSON).
+
+The tests kill it with real signals at random moments and rerun it, then check the
+dataset holds every expected sample exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from shardwright import optimize
+
+CONFIG = json.loads(sys.argv[1])
+
+
+def _slow() -> None:
+    if CONFIG.get("sleep"):
+        time.sleep(CONFIG["sleep"])
+
+
+def _maybe_fail(i: int) -> None:
+    fail_at = os.environ.get("CRASH_FAIL_AT")
+    if fail_at is not None and i == int(fail_at):
+        raise ValueError(f"planned failure at input {i}")
+    die_at = os.environ.get("CRASH_DIE_AT")
+    if die_at is not None and i == int(die_at):
+        os._exit(3)
+
+
+def plain(i: int) -> dict:
+    _slow()
+    _maybe_fail(i)
+    return {"i": i, "sq": i * i, "name": f"item-{i}"}
+
+
+def filtering(i: int):
+    _slow()
+    _maybe_fail(i)
+    return None if i % 3 == 0 else {"i": i, "sq": i * i, "name": f"item-{i}"}
+
+
+def generator(i: int):
+    _maybe_fail(i)
+    for j in range(i % 5):
+        _slow()
+        yield {"i": i, "j": j, "name": f"item-{i}-{j}"}
+
+
+FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator}
+
+
+def expected(kind: str, n: int) -> list[tuple[int, int]]:
+    """(input, output ordinal) of every sample the finished dataset must hold, in order."""
+    if kind == "plain":
+        return [(i, 0) for i in range(n)]
+    if kind == "filtering":
+        return [(i, 0) for i in range(n) if i % 3]
+    return [(i, j) for i in range(n) for j in range(i % 5)]
+
+
+if __name__ == "__main__":
+    result = optimize(
+        FUNCTIONS[CONFIG["kind"]],
+        list(range(CONFIG["n"])),
+        CONFIG["output_dir"],
+        chunk_size=CONFIG.get("chunk_size"),
+        chunk_bytes=CONFIG.get("chunk_bytes"),
+        compression=CONFIG.get("compression"),
+        num_workers=CONFIG.get("num_workers", 2),
+        storage_options=CONFIG.get("storage_options"),
+        verbose=CONFIG.get("verbose", False),
+        num_shards=CONFIG.get("num_shards"),
+    )
+    print(json.dumps({"items": result.items, "chunks": result.chunks, "resumed": result.resumed}), flush=True)
