@@ -1,0 +1,96 @@
+"""Shared test helpers: run crash_child.py as a real process, signal it, read datasets back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CHILD = str(HERE / "crash_child.py")
+
+
+def child_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start_child(config: dict, **env: str) -> subprocess.Popen:
+    """Start the child in its own session, so killpg reaches it and its workers only."""
+    return subprocess.Popen(
+        [sys.executable, CHILD, json.dumps(config)], env=child_env(**env), start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def run_child(config: dict, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    proc = start_child(config, **env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies excluded)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return sorted(out)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def committed_records(output_dir: str) -> int:
+    root = Path(output_dir) / ".shardwright" / "shards"
+    return sum(1 for _ in root.glob("*/*.json")) if root.exists() else 0
+
+
+def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tuple[int, int]]:
+    """(input, output ordinal) of every item, in dataset order, read with our reader."""
+    from shardwright import StreamingDataset
+
+    ds = StreamingDataset(output_dir, storage_options=storage_options)
+    return [(item["i"], item.get("j", 0)) for item in ds]
