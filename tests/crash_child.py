@@ -13,7 +13,7 @@ import time
 
 from shardwright import optimize
 
-CONFIG = json.loads(sys.argv[1])
+CONFIG = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 
 
 def _slow() -> None:
@@ -25,6 +25,9 @@ def _maybe_fail(i: int) -> None:
     fail_at = os.environ.get("CRASH_FAIL_AT")
     if fail_at is not None and i == int(fail_at):
         raise ValueError(f"planned failure at input {i}")
+    sleep_at = os.environ.get("CRASH_SLEEP_AT")
+    if sleep_at is not None and i == int(sleep_at):
+        time.sleep(60)  # a stuck fn: only a second Ctrl-C gets out quickly
     die_at = os.environ.get("CRASH_DIE_AT")
     if die_at is not None and i == int(die_at):
         os._exit(3)

@@ -178,13 +178,18 @@ class _Run:
             self._check_same_run(manifest)
             return self._resume(manifest)
         if index is not None:
+            previous = checkpoint.read_run_record(storage)
+            if previous and previous.get("inputs") == self.fingerprint.to_json() \
+                    and previous.get("settings") == self.settings.to_json():
+                # The same call already finished (perhaps killed just after publishing):
+                # rerunning it must not fail, and an append must not add the inputs twice.
+                log.info("%s already holds the output of this same call; nothing to do", self.output_dir)
+                self.resumed = True
+                return None
             if self.mode == "append":
                 generation = 1 + max((checkpoint.chunk_generation(c.filename) or 0) for c in index[0]) \
                     if index[0] else 1
                 return self._create(generation, "append", index)
-            previous = checkpoint.read_run_record(storage)
-            if self.node.is_multi_node and previous and previous.get("inputs") == self.fingerprint.to_json():
-                return None  # a requeued array task after the run finished: nothing to do
             raise DatasetExistsError(
                 f"{self.output_dir} already holds a finished dataset ({sum(c.chunk_size for c in index[0]):,} items); "
                 "pass mode='append' to add to it or mode='overwrite' to replace it"

@@ -76,6 +76,13 @@ INDEX_KEY = "index.json"
 PROTOCOL_VERSION = 1
 
 
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: ``SHARDWRIGHT_CRASH_AT=name`` dies right here, as a
+    power cut would, between two writes of the protocol."""
+    if os.environ.get("SHARDWRIGHT_CRASH_AT") == name:
+        os._exit(77)
+
+
 def _dumps(data: dict) -> bytes:
     return json.dumps(data, indent=1, sort_keys=True).encode()
 
@@ -513,6 +520,7 @@ def run_record(manifest: Manifest, chunks: list[ChunkEntry]) -> dict:
 def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent."""
     write_run_record(storage, run_record(manifest, index_chunks))
+    crash_point("after_run_record")
     storage.delete(MANIFEST_KEY)
     named = {c.filename for c in index_chunks}
     for key in storage.list("chunk-"):
@@ -586,6 +594,7 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
         if current is None or current.run_id != manifest.run_id:
             return True, []  # published by a node that finished at the same moment
         chunks = publish(storage, manifest, everything)
+        crash_point("after_index")
         cleanup_after_publish(storage, manifest, chunks)
     finally:
         publisher.release()

@@ -322,7 +322,7 @@ def leaf_format(leaf: Any) -> str:
             return "pickle"
         code = _torch_code(leaf)
         if code is None:
-            return "pickle"
+            return "pickle"  # encoding refuses it: see _encode_leaf
         return f"no_header_tensor:{code}" if leaf.ndim == 1 else "tensor"
     return "pickle"
 
@@ -353,6 +353,12 @@ def _encode_leaf(fmt: str, leaf: Any) -> bytes:
     if fmt == "bytes":
         return bytes(leaf)
     if fmt == "pickle":
+        if _is_tensor(leaf) and _torch_code(leaf) is None:
+            # torch pickles these dtypes into bytes it cannot load back: refuse now, not at read time.
+            raise ValueError(
+                f"torch dtype {leaf.dtype} has no code in litdata's format and does not survive pickle; "
+                "convert it in fn (e.g. tensor.to(torch.int64) or tensor.float())"
+            )
         return pickle.dumps(leaf)
     if fmt == "numpy":
         shape = _shape_dims(leaf.shape, "array")
@@ -458,6 +464,14 @@ class ItemEncoder:
         self.data_format, self.data_spec, self._root = data_format, data_spec, root
         self._sizes = struct.Struct(f"<{len(data_format)}I")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # struct.Struct cannot be pickled: workers rebuild the parsed form from the strings.
+        return {"data_format": self.data_format, "data_spec": self.data_spec, "format_input_index": self.format_input_index}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["data_format"], state["data_spec"])  # type: ignore[misc]
+        self.format_input_index = state["format_input_index"]
+
     def _origin(self) -> str:
         if self.format_input_index is None:
             return "the first sample written"
@@ -533,6 +547,8 @@ class ItemEncoder:
                 f"input {input_index}: str leaf {position} cannot be encoded as UTF-8 ({exc}). "
                 "Fix the text (e.g. s.encode('utf-8', 'replace').decode()) or store bytes."
             )
+        if fmt == "pickle" and _is_tensor(leaf):
+            return f"input {input_index}: leaf {position}: {exc}"
         if fmt == "pickle":
             return (
                 f"input {input_index}: leaf {position} of type {type(leaf).__name__} is stored with "

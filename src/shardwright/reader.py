@@ -11,6 +11,7 @@ works with ``DataLoader(ds, num_workers=N)`` and samplers as any map-style datas
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import mmap
 import operator
 import os
@@ -97,20 +98,16 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             ) from None
 
     def _chunk_bytes(self, entry: ChunkEntry) -> bytes | memoryview:
-        """The chunk file's stored bytes (still compressed if the dataset is)."""
+        """The chunk file's stored bytes (still compressed if the dataset is).
+
+        Raises FileNotFoundError when the file does not exist (a storage-backed version must too).
+        """
         path = os.path.join(self.output_dir, entry.filename)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    return b""
-                # mmap: pages are read on demand and shared between DataLoader workers.
-                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        except FileNotFoundError:
-            raise CorruptStateError(
-                f"chunk file {path} named in {self._index_source} is missing; restore it or rerun "
-                "optimize with mode='overwrite'"
-            ) from None
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return b""
+            # mmap: pages are read on demand and shared between DataLoader workers.
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
     # --- public API ----------------------------------------------------------------------
 
@@ -163,10 +160,31 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             _release(old)
         return data
 
+    def _stored_chunk(self, entry: ChunkEntry) -> tuple[bytes | memoryview, bool]:
+        """The stored bytes of a chunk and whether they are compressed."""
+        compression = self._config.compression
+        try:
+            return self._chunk_bytes(entry), compression is not None
+        except FileNotFoundError:
+            pass
+        if compression is not None:
+            # litdata (0.2.76) reading a local compressed dataset decompresses each chunk next to
+            # it (name without ".zstd", written atomically) and deletes the compressed file.
+            plain = entry.filename.replace(f".{compression}", "")
+            if plain != entry.filename:
+                try:
+                    return self._chunk_bytes(dataclasses.replace(entry, filename=plain)), False
+                except FileNotFoundError:
+                    pass
+        raise CorruptStateError(
+            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self._index_source} is "
+            "missing; restore it or rerun optimize with mode='overwrite'"
+        )
+
     def _load_chunk(self, entry: ChunkEntry) -> bytes | memoryview:
-        stored = self._chunk_bytes(entry)
+        stored, compressed = self._stored_chunk(entry)
         name = os.path.join(self.output_dir, entry.filename)
-        if self._config.compression is not None:
+        if compressed:
             try:
                 data: bytes | memoryview = decompress(stored, self._config.compression)
             except CorruptStateError as exc:

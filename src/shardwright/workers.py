@@ -114,6 +114,7 @@ class ChunkCommitter:
             self.storage.write_bytes(name, data)  # protocol step 1: chunk first
             entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
         record = CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done)
+        checkpoint.crash_point("after_chunk")
         if self.cfg.use_checkpoint:
             checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
         self.report(("commit", record.to_json()))
@@ -413,6 +414,7 @@ class WorkerPool:
         found_dead_at: dict[int, float] = {}
         stop_deadline: float | None = None
         signals_seen: list[int] = []
+        last_check = time.monotonic()
 
         def on_signal(signum, frame):
             signals_seen.append(signum)
@@ -434,9 +436,11 @@ class WorkerPool:
                         stop_event.set()
                     else:
                         on_message(message)
-                    continue
-                on_idle()
                 now = time.monotonic()
+                if message is not None and now - last_check < 0.1 and not signals_seen:
+                    continue  # busy: drain messages, but still check on workers ten times a second
+                last_check = now
+                on_idle()
                 if signals_seen and outcome.interrupted_by is None:
                     outcome.interrupted_by = signals_seen[0]
                     stop_event.set()

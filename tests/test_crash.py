@@ -1,0 +1,158 @@
+"""Real processes, real signals: every run ends with every sample exactly once, in order."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from crash_child import expected
+from helpers import (
+    children_of,
+    committed_records,
+    group_pids,
+    kill_group,
+    read_pairs,
+    run_child,
+    start_child,
+    wait_for,
+)
+
+
+def finish(config: dict, **env) -> None:
+    done = run_child(config, **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def assert_exactly_once(config: dict) -> None:
+    assert read_pairs(config["output_dir"]) == expected(config["kind"], config["n"])
+
+
+@pytest.mark.parametrize("kind", ["plain", "filtering", "generator"])
+def test_random_sigkill_loop(tmp_path, kind):
+    """SIGKILL the whole process group at random moments, resume with varying worker counts."""
+    rng = random.Random(f"kill-loop-{kind}")
+    config = {"kind": kind, "n": 2500, "chunk_size": 7, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    kills, completed = 0, False
+    for attempt in range(40):
+        config["num_workers"] = rng.choice([1, 2, 3])
+        proc = start_child(config)
+        try:
+            proc.wait(timeout=rng.uniform(0.2, 1.0))
+        except Exception:
+            kill_group(proc)
+            proc.wait()
+            kills += 1
+            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
+            if kills >= 12:
+                break
+            continue
+        assert proc.returncode == 0, proc.stderr.read()[-3000:]
+        completed = True
+        break
+    assert kills >= 6, f"only {kills} kills landed: the workload is too small to test anything"
+    if not completed:
+        config["num_workers"] = 2
+        finish(config)
+    assert_exactly_once(config)
+    assert not (Path(config["output_dir"]) / ".shardwright" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("point", ["after_chunk", "after_index", "after_run_record"])
+def test_crash_at_each_commit_point(tmp_path, point):
+    """A crash between the protocol's writes (chunk/record, index/cleanup) loses and repeats nothing."""
+    config = {"kind": "generator", "n": 120, "chunk_size": 4, "output_dir": str(tmp_path / "out"), "num_workers": 2}
+    crashed = run_child(config, SHARDWRIGHT_CRASH_AT=point)
+    assert crashed.returncode != 0
+    finish(config)
+    assert_exactly_once(config)
+
+
+def test_one_worker_sigkilled(tmp_path):
+    config = {"kind": "plain", "n": 4000, "chunk_size": 10, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    proc = start_child(config)
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
+    workers = children_of(proc.pid)
+    assert workers, "no worker processes found"
+    os.kill(workers[0], signal.SIGKILL)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 15, "a dead worker must not make the run hang"
+    assert proc.returncode not in (0, None)
+    assert "WorkerDiedError" in err and "SIGKILL" in err and "while processing input" in err, err[-2000:]
+    assert wait_for(lambda: not group_pids(proc.pid), 5)
+    finish(config)
+    assert_exactly_once(config)
+
+
+def test_main_process_sigkilled_leaves_no_orphans(tmp_path):
+    config = {"kind": "plain", "n": 4000, "chunk_size": 10, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    proc = start_child(config)
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_for(lambda: not group_pids(proc.pid), 5), "workers outlived the main process"
+    before = sorted(os.listdir(config["output_dir"]))
+    time.sleep(0.5)
+    assert sorted(os.listdir(config["output_dir"])) == before, "something kept writing after the main process died"
+    finish(config)
+    assert_exactly_once(config)
+
+
+@pytest.mark.parametrize("sig,code,to_group", [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)])
+def test_sigint_sigterm_stop_cleanly(tmp_path, sig, code, to_group):
+    config = {"kind": "generator", "n": 3000, "chunk_size": 10, "sleep": 0.001, "output_dir": str(tmp_path / "out")}
+    proc = start_child(config)
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
+    if to_group:
+        kill_group(proc, sig)  # what a terminal's Ctrl-C does
+    else:
+        os.kill(proc.pid, sig)  # what a scheduler's SIGTERM to the job does
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 8
+    assert proc.returncode == code, err[-2000:]
+    assert "Interrupted:" in err and "Rerun the same call to resume." in err
+    assert wait_for(lambda: not group_pids(proc.pid), 5)
+    finish(config)
+    assert_exactly_once(config)
+
+
+def test_second_ctrl_c_aborts_at_once(tmp_path):
+    config = {"kind": "plain", "n": 400, "chunk_size": 5, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    proc = start_child(config, CRASH_SLEEP_AT="150")
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 2, 30)
+    kill_group(proc, signal.SIGINT)
+    time.sleep(0.5)
+    kill_group(proc, signal.SIGINT)
+    started = time.monotonic()
+    proc.communicate(timeout=30)
+    assert time.monotonic() - started < 3
+    assert proc.returncode != 0
+    assert wait_for(lambda: not group_pids(proc.pid), 5)
+    finish(config)
+    assert_exactly_once(config)
+
+
+def test_fn_errors_on_successive_runs(tmp_path):
+    config = {"kind": "generator", "n": 300, "chunk_size": 6, "output_dir": str(tmp_path / "out"), "num_workers": 2}
+    for fail_at in (60, 150, 151, 280):
+        failed = run_child(config, CRASH_FAIL_AT=str(fail_at))
+        assert failed.returncode != 0
+        assert "FnError" in failed.stderr and f"input {fail_at}" in failed.stderr, failed.stderr[-2000:]
+        assert "planned failure" in failed.stderr and "Traceback" in failed.stderr
+    finish(config)
+    assert_exactly_once(config)
+
+
+def test_worker_os_exit_is_an_error_not_a_hang(tmp_path):
+    config = {"kind": "plain", "n": 300, "chunk_size": 6, "output_dir": str(tmp_path / "out"), "num_workers": 2}
+    died = run_child(config, timeout=60, CRASH_DIE_AT="123")
+    assert died.returncode != 0
+    assert "WorkerDiedError" in died.stderr and "input 123" in died.stderr, died.stderr[-2000:]
+    finish(config)
+    assert_exactly_once(config)
