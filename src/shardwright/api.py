@@ -57,8 +57,10 @@ class OptimizeResult:
 
     def __str__(self) -> str:
         state = "published" if self.published else f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
+        failed = (f"; {self.failed:,} input(s) failed and were skipped (records under "
+                  f"{self.output_dir}/.shardwright/failed/; rerun the same call to retry them)") if self.failed else ""
         return (f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
-                f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}")
+                f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}")
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,12 @@ class _Run:
 
     # -- deciding fresh / resume / append / overwrite ------------------------------------------
 
-    def _new_manifest(self, generation: int, mode: str, base: tuple | None) -> Manifest:
+    def _new_manifest(self, generation: int, mode: str, base: tuple | None, input_ids: list | None) -> Manifest:
+        count = len(input_ids) if input_ids is not None else len(self.inputs)
         return Manifest(
-            run_id=uuid.uuid4().hex, generation=generation, mode=mode, num_inputs=len(self.inputs),
-            num_shards=self.settings.num_shards, inputs=self.fingerprint.to_json(),
+            run_id=uuid.uuid4().hex, generation=generation, mode=mode, num_inputs=count,
+            num_shards=max(1, min(self.settings.num_shards, count)), inputs=self.fingerprint.to_json(),
+            input_ids=input_ids,
             settings=self.settings.to_json(), use_checkpoint=self.use_checkpoint,
             base_chunks=[c.to_json() for c in base[0]] if base else [],
             base_config=base[1].to_json() if base else None,
@@ -154,7 +158,7 @@ class _Run:
         index = _read_index(storage)
         if manifest is not None and index is not None and checkpoint.is_published(index[0], manifest):
             # a crash during publishing: index.json is out, the cleanup was not finished
-            checkpoint.cleanup_after_publish(storage, manifest, index[0])
+            checkpoint.finish_published(storage, manifest, index[0])
             if self.mode is None and self._mismatch(manifest) is None:
                 self.resumed = True
                 return None
@@ -183,13 +187,16 @@ class _Run:
                     and previous.get("settings") == self.settings.to_json():
                 # The same call already finished (perhaps killed just after publishing):
                 # rerunning it must not fail, and an append must not add the inputs twice.
+                # Inputs that failed in it (on_error="skip") are retried, their outputs appended.
+                failed = previous.get("failed_inputs") or []
+                if failed:
+                    log.warning("retrying %d input(s) that failed in the previous run of this call", len(failed))
+                    return self._create(self._next_generation(index[0]), "retry", index, input_ids=failed)
                 log.info("%s already holds the output of this same call; nothing to do", self.output_dir)
                 self.resumed = True
                 return None
             if self.mode == "append":
-                generation = 1 + max((checkpoint.chunk_generation(c.filename) or 0) for c in index[0]) \
-                    if index[0] else 1
-                return self._create(generation, "append", index)
+                return self._create(self._next_generation(index[0]), "append", index)
             raise DatasetExistsError(
                 f"{self.output_dir} already holds a finished dataset ({sum(c.chunk_size for c in index[0]):,} items); "
                 "pass mode='append' to add to it or mode='overwrite' to replace it"
@@ -211,8 +218,12 @@ class _Run:
         storage.delete(checkpoint.FORMAT_KEY)
         storage.delete(checkpoint.MANIFEST_KEY)
 
-    def _create(self, generation: int, mode: str, base) -> Manifest:
-        wanted = self._new_manifest(generation, mode, base)
+    @staticmethod
+    def _next_generation(chunks: list[ChunkEntry]) -> int:
+        return 1 + max(((checkpoint.chunk_generation(c.filename) or 0) for c in chunks), default=0)
+
+    def _create(self, generation: int, mode: str, base, input_ids: list | None = None) -> Manifest:
+        wanted = self._new_manifest(generation, mode, base, input_ids)
         if base is not None and base[1].data_format:
             config = base[1]
             checkpoint.claim_format(self.storage, config.data_format, config.data_spec, -1)
@@ -306,8 +317,13 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
     )
     tracker = _Tracker(run, progress)
     if pending:
-        tasks = [ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq,
-                           list(run.inputs[p.next_input:p.end])) for p in pending]
+        ids = manifest.input_ids
+        tasks = [
+            ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq,
+                      [run.inputs[i] for i in ids[p.next_input:p.end]] if ids else list(run.inputs[p.next_input:p.end]),
+                      ids[p.next_input:p.end] if ids else None)
+            for p in pending
+        ]
         workers = max(1, min(num_workers or os.cpu_count() or 1, len(tasks)))
         tracker.open_bar(sum(p.end - p.start for p in progress.values()), sum(p.inputs_done for p in progress.values()))
         try:
@@ -315,7 +331,7 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
         finally:
             tracker.close_bar()
         _raise_for_outcome(outcome, run, tracker, lease)
-    failed = tracker.failed
+    failed = sum(len(p.failed) for p in progress.values())
     if lease.lost:
         raise ShardwrightError(f"stopped: {lease.lost}")
     published, missing = checkpoint.publish_if_complete(run.storage, manifest, progress)

@@ -129,10 +129,12 @@ class CommitRecord:
     next_input: int
     skip_outputs: int
     done: bool
+    failed: tuple = ()  # inputs (run-wide ids) that failed since the previous record (on_error="skip")
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["chunk"] = self.chunk.to_json() if self.chunk else None
+        data["failed"] = list(self.failed)
         return data
 
     @classmethod
@@ -155,6 +157,7 @@ class CommitRecord:
             next_input=_field(data, "next_input", int, what, where),
             skip_outputs=_field(data, "skip_outputs", int, what, where),
             done=_field(data, "done", bool, what, where),
+            failed=tuple(_field(data, "failed", list, what, where)) if "failed" in data else (),
         )
 
 
@@ -198,6 +201,10 @@ class ShardProgress:
     @property
     def chunks(self) -> list[ChunkEntry]:
         return [r.chunk for r in self.records if r.chunk is not None]
+
+    @property
+    def failed(self) -> list[int]:
+        return [i for r in self.records for i in r.failed]
 
 
 def _record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
@@ -262,6 +269,7 @@ class Manifest:
     base_config: dict | None
     fn_name: str
     created_at: float
+    input_ids: list | None = None  # a retry run: the run-wide ids of the inputs it redoes
     protocol: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict:
@@ -288,6 +296,7 @@ class Manifest:
             base_config=data.get("base_config"),
             fn_name=_field(data, "fn_name", str, what, where),
             created_at=float(_field(data, "created_at", (int, float), what, where)),
+            input_ids=data.get("input_ids"),
         )
 
     def shard_bounds(self) -> dict[int, tuple[int, int]]:
@@ -325,6 +334,48 @@ def read_run_record(storage: Storage) -> dict | None:
 
 def write_run_record(storage: Storage, record: dict) -> None:
     storage.write_bytes(RUN_RECORD_KEY, _dumps(record))
+
+
+# --- failed items (on_error="skip") ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """Details of one input that failed every attempt in one run (one file per input and run).
+
+    Informational: which inputs failed is committed by the commit records' ``failed`` lists
+    (so a failure is counted once, with the chunk that follows it); these files carry the why.
+    """
+
+    input_index: int
+    input_repr: str
+    exception_type: str
+    message: str
+    traceback: str
+    host: str
+    pid: int
+    node: int
+    attempts: int
+    generation: int
+    time: float
+
+    def key(self) -> str:
+        return f"{FAILED_PREFIX}{self.input_index:012d}-g{self.generation}.json"
+
+
+def write_failure(storage: Storage, record: FailureRecord) -> None:
+    storage.write_bytes(record.key(), _dumps(asdict(record)))
+
+
+def _forget_resolved_failures(storage: Storage, still_failed: set[int]) -> None:
+    """Detail records of inputs that no longer fail (a retry or a resume succeeded) go."""
+    for key in storage.list(FAILED_PREFIX):
+        try:
+            index = int(key[len(FAILED_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if index not in still_failed:
+            storage.delete(key)
 
 
 # --- sample format shared by all workers ---------------------------------------------------
@@ -503,11 +554,12 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
     return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
 
 
-def run_record(manifest: Manifest, chunks: list[ChunkEntry]) -> dict:
-    """What ``status`` shows of a finished run."""
+def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[int]) -> dict:
+    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
     new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
     now = time.time()
     return {
+        "failed_inputs": sorted(failed),
         "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
         "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
         "settings": manifest.settings, "items": sum(c.chunk_size for c in chunks),
@@ -517,9 +569,25 @@ def run_record(manifest: Manifest, chunks: list[ChunkEntry]) -> dict:
     }
 
 
-def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
-    """Steps 4-5. Safe to repeat: each step is idempotent."""
-    write_run_record(storage, run_record(manifest, index_chunks))
+def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
+    """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
+    (step 4), records may be partly deleted already, so it is not rewritten from them."""
+    previous = read_run_record(storage)
+    if previous is not None and previous.get("run_id") == manifest.run_id:
+        cleanup_after_publish(storage, manifest, index_chunks, None)
+        return
+    progress = load_progress(storage, manifest.shard_bounds())
+    failed = [i for s in sorted(progress) for i in progress[s].failed]
+    cleanup_after_publish(storage, manifest, index_chunks, failed)
+
+
+def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
+                          failed: list[int] | None) -> None:
+    """Steps 4-5. Safe to repeat: each step is idempotent. ``failed=None``: run.json of this
+    run is already written."""
+    if failed is not None:
+        write_run_record(storage, run_record(manifest, index_chunks, failed))
+        _forget_resolved_failures(storage, set(failed))
     crash_point("after_run_record")
     storage.delete(MANIFEST_KEY)
     named = {c.filename for c in index_chunks}
@@ -595,7 +663,8 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
             return True, []  # published by a node that finished at the same moment
         chunks = publish(storage, manifest, everything)
         crash_point("after_index")
-        cleanup_after_publish(storage, manifest, chunks)
+        failed = [i for s in sorted(everything) for i in everything[s].failed]
+        cleanup_after_publish(storage, manifest, chunks, failed)
     finally:
         publisher.release()
     return True, []

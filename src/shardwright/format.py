@@ -47,6 +47,23 @@ in index.json is always the uncompressed size.
 
 index.json = ``{"chunks": [ChunkEntry...], "config": IndexConfig, "updated_at": str}``, keys
 sorted like litdata writes them.
+
+Where we choose differently from litdata's writer (the bytes stay readable by litdata)
+--------------------------------------------------------------------------------------
+- A ``str`` leaf is always ``str``: litdata pickles a string that names an existing file, or
+  reads the file for media extensions, so its format would depend on the working directory.
+- ``bytes`` starting with ``%PDF`` stay ``bytes`` (litdata: ``pdf``).
+- numpy arrays with object/str/void or non-native-endian dtypes, and ndarray subclasses
+  (masked arrays), are pickled: litdata crashes on them, writes pointers, or drops the mask.
+- bfloat16 tensors are written (litdata's writer goes through numpy and crashes); tensors of
+  dtypes without a code (uint32, uint64, float8, ...) are refused: torch cannot unpickle them.
+- namedtuple, deque and defaultdict are single pickled leaves; PIL images are pickled and a
+  list of JPEG images is a list of leaves (litdata has media serializers for those).
+- litdata 0.2.76 turns a list inside a dict sample into one ``json`` leaf of its own binary
+  format; we keep lists as pytree containers (as torch and litdata 0.2.58 do).
+- Later samples are checked against the first (litdata does not check and can silently
+  misread); a position whose first value was pickled accepts any value, as in litdata; dict
+  keys may come in another order and are stored in the first sample's order.
 """
 
 from __future__ import annotations
@@ -133,7 +150,8 @@ _EXACT_FORMATS: dict[type, str] = {bool: "bool", int: "int", float: "float", str
 _FIX_HINT = (
     "Every sample must have the same structure (same dict keys, same list/tuple lengths) and the "
     "same leaf types as the first one. Convert values in fn (e.g. int(x), float(x), "
-    "np.asarray(x, dtype=np.float32)), give optional fields a value of one type, or store "
+    "np.asarray(x, dtype=np.float32)), give optional fields a value of one type, store a "
+    "variable-length list as one 1-D numpy array (any length is one leaf), or store other "
     "variable parts as one leaf (e.g. pickle.dumps(part) as bytes)."
 )
 

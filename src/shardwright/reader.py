@@ -195,7 +195,11 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
                 _release(stored)
         else:
             data = stored
-        _check_chunk(data, entry, name)
+        try:
+            _check_chunk(data, entry, name)
+        except Exception:
+            _release(data)
+            raise
         return data
 
     def _check_readable(self, config: IndexConfig) -> None:

@@ -16,6 +16,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -55,7 +56,11 @@ class ShardTask:
     next_input: int
     skip_outputs: int
     next_seq: int
-    inputs: list  # inputs[next_input - ... ]: only those still to do, indexed from next_input
+    inputs: list  # the input values from next_input to end (only those still to do)
+    ids: list | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
+
+    def input_id(self, position: int) -> int:
+        return self.ids[position - self.next_input] if self.ids is not None else position
 
 
 def _die_with_parent() -> None:
@@ -80,9 +85,9 @@ class ChunkCommitter:
         self._thread.start()
 
     def submit(self, shard: int, seq: int, items: list[bytes], first_input: int, next_input: int,
-               skip_outputs: int, done: bool) -> None:
+               skip_outputs: int, done: bool, failed: tuple) -> None:
         self.raise_if_failed()
-        self._queue.put((shard, seq, items, first_input, next_input, skip_outputs, done))
+        self._queue.put((shard, seq, items, first_input, next_input, skip_outputs, done, failed))
 
     def raise_if_failed(self) -> None:
         if self.error is not None:
@@ -105,7 +110,7 @@ class ChunkCommitter:
             except BaseException as exc:  # reported through raise_if_failed
                 self.error = exc
 
-    def _commit(self, shard, seq, items, first_input, next_input, skip_outputs, done) -> None:
+    def _commit(self, shard, seq, items, first_input, next_input, skip_outputs, done, failed) -> None:
         entry, stored = None, 0
         if items:
             raw = build_chunk(items)
@@ -113,7 +118,7 @@ class ChunkCommitter:
             data = compress(raw, self.cfg.compression)
             self.storage.write_bytes(name, data)  # protocol step 1: chunk first
             entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
-        record = CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done)
+        record = CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed)
         checkpoint.crash_point("after_chunk")
         if self.cfg.use_checkpoint:
             checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
@@ -158,6 +163,7 @@ class ShardWriter:
         self.position = (task.next_input, task.skip_outputs)
         self.committed = self.position
         self.first_input = task.next_input
+        self.failed: list[int] = []  # run-wide ids skipped since the last commit
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -171,13 +177,14 @@ class ShardWriter:
             self.commit()
 
     def commit(self, done: bool = False) -> None:
-        if not self.items and not done:
+        if not self.items and not done and not self.failed:
             return
         next_input, skip = self.position
-        self.committer.submit(self.task.shard, self.seq, self.items, self.first_input, next_input, skip, done)
+        self.committer.submit(self.task.shard, self.seq, self.items, self.first_input, next_input, skip, done,
+                              tuple(self.failed))
         self.seq += 1
         self.committed = self.position
-        self.items, self.items_bytes = [], 0
+        self.items, self.items_bytes, self.failed = [], 0, []
 
     def mark(self) -> tuple[int, int, tuple[int, int]]:
         return self.seq, len(self.items), self.position
@@ -234,9 +241,9 @@ class Worker:
             for i in range(task.next_input, task.end):
                 if self.should_stop():
                     raise _Stop
-                self.current_inputs[self.wid] = i
+                self.current_inputs[self.wid] = task.input_id(i)
                 skip = task.skip_outputs if i == task.next_input else 0
-                self._process_input(writer, task.inputs[i - task.next_input], i, skip)
+                self._process_input(writer, task.inputs[i - task.next_input], i, task.input_id(i), skip)
                 self.tick()
             writer.position = (task.end, 0)
             writer.commit(done=True)
@@ -244,13 +251,13 @@ class Worker:
             writer.commit()  # keep what is done: the rerun resumes at writer.position
             raise
 
-    def _process_input(self, writer: ShardWriter, value, i: int, skip: int) -> None:
+    def _process_input(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         attempt = 0
         mark = writer.mark()
         while True:
             attempt += 1
             try:
-                self._apply(writer, value, i, skip)
+                self._apply(writer, value, i, input_id, skip)
                 writer.position = (i + 1, 0)
                 return
             except (_Stop, ShardwrightError):
@@ -260,23 +267,32 @@ class Worker:
                 if attempt <= self.cfg.max_retries:
                     continue
                 if self.cfg.on_error == "skip":
-                    self.report(("failed", i, _short_repr(value), _describe(exc), traceback.format_exc(), attempt))
+                    self._record_failure(input_id, value, exc, attempt)
+                    writer.failed.append(input_id)
                     writer.position = (i + 1, 0)
                     return
                 writer.commit()  # what came before input i is good: keep it
                 raise _FnFailed(exc, traceback.format_exc()) from exc
 
-    def _apply(self, writer: ShardWriter, value, i: int, skip: int) -> None:
+    def _apply(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         result = self.fn(value)
         if isinstance(result, types.GeneratorType):
             for j, sample in enumerate(result):
                 if j < skip:
                     continue  # committed by an earlier run
-                writer.add(self.gate.encode(sample, i), i, after=(i, j + 1))
+                writer.add(self.gate.encode(sample, input_id), input_id, after=(i, j + 1))
                 if self.should_stop():
                     raise _Stop
         elif result is not None:
-            writer.add(self.gate.encode(result, i), i, after=(i + 1, 0))
+            writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
+
+    def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
+        checkpoint.write_failure(self.storage, checkpoint.FailureRecord(
+            input_index=input_id, input_repr=_short_repr(value, 500), exception_type=type(exc).__name__,
+            message=str(exc), traceback=traceback.format_exc(), host=socket.gethostname(), pid=os.getpid(),
+            node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.generation, time=time.time(),
+        ))
+        self.report(("failed", input_id))
 
 
 class _Stop(Exception):

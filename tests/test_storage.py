@@ -1,0 +1,434 @@
+"""One behaviour suite for both storage backends (local disk and a real S3 server).
+
+The S3 half runs against SeaweedFS (tests/s3server.py), with the fault-injecting proxy
+(tests/faultproxy.py) for the flaky-network cases.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import multiprocessing
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+from shardwright.errors import OutputDirError, StorageError
+from shardwright.storage import LocalStorage, S3Storage, Storage, open_storage
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(params=["local", "s3"])
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def make_storage(backend, tmp_path, request):
+    """Factory: open_storage(...) on a fresh location of the current backend."""
+
+    def make(extra_options: dict | None = None) -> Storage:
+        if backend == "local":
+            return open_storage(tmp_path / "out", create=True)
+        url = request.getfixturevalue("s3_url")
+        options = dict(request.getfixturevalue("s3_storage_options"), **(extra_options or {}))
+        return open_storage(url, options)
+
+    return make
+
+
+@pytest.fixture
+def storage(make_storage) -> Storage:
+    return make_storage()
+
+
+# --------------------------------------------------------------------------------------
+# Basic behaviour (both backends)
+# --------------------------------------------------------------------------------------
+
+
+def test_roundtrip_and_missing_keys(storage):
+    storage.check()
+    assert storage.list() == []
+    storage.write_bytes("a/b/c.bin", b"hello")
+    storage.write_bytes("top.json", b"{}")
+    assert storage.read_bytes("a/b/c.bin") == b"hello"
+    assert storage.exists("a/b/c.bin") and not storage.exists("a/b/nope")
+    assert storage.size("a/b/c.bin") == 5
+    storage.write_bytes("a/b/c.bin", b"replaced")
+    assert storage.read_bytes("a/b/c.bin") == b"replaced"
+    storage.write_bytes("empty", b"")
+    assert storage.read_bytes("empty") == b"" and storage.size("empty") == 0
+    assert storage.list() == ["a/b/c.bin", "empty", "top.json"]
+    with pytest.raises(FileNotFoundError):
+        storage.read_bytes("missing")
+    with pytest.raises(FileNotFoundError):
+        storage.size("missing")
+    assert storage.read_versioned("missing") is None
+    storage.delete("missing")  # fine
+    storage.delete("top.json")
+    assert not storage.exists("top.json")
+    with pytest.raises(ValueError):
+        storage.write_bytes("../escape", b"x")
+    # copies for worker processes, without secrets in repr
+    clone = pickle.loads(pickle.dumps(storage))
+    assert clone.read_bytes("a/b/c.bin") == b"replaced"
+    if isinstance(storage, LocalStorage):
+        assert open(storage.local_path("a/b/c.bin"), "rb").read() == b"replaced"
+    else:
+        assert storage.local_path("a/b/c.bin") is None
+        assert storage._client_kwargs["aws_secret_access_key"] not in repr(storage)
+
+
+def test_download_to_is_atomic_copy(storage, tmp_path):
+    data = os.urandom(3 * MiB + 7)
+    storage.write_bytes("x/blob", data)
+    dst = tmp_path / "cache" / "sub" / "blob"
+    storage.download_to("x/blob", str(dst))
+    assert dst.read_bytes() == data
+    assert os.listdir(dst.parent) == ["blob"]  # no temp files left
+    with pytest.raises(FileNotFoundError):
+        storage.download_to("x/missing", str(tmp_path / "cache" / "m"))
+    assert not (tmp_path / "cache" / "m").exists()
+
+
+def test_list_prefix_semantics_and_delete_prefix(storage):
+    for k in ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin", "chunks/sub/x", "index.json",
+              "chunksfoo"]:
+        storage.write_bytes(k, k.encode())
+    assert storage.list("chunks/") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin", "chunks/sub/x"]
+    assert storage.list("chunks/chunk-1") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin"]
+    assert storage.list("chunks") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin",
+                                      "chunks/sub/x", "chunksfoo"]
+    assert storage.list("nothing/") == []
+    storage.delete_prefix("chunks/")
+    assert storage.list() == ["chunksfoo", "index.json"]
+    storage.delete_prefix("")
+    assert storage.list() == []
+    if isinstance(storage, LocalStorage):
+        assert os.path.isdir(storage.root) and os.listdir(storage.root) == []
+
+
+def test_atomic_replace_readers_never_see_torn_data(storage):
+    a, b = b"a" * (2 * MiB), b"b" * (2 * MiB)
+    storage.write_bytes("obj", a)
+    stop = threading.Event()
+    bad = []
+
+    def reader():
+        while not stop.is_set():
+            got = storage.read_bytes("obj")
+            if got not in (a, b):
+                bad.append(len(got))
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(20 if isinstance(storage, S3Storage) else 60):
+            storage.write_bytes("obj", a if i % 2 else b)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert bad == []
+    assert storage.list() == ["obj"]  # temp files are never listed
+
+
+def test_multipart_object_above_threshold(make_storage):
+    storage = make_storage({"multipart_threshold": 5 * MiB, "multipart_chunksize": 5 * MiB})
+    data = os.urandom(12 * MiB + 123)
+    storage.write_bytes("big/one.bin", data)
+    assert storage.size("big/one.bin") == len(data)
+    assert storage.read_bytes("big/one.bin") == data
+    if isinstance(storage, S3Storage):
+        head = storage.client().head_object(Bucket=storage.bucket, Key=storage._key("big/one.bin"))
+        assert head["ETag"].strip('"').endswith("-3"), head["ETag"]  # really 3 parts
+        assert storage.list("big/") == ["big/one.bin"]
+        mpu = storage.client().list_multipart_uploads(Bucket=storage.bucket)
+        assert not mpu.get("Uploads")  # nothing left dangling
+
+
+def test_list_paginates_beyond_1000(storage):
+    keys = [f"many/k{i:05d}" for i in range(1105)]
+    with concurrent.futures.ThreadPoolExecutor(16) as ex:
+        list(ex.map(lambda k: storage.write_bytes(k, b"x"), keys))
+    storage.write_bytes("other", b"y")
+    assert storage.list("many/") == keys
+    assert len(storage.list()) == 1106
+    storage.delete_prefix("many/")  # more than one 1000-key batch on S3
+    assert storage.list() == ["other"]
+
+
+# --------------------------------------------------------------------------------------
+# create_exclusive and compare-and-swap, raced by real processes
+# --------------------------------------------------------------------------------------
+
+
+def _race_create(storage, worker, keys, barrier, out):
+    barrier.wait()
+    won = [k for k in keys if storage.create_exclusive(k, f"worker-{worker}".encode())]
+    out.put((worker, won))
+
+
+def _race_cas(storage, worker, n, barrier, out):
+    barrier.wait()
+    done = 0
+    conflicts = 0
+    while done < n:
+        data, version = storage.read_versioned("counter")
+        if storage.replace_if_version("counter", str(int(data) + 1).encode(), version):
+            done += 1
+        else:
+            conflicts += 1
+    out.put((worker, conflicts))
+
+
+def _run_procs(target, nprocs, *args):
+    ctx = multiprocessing.get_context("fork")  # the engine forks too: clients must not be shared
+    barrier = ctx.Barrier(nprocs)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(args[0], w, *args[1:], barrier, out)) for w in range(nprocs)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return results
+
+
+def test_create_exclusive_race_exactly_one_winner(storage):
+    storage.check()  # the parent has a live client before forking
+    keys = [f"claims/{i}" for i in range(60)]
+    assert storage.create_exclusive("claims/pre", b"parent") is True
+    assert storage.create_exclusive("claims/pre", b"again") is False
+    assert storage.read_bytes("claims/pre") == b"parent"
+    results = _run_procs(_race_create, 6, storage, keys)
+    winners = {}
+    for worker, won in results:
+        for k in won:
+            assert k not in winners, f"{k} won by {winners[k]} and {worker}"
+            winners[k] = worker
+    assert sorted(winners) == sorted(keys)
+    for k, w in winners.items():
+        assert storage.read_bytes(k) == f"worker-{w}".encode()
+    assert sorted(storage.list("claims/")) == sorted(keys + ["claims/pre"])
+
+
+def test_compare_and_swap(storage):
+    storage.write_bytes("lease", b"v1")
+    data, v1 = storage.read_versioned("lease")
+    assert data == b"v1"
+    assert storage.replace_if_version("lease", b"v2", v1) is True
+    assert storage.replace_if_version("lease", b"v3", v1) is False  # stale version refused
+    data, v2 = storage.read_versioned("lease")
+    assert data == b"v2" and v2 != v1
+    storage.write_bytes("lease", b"v4")  # any replace changes the version
+    assert storage.replace_if_version("lease", b"v5", v2) is False
+    assert storage.read_bytes("lease") == b"v4"
+    _, v4 = storage.read_versioned("lease")
+    storage.delete("lease")
+    assert storage.replace_if_version("lease", b"v6", v4) is False  # deleted: nothing to swap
+    assert not storage.exists("lease")
+
+
+def test_compare_and_swap_race_loses_no_update(storage):
+    storage.write_bytes("counter", b"0")
+    nprocs, n = 4, 8
+    _run_procs(_race_cas, nprocs, storage, n)
+    assert storage.read_bytes("counter") == str(nprocs * n).encode()
+
+
+# --------------------------------------------------------------------------------------
+# Local errors
+# --------------------------------------------------------------------------------------
+
+
+def test_local_output_dir_is_a_file(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for create in (True, False):
+        with pytest.raises(OutputDirError, match="is a file") as ei:
+            open_storage(f, create=create)
+        assert str(f) in str(ei.value)
+    with pytest.raises(OutputDirError, match="parent path is a file") as ei:
+        open_storage(f / "sub" / "dir", create=True)
+    assert str(f / "sub" / "dir") in str(ei.value)
+
+
+def test_local_output_dir_not_writable(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    if os.geteuid() != 0:
+        d.chmod(0o555)
+        undo = ["chmod", "755", str(d)]
+    else:  # root ignores permission bits; an immutable directory stops even root
+        if not shutil.which("chattr") or subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode:
+            pytest.skip("cannot make a directory unwritable here (root without chattr +i support)")
+        undo = ["chattr", "-i", str(d)]
+    try:
+        with pytest.raises(OutputDirError, match="not writable") as ei:
+            open_storage(d, create=True)
+        assert str(d) in str(ei.value)
+        with pytest.raises(OutputDirError, match="cannot create output_dir"):
+            open_storage(d / "child", create=True)
+        s = open_storage(d)  # readers may open it; writes fail clearly
+        with pytest.raises(OutputDirError, match=re.escape(str(d))):
+            s.write_bytes("k", b"x")
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_local_disk_full_removes_temp_file(tmp_path, monkeypatch):
+    s = open_storage(tmp_path / "out", create=True)
+    s.write_bytes("chunk", b"old")
+    real_write = os.write
+
+    def full(fd, data):
+        real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(StorageError, match="disk full while writing .*chunk: free space and rerun"):
+        s.write_bytes("chunk", b"new" * 100)
+    with pytest.raises(StorageError, match="disk full"):
+        s.create_exclusive("other", b"x" * 100)
+    monkeypatch.undo()
+    assert s.read_bytes("chunk") == b"old"  # nothing committed was lost
+    assert sorted(os.listdir(tmp_path / "out")) == ["chunk"]  # temp files removed
+
+
+def test_local_list_ignores_foreign_temp_files(tmp_path):
+    s = open_storage(tmp_path / "out", create=True)
+    s.write_bytes("d/k", b"1")
+    (tmp_path / "out" / "d" / ".k.tmp-123-456-abcdef0123").write_bytes(b"crash leftover")
+    assert s.list() == ["d/k"]
+    s.delete_prefix("d/")
+    assert os.listdir(tmp_path / "out") == []
+
+
+# --------------------------------------------------------------------------------------
+# S3 errors: messages name bucket + endpoint + fix, never the secret
+# --------------------------------------------------------------------------------------
+
+
+def test_s3_bad_credentials(s3_server, s3_bucket):
+    secret = "not-the-right-secret-" + "z" * 20
+    opts = dict(s3_server.storage_options, aws_secret_access_key=secret)
+    s = open_storage(f"s3://{s3_bucket}/p", opts)
+    for call in (s.check, lambda: s.write_bytes("k", b"x"), lambda: s.read_bytes("k"), s.list):
+        t = time.monotonic()
+        with pytest.raises(StorageError) as ei:
+            call()
+        assert time.monotonic() - t < 10
+        msg = str(ei.value)
+        assert "credentials rejected" in msg and s3_bucket in msg and s3_server.endpoint in msg, msg
+        assert secret not in msg and s3_server.secret_key not in msg
+    opts = dict(s3_server.storage_options, aws_access_key_id="NOSUCHKEY")
+    with pytest.raises(StorageError, match="credentials rejected"):
+        open_storage(f"s3://{s3_bucket}/p", opts).list()
+
+
+def test_s3_missing_bucket(s3_server):
+    s = open_storage("s3://sw-no-such-bucket-4242/p", s3_server.storage_options)
+    for call in (s.check, lambda: s.write_bytes("k", b"x"), lambda: s.read_bytes("k")):
+        with pytest.raises(StorageError) as ei:
+            call()
+        msg = str(ei.value)
+        assert "bucket sw-no-such-bucket-4242 does not exist at " + s3_server.endpoint in msg, msg
+        assert "create it or fix the URL" in msg
+
+
+def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
+    port = __import__("s3server").free_ports(1)[0]  # nothing listens there
+    endpoint = f"http://127.0.0.1:{port}"
+    s = open_storage(f"s3://{s3_bucket}/p", dict(s3_server.storage_options, endpoint_url=endpoint))
+    for call in (s.check, lambda: s.write_bytes("k", b"x")):
+        t = time.monotonic()
+        with pytest.raises(StorageError, match=f"cannot reach S3 endpoint {endpoint}"):
+            call()
+        assert time.monotonic() - t < 10
+
+
+def test_s3_endpoint_from_environment(s3_server, s3_bucket, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s = open_storage(f"s3://{s3_bucket}/env")
+    s.check()
+    s.write_bytes("k", b"v")
+    assert s.read_bytes("k") == b"v"
+    assert s.endpoint == s3_server.endpoint
+
+
+# --------------------------------------------------------------------------------------
+# S3 through a flaky network
+# --------------------------------------------------------------------------------------
+
+
+def test_s3_through_faults_completes_with_correct_bytes(fault_proxy, s3_bucket, s3_server):
+    fault_proxy.configure(p_503=0.2, p_reset=0.1, p_truncate=0.1)
+    s = open_storage(f"s3://{s3_bucket}/flaky", fault_proxy.storage_options)
+    blobs = {f"d/k{i}": os.urandom(50_000 + i) for i in range(8)}
+
+    def work(item):
+        k, v = item
+        s.write_bytes(k, v)
+        assert s.create_exclusive(k + ".claim", k.encode()) is True
+        assert s.create_exclusive(k + ".claim", b"other") is False
+        return s.read_bytes(k) == v
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(work, blobs.items()))
+    data, ver = s.read_versioned("d/k0")
+    assert s.replace_if_version("d/k0", b"new", ver) is True
+    assert s.replace_if_version("d/k0", b"newer", ver) is False
+    assert s.list("d/") == sorted(list(blobs) + [k + ".claim" for k in blobs])
+    s.delete_prefix("d/")
+    assert s.list() == []
+    st = fault_proxy.stats
+    assert st["503"] and st["truncate"] and (st["reset"] + st["reset_after"]), dict(st)
+
+
+def test_s3_lost_response_of_conditional_put_is_not_a_lost_race(fault_proxy, s3_bucket):
+    """The server applies our create but the reply is lost: the retry's 412 must count as a win."""
+    s = open_storage(f"s3://{s3_bucket}/p", fault_proxy.storage_options)
+    fault_proxy.configure(next_faults=["reset_after"])
+    assert s.create_exclusive("claim", b"run-1") is True
+    assert fault_proxy.stats["reset_after"] == 1
+    _, ver = s.read_versioned("claim")
+    fault_proxy.configure(next_faults=["reset_after"])
+    assert s.replace_if_version("claim", b"run-1 renewed", ver) is True
+    assert s.create_exclusive("claim", b"run-2") is False
+
+
+def test_s3_truncated_body_and_hang_are_retried(fault_proxy, s3_bucket):
+    opts = dict(fault_proxy.storage_options, config={"read_timeout": 1})
+    s = open_storage(f"s3://{s3_bucket}/p", opts)
+    data = os.urandom(MiB)
+    s.write_bytes("blob", data)
+    fault_proxy.configure(methods={"GET"}, next_faults=["truncate", "truncate", "hang"])
+    assert s.read_bytes("blob") == data
+    assert fault_proxy.stats["truncate"] == 2 and fault_proxy.stats["hang"] == 1
+
+
+def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_bucket):
+    opts = dict(fault_proxy.storage_options, retry_timeout=2, config={"retries": {"max_attempts": 2, "mode": "standard"}})
+    s = open_storage(f"s3://{s3_bucket}/p", opts)
+    s.check()
+    fault_proxy.configure(p_503=1.0)
+    t = time.monotonic()
+    with pytest.raises(StorageError) as ei:
+        s.write_bytes("k", b"x")
+    assert time.monotonic() - t < 15
+    msg = str(ei.value)
+    assert "SlowDown" in msg and s3_bucket in msg and fault_proxy.endpoint in msg and "rerun" in msg, msg
