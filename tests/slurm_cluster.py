@@ -32,29 +32,49 @@ Gotchas met while making this work (Slurm 22.05.8 / munge 0.5.15, Debian 12):
 
 * ``tempfile.mkdtemp`` gives mode 0700 owned by root; munged (user ``munge``)
   must traverse the base dir, so the base dir is chmod 0755 and the munge dir
-  is owned by munge.  The socket's directory must be mode 0711 (not group/other
-  writable) or munged refuses to start.  The key file must be owned by munge,
-  mode 0400.
+  is owned by munge.  The socket's directory must be mode 0711.  The key file
+  must be owned by munge, mode 0400.  munged logs "Unauthorized credential for
+  client UID=0" at Info level during normal operation: harmless.
+* slurmd logs "can not load PMIx library" errors at start: harmless (MpiDefault=none).
 * ``State=DOWN`` in ``scontrol update`` needs a ``Reason=``.
-* A requeued task is not restarted before ``cred_expire`` seconds have passed
-  (default here: 10 s, Slurm's minimum accepted value is 5).  Node DOWN → the
-  task shows NODE_FAIL briefly, then PENDING (requeued), then runs elsewhere
-  with SLURM_RESTART_COUNT=1.
-* Finished jobs stay visible to ``scontrol show job`` for MinJobAge seconds;
-  it is raised to 3600 so ``wait_job`` can always read final states/exit codes
-  without accounting (no sacct here).
+* ``ReturnToService=2`` would silently bring an admin-DOWNed node back at its
+  next registration (a node-loss test then sees the task rerun on the "lost"
+  node and ``State=RESUME`` fails with "Invalid node state"); we use 1.
+* With default scheduler intervals a requeued task sat in PENDING (BeginTime)
+  ~27 s until the backfill pass (bf_interval=30); ``sched_interval=2,bf_interval=2``
+  brings requeue → rerun down to cred_expire+1 = ~11 s.  Slurm won't restart a
+  requeued job before ``cred_expire`` seconds (AuthInfo; default here 10).
+* The very first job after start-up is scheduled ~3 s after slurmctld starts
+  (controller start-up delay); later submissions start in ~0.05 s.
 * A pending, not yet split array shows as one record with ``ArrayTaskId=0-3``
-  (or ``1-3``, or ``0,2``); ``wait_job`` expands such ranges and treats them
-  as pending.
-* Killing slurmd does not kill running jobs' ``slurmstepd``; ``stop()`` first
-  cancels all jobs and waits for steps to end, then terminates the daemons and
-  finally sweeps any leftover descendant (found by a marker variable in its
-  environment, never by process name).
+  (or ``1-3``, ``0,2``, ``4-11%2``); ``job_states`` expands such ranges.
+* Finished jobs stay visible to ``scontrol show job`` for MinJobAge seconds;
+  raised to 3600 so ``wait_job`` can read final states/exit codes without
+  accounting (there is no sacct here).
+* slurmctld forks a helper ``slurmctld: slurmscriptd`` (it dies with slurmctld).
+  Killing slurmd does not kill running jobs' ``slurmstepd``: ``stop()`` first
+  scancels everything and waits for the steps to end, then terminates the
+  daemons (slurmd, slurmctld, munged, by pid) and finally sweeps any leftover
+  slurm*/munged process carrying this cluster's marker variable in its
+  environment (so only descendants of our daemons, never by name).
+* Daemons are started with PR_SET_PDEATHSIG=SIGTERM (unless started by the CLI
+  ``up``), so a crashed/killed test process does not leave slurmctld/slurmd
+  behind.  munged ignores it (it survives its parent); it is tiny and idle.
+  Popen(user=...) would clear the death signal (credential change), so the
+  user switch for munged is done in our own preexec hook, before the prctl.
+* CPUs per node is free with ``SlurmdParameters=config_overrides``: checked
+  with 3 x 4 "CPUs" on the 2-core VM (12 array tasks RUNNING at once).
+* Two clusters (two test sessions) can run side by side: ports are probed free
+  (slurmctld port P, slurmd ports P+1..P+3) and all paths are per temp dir.
 
-Timings measured on the 2-core dev VM: apt install of slurm-wlm + munge ~8 s;
-cluster up (munged + slurmctld + 3 slurmd, all nodes idle) ~1-2 s; 4-task
-array submitted → all COMPLETED ~1-2 s; requeue → restart ~11 s (cred_expire);
-node DOWN → task rerun elsewhere ~11 s; stop ~1 s.
+Timings measured on the 2-core dev VM: apt-get update + install slurm-wlm munge
+5-8 s; cluster up (munged + slurmctld + 3 slurmd, all nodes idle) ~0.3 s; first
+4-task array submitted → all COMPLETED ~2.8 s (start-up scheduling delay), next
+ones ~0.3 s; ``scontrol requeue`` → rerun (SLURM_RESTART_COUNT=1) ~11 s; node
+DOWN → task rerun on another node ~11 s; RESUME → node idle ~1 s; preemption by
+a job in ``urgent``: it runs within ~2 s, the preempted ``main`` task is requeued;
+stop ~0.3 s.  Fresh machine → `.ci/run -k slurm_cluster` finished: 66-91 s
+(pip ~40-60 s, apt ~5-8 s, three tests ~20 s).
 """
 
 from __future__ import annotations

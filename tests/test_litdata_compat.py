@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zstandard
 
 from shardwright.errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
 from shardwright.format import (
@@ -459,8 +460,6 @@ def test_reader_copes_with_litdata_decompressed_copies(tmp_path):
     for entry in ds.chunks:
         stored = out / entry.filename
         plain = out / entry.filename.replace(".zstd", "")
-        import zstandard
-
         plain.write_bytes(zstandard.ZstdDecompressor().decompress(stored.read_bytes()))
         stored.unlink()
     shutil.rmtree(out / ".shardwright", ignore_errors=True)

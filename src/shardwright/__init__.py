@@ -15,6 +15,7 @@ from .errors import (
     SampleFormatError,
     ShardwrightError,
     StorageError,
+    UnsupportedFormatError,
     WorkerDiedError,
 )
 __version__ = "0.1.0"
@@ -22,7 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "optimize", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ConcurrentRunError",
     "CorruptStateError", "DatasetExistsError", "FnError", "IncompleteDatasetError", "IncompleteRunError",
-    "InputsError", "OutputDirError", "RunMismatchError", "SampleFormatError", "StorageError", "WorkerDiedError",
+    "InputsError", "OutputDirError", "RunMismatchError", "SampleFormatError", "StorageError", "UnsupportedFormatError", "WorkerDiedError",
 ]
 
 

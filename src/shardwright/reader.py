@@ -19,8 +19,9 @@ from collections import OrderedDict
 from typing import Any, Iterator
 
 from .errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
-from .format import (
+from .format import (  # _decode_plan: validated at open time
     ChunkEntry,
+    _decode_plan,
     IndexConfig,
     chunk_item,
     chunk_num_items,
@@ -72,8 +73,6 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self._cache: OrderedDict[int, Any] = OrderedDict()
         if self._length and self._config.data_spec is not None:
             # Builds the decode plan now, so an unreadable leaf format fails at open time.
-            from .format import _decode_plan
-
             _decode_plan(tuple(self._config.data_format), self._config.data_spec)
 
     # --- where bytes come from (swap these two for a storage object) ---------------------

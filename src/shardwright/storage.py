@@ -749,9 +749,7 @@ class S3Storage(Storage):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
-        if not self.prefix:
-            return prefix
-        return f"{self.prefix}/{prefix}"
+        return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
     def _rel(self, full_key: str) -> str:
         return full_key[len(self.prefix) + 1:] if self.prefix else full_key
@@ -987,18 +985,14 @@ class S3Storage(Storage):
                 return keys
 
     def list(self, prefix: str = "") -> list[str]:
-        full_prefix = self._full_prefix(prefix) if (prefix or self.prefix) else ""
-        if self.prefix and not prefix:
-            full_prefix = self.prefix + "/"
-        return sorted(self._rel(k) for k in self._list_full(full_prefix))
+        return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
 
     def delete(self, key: str) -> None:
         full = self._key(key)
         self._run("DELETE", key, lambda _a: self.client().delete_object(Bucket=self.bucket, Key=full))
 
     def delete_prefix(self, prefix: str) -> None:
-        full_prefix = self.prefix + "/" + prefix if self.prefix else prefix
-        keys = self._list_full(full_prefix)
+        keys = self._list_full(self._full_prefix(prefix))
         for i in range(0, len(keys), 1000):
             batch = {"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True}
 

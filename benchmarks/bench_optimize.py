@@ -1,0 +1,392 @@
+#!/usr/bin/env python
+"""shardwright.optimize vs litdata.optimize: same workloads, same num_workers, local disk.
+
+    .venv/bin/python benchmarks/bench_optimize.py            # full: median of 3, a few minutes
+    .venv/bin/python benchmarks/bench_optimize.py --quick    # smoke: small sizes, 1 repeat, < 60 s
+    .venv/bin/python benchmarks/bench_optimize.py --only 1,4 --repeats 5 --json out.json
+
+Every run writes to a fresh directory under one temp root (removed at the end, litdata's
+cache folders included), and is checked afterwards: both readers (shardwright's and
+litdata's StreamingDataset) must count the expected number of items, and the first and last
+items must be the expected values. A broken run fails the benchmark (exit 1) instead of
+being timed. Timings cover the optimize() call only; both libraries are imported first.
+Each library runs with its own default start method (shardwright: fork, litdata: spawn).
+Output of the runs (progress bars, logs) goes to a log file, not the terminal.
+
+Variants are interleaved and their order rotated between repeats, so a neighbour's load on
+the machine spreads over all of them. The load average is printed: numbers taken on a
+loaded machine are noisy (small differences, e.g. the checkpoint overhead, need --repeats 5+).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+NUM_WORKERS = 2
+TOKENS = 2048
+BLOCKS_PER_INPUT = 16
+
+
+# --- fns: module top level, so litdata's spawned workers can import them ----------------------
+
+
+def small_dict(i):
+    return {"i": i, "x": i * i}
+
+
+def mib_array(i):
+    return np.full(1 << 20, i % 256, dtype=np.uint8)
+
+
+def token_blocks(i):
+    base = i * BLOCKS_PER_INPUT * TOKENS
+    for j in range(BLOCKS_PER_INPUT):
+        start = base + j * TOKENS
+        yield np.arange(start, start + TOKENS, dtype=np.int32)
+
+
+# expected item k of each workload's dataset, and which k an item is (to check the output;
+# litdata does not keep the input order across workers, so its items are checked by content)
+def expect_small_dict(k):
+    return {"i": k, "x": k * k}
+
+
+def key_small_dict(item):
+    return int(item["i"])
+
+
+def expect_mib_array(k):
+    return mib_array(k)
+
+
+def key_mib_array(item):
+    return int(item[0])  # mib_array(k) == mib_array(k % 256)
+
+
+def expect_token_block(k):
+    return np.arange(k * TOKENS, (k + 1) * TOKENS, dtype=np.int32)
+
+
+def key_token_block(item):
+    return int(item[0]) // TOKENS
+
+
+# --- runners ----------------------------------------------------------------------------------
+
+
+def run_shardwright(fn, inputs, out, cache, **kwargs):
+    import shardwright
+
+    shardwright.optimize(fn, inputs, out, num_workers=NUM_WORKERS, verbose=False, **kwargs)
+
+
+def run_litdata(fn, inputs, out, cache, **kwargs):
+    import litdata
+
+    # keep litdata's working folders (default $TMPDIR/chunks, $TMPDIR/data) inside our temp root
+    os.environ["DATA_OPTIMIZER_CACHE_FOLDER"] = os.path.join(cache, "chunks")
+    os.environ["DATA_OPTIMIZER_DATA_CACHE_FOLDER"] = os.path.join(cache, "data")
+    if "chunk_size" not in kwargs and "chunk_bytes" not in kwargs:
+        kwargs["chunk_bytes"] = "64MB"  # shardwright's default; litdata needs one of the two
+    litdata.optimize(fn=fn, inputs=inputs, output_dir=out, num_workers=NUM_WORKERS, verbose=False, **kwargs)
+
+
+@dataclass
+class Variant:
+    key: str
+    label: str
+    run: Callable
+    kwargs: dict = field(default_factory=dict)
+
+
+@dataclass
+class Comparison:
+    label: str
+    numerator: str
+    denominator: str
+    kind: str = "ratio"  # "ratio": a/b (lower is better); "overhead": a/b - 1
+    target: float | None = None  # ratio <= target, or overhead <= target
+
+
+@dataclass
+class Workload:
+    wid: str
+    title: str
+    fn: Callable
+    num_inputs: int
+    items: int  # expected items in the dataset
+    expect: Callable[[int], Any]
+    key_of: Callable[[Any], int]
+    variants: list[Variant]
+    comparisons: list[Comparison] = field(default_factory=list)
+    max_seconds: dict = field(default_factory=dict)  # variant key -> target seconds
+
+
+def sw(key="sw", label="shardwright", **kw):
+    return Variant(key, label, run_shardwright, kw)
+
+
+def ld(key="ld", label="litdata", **kw):
+    return Variant(key, label, run_litdata, kw)
+
+
+def workloads(quick: bool) -> list[Workload]:
+    small = 20_000 if quick else 200_000
+    arrays = 200 if quick else 2_000
+    gen_inputs = 50 if quick else 500
+    chunk100 = 20_000 if quick else 200_000
+    return [
+        Workload(
+            "1", f"{small:,} small dicts", small_dict, small, small, expect_small_dict, key_small_dict,
+            [sw(), sw("sw_nockpt", "shardwright use_checkpoint=False", use_checkpoint=False), ld()],
+            [Comparison("shardwright / litdata", "sw", "ld"),
+             Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05)],
+        ),
+        Workload(
+            "2", f"{arrays:,} x 1 MiB uint8 arrays", mib_array, arrays, arrays, expect_mib_array, key_mib_array,
+            [sw(), ld()],
+            [Comparison("shardwright / litdata", "sw", "ld")],
+        ),
+        Workload(
+            "3", f"generator: {gen_inputs} inputs x {BLOCKS_PER_INPUT} int32[{TOKENS}] blocks", token_blocks,
+            gen_inputs, gen_inputs * BLOCKS_PER_INPUT, expect_token_block, key_token_block,
+            [sw(), ld()],
+            [Comparison("shardwright / litdata", "sw", "ld")],
+        ),
+        Workload(
+            "4", f"{chunk100:,} small dicts, chunk_size=100 ({chunk100 // 100:,} chunks)", small_dict, chunk100,
+            chunk100, expect_small_dict, key_small_dict,
+            [sw(chunk_size=100),
+             sw("sw_nockpt", "shardwright use_checkpoint=False", chunk_size=100, use_checkpoint=False),
+             ld(chunk_size=100),
+             ld("ld_ckpt", "litdata use_checkpoint=True", chunk_size=100, use_checkpoint=True)],
+            [Comparison("shardwright / litdata", "sw", "ld"),
+             Comparison("shardwright / litdata, both checkpointing", "sw", "ld_ckpt"),
+             Comparison("litdata checkpoint overhead (reference)", "ld_ckpt", "ld", "overhead"),
+             Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05)],
+        ),
+        Workload(
+            "5", "10 inputs (fixed start-up cost)", small_dict, 10, 10, expect_small_dict, key_small_dict,
+            [sw(), ld()],
+            [Comparison("shardwright / litdata", "sw", "ld")],
+            max_seconds={"sw": 1.0},
+        ),
+    ]
+
+
+# --- running and checking ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redirected(log_path: str):
+    """Send fd 1 and 2 (ours and the workers') to a log file while a run is timed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def output_bytes(out: str) -> int:
+    return sum(e.stat().st_size for e in os.scandir(out) if e.is_file() and e.name.endswith(".bin"))
+
+
+def same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if hasattr(a, "shape") or hasattr(b, "shape"):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    return a == b
+
+
+def verify(w: Workload, v: Variant, out: str, cache: str) -> None:
+    """Both readers count w.items; the first, middle and last items are valid (and, for
+    shardwright, which promises the input order, the expected ones)."""
+    import litdata
+    import shardwright
+
+    ours = shardwright.StreamingDataset(out)
+    if len(ours) != w.items:
+        raise AssertionError(f"shardwright.StreamingDataset counts {len(ours):,} items, expected {w.items:,}")
+    for k in (0, w.items // 2, w.items - 1):
+        item = ours[k]
+        key = w.key_of(item)
+        if v.run is run_shardwright and key != k:
+            raise AssertionError(f"item {k} is the output for input {key}: the input order was not kept")
+        if not 0 <= key < w.items or not same(item, w.expect(key)):
+            raise AssertionError(f"item {k} is {item!r:.200}, not a valid output")
+    theirs = litdata.StreamingDataset(out, cache_dir=os.path.join(cache, "reader"))
+    if len(theirs) != w.items:
+        raise AssertionError(f"litdata.StreamingDataset counts {len(theirs):,} items, expected {w.items:,}")
+
+
+@dataclass
+class Result:
+    seconds: list = field(default_factory=list)
+    bytes: int = 0
+
+
+def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str, show_output: bool) -> tuple[float, int]:
+    out = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}")
+    cache = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}-cache")
+    inputs = list(range(w.num_inputs))
+    gc.collect()
+    try:
+        ctx = contextlib.nullcontext() if show_output else redirected(log_path)
+        with ctx:
+            started = time.perf_counter()
+            v.run(w.fn, inputs, out, cache, **v.kwargs)
+            seconds = time.perf_counter() - started
+        verify(w, v, out, cache)
+        return seconds, output_bytes(out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def fmt_rate(value: float, unit: str) -> str:
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:,.1f}{prefix} {unit}"
+    return f"{value:,.1f} {unit}"
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    line = "  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(header))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(str(c).ljust(widths[i]) if i < 2 else str(c).rjust(widths[i]) for i, c in enumerate(r)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and 1 repeat (smoke test, < 60 s)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per variant, median reported (default 3; 1 with --quick)")
+    parser.add_argument("--only", default="", help="comma-separated workload numbers, e.g. 1,4")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--show-output", action="store_true", help="let the runs print to the terminal")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 3)
+
+    # import both (torch included) before any timing
+    import litdata
+    import shardwright
+
+    selected = [w for w in workloads(args.quick) if not args.only or w.wid in args.only.split(",")]
+    root = tempfile.mkdtemp(prefix="shardwright-bench-")
+    log_path = os.path.join(tempfile.gettempdir(), f"shardwright-bench-{os.getpid()}.log")
+    # Everything that lands in the temp folder (litdata's cache folders, its spawned workers'
+    # files) goes under root, which is removed at the end.
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = None
+    print(f"shardwright {shardwright.__version__}, litdata {litdata.__version__}, numpy {np.__version__}, "
+          f"python {sys.version.split()[0]}; {os.cpu_count()} cpus, num_workers={NUM_WORKERS}, "
+          f"repeats={repeats}{' (quick)' if args.quick else ''}; load average {os.getloadavg()[0]:.2f}")
+    print(f"output of the runs: {log_path}", flush=True)
+    results: dict[tuple[str, str], Result] = {}
+    failures: list[str] = []
+    started = time.perf_counter()
+    try:
+        for w in selected:
+            for rep in range(repeats):
+                order = w.variants[rep % len(w.variants):] + w.variants[: rep % len(w.variants)]
+                for v in order:
+                    result = results.setdefault((w.wid, v.key), Result())
+                    try:
+                        seconds, nbytes = run_one(w, v, root, rep, log_path, args.show_output)
+                    except Exception as exc:  # noqa: BLE001 - report every broken run, time none
+                        failures.append(f"workload {w.wid} {v.label} (repeat {rep}): {type(exc).__name__}: {exc}")
+                        print(f"FAILED {failures[-1]}\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+                        continue
+                    result.seconds.append(seconds)
+                    result.bytes = nbytes
+                    print(f"  w{w.wid} {v.label:<36} repeat {rep}: {seconds:7.2f} s", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+
+    rows, report = [], {"repeats": repeats, "quick": args.quick, "num_workers": NUM_WORKERS,
+                        "load_average": os.getloadavg()[0], "workloads": []}
+    for w in selected:
+        wjson = {"workload": w.wid, "title": w.title, "items": w.items, "variants": {}, "comparisons": []}
+        for v in w.variants:
+            r = results.get((w.wid, v.key))
+            if not r or not r.seconds:
+                rows.append([f"{w.wid} {w.title}", v.label, "FAILED", "", "", "", ""])
+                continue
+            med = statistics.median(r.seconds)
+            target = w.max_seconds.get(v.key)
+            note = "" if target is None else f"target < {target:g} s: {'ok' if med < target else 'MISSED'}"
+            rows.append([f"{w.wid} {w.title}", v.label, f"{med:.2f}", f"{min(r.seconds):.2f}",
+                         fmt_rate(w.items / med, "items/s"), fmt_rate(r.bytes / med, "B/s"), note])
+            wjson["variants"][v.key] = {"label": v.label, "seconds": r.seconds, "median": med, "bytes": r.bytes,
+                                        "items_per_s": w.items / med, "bytes_per_s": r.bytes / med}
+        report["workloads"].append(wjson)
+    print(f"\n{len(selected)} workload(s) in {elapsed:.0f} s; seconds are the median of {repeats} "
+          f"(min beside it); load average now {os.getloadavg()[0]:.2f}\n")
+    print_table(rows, ["workload", "variant", "median s", "min s", "items/s", "output", "note"])
+
+    rows = []
+    for w, wjson in zip(selected, report["workloads"]):
+        for c in w.comparisons:
+            a, b = results.get((w.wid, c.numerator)), results.get((w.wid, c.denominator))
+            if not a or not a.seconds or not b or not b.seconds:
+                rows.append([f"{w.wid} {w.title}", c.label, "n/a", "", ""])
+                continue
+            ratio = statistics.median(a.seconds) / statistics.median(b.seconds)
+            ratio_min = min(a.seconds) / min(b.seconds)
+            if c.kind == "overhead":
+                value, value_min = f"{ratio - 1:+.1%}", f"{ratio_min - 1:+.1%}"
+                verdict = "" if c.target is None else (
+                    f"target <= {c.target:.0%}: {'ok' if ratio - 1 <= c.target else 'MISSED'}")
+            else:
+                value, value_min = f"{ratio:.2f}x", f"{ratio_min:.2f}x"
+                verdict = "" if c.target is None else f"target <= {c.target:g}: {'ok' if ratio <= c.target else 'MISSED'}"
+            rows.append([f"{w.wid} {w.title}", c.label, value, value_min, verdict])
+            wjson["comparisons"].append({"label": c.label, "kind": c.kind, "ratio_of_medians": ratio,
+                                         "ratio_of_mins": ratio_min, "target": c.target})
+    print()
+    print_table(rows, ["workload", "comparison (lower is better)", "medians", "mins", "target"])
+
+    if args.json:
+        report["failures"] = failures
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if failures:
+        print(f"\n{len(failures)} run(s) FAILED (output in {log_path}):", file=sys.stderr)
+        for line in failures:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    with contextlib.suppress(OSError):
+        os.unlink(log_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

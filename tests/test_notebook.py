@@ -1,0 +1,86 @@
+"""A real notebook, run by a real Jupyter kernel: ``fn`` is defined in the notebook itself, so
+the worker processes can only get it by fork (it is not importable). The notebook checks the
+dataset it wrote; the test checks the notebook ran cleanly and printed the expected count."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOK = Path(__file__).parent / "notebooks" / "quick.ipynb"
+KERNEL_NAME = "shardwright-test"
+N = 500
+EXPECTED_COUNT = sum(1 for i in range(N) if i % 10)  # the notebook's fn drops every 10th input
+
+
+@pytest.fixture
+def kernel_name(tmp_path, monkeypatch) -> str:
+    """A kernelspec that starts ipykernel with this very interpreter (the venv's), found through
+    JUPYTER_PATH, so the test never depends on kernels installed for the user or system-wide."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "shardwright test (venv python)",
+        "language": "python",
+    }))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    # The kernel imports shardwright from src/ whether or not it is installed in the venv.
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    monkeypatch.setenv("PYTHONPATH", src + (":" + __import__("os").environ["PYTHONPATH"]
+                                            if __import__("os").environ.get("PYTHONPATH") else ""))
+    return KERNEL_NAME
+
+
+def _set_parameters(nb, **values) -> None:
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = "\n".join(f"{name} = {value!r}" for name, value in values.items())
+
+
+def _text_outputs(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                parts.append(out.get("text", ""))
+            elif out.get("output_type") in ("execute_result", "display_data"):
+                parts.append(out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+def _errors(nb) -> list[str]:
+    return [f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", []))
+            for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def _run(nb, kernel_name: str, cwd: Path):
+    client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=120, allow_errors=True,
+                                     resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def test_notebook_with_fn_defined_in_it(tmp_path, kernel_name):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    out = tmp_path / "dataset"
+    _set_parameters(nb, OUTPUT_DIR=str(out), N=N)
+    _run(nb, kernel_name, tmp_path)
+    assert not _errors(nb), "the notebook raised:\n" + "\n".join(_errors(nb))
+    text = _text_outputs(nb)
+    assert f"count={EXPECTED_COUNT}" in text, text[-3000:]
+    assert (out / "index.json").exists()
+    assert not (out / ".shardwright" / "manifest.json").exists()
+
+    # Rerunning the notebook (same call) is a no-op, not an error, and adds nothing.
+    nb2 = nbformat.read(NOTEBOOK, as_version=4)
+    _set_parameters(nb2, OUTPUT_DIR=str(out), N=N)
+    _run(nb2, kernel_name, tmp_path)
+    assert not _errors(nb2), "the rerun raised:\n" + "\n".join(_errors(nb2))
+    assert f"count={EXPECTED_COUNT}" in _text_outputs(nb2)
