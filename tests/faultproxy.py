@@ -33,7 +33,6 @@ import socket
 import struct
 import sys
 import threading
-import time
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 FAULTS = ("503", "reset", "reset_after", "truncate", "hang")

@@ -31,7 +31,7 @@ from .planning import _short_repr
 from .storage import Storage, open_storage
 
 PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
-COMMIT_QUEUE_DEPTH = 2  # chunks waiting for upload per worker: bounds memory, keeps uploads overlapped
+COMMIT_QUEUE_DEPTH = 3  # chunks waiting for upload per worker: bounds memory, keeps uploads overlapped
 
 
 @dataclass(frozen=True)
@@ -73,20 +73,32 @@ def _die_with_parent() -> None:
 
 
 class ChunkCommitter:
-    """Writes chunks then their records, in order, on a thread of its own."""
+    """Writes chunks then their records, in order, on a thread of its own (group commit).
+
+    Each round takes every job waiting in the queue and does, for the whole batch:
+    1. write the chunk files (not yet durable);
+    2. ``storage.barrier()``: the chunks, and the records of earlier rounds, become durable;
+    3. write the records (made durable by the next round's barrier, or by close()).
+    So a durable record never names a chunk that is not durable, and one barrier serves a
+    whole batch instead of an fsync per file (2,000 small chunks: seconds saved). After a
+    power cut only records of the last round can be torn; load_progress drops a torn record
+    and every later one of its shard, which only means redoing those chunks.
+    """
 
     def __init__(self, storage: Storage, cfg: WorkerConfig, report):
         self.storage = storage
         self.cfg = cfg
         self.report = report
         self.error: BaseException | None = None
-        self._queue: queue.Queue = queue.Queue(maxsize=COMMIT_QUEUE_DEPTH)
+        self._queue: queue.Queue = queue.Queue()
+        self._room = threading.BoundedSemaphore(COMMIT_QUEUE_DEPTH)
         self._thread = threading.Thread(target=self._run, name="chunk-committer", daemon=True)
         self._thread.start()
 
     def submit(self, shard: int, seq: int, items: list[bytes], first_input: int, next_input: int,
                skip_outputs: int, done: bool, failed: tuple) -> None:
         self.raise_if_failed()
+        self._room.acquire()  # backpressure: at most COMMIT_QUEUE_DEPTH chunks in memory
         self._queue.put((shard, seq, items, first_input, next_input, skip_outputs, done, failed))
 
     def raise_if_failed(self) -> None:
@@ -99,30 +111,46 @@ class ChunkCommitter:
         self.raise_if_failed()
 
     def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if self.error is not None:
-                continue  # drain: nothing after a failed commit may be committed
+        closing = False
+        while not closing:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if batch[-1] is None:
+                closing, batch = True, batch[:-1]
             try:
-                self._commit(*job)
-            except BaseException as exc:  # reported through raise_if_failed
+                if self.error is None:
+                    self._commit_batch(batch)
+                if closing and self.error is None:
+                    self.storage.barrier()  # the last round's records, durable before we report done
+            except BaseException as exc:  # reported through raise_if_failed; nothing after it commits
                 self.error = exc
+            finally:
+                for _ in batch:
+                    self._room.release()
 
-    def _commit(self, shard, seq, items, first_input, next_input, skip_outputs, done, failed) -> None:
-        entry, stored = None, 0
-        if items:
-            raw = build_chunk(items)
-            name = chunk_filename(self.cfg.generation, shard, seq, self.cfg.compression)
-            data = compress(raw, self.cfg.compression)
-            self.storage.write_bytes(name, data)  # protocol step 1: chunk first
-            entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
-        record = CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed)
+    def _commit_batch(self, batch: list[tuple]) -> None:
+        records = []
+        for shard, seq, items, first_input, next_input, skip_outputs, done, failed in batch:
+            entry, stored = None, 0
+            if items:
+                raw = build_chunk(items)
+                name = chunk_filename(self.cfg.generation, shard, seq, self.cfg.compression)
+                data = compress(raw, self.cfg.compression)
+                self.storage.write_bytes(name, data, durable=False)  # protocol step 1: chunk first
+                entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
+            records.append(CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed))
+        if not records:
+            return
+        self.storage.barrier()
         checkpoint.crash_point("after_chunk")
-        if self.cfg.use_checkpoint:
-            checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
-        self.report(("commit", record.to_json()))
+        for record in records:
+            if self.cfg.use_checkpoint:
+                checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
+            self.report(("commit", record.to_json()))
 
 
 class FormatGate:

@@ -1,0 +1,427 @@
+"""``shardwright slurm``: write (and optionally submit) an sbatch script that runs one
+``optimize()`` over a Slurm job array.
+
+    shardwright slurm --array 8 --cpus-per-task 4 --time 4:00:00 --output-dir-for-logs logs \\
+        --submit -- python prepare.py --out /shared/ds
+
+Every array task runs the same command. Nothing is passed to it: ``optimize()`` reads
+``SLURM_ARRAY_TASK_ID`` / ``SLURM_ARRAY_TASK_COUNT`` / ``SLURM_ARRAY_TASK_MIN`` itself, takes
+its round-robin share of the run's logical shards, resumes from its own checkpoints when
+the task is requeued, and the task that finishes last publishes ``index.json``. The command
+is ``exec``-ed by the batch shell (no ``srun``), so Slurm's signals (requeue, preemption,
+``scancel``) reach Python directly and it stops at a commit point.
+
+Two cases where Slurm's own numbering does not describe the run, so the script exports
+``DATA_OPTIMIZER_NUM_NODES`` / ``DATA_OPTIMIZER_NODE_RANK`` (which optimize() reads first):
+
+* ``--only 2,5``: resubmit some tasks of the run (a task that failed). As a separate array
+  ``--array=2,5`` would say COUNT=2, MIN=2.
+* an array larger than the cluster's ``MaxArraySize``: several submissions, each with
+  ``SHARDWRIGHT_RANK_OFFSET`` exported, ranks ``SLURM_ARRAY_TASK_ID + offset``.
+
+The Python API is :func:`write_sbatch_script`, :func:`plan_submissions`, :func:`submit`
+and :func:`submit_merge`; see docs/slurm.md for the whole tutorial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from .errors import ShardwrightError
+
+DEFAULT_JOB_NAME = "shardwright"
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
+RANK_OFFSET_VAR = "SHARDWRIGHT_RANK_OFFSET"
+
+
+# --- planning the submissions ------------------------------------------------------------------
+
+
+def parse_ranks(spec: str) -> list[int]:
+    """``"2"``, ``"1,3"``, ``"4-7"``, ``"0-3,9"`` -> sorted unique ranks."""
+    ranks: set[int] = set()
+    for part in str(spec).replace(" ", "").split(","):
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise ShardwrightError(f"cannot read task ids {spec!r}: use a list like 2 or 1,3 or 4-7")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first:
+            raise ShardwrightError(f"cannot read task ids {spec!r}: {part} is an empty range")
+        ranks.update(range(first, last + 1))
+    if not ranks:
+        raise ShardwrightError(f"no task ids in {spec!r}")
+    return sorted(ranks)
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
+    parts, start, prev = [], None, None
+    for i in ids:
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            parts.append(f"{start}-{prev}" if prev > start else str(start))
+            start = prev = i
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One ``sbatch`` of the run: Slurm array ids ``array_spec``; rank = id + ``rank_offset``."""
+
+    array_spec: str  # e.g. "0-999%50"
+    rank_offset: int
+    ranks: tuple  # the run's node ranks this submission covers
+
+    def sbatch_args(self, explicit: bool) -> list[str]:
+        args = [f"--array={self.array_spec}"]
+        if explicit:
+            args.append(f"--export=ALL,{RANK_OFFSET_VAR}={self.rank_offset}")
+        return args
+
+
+def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None,
+                     max_array_size: int | None = None) -> tuple[list[Submission], bool]:
+    """How to submit an ``array``-task run: (submissions, explicit), where ``explicit`` says
+    the script must export the node identity itself (a subset, or several submissions)."""
+    if not isinstance(array, int) or isinstance(array, bool) or array < 1:
+        raise ShardwrightError(f"--array must be a positive number of tasks; got {array!r}")
+    if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
+        raise ShardwrightError(f"--max-concurrent must be a positive int; got {max_concurrent!r}")
+    limit = max_array_size or DEFAULT_MAX_ARRAY_SIZE
+    if limit < 1:
+        raise ShardwrightError(f"--max-array-size must be positive; got {max_array_size!r}")
+    if only is not None:
+        ranks = parse_ranks(only) if isinstance(only, str) else sorted(set(int(r) for r in only))
+        bad = [r for r in ranks if not 0 <= r < array]
+        if bad:
+            raise ShardwrightError(f"--only {bad[0]} is not a task of a {array}-task run (0..{array - 1})")
+    else:
+        ranks = list(range(array))
+    explicit = only is not None or array > limit
+    throttle = f"%{max_concurrent}" if max_concurrent else ""
+    if not explicit:
+        return [Submission(f"0-{array - 1}{throttle}", 0, tuple(ranks))], False
+    blocks: dict[int, list[int]] = {}
+    for rank in ranks:  # ranks of one submission must map to array ids < limit
+        blocks.setdefault(rank // limit * limit, []).append(rank)
+    subs = [Submission(_ranges([r - offset for r in rs]) + throttle, offset, tuple(rs))
+            for offset, rs in sorted(blocks.items())]
+    return subs, True
+
+
+# --- the script ----------------------------------------------------------------------------------
+
+
+def _directive_value(name: str, value) -> str:
+    text = str(value)
+    if not text or any(c.isspace() for c in text):
+        raise ShardwrightError(f"--{name} {text!r}: #SBATCH values cannot contain spaces")
+    return text
+
+
+def write_sbatch_script(
+    command: list[str],
+    array: int,
+    *,
+    partition: str | None = None,
+    time: str | None = None,
+    cpus_per_task: int | None = None,
+    mem: str | None = None,
+    max_concurrent: int | None = None,
+    log_dir: str | None = None,
+    requeue: bool = True,
+    job_name: str = DEFAULT_JOB_NAME,
+    extra_sbatch=None,
+    only=None,
+    max_array_size: int | None = None,
+    chdir: str | None = None,
+    requeue_before_timeout: int | None = None,
+) -> str:
+    """The text of an sbatch script running ``command`` on every task of an ``array``-task run.
+
+    ``command``: argv list (``["python", "prepare.py", "--out", "/shared/ds"]``), exec-ed as is.
+    ``max_concurrent``: Slurm's ``%K`` throttle. ``log_dir``: ``--output=DIR/%x-%A_%a.log``
+    (appended to across requeues). ``only``: resubmit only these task ids of the run.
+    ``max_array_size``: split into several submissions above it (see :func:`plan_submissions`).
+    ``extra_sbatch``: more ``#SBATCH`` options (a string split like a shell line, or a list).
+    ``requeue_before_timeout``: seconds before ``--time`` runs out at which the task requeues
+    itself (``--signal=B:USR1@S``): it stops at a commit point and resumes when rerun.
+    """
+    command = [str(c) for c in command]
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ShardwrightError("give the command each task runs after `--`, e.g. -- python prepare.py")
+    submissions, explicit = plan_submissions(array, only=only, max_concurrent=max_concurrent,
+                                             max_array_size=max_array_size)
+    if requeue_before_timeout is not None:
+        if not requeue:
+            raise ShardwrightError("--requeue-before-timeout needs --requeue (the task requeues itself)")
+        if int(requeue_before_timeout) < 1:
+            raise ShardwrightError("--requeue-before-timeout must be a positive number of seconds")
+    if isinstance(extra_sbatch, str):
+        extra = shlex.split(extra_sbatch)
+    else:
+        extra = [str(x) for x in (extra_sbatch or [])]
+    for option in extra:
+        if not option.startswith("-"):
+            raise ShardwrightError(f"--extra-sbatch {option!r}: give sbatch options, e.g. \"--gres=gpu:1 --account=x\"")
+
+    chdir = os.path.abspath(chdir or os.getcwd())
+    lines = [
+        "#!/bin/bash",
+        "# Generated by `shardwright slurm`: one shardwright optimize() over a Slurm job array.",
+        "# Each task runs the command at the end; optimize() picks its share of the shards from",
+        "# the array variables, resumes from its own checkpoints after a requeue, and the task",
+        "# that finishes last publishes index.json (see docs/slurm.md).",
+        "#",
+    ]
+    if len(submissions) == 1 and not explicit:
+        lines.append("# Submit with:  sbatch THIS_SCRIPT")
+    else:
+        lines.append(f"# This run has {array} tasks; submit every line below (`shardwright slurm --submit` does):")
+        for sub in submissions:
+            lines.append("#   sbatch " + " ".join(sub.sbatch_args(explicit)) + " THIS_SCRIPT")
+    lines.append(f"#SBATCH --job-name={_directive_value('job-name', job_name)}")
+    lines.append(f"#SBATCH --array={submissions[0].array_spec}")
+    lines.append("#SBATCH --requeue" if requeue else "#SBATCH --no-requeue")
+    lines.append("#SBATCH --open-mode=append")
+    lines.append(f"#SBATCH --chdir={_directive_value('chdir', chdir)}")
+    if log_dir:
+        lines.append(f"#SBATCH --output={_directive_value('output-dir-for-logs', log_dir.rstrip('/'))}/%x-%A_%a.log")
+    if partition:
+        lines.append(f"#SBATCH --partition={_directive_value('partition', partition)}")
+    if time:
+        lines.append(f"#SBATCH --time={_directive_value('time', time)}")
+    if cpus_per_task:
+        lines.append(f"#SBATCH --cpus-per-task={int(cpus_per_task)}")
+    if mem:
+        lines.append(f"#SBATCH --mem={_directive_value('mem', mem)}")
+    if requeue_before_timeout is not None:
+        lines.append(f"#SBATCH --signal=B:USR1@{int(requeue_before_timeout)}")
+    for option in extra:
+        lines.append(f"#SBATCH {option}")
+    lines += [
+        "",
+        'echo "[shardwright] array task ${SLURM_ARRAY_TASK_ID:-?} of job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-?}}'
+        ' on ${SLURMD_NODENAME:-$(hostname)}, restart ${SLURM_RESTART_COUNT:-0}, $(date -u +%FT%TZ)" >&2',
+    ]
+    if not explicit:
+        lines += [
+            "",
+            "# optimize() reads DATA_OPTIMIZER_* before the array variables: don't let a stray",
+            "# setting inherited from the submitting shell override them.",
+            "unset DATA_OPTIMIZER_NUM_NODES DATA_OPTIMIZER_NODE_RANK",
+        ]
+    else:
+        lines += [
+            "",
+            f"# This submission covers part of a {array}-task run, so Slurm's array count/min do not",
+            "# describe the run: say which node this is (optimize() reads these first).",
+            f"export DATA_OPTIMIZER_NUM_NODES={array}",
+            f"export DATA_OPTIMIZER_NODE_RANK=$(( SLURM_ARRAY_TASK_ID + ${{{RANK_OFFSET_VAR}:-0}} ))",
+        ]
+    cmd = shlex.join(command)
+    if requeue_before_timeout is None:
+        lines += ["", "# exec: Slurm's signals (requeue, preemption, scancel) reach Python directly.", f"exec {cmd}"]
+    else:
+        lines += [
+            "",
+            f"# {int(requeue_before_timeout)} s before --time runs out Slurm sends USR1 to this shell: requeue the",
+            "# task; scontrol's SIGTERM then stops Python at a commit point and the rerun resumes.",
+            "requeue_self() {",
+            '    echo "[shardwright] time limit near: requeueing ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" >&2',
+            '    scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"',
+            "}",
+            "trap requeue_self USR1",
+            "trap ':' TERM  # Slurm signals Python itself; this shell waits for it to commit and exit",
+            f"{cmd} &",
+            "child=$!",
+            "while true; do",
+            '    wait "$child"; rc=$?',
+            '    kill -0 "$child" 2>/dev/null || break  # wait was interrupted by a signal: keep waiting',
+            "done",
+            'exit "$rc"',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# --- submitting ----------------------------------------------------------------------------------
+
+
+def _run_sbatch(args: list[str], script_text: str | None, env, cwd) -> str:
+    try:
+        result = subprocess.run(["sbatch", "--parsable", *args], input=script_text, capture_output=True,
+                                text=True, env=env, cwd=cwd, timeout=120)
+    except FileNotFoundError:
+        raise ShardwrightError("sbatch not found: run this on a Slurm login node (or write the script "
+                               "with --script-out and submit it there)") from None
+    if result.returncode != 0:
+        raise ShardwrightError(f"sbatch {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout.strip().split(";")[0]
+
+
+def _log_dir_of(script_text: str) -> str | None:
+    match = re.search(r"^#SBATCH --output=(\S+)/[^/\n]*$", script_text, re.M)
+    return match.group(1) if match else None
+
+
+def _chdir_of(script_text: str) -> str | None:
+    match = re.search(r"^#SBATCH --chdir=(\S+)$", script_text, re.M)
+    return match.group(1) if match else None
+
+
+def submit(script_text: str, *, args=(), env: dict | None = None, cwd: str | None = None) -> str:
+    """``sbatch`` the script (from stdin); returns the job id. ``args`` are extra sbatch options
+    (they override the script's ``#SBATCH`` lines, e.g. ``--array=3``). The log directory named
+    by ``--output`` is created first (Slurm does not create it, and a job whose log can't be
+    opened fails without a word)."""
+    log_dir = _log_dir_of(script_text)
+    if log_dir:
+        base = _chdir_of(script_text) or cwd or os.getcwd()
+        os.makedirs(os.path.join(base, log_dir), exist_ok=True)
+    return _run_sbatch(list(args), script_text, env, cwd)
+
+
+def submit_run(script_text: str, submissions: list[Submission], explicit: bool, *, env: dict | None = None,
+               cwd: str | None = None) -> list[str]:
+    """Submit every part of a run planned by :func:`plan_submissions`; returns the job ids."""
+    return [submit(script_text, args=sub.sbatch_args(explicit), env=env, cwd=cwd) for sub in submissions]
+
+
+def merge_command(output_dir: str, storage_options: str | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "shardwright.cli", "merge", output_dir]
+    if storage_options:
+        cmd += ["--storage-options", storage_options]
+    return cmd
+
+
+def submit_merge(output_dir: str, after: list[str], *, storage_options: str | None = None,
+                 partition: str | None = None, log_dir: str | None = None, job_name: str = DEFAULT_JOB_NAME,
+                 chdir: str | None = None, env: dict | None = None, dependency: str = "afterok") -> str:
+    """Submit ``shardwright merge OUTPUT_DIR`` to run once the jobs ``after`` ended (``afterok``:
+    all their tasks succeeded; the job is cancelled if one failed). The last task already
+    publishes: this job is the check (exit 1 naming unfinished shards) and a hook to chain on."""
+    chdir = os.path.abspath(chdir or os.getcwd())
+    args = [f"--dependency={dependency}:" + ":".join(after), "--kill-on-invalid-dep=yes",
+            f"--job-name={job_name}-merge", f"--chdir={chdir}", "--open-mode=append"]
+    if partition:
+        args.append(f"--partition={partition}")
+    if log_dir:
+        os.makedirs(os.path.join(chdir, log_dir), exist_ok=True)
+        args.append(f"--output={log_dir.rstrip('/')}/%x-%j.log")
+    args.append("--wrap=exec " + shlex.join(merge_command(output_dir, storage_options)))
+    return _run_sbatch(args, None, env, chdir)
+
+
+def cluster_max_array_size(env: dict | None = None) -> int | None:
+    """MaxArraySize from ``scontrol show config`` (None when it can't be asked)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env,
+                             timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
+    return int(match.group(1)) if match else None
+
+
+# --- the command -----------------------------------------------------------------------------------
+
+
+def add_slurm_command(subparsers) -> None:
+    p = subparsers.add_parser(
+        "slurm", help="write (and submit) an sbatch script running one optimize() over a job array",
+        description="Write an sbatch script that runs COMMAND on every task of a job array; optimize() in "
+                    "COMMAND takes its share of the shards from the array variables. Prints the script, "
+                    "or submits it with --submit.",
+        usage="shardwright slurm --array N [options] -- COMMAND [ARGS...]",
+    )
+    p.add_argument("--array", type=int, required=True, metavar="N", help="number of array tasks (nodes) of the run")
+    p.add_argument("--partition")
+    p.add_argument("--time", help="time limit per task, e.g. 4:00:00")
+    p.add_argument("--cpus-per-task", type=int, metavar="C")
+    p.add_argument("--mem", metavar="M", help="memory per node, e.g. 16G")
+    p.add_argument("--max-concurrent", type=int, metavar="K", help="at most K tasks at once (--array=0-(N-1)%%K)")
+    p.add_argument("--output-dir-for-logs", metavar="D", help="task logs go to D/NAME-JOB_TASK.log (appended to "
+                   "across requeues); created at submission")
+    p.add_argument("--requeue", dest="requeue", action="store_true", default=True,
+                   help="let Slurm requeue tasks after preemption or node failure (default)")
+    p.add_argument("--no-requeue", dest="requeue", action="store_false")
+    p.add_argument("--requeue-before-timeout", type=int, metavar="S",
+                   help="S seconds before --time runs out, requeue the task (it resumes where it stopped)")
+    p.add_argument("--job-name", default=DEFAULT_JOB_NAME)
+    p.add_argument("--chdir", help="working directory of the tasks (default: the current directory)")
+    p.add_argument("--only", metavar="IDS", help="submit only these task ids of the N-task run, e.g. 2 or 1,3 "
+                   "(resubmitting tasks that failed)")
+    p.add_argument("--max-array-size", type=int, metavar="L", help="split the run into submissions of at most L "
+                   "tasks (default: the cluster's MaxArraySize when submitting, else 1001)")
+    p.add_argument("--extra-sbatch", metavar="OPTS", help='more sbatch options, e.g. "--gres=gpu:1 --account=x"')
+    p.add_argument("--script-out", metavar="FILE", help="write the script to FILE instead of printing it")
+    p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id(s)")
+    p.add_argument("--merge-job", action="store_true",
+                   help="also submit `shardwright merge OUTPUT_DIR` to run after every task succeeded "
+                        "(--dependency=afterok); needs --output-dir and --submit")
+    p.add_argument("--output-dir", help="the optimize() output_dir (for --merge-job)")
+    p.add_argument("--storage-options", help="JSON dict of boto3 client arguments for an s3:// --output-dir")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command each task runs")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ShardwrightError("give the command each task runs after `--`, e.g. "
+                               "shardwright slurm --array 4 -- python prepare.py")
+    if args.merge_job and not args.output_dir:
+        raise ShardwrightError("--merge-job needs --output-dir (the output_dir your command passes to optimize())")
+    if args.merge_job and not args.submit:
+        raise ShardwrightError("--merge-job needs --submit (it depends on the array's job id)")
+    max_array_size = args.max_array_size
+    if max_array_size is None and args.submit:
+        max_array_size = cluster_max_array_size()
+    options = dict(
+        partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task, mem=args.mem,
+        max_concurrent=args.max_concurrent, log_dir=args.output_dir_for_logs, requeue=args.requeue,
+        job_name=args.job_name, extra_sbatch=args.extra_sbatch, only=args.only, max_array_size=max_array_size,
+        chdir=args.chdir, requeue_before_timeout=args.requeue_before_timeout,
+    )
+    script = write_sbatch_script(command, args.array, **options)
+    if args.script_out:
+        with open(args.script_out, "w") as f:
+            f.write(script)
+        os.chmod(args.script_out, 0o755)
+        print(f"wrote {args.script_out}", file=sys.stderr)
+    elif not args.submit:
+        sys.stdout.write(script)
+    if not args.submit:
+        return 0
+    submissions, explicit = plan_submissions(args.array, only=args.only, max_concurrent=args.max_concurrent,
+                                             max_array_size=max_array_size)
+    job_ids = []
+    for sub in submissions:
+        job_id = submit(script, args=sub.sbatch_args(explicit))
+        job_ids.append(job_id)
+        print(f"{job_id} array --array={sub.array_spec}"
+              + (f" ranks {_ranges(list(sub.ranks))} of {args.array}" if explicit else ""))
+    if args.merge_job:
+        merge_id = submit_merge(args.output_dir, job_ids, storage_options=args.storage_options,
+                                partition=args.partition, log_dir=args.output_dir_for_logs,
+                                job_name=args.job_name, chdir=args.chdir)
+        print(f"{merge_id} merge --dependency=afterok:{':'.join(job_ids)}")
+    return 0
