@@ -87,19 +87,27 @@ def test_roundtrip_and_missing_keys(storage):
         assert storage._client_kwargs["aws_secret_access_key"] not in repr(storage)
 
 
-def test_deferred_durability_and_barrier(storage, monkeypatch):
-    synced = []
-    real_fsync = os.fsync
+@pytest.mark.parametrize("has_syncfs", [True, False])
+def test_deferred_durability_and_barrier(storage, monkeypatch, has_syncfs):
+    import shardwright.storage as storage_module
+
+    synced, syncfs_calls = [], []
+    real_fsync, real_syncfs = os.fsync, storage_module._syncfs
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(storage_module, "_syncfs",
+                        lambda path: (syncfs_calls.append(path), real_syncfs(path) if has_syncfs else False)[1])
     for i in range(3):
         storage.write_bytes(f"chunks/c{i}", b"x" * i, durable=False)
-    assert synced == []  # no flush per write...
+    assert synced == [] and syncfs_calls == []  # no flush per write...
     storage.barrier()
-    if isinstance(storage, LocalStorage):
-        assert len(synced) == 3 + 1  # ...one per file plus their directory, at the barrier
+    if isinstance(storage, LocalStorage) and has_syncfs:
+        assert len(syncfs_calls) == 1 and synced == []  # ...one syncfs for the whole batch
+    elif isinstance(storage, LocalStorage):
+        assert len(synced) == 3 + 1  # ...or one fsync per file plus their directory
+    syncfs_calls.clear()
     synced.clear()
     storage.barrier()  # nothing pending
-    assert synced == []
+    assert synced == [] and syncfs_calls == []
     assert [storage.read_bytes(f"chunks/c{i}") for i in range(3)] == [b"", b"x", b"xx"]
 
 
