@@ -25,6 +25,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -247,10 +248,18 @@ def verify(w: Workload, v: Variant, out: str, cache: str) -> None:
 @dataclass
 class Result:
     seconds: list = field(default_factory=list)
+    cpu: list = field(default_factory=list)
     bytes: int = 0
 
 
-def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str, show_output: bool) -> tuple[float, int]:
+def cpu_seconds() -> float:
+    """user + system CPU of this process and of its reaped children (the workers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str,
+            show_output: bool) -> tuple[float, float, int]:
     out = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}")
     cache = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}-cache")
     inputs = list(range(w.num_inputs))
@@ -258,21 +267,27 @@ def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str, show_ou
     try:
         ctx = contextlib.nullcontext() if show_output else redirected(log_path)
         with ctx:
-            started = time.perf_counter()
+            cpu, started = cpu_seconds(), time.perf_counter()
             v.run(w.fn, inputs, out, cache, **v.kwargs)
-            seconds = time.perf_counter() - started
+            seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         verify(w, v, out, cache)
-        return seconds, output_bytes(out)
+        return seconds, cpu, output_bytes(out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(cache, ignore_errors=True)
 
 
 def fmt_rate(value: float, unit: str) -> str:
+    """260.7k items/s, 312.9 MB/s (decimal prefixes)."""
     for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= factor:
-            return f"{value / factor:,.1f}{prefix} {unit}"
-    return f"{value:,.1f} {unit}"
+            number, value_prefix = value / factor, prefix
+            break
+    else:
+        number, value_prefix = value, ""
+    if unit == "B/s":
+        return f"{number:,.1f} {value_prefix}B/s"
+    return f"{number:,.1f}{value_prefix} {unit}"
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -319,14 +334,15 @@ def main(argv=None) -> int:
                 for v in order:
                     result = results.setdefault((w.wid, v.key), Result())
                     try:
-                        seconds, nbytes = run_one(w, v, root, rep, log_path, args.show_output)
+                        seconds, cpu, nbytes = run_one(w, v, root, rep, log_path, args.show_output)
                     except Exception as exc:  # noqa: BLE001 - report every broken run, time none
                         failures.append(f"workload {w.wid} {v.label} (repeat {rep}): {type(exc).__name__}: {exc}")
                         print(f"FAILED {failures[-1]}\n{traceback.format_exc()}", file=sys.stderr, flush=True)
                         continue
                     result.seconds.append(seconds)
+                    result.cpu.append(cpu)
                     result.bytes = nbytes
-                    print(f"  w{w.wid} {v.label:<36} repeat {rep}: {seconds:7.2f} s", flush=True)
+                    print(f"  w{w.wid} {v.label:<36} repeat {rep}: {seconds:7.2f} s  (cpu {cpu:6.2f} s)", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
@@ -338,19 +354,22 @@ def main(argv=None) -> int:
         for v in w.variants:
             r = results.get((w.wid, v.key))
             if not r or not r.seconds:
-                rows.append([f"{w.wid} {w.title}", v.label, "FAILED", "", "", "", ""])
+                rows.append([f"{w.wid} {w.title}", v.label, "FAILED", "", "", "", "", ""])
                 continue
             med = statistics.median(r.seconds)
             target = w.max_seconds.get(v.key)
             note = "" if target is None else f"target < {target:g} s: {'ok' if med < target else 'MISSED'}"
             rows.append([f"{w.wid} {w.title}", v.label, f"{med:.2f}", f"{min(r.seconds):.2f}",
+                         f"{statistics.median(r.cpu):.2f}",
                          fmt_rate(w.items / med, "items/s"), fmt_rate(r.bytes / med, "B/s"), note])
-            wjson["variants"][v.key] = {"label": v.label, "seconds": r.seconds, "median": med, "bytes": r.bytes,
+            wjson["variants"][v.key] = {"label": v.label, "seconds": r.seconds, "median": med, "cpu_seconds": r.cpu,
+                                        "bytes": r.bytes,
                                         "items_per_s": w.items / med, "bytes_per_s": r.bytes / med}
         report["workloads"].append(wjson)
     print(f"\n{len(selected)} workload(s) in {elapsed:.0f} s; seconds are the median of {repeats} "
-          f"(min beside it); load average now {os.getloadavg()[0]:.2f}\n")
-    print_table(rows, ["workload", "variant", "median s", "min s", "items/s", "output", "note"])
+          f"(min beside it; cpu = user+sys of the whole process tree, median); "
+          f"load average now {os.getloadavg()[0]:.2f}\n")
+    print_table(rows, ["workload", "variant", "median s", "min s", "cpu s", "items/s", "output/s", "note"])
 
     rows = []
     for w, wjson in zip(selected, report["workloads"]):

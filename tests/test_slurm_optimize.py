@@ -489,7 +489,7 @@ def test_array_task_min_is_subtracted():
 def test_identity_precedence_arguments_then_litdata_then_array_then_srun():
     env = {"DATA_OPTIMIZER_NODE_RANK": "2", "DATA_OPTIMIZER_NUM_NODES": "5", "SLURM_ARRAY_TASK_ID": "1",
            "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
-    assert node_identity(1, 3, env=env).rank == 1
+    assert node_identity(3, 1, env=env).rank == 1  # num_nodes, node_rank
     assert (node_identity(None, None, env=env).rank, node_identity(None, None, env=env).count) == (2, 5)
     del env["DATA_OPTIMIZER_NODE_RANK"], env["DATA_OPTIMIZER_NUM_NODES"]
     assert node_identity(None, None, env=env).source == "the Slurm job array"

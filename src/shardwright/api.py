@@ -117,6 +117,7 @@ class _Run:
         self.fn, self.inputs, self.settings, self.mode = fn, inputs, settings, mode
         self.use_checkpoint, self.node, self.verbose = use_checkpoint, node, verbose
         self.storage = open_storage(output_dir, storage_options, create=True)
+        self.storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
         self.output_dir = self.storage.url
         self.fingerprint = InputsFingerprint.of(inputs)
         self.resumed = False
