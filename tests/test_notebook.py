@@ -5,6 +5,7 @@ dataset it wrote; the test checks the notebook ran cleanly and printed the expec
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,8 +35,7 @@ def kernel_name(tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     # The kernel imports shardwright from src/ whether or not it is installed in the venv.
     src = str(Path(__file__).resolve().parent.parent / "src")
-    monkeypatch.setenv("PYTHONPATH", src + (":" + __import__("os").environ["PYTHONPATH"]
-                                            if __import__("os").environ.get("PYTHONPATH") else ""))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
     return KERNEL_NAME
 
 

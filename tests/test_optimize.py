@@ -11,8 +11,6 @@ import gc
 import json
 import logging
 import os
-import pickle
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-import shardwright
 from shardwright import (
     ConcurrentRunError,
     CorruptStateError,
@@ -271,8 +268,11 @@ def test_fn_returning_none_for_every_input_gives_an_empty_dataset(tmp_path):
     assert items(tmp_path / "out") == []
 
 
-@pytest.mark.parametrize("num_workers,settings", [(1, {"chunk_size": 3}), (2, {"chunk_size": 5}),
-                                                  (3, {"chunk_bytes": 100}), (3, {"chunk_size": 4, "compression": "zstd"})])
+@pytest.mark.parametrize(
+    "num_workers,settings",
+    [(1, {"chunk_size": 3}), (2, {"chunk_size": 5}), (3, {"chunk_bytes": 100}),
+     (3, {"chunk_size": 4, "compression": "zstd"})],
+)
 def test_generator_fn_with_zero_to_three_outputs(tmp_path, num_workers, settings):
     n = 150
     result = optimize(fan_out, list(range(n)), tmp_path / "out", num_workers=num_workers, num_shards=9, verbose=False,

@@ -1,0 +1,108 @@
+"""Pure planning logic: shards, node identity, the inputs' fingerprint."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from shardwright.errors import InputsError, RunMismatchError, ShardwrightError
+from shardwright.planning import (
+    InputsFingerprint,
+    check_inputs,
+    check_settings_match,
+    default_num_shards,
+    node_identity,
+    shard_bounds,
+    shards_of_node,
+)
+
+
+@pytest.mark.parametrize("n,shards", [(0, 1), (1, 1), (10, 10), (1000, 64), (1001, 7)])
+def test_shards_cover_every_input_once_in_order(n, shards):
+    covered = []
+    for s in range(shards):
+        start, end = shard_bounds(n, shards, s)
+        assert end - start in (n // shards, n // shards + 1)
+        covered.extend(range(start, end))
+    assert covered == list(range(n))
+
+
+def test_default_num_shards_depends_only_on_inputs():
+    assert default_num_shards(0) == 1
+    assert default_num_shards(5) == 5
+    assert default_num_shards(10**6) == 64
+
+
+def test_nodes_split_shards_round_robin_without_overlap():
+    owned = [shards_of_node(10, rank, 3) for rank in range(3)]
+    assert owned == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert shards_of_node(2, 2, 4) == []  # more nodes than shards: nothing to do, no error
+
+
+def test_fingerprint_of_a_million_inputs_is_fast_and_small():
+    inputs = list(range(1_000_000))
+    started = time.perf_counter()
+    fingerprint = InputsFingerprint.of(inputs)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.0, f"hashing 1M inputs took {elapsed:.2f} s"
+    assert len(fingerprint.block_hashes) == 16 * 3907  # 62 KB: small, and never the inputs themselves
+
+
+def test_fingerprint_names_the_first_change():
+    base = InputsFingerprint.of(list(range(5000)))
+    changed = list(range(5000))
+    changed[1234] = -1
+    assert "between 1,024 and 1,279" in base.first_difference(InputsFingerprint.of(changed))
+    assert "had 5,000 inputs, this call has 4,999" in base.first_difference(InputsFingerprint.of(range(4999)))
+    assert base.first_difference(InputsFingerprint.of(range(5000))) is None
+
+
+def test_fingerprint_is_stable_for_equal_values_that_are_different_objects():
+    a = Path("/data/x.jpg")
+    same_object = [a, a, ("t", 1), {"k": "v"}]
+    equal_objects = [Path("/data/x.jpg"), Path("/data/x.jpg"), ("t", 1), {"k": "v"}]
+    assert InputsFingerprint.of(same_object) == InputsFingerprint.of(equal_objects)
+
+
+def test_fingerprint_rejects_unpicklable_inputs_naming_the_input():
+    with pytest.raises(InputsError, match=r"input 2 .*cannot be pickled"):
+        InputsFingerprint.of([1, 2, lambda: 3])
+
+
+@pytest.mark.parametrize("bad", [iter([1, 2]), (x for x in [1]), 5, "abc", {1, 2}])
+def test_inputs_must_be_a_sequence(bad):
+    with pytest.raises(InputsError, match="sequence"):
+        check_inputs(bad)
+
+
+def test_settings_change_names_the_setting_and_the_fix():
+    with pytest.raises(RunMismatchError, match=r"chunk_size was 100, now 200; rerun with chunk_size=100"):
+        check_settings_match({"chunk_size": 100}, {"chunk_size": 200})
+
+
+def test_node_identity_sources_and_precedence():
+    assert node_identity(None, None, {}) == node_identity(None, None, {})
+    assert node_identity(None, None, {}).count == 1
+    assert node_identity(4, 2, {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2"}).rank == 2
+    env = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4"}
+    assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (3, 4)
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}
+    assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (1, 3)
+    env = {"DATA_OPTIMIZER_NODE_RANK": "1", "DATA_OPTIMIZER_NUM_NODES": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    assert node_identity(None, None, env).rank == 1  # litdata's variables win over srun's
+
+
+@pytest.mark.parametrize("env", [{"SLURM_ARRAY_TASK_ID": "1"}, {"SLURM_ARRAY_TASK_COUNT": "3"},
+                                 {"DATA_OPTIMIZER_NODE_RANK": "0"}])
+def test_only_one_of_rank_and_count_is_a_clear_error(env):
+    with pytest.raises(ShardwrightError, match="is set but"):
+        node_identity(None, None, env)
+
+
+def test_node_identity_argument_errors():
+    with pytest.raises(ShardwrightError, match="both num_nodes and node_rank"):
+        node_identity(2, None, {})
+    with pytest.raises(ShardwrightError, match="out of range"):
+        node_identity(2, 2, {})
