@@ -359,6 +359,8 @@ def main(argv=None) -> int:
             med = statistics.median(r.seconds)
             target = w.max_seconds.get(v.key)
             note = "" if target is None else f"target < {target:g} s: {'ok' if med < target else 'MISSED'}"
+            if target is not None and args.quick:
+                note += " (quick: noisy)"
             rows.append([f"{w.wid} {w.title}", v.label, f"{med:.2f}", f"{min(r.seconds):.2f}",
                          f"{statistics.median(r.cpu):.2f}",
                          fmt_rate(w.items / med, "items/s"), fmt_rate(r.bytes / med, "B/s"), note])
@@ -387,6 +389,8 @@ def main(argv=None) -> int:
             else:
                 value, value_min = f"{ratio:.2f}x", f"{ratio_min:.2f}x"
                 verdict = "" if c.target is None else f"target <= {c.target:g}: {'ok' if ratio <= c.target else 'MISSED'}"
+            if verdict and args.quick:
+                verdict += " (quick: noisy)"
             rows.append([f"{w.wid} {w.title}", c.label, value, value_min, verdict])
             wjson["comparisons"].append({"label": c.label, "kind": c.kind, "ratio_of_medians": ratio,
                                          "ratio_of_mins": ratio_min, "target": c.target})

@@ -395,6 +395,23 @@ def test_max_retries_after_a_chunk_was_committed_inside_the_input_repeats_nothin
     assert pairs(tmp_path / "out") == [(i, j) for i in range(6) for j in range(8)]
 
 
+def test_on_error_skip_then_same_call_retry_is_exactly_once(tmp_path):
+    """on_error='skip' on a generator input that fails after a chunk of its outputs was
+    committed, then the same call again (which retries the failed input): every output of every
+    input must be in the dataset exactly once (the retry's outputs come after, as documented)."""
+    import collections
+
+    fn = _Flaky(str(tmp_path / "flag"), input=3, at=5, outputs=8)
+    out = tmp_path / "out"
+    first = optimize(fn, list(range(6)), out, chunk_size=4, num_workers=1, num_shards=1, on_error="skip",
+                     verbose=False)
+    assert first.failed == 1
+    optimize(fn, list(range(6)), out, chunk_size=4, num_workers=1, num_shards=1, on_error="skip", verbose=False)
+    got = collections.Counter(pairs(out))
+    assert {k: v for k, v in got.items() if v != 1} == {}, "outputs written twice"
+    assert set(got) == {(i, j) for i in range(6) for j in range(8)}
+
+
 # ============================================================================================
 # Modes
 # ============================================================================================

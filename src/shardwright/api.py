@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from . import checkpoint
 from .checkpoint import INDEX_KEY, CommitRecord, Lease, Manifest, ShardProgress
 from .errors import (
+    CorruptStateError,
     DatasetExistsError,
     FnError,
     InputsError,
@@ -94,7 +95,15 @@ def _validate(fn, mode, compression, chunk_size, chunk_bytes, on_error, max_retr
         raise ShardwrightError(f"max_retries must be an int >= 0; got {max_retries!r}")
     if chunk_size is None and chunk_bytes is None:
         chunk_bytes = DEFAULT_CHUNK_BYTES
-    return parse_size(chunk_bytes) if chunk_bytes is not None else None
+    if chunk_bytes is None:
+        return None
+    try:
+        size = parse_size(chunk_bytes)
+    except (ValueError, TypeError) as exc:
+        raise ShardwrightError(f"chunk_bytes={chunk_bytes!r} is not a size: {exc}; pass bytes (int) or e.g. '64MB'") from None
+    if size < 1:
+        raise ShardwrightError(f"chunk_bytes must be at least 1 byte; got {chunk_bytes!r}")
+    return size
 
 
 def _read_index(storage: Storage) -> tuple[list[ChunkEntry], IndexConfig] | None:
@@ -124,12 +133,13 @@ class _Run:
 
     # -- deciding fresh / resume / append / overwrite ------------------------------------------
 
-    def _new_manifest(self, generation: int, mode: str, base: tuple | None, input_ids: list | None) -> Manifest:
+    def _new_manifest(self, generation: int, mode: str, base: tuple | None, input_ids: list | None,
+                      input_skips: list | None) -> Manifest:
         count = len(input_ids) if input_ids is not None else len(self.inputs)
         return Manifest(
             run_id=uuid.uuid4().hex, generation=generation, mode=mode, num_inputs=count,
             num_shards=max(1, min(self.settings.num_shards, count)), inputs=self.fingerprint.to_json(),
-            input_ids=input_ids,
+            input_ids=input_ids, input_skips=input_skips,
             settings=self.settings.to_json(), use_checkpoint=self.use_checkpoint,
             base_chunks=[c.to_json() for c in base[0]] if base else [],
             base_config=base[1].to_json() if base else None,
@@ -153,24 +163,16 @@ class _Run:
                         manifest.fn_name, _fn_name(self.fn))
 
     def open(self) -> Manifest | None:
-        """Returns the manifest to run, or None when the same run already finished."""
+        """Returns the manifest to run, or None when the same call already finished."""
+        if self.mode == "overwrite":
+            return self._open_overwrite()
         storage = self.storage
         manifest = checkpoint.read_manifest(storage)
         index = _read_index(storage)
         if manifest is not None and index is not None and checkpoint.is_published(index[0], manifest):
             # a crash during publishing: index.json is out, the cleanup was not finished
             checkpoint.finish_published(storage, manifest, index[0])
-            if self.mode is None and self._mismatch(manifest) is None:
-                self.resumed = True
-                return None
             manifest = None
-        if self.mode == "overwrite":
-            if manifest is not None and manifest.use_checkpoint and not self._mismatch(manifest) \
-                    and manifest.settings == self.settings.to_json():
-                log.info("resuming the interrupted overwrite of %s", self.output_dir)
-                return self._resume(manifest)
-            checkpoint.wipe(storage)
-            return self._create(0, "create", None)
         if manifest is not None:
             if not manifest.use_checkpoint or not self.use_checkpoint:
                 # a run without checkpoints can't be resumed: start that run over
@@ -179,20 +181,22 @@ class _Run:
                     [ChunkEntry.from_json(c) for c in manifest.base_chunks],
                     IndexConfig.from_json(manifest.base_config),
                 ) if manifest.base_config else None
-                return self._create(manifest.generation, manifest.mode, base)
+                return self._create(manifest.generation, manifest.mode, base, manifest.input_ids, manifest.input_skips)
             self._check_same_run(manifest)
             return self._resume(manifest)
         if index is not None:
             previous = checkpoint.read_run_record(storage)
             if previous and previous.get("inputs") == self.fingerprint.to_json() \
-                    and previous.get("settings") == self.settings.to_json():
+                    and previous.get("settings") == self.settings.to_json() \
+                    and previous.get("fn_name") == _fn_name(self.fn):
                 # The same call already finished (perhaps killed just after publishing):
                 # rerunning it must not fail, and an append must not add the inputs twice.
                 # Inputs that failed in it (on_error="skip") are retried, their outputs appended.
                 failed = previous.get("failed_inputs") or []
                 if failed:
                     log.warning("retrying %d input(s) that failed in the previous run of this call", len(failed))
-                    return self._create(self._next_generation(index[0]), "retry", index, input_ids=failed)
+                    return self._create(self._next_generation(index[0]), "retry", index,
+                                        [pair[0] for pair in failed], [pair[1] for pair in failed])
                 log.info("%s already holds the output of this same call; nothing to do", self.output_dir)
                 self.resumed = True
                 return None
@@ -210,6 +214,24 @@ class _Run:
             )
         return self._create(0, "create", None)
 
+    def _open_overwrite(self) -> Manifest:
+        """Wipe and start over, except to resume an interrupted overwrite of this same call
+        (a requeued array task must not wipe its peers' work). Corrupt state is wiped too:
+        that is the fix our errors suggest."""
+        storage = self.storage
+        try:
+            manifest = checkpoint.read_manifest(storage)
+            if manifest is not None and manifest.mode == "overwrite" and manifest.use_checkpoint \
+                    and self.use_checkpoint and not self._mismatch(manifest) \
+                    and manifest.settings == self.settings.to_json():
+                checkpoint.load_progress(storage, manifest.shard_bounds())  # readable, or wiped below
+                log.info("resuming the interrupted overwrite of %s", self.output_dir)
+                return self._resume(manifest)
+        except CorruptStateError as exc:
+            log.warning("mode='overwrite': discarding unreadable run state (%s)", exc)
+        checkpoint.wipe(storage)
+        return self._create(0, "overwrite", None)
+
     def _discard(self, manifest: Manifest) -> None:
         storage = self.storage
         for key in storage.list("chunk-"):
@@ -223,8 +245,9 @@ class _Run:
     def _next_generation(chunks: list[ChunkEntry]) -> int:
         return 1 + max(((checkpoint.chunk_generation(c.filename) or 0) for c in chunks), default=0)
 
-    def _create(self, generation: int, mode: str, base, input_ids: list | None = None) -> Manifest:
-        wanted = self._new_manifest(generation, mode, base, input_ids)
+    def _create(self, generation: int, mode: str, base, input_ids: list | None = None,
+                input_skips: list | None = None) -> Manifest:
+        wanted = self._new_manifest(generation, mode, base, input_ids, input_skips)
         if base is not None and base[1].data_format:
             config = base[1]
             checkpoint.claim_format(self.storage, config.data_format, config.data_spec, -1)
@@ -307,7 +330,7 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
     storage, node = run.storage, run.node
     all_bounds = manifest.shard_bounds()
     mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
-    progress = checkpoint.load_progress(storage, mine) if manifest.use_checkpoint and run.resumed else \
+    progress = checkpoint.load_progress(storage, mine, repair=True) if manifest.use_checkpoint and run.resumed else \
         {s: ShardProgress(s, *b) for s, b in mine.items()}
     pending = [p for p in progress.values() if not p.done]
     cfg = WorkerConfig(
@@ -322,7 +345,8 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
         tasks = [
             ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq,
                       [run.inputs[i] for i in ids[p.next_input:p.end]] if ids else list(run.inputs[p.next_input:p.end]),
-                      ids[p.next_input:p.end] if ids else None)
+                      ids[p.next_input:p.end] if ids else None,
+                      manifest.input_skips[p.next_input:p.end] if manifest.input_skips else None)
             for p in pending
         ]
         workers = max(1, min(num_workers or os.cpu_count() or 1, len(tasks)))
@@ -346,6 +370,22 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
     return result
 
 
+def _tqdm_class():
+    """The notebook widget bar where it can draw, the text bar elsewhere (tqdm.auto warns on
+    every run in a notebook without ipywidgets)."""
+    if "ipykernel" in sys.modules:
+        try:
+            import ipywidgets  # noqa: F401
+            from tqdm.auto import tqdm
+
+            return tqdm
+        except ImportError:
+            pass
+    from tqdm import tqdm
+
+    return tqdm
+
+
 class _Tracker:
     """Main-process bookkeeping of what workers report: the bar, commits, failures."""
 
@@ -357,7 +397,7 @@ class _Tracker:
     def open_bar(self, total: int, initial: int) -> None:
         if not self.run.verbose:
             return
-        from tqdm.auto import tqdm
+        tqdm = _tqdm_class()
 
         self.bar = tqdm(total=total, initial=initial, unit="input", desc="optimize", mininterval=0.5,
                         maxinterval=1.0, smoothing=0.1, dynamic_ncols=True)

@@ -114,6 +114,17 @@ def _field(record: dict, name: str, kind: type | tuple, what: str, where: str):
 # --- records ---------------------------------------------------------------------------------
 
 
+def _failed_pairs(value, what: str, where: str) -> tuple:
+    if not isinstance(value, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 0 for x in p) for p in value
+    ):
+        raise CorruptStateError(
+            f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return tuple(tuple(p) for p in value)
+
+
 def record_key(shard: int, seq: int) -> str:
     return f"{SHARDS_PREFIX}{shard:05d}/{seq:06d}.json"
 
@@ -130,7 +141,7 @@ class CommitRecord:
     next_input: int
     skip_outputs: int
     done: bool
-    failed: tuple = ()  # inputs (run-wide ids) that failed since the previous record (on_error="skip")
+    failed: tuple = ()  # [input id, outputs already committed] of inputs skipped since the previous record
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -158,7 +169,7 @@ class CommitRecord:
             next_input=_field(data, "next_input", int, what, where),
             skip_outputs=_field(data, "skip_outputs", int, what, where),
             done=_field(data, "done", bool, what, where),
-            failed=tuple(_field(data, "failed", list, what, where)) if "failed" in data else (),
+            failed=_failed_pairs(data.get("failed", []), what, where),
         )
 
 
@@ -210,8 +221,8 @@ class ShardProgress:
         return [r.chunk for r in self.records if r.chunk is not None]
 
     @property
-    def failed(self) -> list[int]:
-        return [i for r in self.records for i in r.failed]
+    def failed(self) -> list[list[int]]:
+        return [list(pair) for r in self.records for pair in r.failed]
 
 
 def _record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
@@ -227,8 +238,13 @@ def _record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     return keys
 
 
-def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]]) -> dict[int, ShardProgress]:
-    """Read the records of the given shards (parallel reads: S3 round trips dominate)."""
+def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], repair: bool = False
+                  ) -> dict[int, ShardProgress]:
+    """Read the records of the given shards (parallel reads: S3 round trips dominate).
+
+    ``repair=True`` (the process about to resume these shards) deletes torn records and
+    every later record of their shard, so that a later run can never mistake one of those
+    for a commit after new records with other chunk boundaries are written."""
     keys_by_shard = _record_keys_by_shard(storage)
     wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
 
@@ -239,15 +255,13 @@ def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]]) -> dict[
     progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(read, wanted))
-    torn_shards: set[int] = set()
+    dropped: dict[int, list[str]] = {}
     for shard, key, data in results:
         where = f"{storage.url}/{key}"
-        if shard in torn_shards:
-            continue
-        if _torn(data):
+        if shard in dropped or _torn(data):
             # A power cut before this record was durable: it and the shard's later records
             # (same last commit round) never committed; their chunks are simply redone.
-            torn_shards.add(shard)
+            dropped.setdefault(shard, []).append(key)
             continue
         record = CommitRecord.from_json(_loads(data, "checkpoint record", storage, key), where)
         shard_progress = progress[shard]
@@ -262,6 +276,10 @@ def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]]) -> dict[
                 "it was edited by hand. Rerun with mode='overwrite' to start over"
             )
         shard_progress.add(record)
+    if repair:
+        for keys in dropped.values():
+            for key in reversed(keys):  # highest first: a crash here leaves a prefix, still valid
+                storage.delete(key)
     return progress
 
 
@@ -285,6 +303,7 @@ class Manifest:
     fn_name: str
     created_at: float
     input_ids: list | None = None  # a retry run: the run-wide ids of the inputs it redoes
+    input_skips: list | None = None  # ... and how many outputs of each were committed before
     protocol: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict:
@@ -312,7 +331,36 @@ class Manifest:
             fn_name=_field(data, "fn_name", str, what, where),
             created_at=float(_field(data, "created_at", (int, float), what, where)),
             input_ids=data.get("input_ids"),
-        )
+            input_skips=data.get("input_skips"),
+        ).validated(where)
+
+    def validated(self, where: str) -> "Manifest":
+        """Catch hand edits that parse but would publish a wrong dataset."""
+        problem = None
+        inputs = self.inputs
+        if not (isinstance(inputs.get("count"), int) and isinstance(inputs.get("block_size"), int)
+                and isinstance(inputs.get("block_hashes"), str)):
+            problem = "its inputs fingerprint is incomplete"
+        elif self.generation < 0:
+            problem = f"generation {self.generation} is negative"
+        elif self.input_ids is None and self.num_inputs != inputs["count"]:
+            problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
+        elif not 1 <= self.num_shards <= max(1, self.num_inputs):
+            problem = f"num_shards {self.num_shards} is out of range for {self.num_inputs} inputs"
+        elif self.input_ids is not None and not (
+            isinstance(self.input_ids, list) and len(self.input_ids) == self.num_inputs
+            and all(isinstance(i, int) and 0 <= i < inputs["count"] for i in self.input_ids)
+            and isinstance(self.input_skips, list) and len(self.input_skips) == self.num_inputs
+        ):
+            problem = "its retry input list is invalid"
+        elif not all(k in self.settings for k in ("chunk_size", "chunk_bytes", "compression")):
+            problem = "its settings are incomplete"
+        if problem:
+            raise CorruptStateError(
+                f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. "
+                "Rerun with mode='overwrite' to start over"
+            )
+        return self
 
     def shard_bounds(self) -> dict[int, tuple[int, int]]:
         from .planning import shard_bounds
@@ -569,7 +617,7 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
     return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
 
 
-def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[int]) -> dict:
+def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]]) -> dict:
     """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
     new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
     now = time.time()
@@ -580,7 +628,7 @@ def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[int]) 
         "settings": manifest.settings, "items": sum(c.chunk_size for c in chunks),
         "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
         "started_at": manifest.created_at, "finished_at": now, "seconds": now - manifest.created_at,
-        "published_by": socket.gethostname(),
+        "published_by": socket.gethostname(), "fn_name": manifest.fn_name,
     }
 
 
@@ -602,7 +650,7 @@ def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: li
     run is already written."""
     if failed is not None:
         write_run_record(storage, run_record(manifest, index_chunks, failed))
-        _forget_resolved_failures(storage, set(failed))
+        _forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     storage.delete(MANIFEST_KEY)
     named = {c.filename for c in index_chunks}

@@ -152,7 +152,8 @@ _FIX_HINT = (
     "same leaf types as the first one. Convert values in fn (e.g. int(x), float(x), "
     "np.asarray(x, dtype=np.float32)), give optional fields a value of one type, store a "
     "variable-length list as one 1-D numpy array (any length is one leaf), or store other "
-    "variable parts as one leaf (e.g. pickle.dumps(part) as bytes)."
+    "variable parts as one leaf (e.g. pickle.dumps(part) as bytes). To change the structure of "
+    "a dataset that has committed samples, start over with mode='overwrite'."
 )
 
 
@@ -493,6 +494,8 @@ class ItemEncoder:
     def _origin(self) -> str:
         if self.format_input_index is None:
             return "the first sample written"
+        if self.format_input_index < 0:
+            return "the existing dataset (its index.json)"
         return f"input {self.format_input_index}"
 
     def _where(self, input_index: int, path: str) -> str:

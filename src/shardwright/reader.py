@@ -1,8 +1,39 @@
-"""Random access to a finished dataset (ours or litdata's) in a local directory.
+"""Random access to a finished dataset (ours or litdata's), in a local directory or on S3.
 
-The bytes of ``index.json`` and of each chunk file come from two small methods,
-``_read_index_bytes()`` and ``_chunk_bytes(entry)``: a storage-backed reader (S3, ...) only
-has to replace those two.
+Local datasets are read in place: uncompressed chunk files are mmapped, compressed ones
+decompressed into memory.
+
+Remote datasets (``s3://bucket/prefix``) are read through :func:`shardwright.storage.open_storage`.
+Chunk files are fetched on demand into a local cache directory::
+
+    <cache root>/<hash of url, endpoint and index updated_at>/<chunk files>
+
+The cache root is ``cache_dir``, else ``$SHARDWRIGHT_CACHE_DIR``, else
+``~/.cache/shardwright``. Because the dataset directory name includes the index's
+``updated_at``, a republished dataset never reads stale chunks. The cache is
+
+* **atomic**: a chunk is downloaded to a temp file and renamed into place
+  (``Storage.download_to``), so a crash mid-download never leaves a partial chunk;
+* **shared**: several processes (DataLoader workers, several jobs on one machine) may use
+  one cache. A per-chunk lock file (``filelock``) makes one of them download a chunk while
+  the others wait for it;
+* **bounded**: after (and before) each download, whole chunk files are evicted, least
+  recently used first (by mtime, which readers touch), until the cache root holds at most
+  ``max_cache_bytes``. Eviction runs under a cache-wide lock and only ever touches
+  directories marked as shardwright caches. A chunk a process is reading holds a shared
+  ``flock`` on its file and is never evicted; a chunk evicted between "it is there" and
+  "I locked it" is noticed (inode check) and downloaded again. The bound can be exceeded by
+  what readers have open at that moment plus the download in flight;
+* **validated**: an uncompressed chunk file must have exactly the size index.json gives
+  (``chunk_bytes``; litdata < 0.2.60 counted the items only, which is accepted too); a
+  compressed one must decompress to that size (the compressed size is not in index.json).
+  A bad cached file is deleted and downloaded once more before the error is raised.
+
+During sequential access (iteration, or ``ds[i]`` walking forward), the next chunk is
+downloaded by a background thread while the current one is read (``prefetch=True``).
+
+The dataset pickles without any client, lock, thread or mmap: each process (DataLoader
+worker, forked or spawned) opens its own on first use.
 
 When torch is importable, :class:`StreamingDataset` is a ``torch.utils.data.Dataset``, so it
 works with ``DataLoader(ds, num_workers=N)`` and samplers as any map-style dataset.
@@ -12,13 +43,19 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import errno
+import hashlib
+import json
 import mmap
 import operator
 import os
+import re
+import threading
+import time
 from collections import OrderedDict
 from typing import Any, Iterator
 
-from .errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
+from .errors import CorruptStateError, IncompleteDatasetError, StorageError, UnsupportedFormatError
 from .format import (  # _decode_plan: validated at open time
     ChunkEntry,
     _decode_plan,
@@ -28,6 +65,7 @@ from .format import (  # _decode_plan: validated at open time
     decode_item,
     decompress,
     parse_index,
+    parse_size,
 )
 
 try:  # the base class is chosen once, when this module is imported
@@ -35,33 +73,74 @@ try:  # the base class is chosen once, when this module is imported
 except ImportError:  # torch is optional: a plain object then
     _DatasetBase = object  # type: ignore[assignment,misc]
 
-__all__ = ["StreamingDataset"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX: no in-use protection against eviction
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["StreamingDataset", "DEFAULT_MAX_CACHE_BYTES", "CACHE_DIR_ENV"]
 
 INDEX_NAME = "index.json"
 STATE_DIR = ".shardwright"
 # litdata 0.2.76 marks chunks whose rows live in an Arrow IPC footer instead of pytree items.
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
-_CACHED_CHUNKS = 4
+_CACHED_CHUNKS = 4  # decoded chunks kept per process
+
+DEFAULT_MAX_CACHE_BYTES = 10 * 1000**3
+CACHE_DIR_ENV = "SHARDWRIGHT_CACHE_DIR"
+_CACHE_MARKER = ".shardwright-cache.json"  # marks a directory eviction may touch
+_CACHE_LOCK = ".shardwright-cache.lock"  # cache-wide eviction lock, in the cache root
+_LOCK_SUFFIX = ".lock"
+# Storage.download_to's temp files: .{name}.tmp-{pid}-{tid}-{random}
+_TMP_RE = re.compile(r"^\.(?P<name>.*)\.tmp-(?P<pid>\d+)-\d+-[0-9a-f]+$")
+_STALE_TMP_SECONDS = 60.0
+_FETCH_ATTEMPTS = 5
 
 
 class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
-    """A dataset written by shardwright (or litdata) in ``output_dir``.
+    """A dataset written by shardwright (or litdata) in ``output_dir``: a local directory or
+    an ``s3://bucket/prefix`` URL.
 
     ``len(ds)``, ``ds[i]`` (negative indices too), ``ds[a:b:c]`` (a list) and iteration in
-    order. Decoded chunks are kept in a small LRU (local uncompressed files are mmapped).
+    order. Decoded chunks are kept in a small per-process LRU.
+
+    Remote datasets only: ``storage_options`` (boto3 client arguments such as
+    ``endpoint_url``, as for ``optimize``), ``cache_dir`` (the cache root, see the module
+    docstring), ``max_cache_bytes`` (an int or a size such as ``"2GB"``; bounds the whole
+    cache root) and ``prefetch`` (download the next chunk in the background during
+    sequential reads).
     """
 
-    def __init__(self, output_dir: str | os.PathLike, *, storage_options: dict | None = None):
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        *,
+        storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        max_cache_bytes: int | str = DEFAULT_MAX_CACHE_BYTES,
+        prefetch: bool = True,
+    ):
         self.output_dir = os.fspath(output_dir)
         self.storage_options = dict(storage_options or {})
-        if "://" in self.output_dir and not self.output_dir.startswith("file://"):
+        self.prefetch = bool(prefetch)
+        self._storage = None
+        self._cache: _ChunkCache | None = None
+        self._remote = self.output_dir.startswith("s3://")
+        if "://" in self.output_dir and not self._remote and not self.output_dir.startswith("file://"):
             raise ValueError(
-                f"{self.output_dir}: remote outputs are not readable by this StreamingDataset yet; "
-                "copy the dataset to a local directory"
+                f"{self.output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
             )
-        self.output_dir = self.output_dir.removeprefix("file://")
-        self._index_source = os.path.join(self.output_dir, INDEX_NAME)
-        self._chunks, self._config = parse_index(self._read_index_bytes(), self._index_source)
+        if self._remote:
+            from .storage import open_storage
+
+            self._storage = open_storage(self.output_dir, self.storage_options)
+            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
+            self._index_source = f"{self.output_dir}/{INDEX_NAME}"
+        else:
+            self.output_dir = self.output_dir.removeprefix("file://")
+            self._index_source = os.path.join(self.output_dir, INDEX_NAME)
+        index_bytes = self._read_index_bytes()
+        self._chunks, self._config = parse_index(index_bytes, self._index_source)
         self._check_readable(self._config)
         # starts[k] = global index of chunk k's first item.
         self._starts: list[int] = []
@@ -70,14 +149,31 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             self._starts.append(total)
             total += entry.chunk_size
         self._length = total
-        self._cache: OrderedDict[int, Any] = OrderedDict()
         if self._length and self._config.data_spec is not None:
             # Builds the decode plan now, so an unreadable leaf format fails at open time.
             _decode_plan(tuple(self._config.data_format), self._config.data_spec)
+        if self._remote:
+            try:
+                limit = parse_size(max_cache_bytes)
+            except ValueError as exc:
+                raise ValueError(f"max_cache_bytes: {exc}") from None
+            root = os.fspath(cache_dir) if cache_dir is not None else (
+                os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "shardwright")
+            )
+            self._cache = _ChunkCache(
+                root=os.path.abspath(os.path.expanduser(root)),
+                name=_cache_name(self.output_dir, self._storage, index_bytes),
+                url=self.output_dir,
+                storage=self._storage,
+                max_bytes=limit,
+            )
+        self._proc_state: _ProcState | None = None
 
-    # --- where bytes come from (swap these two for a storage object) ---------------------
+    # --- where bytes come from --------------------------------------------------------------
 
     def _read_index_bytes(self) -> bytes:
+        if self._remote:
+            return self._read_remote_index()
         if not os.path.exists(self.output_dir):
             raise FileNotFoundError(
                 f"{self.output_dir} does not exist: there is no dataset there. Check the path, or "
@@ -90,16 +186,24 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
                 return f.read()
         except FileNotFoundError:
             pending = _count_checkpointed_chunks(self.output_dir)
-            raise IncompleteDatasetError(
-                f"{self.output_dir} has no index.json: the optimize run writing it has not finished "
-                f"({pending} checkpointed chunks found under {STATE_DIR}/); rerun the same optimize "
-                "call to finish it"
-            ) from None
+            raise IncompleteDatasetError(_incomplete_message(self.output_dir, pending)) from None
+
+    def _read_remote_index(self) -> bytes:
+        storage = self._storage
+        try:
+            return storage.read_bytes(INDEX_NAME)
+        except FileNotFoundError:
+            pass
+        records = [k for k in storage.list(f"{STATE_DIR}/shards/") if k.endswith(".json")]
+        message = _incomplete_message(self.output_dir, len(records))
+        if not records and not storage.list(""):
+            message += f"; nothing at all is stored under {self.output_dir}: check the URL"
+        raise IncompleteDatasetError(message) from None
 
     def _chunk_bytes(self, entry: ChunkEntry) -> bytes | memoryview:
-        """The chunk file's stored bytes (still compressed if the dataset is).
+        """A local chunk file's stored bytes (still compressed if the dataset is).
 
-        Raises FileNotFoundError when the file does not exist (a storage-backed version must too).
+        Raises FileNotFoundError when the file does not exist.
         """
         path = os.path.join(self.output_dir, entry.filename)
         with open(path, "rb") as f:
@@ -117,6 +221,11 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
     @property
     def config(self) -> IndexConfig:
         return self._config
+
+    @property
+    def cache_dir(self) -> str | None:
+        """Where this dataset's chunks are cached (remote datasets), else None."""
+        return self._cache.directory if self._cache is not None else None
 
     def __len__(self) -> int:
         return self._length
@@ -140,6 +249,14 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
 
     # --- internals -----------------------------------------------------------------------
 
+    def _state(self) -> "_ProcState":
+        # Per process: a forked DataLoader worker must not use its parent's locks, threads,
+        # lock file descriptors (their flocks are shared with the parent) or LRU.
+        state = self._proc_state
+        if state is None or state.pid != os.getpid():
+            state = self._proc_state = _ProcState()
+        return state
+
     def _get(self, i: int) -> Any:
         k = bisect.bisect_right(self._starts, i) - 1
         chunk = self._chunk(k)
@@ -147,20 +264,39 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         return decode_item(chunk_item(chunk, i - self._starts[k]), self._config.data_format, self._config.data_spec)
 
     def _chunk(self, k: int) -> bytes | memoryview:
-        cached = self._cache.get(k)
-        if cached is not None:
-            self._cache.move_to_end(k)
-            return cached
+        state = self._state()
+        with state.lock:
+            cached = state.lru.get(k)
+            if cached is not None:
+                state.lru.move_to_end(k)
+                return cached.data
+        sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
+        state.last_loaded = k
         entry = self._chunks[k]
-        data = self._load_chunk(entry)
-        self._cache[k] = data
-        while len(self._cache) > _CACHED_CHUNKS:
-            _, old = self._cache.popitem(last=False)
-            _release(old)
-        return data
+        loaded = self._load_remote(entry) if self._cache is not None else _Loaded(self._load_chunk(entry))
+        if self._cache is not None and self.prefetch and sequential and k + 1 < len(self._chunks):
+            # Reading forward: fetch the next chunk while this one is read.
+            state.prefetch(self._cache, self._chunks[k + 1])
+        with state.lock:
+            previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
+            if previous is not None:
+                previous.release()
+            state.lru[k] = loaded
+            self._trim(state)
+        return loaded.data
+
+    def _trim(self, state: "_ProcState") -> None:
+        """Keep a few decoded chunks; remote: what they pin in the cache stays within the bound."""
+        lru = state.lru
+        limit = self._cache.max_bytes if self._cache is not None else None
+        while len(lru) > _CACHED_CHUNKS or (
+            limit is not None and len(lru) > 1 and sum(x.pinned_bytes for x in lru.values()) > limit
+        ):
+            _, old = lru.popitem(last=False)
+            old.release()
 
     def _stored_chunk(self, entry: ChunkEntry) -> tuple[bytes | memoryview, bool]:
-        """The stored bytes of a chunk and whether they are compressed."""
+        """The stored bytes of a local chunk and whether they are compressed."""
         compression = self._config.compression
         try:
             return self._chunk_bytes(entry), compression is not None
@@ -183,6 +319,9 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
     def _load_chunk(self, entry: ChunkEntry) -> bytes | memoryview:
         stored, compressed = self._stored_chunk(entry)
         name = os.path.join(self.output_dir, entry.filename)
+        return self._decode_stored(stored, compressed, entry, name, exact=False)
+
+    def _decode_stored(self, stored, compressed: bool, entry: ChunkEntry, name: str, *, exact: bool):
         if compressed:
             try:
                 data: bytes | memoryview = decompress(stored, self._config.compression)
@@ -195,11 +334,43 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         else:
             data = stored
         try:
+            if exact:
+                _check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
             _check_chunk(data, entry, name)
         except Exception:
             _release(data)
             raise
         return data
+
+    def _load_remote(self, entry: ChunkEntry) -> "_Loaded":
+        """Fetch a chunk into the cache (or find it there) and map/decompress it.
+
+        A cached file that fails validation is deleted and fetched once more: it may have
+        been damaged locally. The second failure is the remote object's fault.
+        """
+        cache = self._cache
+        assert cache is not None
+        name = f"{self.output_dir}/{entry.filename}"
+        compressed = self._config.compression is not None
+        for attempt in range(2):
+            pin = cache.open(entry)
+            try:
+                stored = pin.map() if not compressed else pin.read()
+            except BaseException:
+                pin.close()
+                raise
+            try:
+                data = self._decode_stored(stored, compressed, entry, name, exact=True)
+            except CorruptStateError:
+                cache.discard(pin)
+                if attempt == 0:
+                    continue
+                raise
+            if compressed:
+                pin.close()  # the decompressed bytes live in memory: the cached file may go
+                return _Loaded(data)
+            return _Loaded(data, pin)
+        raise AssertionError("unreachable")
 
     def _check_readable(self, config: IndexConfig) -> None:
         if config.encryption is not None:
@@ -218,10 +389,356 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             )
 
     def __getstate__(self) -> dict:
-        # mmaps cannot be pickled (DataLoader with spawn): each worker maps its own.
+        # mmaps, locks, threads and clients cannot be pickled (DataLoader with spawn): each
+        # process opens its own (S3Storage drops its client when pickled).
         state = self.__dict__.copy()
-        state["_cache"] = OrderedDict()
+        state["_proc_state"] = None
         return state
+
+    def __del__(self):
+        state = getattr(self, "_proc_state", None)
+        if state is not None and state.pid == os.getpid():
+            state.close()
+
+
+# --- per-process state -----------------------------------------------------------------------
+
+
+class _Loaded:
+    """A decoded chunk in the LRU, and (remote, uncompressed) the cache file it pins."""
+
+    __slots__ = ("data", "pin")
+
+    def __init__(self, data, pin: "_Pin | None" = None):
+        self.data = data
+        self.pin = pin
+
+    @property
+    def pinned_bytes(self) -> int:
+        return self.pin.size if self.pin is not None else 0
+
+    def release(self) -> None:
+        _release(self.data)
+        if self.pin is not None:
+            self.pin.close()
+            self.pin = None
+
+
+class _ProcState:
+    def __init__(self):
+        self.pid = os.getpid()
+        self.lock = threading.RLock()
+        self.lru: OrderedDict[int, _Loaded] = OrderedDict()
+        self.last_loaded: int | None = None
+        self._prefetch_lock = threading.Lock()
+        self._prefetch_wanted: tuple | None = None
+        self._prefetch_event = threading.Event()
+        self._prefetch_thread: threading.Thread | None = None
+        self._closed = False
+
+    def prefetch(self, cache: "_ChunkCache", entry: ChunkEntry) -> None:
+        """Ask the background thread to bring ``entry`` into the cache (latest request wins)."""
+        with self._prefetch_lock:
+            self._prefetch_wanted = (cache, entry)
+            if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
+                self._prefetch_thread = threading.Thread(
+                    target=self._prefetch_loop, name="shardwright-prefetch", daemon=True
+                )
+                self._prefetch_thread.start()
+        self._prefetch_event.set()
+
+    def _prefetch_loop(self) -> None:
+        while not self._closed:
+            if not self._prefetch_event.wait(timeout=30):
+                with self._prefetch_lock:  # idle: let the thread go (a new one starts on demand)
+                    if self._prefetch_wanted is None:
+                        self._prefetch_thread = None
+                        return
+                continue
+            self._prefetch_event.clear()
+            with self._prefetch_lock:
+                wanted, self._prefetch_wanted = self._prefetch_wanted, None
+            if wanted is None or self._closed:
+                continue
+            cache, entry = wanted
+            try:
+                cache.open(entry).close()  # just make it local; the reader maps it later
+            except Exception:  # the reader will try again and report the error
+                pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._prefetch_event.set()
+        with self.lock:
+            while self.lru:
+                _, old = self.lru.popitem()
+                try:
+                    old.release()
+                except Exception:
+                    pass
+
+
+# --- the local chunk cache of a remote dataset -------------------------------------------------
+
+
+def _cache_name(url: str, storage, index_bytes: bytes) -> str:
+    """Cache directory name: the dataset's location and version."""
+    try:
+        version = json.loads(index_bytes).get("updated_at")
+    except Exception:
+        version = None
+    if version is None:
+        version = hashlib.sha256(index_bytes).hexdigest()
+    endpoint = getattr(storage, "endpoint", "")
+    digest = hashlib.sha256(f"{url}\0{endpoint}\0{version}".encode()).hexdigest()[:20]
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", url.split("://", 1)[-1])[-40:].strip("-.")
+    return f"{tail}-{digest}" if tail else digest
+
+
+class _Pin:
+    """An open, shared-``flock``ed cache file: while it is open, no process evicts the file."""
+
+    def __init__(self, path: str, fd: int, size: int):
+        self.path, self.fd, self.size = path, fd, size
+
+    def map(self) -> bytes | memoryview:
+        if self.size == 0:
+            return b""
+        return memoryview(mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ))
+
+    def read(self) -> bytes:
+        with os.fdopen(os.dup(self.fd), "rb") as f:
+            return f.read()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)  # drops the shared flock (mmaps keep their own reference)
+            except OSError:
+                pass
+            self.fd = -1
+
+    def __del__(self):
+        self.close()
+
+
+def _filelock(path: str):
+    import filelock
+
+    return filelock.FileLock(path)
+
+
+class _ChunkCache:
+    """Chunk files of one remote dataset in ``root/name``; the bound covers all of ``root``."""
+
+    def __init__(self, root: str, name: str, url: str, storage, max_bytes: int):
+        self.root, self.name, self.url, self.storage, self.max_bytes = root, name, url, storage, max_bytes
+        self.directory = os.path.join(root, name)
+        self._ready_pid: int | None = None
+
+    def _ensure_dir(self) -> None:
+        if self._ready_pid == os.getpid():
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            marker = os.path.join(self.directory, _CACHE_MARKER)
+            if not os.path.exists(marker):
+                tmp = f"{marker}.{os.getpid()}.{threading.get_ident()}.tmp"
+                with open(tmp, "w") as f:
+                    json.dump({"url": self.url, "created_at": time.time()}, f)
+                os.replace(tmp, marker)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot use the chunk cache {self.directory} ({exc.strerror or exc}): pass cache_dir= (or set "
+                f"{CACHE_DIR_ENV}) to a writable directory with free space"
+            ) from exc
+        self._ready_pid = os.getpid()
+
+    def path_of(self, entry: ChunkEntry) -> str:
+        return os.path.join(self.directory, *entry.filename.split("/"))
+
+    # -- pinning ------------------------------------------------------------------------
+
+    @staticmethod
+    def _pin(path: str) -> _Pin | None:
+        """Open and share-lock ``path``; None if it is missing or was evicted meanwhile."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits while an evictor holds it exclusively
+            st = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                now = None
+            if now is None or st.st_nlink == 0 or (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+                os.close(fd)  # evicted (or replaced) between open and lock
+                return None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            os.utime(fd)  # most recently used: evicted last
+        except OSError:
+            pass
+        return _Pin(path, fd, st.st_size)
+
+    def open(self, entry: ChunkEntry) -> _Pin:
+        """The chunk's cache file, pinned; downloaded first if it is not cached."""
+        self._ensure_dir()
+        path = self.path_of(entry)
+        for _attempt in range(_FETCH_ATTEMPTS):
+            pin = self._pin(path)
+            if pin is not None:
+                return pin
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            downloaded = False
+            with _filelock(path + _LOCK_SUFFIX):
+                pin = self._pin(path)  # another process may have fetched it while we waited
+                if pin is None:
+                    self.evict(self.max_bytes - entry.chunk_bytes)
+                    try:
+                        self.storage.download_to(entry.filename, path)
+                    except FileNotFoundError:
+                        raise CorruptStateError(
+                            f"chunk {self.url}/{entry.filename} named in {self.url}/{INDEX_NAME} is missing; "
+                            "restore it or rerun optimize with mode='overwrite'"
+                        ) from None
+                    except OSError as exc:
+                        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+                            raise StorageError(
+                                f"disk full while caching {self.url}/{entry.filename} in {self.directory}: free "
+                                f"space, lower max_cache_bytes or pass another cache_dir"
+                            ) from exc
+                        raise
+                    downloaded = True
+                    pin = self._pin(path)
+            if pin is not None:
+                if downloaded:
+                    self.evict(self.max_bytes)
+                return pin
+        raise StorageError(
+            f"chunk {self.url}/{entry.filename} was evicted from the cache {self.directory} {_FETCH_ATTEMPTS} times "
+            f"before it could be read: max_cache_bytes ({self.max_bytes:,}) is too small for the readers sharing "
+            f"{self.root}; raise it"
+        )
+
+    def discard(self, pin: _Pin) -> None:
+        """Delete a bad cache file (if it is still the one pinned), then unpin it."""
+        try:
+            with _filelock(pin.path + _LOCK_SUFFIX):
+                st = os.fstat(pin.fd)
+                try:
+                    now = os.stat(pin.path)
+                    if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                        os.unlink(pin.path)
+                except FileNotFoundError:
+                    pass
+        finally:
+            pin.close()
+
+    # -- eviction -----------------------------------------------------------------------
+
+    def _scan(self) -> tuple[int, list[tuple[float, int, str]]]:
+        """(bytes in the cache root, evictable chunk files as (mtime, size, path))."""
+        total = 0
+        files: list[tuple[float, int, str]] = []
+        now = time.time()
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return 0, []
+        for sub in names:
+            directory = os.path.join(self.root, sub)
+            if not os.path.isfile(os.path.join(directory, _CACHE_MARKER)):
+                continue  # not ours: never touched
+            for dirpath, _dirs, filenames in os.walk(directory):
+                for fname in filenames:
+                    path = os.path.join(dirpath, fname)
+                    if fname == _CACHE_MARKER or fname.endswith(_LOCK_SUFFIX):
+                        continue
+                    try:
+                        st = os.stat(path)
+                    except FileNotFoundError:
+                        continue
+                    m = _TMP_RE.match(fname)
+                    if m is not None:  # a download in progress, or left by a killed process
+                        if now - st.st_mtime > _STALE_TMP_SECONDS and not _pid_alive(int(m.group("pid"))):
+                            _unlink_quiet(path)
+                            continue
+                        total += st.st_size
+                        continue
+                    if fname.endswith(".tmp"):  # a marker being written
+                        continue
+                    total += st.st_size
+                    files.append((st.st_mtime, st.st_size, path))
+        return total, files
+
+    def evict(self, target: int) -> None:
+        """Delete least recently used, unpinned chunk files until the root holds <= target bytes."""
+        target = max(0, target)
+        try:
+            lock = _filelock(os.path.join(self.root, _CACHE_LOCK))
+            with lock:
+                total, files = self._scan()
+                if total <= target:
+                    return
+                for _mtime, size, path in sorted(files):
+                    if _try_evict(path):
+                        total -= size
+                        if total <= target:
+                            return
+        except OSError:
+            pass  # eviction is best effort; reading must go on
+
+
+def _try_evict(path: str) -> bool:
+    """Delete ``path`` unless someone has it pinned (shared flock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # in use
+        st = os.fstat(fd)
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
+            return False  # replaced meanwhile: a fresh download
+        os.unlink(path)  # while holding the lock: a reader that opened it sees nlink == 0
+        _unlink_quiet(path + _LOCK_SUFFIX)  # filelock copes with a lock file unlinked under it
+        return True
+    finally:
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# --- checks ------------------------------------------------------------------------------------
 
 
 def _release(buffer: bytes | memoryview) -> None:
@@ -234,6 +751,25 @@ def _release(buffer: bytes | memoryview) -> None:
         except BufferError:
             # An item view is still alive somewhere: the mmap closes when it is collected.
             pass
+
+
+def _incomplete_message(where: str, pending: int) -> str:
+    return (
+        f"{where} has no index.json: the optimize run writing it has not finished "
+        f"({pending} checkpointed chunks found under {STATE_DIR}/); rerun the same optimize call to finish it"
+    )
+
+
+def _check_exact_size(data: bytes | memoryview, entry: ChunkEntry, name: str, verb: str) -> None:
+    """A fetched chunk has exactly the size index.json gives (litdata < 0.2.60 left the
+    header of ``4 * (n + 2)`` bytes out of ``chunk_bytes``: accepted too)."""
+    size = len(data)
+    if size == entry.chunk_bytes or size == entry.chunk_bytes + 4 * (entry.chunk_size + 2):
+        return
+    raise CorruptStateError(
+        f"chunk file {name} {verb} {size} bytes but index.json says {entry.chunk_bytes}: it is truncated "
+        "or was replaced; restore it or rerun optimize with mode='overwrite'"
+    )
 
 
 def _check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None:

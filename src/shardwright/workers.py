@@ -58,9 +58,16 @@ class ShardTask:
     next_seq: int
     inputs: list  # the input values from next_input to end (only those still to do)
     ids: list | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
+    base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
 
     def input_id(self, position: int) -> int:
         return self.ids[position - self.next_input] if self.ids is not None else position
+
+    def first_skip(self, position: int) -> int:
+        """Outputs of this input already committed, which fn's rerun must not add again."""
+        resumed = self.skip_outputs if position == self.next_input else 0
+        base = self.base_skips[position - self.next_input] if self.base_skips is not None else 0
+        return max(resumed, base)
 
 
 def _die_with_parent() -> None:
@@ -191,7 +198,7 @@ class ShardWriter:
         self.position = (task.next_input, task.skip_outputs)
         self.committed = self.position
         self.first_input = task.next_input
-        self.failed: list[int] = []  # run-wide ids skipped since the last commit
+        self.failed: list[list[int]] = []  # [run-wide id, outputs committed] skipped since the last commit
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -270,8 +277,7 @@ class Worker:
                 if self.should_stop():
                     raise _Stop
                 self.current_inputs[self.wid] = task.input_id(i)
-                skip = task.skip_outputs if i == task.next_input else 0
-                self._process_input(writer, task.inputs[i - task.next_input], i, task.input_id(i), skip)
+                self._process_input(writer, task.inputs[i - task.next_input], i, task.input_id(i), task.first_skip(i))
                 self.tick()
             writer.position = (task.end, 0)
             writer.commit(done=True)
@@ -292,11 +298,13 @@ class Worker:
                 raise
             except Exception as exc:  # fn's own failure
                 writer.rollback(mark)
+                # outputs of input i committed inside this attempt stay: the next attempt skips them
+                skip = max(skip, writer.position[1] if writer.position[0] == i else 0)
                 if attempt <= self.cfg.max_retries:
                     continue
                 if self.cfg.on_error == "skip":
                     self._record_failure(input_id, value, exc, attempt)
-                    writer.failed.append(input_id)
+                    writer.failed.append([input_id, skip])
                     writer.position = (i + 1, 0)
                     return
                 writer.commit()  # what came before input i is good: keep it

@@ -1,0 +1,310 @@
+#!/usr/bin/env python
+"""optimize() over a Slurm job array: scaling from 1 to 3 emulated nodes, and the final merge.
+
+    .venv/bin/python benchmarks/bench_slurm.py                 # both parts, ~2 minutes
+    .venv/bin/python benchmarks/bench_slurm.py --quick         # small sizes, < 1 minute
+    .venv/bin/python benchmarks/bench_slurm.py --skip-merge --tasks 1,2,3 --inputs 6000 --json out.json
+
+Part 1, scaling. One workload (``fn``: a numpy sort sized so one input costs ~2 ms of CPU,
+calibrated first, BLAS/OpenMP pinned to one thread) run as an array of 1, 2 and 3 tasks on
+the single-host test cluster (tests/slurm_cluster.py: nodes n1..n3, 2 "CPUs" each), with
+``--cpus-per-task=1`` and ``num_workers=1`` per task. Reported: submission to last task
+ended (``wall``), first task start to last task end as the tasks saw it (``span``: excludes
+the scheduler's latency), and the speed-up of ``span`` over 1 task. The emulated nodes share
+the machine's real cores, so the speed-up is capped by ``os.cpu_count()`` (2 on the dev VM):
+a 3-task array cannot beat 2x there. Each run is checked (every input once, in order).
+
+Part 2, merge. A run with ``--merge-chunks`` (10,000) committed chunk records and nothing
+published: node 0 and node 1 of ``num_nodes=2`` each commit their half (``chunk_size=1``);
+node 1's own publishing is switched off in this process, so the run is left complete but
+unpublished. Then timed alone: ``shardwright status``, ``shardwright merge`` (a fresh
+process: what a merge job costs, interpreter start included) and, on an identical copy, the
+steps of ``checkpoint.publish_if_complete`` in-process (read every record, write index.json,
+clean up).
+
+Needs root with slurm-wlm + munge for part 1 (a cluster is started and stopped, or set
+SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/slurm_cluster.py up``).
+Part 2 needs neither.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy: one core per task, as --cpus-per-task=1 says
+
+import numpy as np  # noqa: E402
+
+SORT_SIZE = 20000  # set by calibrate() and passed to the jobs
+
+
+# --- the workload ------------------------------------------------------------------------------------
+
+
+def work(i: int, n: int | None = None) -> dict:
+    rng = np.random.default_rng(i)
+    a = np.sort(rng.random(n or SORT_SIZE))
+    return {"i": i, "v": float(a[::97].sum())}
+
+
+def calibrate(target_ms: float = 2.0) -> tuple[int, float]:
+    """Sort size whose cost is ~target_ms per input on this machine; returns (size, ms)."""
+    n = 20000
+    for _ in range(3):
+        work(0, n)
+        t = time.perf_counter()
+        for i in range(200):
+            work(i, n)
+        ms = (time.perf_counter() - t) / 200 * 1e3
+        n = max(1000, int(n * target_ms / ms))
+    t = time.perf_counter()
+    for i in range(200):
+        work(i, n)
+    return n, (time.perf_counter() - t) / 200 * 1e3
+
+
+def job_main(argv: list[str]) -> int:
+    """What each array task runs: optimize() with the node identity from SLURM_ARRAY_*."""
+    global SORT_SIZE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("output_dir")
+    ap.add_argument("--inputs", type=int, required=True)
+    ap.add_argument("--sort-size", type=int, required=True)
+    ap.add_argument("--report-dir", required=True)
+    args = ap.parse_args(argv)
+    SORT_SIZE = args.sort_size
+    start = time.time()
+    from shardwright import optimize
+
+    imported = time.time()
+    result = optimize(work, list(range(args.inputs)), args.output_dir, chunk_size=64, num_workers=1, verbose=False)
+    end = time.time()
+    usage = os.times()
+    task = os.environ.get("SLURM_ARRAY_TASK_ID", "x")
+    (Path(args.report_dir) / f"task-{task}.json").write_text(json.dumps({
+        "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "node": os.environ.get("SLURMD_NODENAME"),
+        "start": start, "imported": imported, "end": end, "items": result.items, "published": result.published,
+        "cpu_s": usage.user + usage.system + usage.children_user + usage.children_system,
+    }))
+    return 0
+
+
+# --- part 1: scaling ------------------------------------------------------------------------------------
+
+
+def _check_dataset(out: Path, inputs: int) -> None:
+    from shardwright import StreamingDataset
+
+    ds = StreamingDataset(str(out))
+    got = [int(ds[k]["i"]) for k in range(len(ds))]
+    if got != list(range(inputs)):
+        raise SystemExit(f"BROKEN RUN: {out} holds {len(got)} items, not inputs 0..{inputs - 1} in order")
+
+
+def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: int, log) -> list[dict]:
+    from shardwright.slurm import submit, write_sbatch_script
+    from slurm_cluster import SlurmCluster
+
+    existing = os.environ.get("SHARDWRIGHT_TEST_SLURM_DIR")
+    cluster = SlurmCluster.attach(existing) if existing else SlurmCluster()
+    if not existing:
+        cluster.start()
+    rows = []
+    try:
+        cluster.wait_ready(30)
+        # warm-up: the first job after the controller starts is scheduled ~3 s late
+        cluster.wait_job(cluster.sbatch("true\n", "-o", "/dev/null"), timeout=60)
+        base = Path(tempfile.mkdtemp(prefix="bench-slurm-", dir=cluster.shared_dir))
+        for rep in range(repeats):
+            for n in task_counts:
+                run_dir = base / f"t{n}-r{rep}"
+                (run_dir / "reports").mkdir(parents=True)
+                out = run_dir / "out"
+                command = [sys.executable, str(Path(__file__).resolve()), "job", str(out), "--inputs", str(inputs),
+                           "--sort-size", str(sort_size), "--report-dir", str(run_dir / "reports")]
+                script = write_sbatch_script(command, n, cpus_per_task=1, log_dir=str(run_dir / "logs"),
+                                             chdir=str(run_dir), job_name=f"bench{n}")
+                t0 = time.time()
+                job = submit(script, env=cluster.env)
+                tasks = cluster.wait_job(job, timeout=600, poll=0.1)
+                wall = time.time() - t0
+                bad = {t: s.state for t, s in tasks.items() if s.state != "COMPLETED"}
+                if bad:
+                    raise SystemExit(f"BROKEN RUN: tasks {bad}; logs in {run_dir / 'logs'}")
+                reports = [json.loads(p.read_text()) for p in (run_dir / "reports").glob("task-*.json")]
+                _check_dataset(out, inputs)
+                span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+                compute = max(r["end"] for r in reports) - min(r["imported"] for r in reports)
+                row = {"tasks": n, "repeat": rep, "inputs": inputs, "wall_s": wall, "span_s": span,
+                       "compute_s": compute, "cpu_s": sum(r["cpu_s"] for r in reports),
+                       "nodes": sorted({r["node"] for r in reports}), "published_by": sum(r["published"] for r in reports)}
+                rows.append(row)
+                log(f"  {n} task(s), repeat {rep}: wall {wall:.1f} s, span {span:.1f} s on {','.join(row['nodes'])}")
+        shutil.rmtree(base, ignore_errors=True)
+    finally:
+        if not existing:
+            cluster.stop()
+    return rows
+
+
+# --- part 2: the merge of many chunks --------------------------------------------------------------------
+
+
+def _sample(i):
+    return {"i": i}
+
+
+def build_unpublished(out: Path, chunks: int) -> float:
+    """A complete, unpublished run of ``chunks`` one-item chunks (2 nodes' worth of records)."""
+    from shardwright import checkpoint, optimize
+
+    t = time.perf_counter()
+    inputs = list(range(chunks))
+    optimize(_sample, inputs, str(out), chunk_size=1, num_workers=2, num_nodes=2, node_rank=0, verbose=False)
+    original = checkpoint.publish_if_complete
+    checkpoint.publish_if_complete = lambda storage, manifest, known: (False, [])  # node 1 leaves it unpublished
+    try:
+        optimize(_sample, inputs, str(out), chunk_size=1, num_workers=2, num_nodes=2, node_rank=1, verbose=False)
+    finally:
+        checkpoint.publish_if_complete = original
+    if (out / "index.json").exists():
+        raise SystemExit("BROKEN SETUP: the run was published while building it")
+    return time.perf_counter() - t
+
+
+def _cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "shardwright.cli", *args], env=env, capture_output=True, text=True)
+    return time.perf_counter() - t, result
+
+
+def run_merge(chunks: int, log) -> dict:
+    from shardwright import checkpoint
+    from shardwright.storage import open_storage
+
+    base = Path(tempfile.mkdtemp(prefix="bench-merge-"))
+    try:
+        out = base / "a"
+        build_s = build_unpublished(out, chunks)
+        records = sum(1 for _ in (out / ".shardwright" / "shards").glob("*/*.json"))
+        log(f"  built {records:,} committed chunk records in {build_s:.1f} s (not timed below)")
+        copy = base / "b"
+        shutil.copytree(out, copy)
+
+        startup_s, _ = _cli("--help")
+        status_s, status = _cli("status", str(out))
+        merge_s, merged = _cli("merge", str(out))
+        if merged.returncode != 0:
+            raise SystemExit(f"BROKEN RUN: merge failed: {merged.stderr}")
+        _check_dataset(out, chunks)
+
+        storage = open_storage(str(copy))
+        t0 = time.perf_counter()
+        manifest = checkpoint.read_manifest(storage)
+        progress = checkpoint.load_progress(storage, manifest.shard_bounds())
+        t1 = time.perf_counter()
+        chunk_list = checkpoint.publish(storage, manifest, progress)
+        t2 = time.perf_counter()
+        failed = [i for s in sorted(progress) for i in progress[s].failed]
+        checkpoint.cleanup_after_publish(storage, manifest, chunk_list, failed)
+        t3 = time.perf_counter()
+        _check_dataset(copy, chunks)
+        return {"chunks": chunks, "records": records, "build_s": build_s, "cli_startup_s": startup_s,
+                "status_s": status_s, "merge_cli_s": merge_s, "read_records_s": t1 - t0,
+                "write_index_s": t2 - t1, "cleanup_s": t3 - t2, "publish_in_process_s": t3 - t0}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "job":
+        return job_main(argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--inputs", type=int, default=6000, help="inputs of the scaling workload (default 6000: ~12 s of CPU)")
+    ap.add_argument("--tasks", default="1,2,3", help="array sizes to run (default 1,2,3)")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--merge-chunks", type=int, default=10000)
+    ap.add_argument("--quick", action="store_true", help="small sizes: 1500 inputs, 2,000 chunks")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--skip-merge", action="store_true")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.inputs, args.merge_chunks = 1500, 2000
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    load = os.getloadavg()[0]
+    log(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}, python {sys.version.split()[0]}")
+    results: dict = {"cpus": os.cpu_count(), "load_average": load}
+    if not args.skip_scaling:
+        sort_size, ms = calibrate()
+        log(f"workload: sort of {sort_size:,} floats = {ms:.2f} ms of CPU per input; {args.inputs:,} inputs "
+            f"= {args.inputs * ms / 1e3:.1f} s of CPU")
+        results["ms_per_input"], results["sort_size"] = ms, sort_size
+        rows = run_scaling([int(x) for x in args.tasks.split(",")], args.inputs, args.repeats, sort_size, log)
+        results["scaling"] = rows
+    if not args.skip_merge:
+        log(f"merge: building a run of {args.merge_chunks:,} chunks ...")
+        results["merge"] = run_merge(args.merge_chunks, log)
+
+    print()
+    if "scaling" in results:
+        rows = results["scaling"]
+        best = {n: statistics.median(r["span_s"] for r in rows if r["tasks"] == n) for n in sorted({r["tasks"] for r in rows})}
+        one = best.get(1)
+        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU, --cpus-per-task=1, num_workers=1, "
+              f"on {os.cpu_count()} real cores")
+        print(f"| tasks | nodes used | wall: submit -> done (s) | span: first start -> last end (s) | "
+              f"compute after imports (s) | CPU total (s) | speed-up (span) | ideal on {os.cpu_count()} cores |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for n in sorted(best):
+            mine = [r for r in rows if r["tasks"] == n]
+            wall = statistics.median(r["wall_s"] for r in mine)
+            compute = statistics.median(r["compute_s"] for r in mine)
+            cpu = statistics.median(r["cpu_s"] for r in mine)
+            speed = f"{one / best[n]:.2f}x" if one else "-"
+            ideal = f"{min(n, os.cpu_count() or 1)}x"
+            print(f"| {n} | {','.join(mine[0]['nodes'])} | {wall:.1f} | {best[n]:.1f} | {compute:.1f} | {cpu:.1f} | "
+                  f"{speed} | {ideal} |")
+        print()
+    if "merge" in results:
+        m = results["merge"]
+        print(f"Final merge of {m['records']:,} committed chunk records (local disk):")
+        print("| step | seconds |")
+        print("|---|---:|")
+        print(f"| `shardwright status DIR` (fresh process) | {m['status_s']:.2f} |")
+        print(f"| `shardwright merge DIR` (fresh process) | {m['merge_cli_s']:.2f} |")
+        print(f"| of which interpreter + import (`shardwright --help`) | {m['cli_startup_s']:.2f} |")
+        print(f"| in-process: read every record | {m['read_records_s']:.2f} |")
+        print(f"| in-process: write index.json | {m['write_index_s']:.2f} |")
+        print(f"| in-process: run.json, delete records | {m['cleanup_s']:.2f} |")
+        print(f"| in-process total (= what the last task pays) | {m['publish_in_process_s']:.2f} |")
+        print(f"(building the run: {m['build_s']:.1f} s, not part of the merge)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
