@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import signal
 import sys
 import time
 import uuid
@@ -18,17 +17,16 @@ from .errors import (
     CorruptStateError,
     DatasetExistsError,
     FnError,
-    InputsError,
     OutputDirError,
     RunMismatchError,
     ShardwrightError,
     WorkerDiedError,
 )
-from .format import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .format import ChunkEntry, IndexConfig, parse_index, parse_size
 from .planning import (
     InputsFingerprint,
     NodeIdentity,
-    _short_repr,
+    short_repr,
     check_inputs,
     check_settings_match,
     default_num_shards,
@@ -435,7 +433,7 @@ def _raise_for_outcome(outcome: PoolOutcome, run: _Run, tracker: _Tracker, lease
         _, wid, kind, message, index, _, tb, pickled = outcome.error
         original = pickle.loads(pickled) if pickled else None
         if kind == "fn":
-            value = _short_repr(run.inputs[index]) if 0 <= index < len(run.inputs) else "?"
+            value = short_repr(run.inputs[index]) if 0 <= index < len(run.inputs) else "?"
             error = FnError(
                 f"fn raised on input {index:,} ({value}) in worker {wid}: {message}. Committed work is kept: "
                 f"fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
@@ -447,7 +445,7 @@ def _raise_for_outcome(outcome: PoolOutcome, run: _Run, tracker: _Tracker, lease
         raise ShardwrightError(f"worker {wid} failed: {message}\n--- worker traceback ---\n{tb}") from original
     if outcome.dead_worker is not None:
         wid, pid, exitcode, index = outcome.dead_worker
-        where = f"input {index:,} ({_short_repr(run.inputs[index])})" if 0 <= index < len(run.inputs) else "start-up"
+        where = f"input {index:,} ({short_repr(run.inputs[index])})" if 0 <= index < len(run.inputs) else "start-up"
         raise WorkerDiedError(
             f"worker {wid} (pid {pid}) {_signal_name(exitcode)} while processing {where}; the other workers were "
             f"stopped and committed work is kept ({tracker.inputs_done():,} of {total:,} inputs done). "

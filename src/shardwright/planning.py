@@ -81,7 +81,7 @@ class InputsFingerprint:
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
                 raise InputsError(
-                    f"input {bad:,} ({_short_repr(inputs[bad])}) cannot be pickled: {exc}. "
+                    f"input {bad:,} ({short_repr(inputs[bad])}) cannot be pickled: {exc}. "
                     "Inputs are sent to worker processes, so use picklable values "
                     "(ints, str, Path, tuples, dicts)."
                 ) from exc
@@ -121,7 +121,7 @@ def _picklable(value: object) -> bool:
         return False
 
 
-def _short_repr(value: object, limit: int = 80) -> str:
+def short_repr(value: object, limit: int = 80) -> str:
     try:
         text = repr(value)
     except Exception:

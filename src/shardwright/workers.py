@@ -27,7 +27,7 @@ from . import checkpoint
 from .checkpoint import CommitRecord
 from .errors import ShardwrightError
 from .format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename, compress
-from .planning import _short_repr
+from .planning import short_repr
 from .storage import Storage, open_storage
 
 PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
@@ -324,7 +324,7 @@ class Worker:
 
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
         checkpoint.write_failure(self.storage, checkpoint.FailureRecord(
-            input_index=input_id, input_repr=_short_repr(value, 500), exception_type=type(exc).__name__,
+            input_index=input_id, input_repr=short_repr(value, 500), exception_type=type(exc).__name__,
             message=str(exc), traceback=traceback.format_exc(), host=socket.gethostname(), pid=os.getpid(),
             node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.generation, time=time.time(),
         ))
