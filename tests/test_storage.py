@@ -20,7 +20,8 @@ import time
 import pytest
 
 from shardwright.errors import OutputDirError, StorageError
-from shardwright.storage import LocalStorage, S3Storage, Storage, open_storage
+from shardwright.s3 import S3Storage
+from shardwright.storage import LocalStorage, Storage, open_storage
 
 MiB = 1024 * 1024
 
