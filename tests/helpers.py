@@ -94,3 +94,32 @@ def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tup
 
     ds = StreamingDataset(output_dir, storage_options=storage_options)
     return [(item["i"], item.get("j", 0)) for item in ds]
+
+
+def committed_records_at(output_dir: str, storage_options: dict | None = None) -> int:
+    """committed_records for a local path or an s3:// URL (read through shardwright's storage)."""
+    from shardwright.storage import open_storage
+
+    keys = open_storage(output_dir, storage_options).list(".shardwright/shards/")
+    return sum(1 for key in keys if key.endswith(".json"))
+
+
+def chunks_named_but_missing(output_dir: str, storage_options: dict | None = None) -> tuple[int, list[str]]:
+    """(number of commit records, chunk files they name that do not exist) of an output."""
+    import json as _json
+
+    from shardwright.storage import open_storage
+
+    storage = open_storage(output_dir, storage_options)
+    present = set(storage.list(""))
+    records = [key for key in storage.list(".shardwright/shards/") if key.endswith(".json")]
+    missing = []
+    for key in records:
+        try:
+            record = _json.loads(storage.read_bytes(key))
+        except FileNotFoundError:
+            continue  # deleted by a publisher cleaning up meanwhile
+        chunk = record.get("chunk")
+        if chunk is not None and chunk["filename"] not in present:
+            missing.append(f"{key} -> {chunk['filename']}")
+    return len(records), missing

@@ -26,6 +26,7 @@ Test hooks (all in the main process, where publishing happens):
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import socket
@@ -62,15 +63,22 @@ def _append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def _committed_before(output_dir: str, rank: int, count: int) -> int:
-    """Inputs of this node's shards that earlier attempts committed (0 on a fresh start)."""
+def load_progress(storage, bounds: dict, manifest) -> dict:
+    """checkpoint.load_progress, read-only, with the run id when this engine version takes one."""
+    if "run_id" in inspect.signature(checkpoint.load_progress).parameters:
+        return checkpoint.load_progress(storage, bounds, manifest.run_id)
+    return checkpoint.load_progress(storage, bounds)
+
+
+def committed_inputs(output_dir: str, rank: int, count: int) -> int:
+    """Inputs of node ``rank``'s shards committed so far (0 when there is no run yet)."""
     storage = open_storage(output_dir, create=True)
     manifest = checkpoint.read_manifest(storage)
     if manifest is None:
         return 0
     bounds = manifest.shard_bounds()
     mine = {s: bounds[s] for s in shards_of_node(manifest.num_shards, rank, count)}
-    return sum(p.inputs_done for p in checkpoint.load_progress(storage, mine).values())
+    return sum(p.inputs_done for p in load_progress(storage, mine, manifest).values())
 
 
 def _install_hooks(args, rank: int, report_dir: Path) -> None:
@@ -151,7 +159,7 @@ def main(argv=None) -> int:
     try:
         node = node_identity(None, None)
         report.update(rank=node.rank, count=node.count, source=node.source)
-        report["committed_before"] = _committed_before(args.output_dir, node.rank, node.count)
+        report["committed_before"] = committed_inputs(args.output_dir, node.rank, node.count)
         _install_hooks(args, node.rank, report_dir)
         print(f"[slurm_job] task {task} restart {restart}: node {node.rank} of {node.count} ({node.source}), "
               f"{report['committed_before']} of its inputs already committed", file=sys.stderr, flush=True)

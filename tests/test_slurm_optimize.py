@@ -27,6 +27,8 @@ from shardwright import slurm as sw_slurm
 from shardwright.errors import ShardwrightError
 from shardwright.planning import node_identity, shard_bounds, shards_of_node
 
+import slurm_job  # tests/slurm_job.py (tests/ is on sys.path: conftest.py)
+
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "slurm_job.py"
 SRC = HERE.parent / "src"
@@ -138,26 +140,12 @@ def assert_dataset(run: Run, expected: list[int], publishes: int = 1) -> None:
 
 
 def committed_inputs(out: Path, rank: int, count: int) -> int:
-    """Inputs committed so far by node ``rank`` (read from its shards' commit records)."""
-    root = out / ".shardwright" / "shards"
-    total = 0
-    if not root.exists():
+    """Inputs committed so far by node ``rank``, read with the engine's own record reader
+    (0 while there is no run yet, or if a read races a write)."""
+    try:
+        return slurm_job.committed_inputs(str(out), rank, count)
+    except Exception:
         return 0
-    for shard_dir in root.iterdir():
-        if not shard_dir.name.isdigit() or int(shard_dir.name) % count != rank:
-            continue
-        start = None
-        last = None
-        for rec in sorted(shard_dir.glob("*.json")):
-            try:
-                data = json.loads(rec.read_text())
-            except (OSError, ValueError):
-                continue
-            start = data["first_input"] if start is None else start
-            last = data
-        if last is not None and start is not None:
-            total += last["next_input"] - start
-    return total
 
 
 def share(inputs: int, shards: int, rank: int, count: int) -> int:
@@ -381,7 +369,7 @@ def test_a_shard_that_never_finishes_blocks_publishing_until_its_task_is_resubmi
     for t, state in tasks.items():
         expected = ("FAILED", 1) if t == rank else ("COMPLETED", 0)
         assert (state.state, state.exit_code) == expected, (tasks, run.explain())
-    failing = [r for r in run.task_reports() if r["rank"] == rank][0]
+    failing = next(r for r in run.task_reports() if r["rank"] == rank)
     assert failing["error"] == "FnError" and f"input {bad}" in failing["message"]
     assert not (run.out / "index.json").exists()
 
@@ -469,6 +457,36 @@ def test_a_plain_batch_job_runs_the_whole_dataset(slurm_cluster, tmp_path):
     wait_all_completed(slurm_cluster, job, run, timeout=60)
     assert_dataset(run, list(range(inputs)))
     assert [r["count"] for r in run.task_reports()] == [1]
+
+
+def test_a_run_whose_lease_a_requeue_took_over_stops(tmp_path):
+    """After a node failure Slurm may requeue a task while the old process still runs (a node
+    cut off from the controller but not from the storage). The rerun takes the old lease over
+    at once (same array job and task id); the old process must then stop writing within a
+    heartbeat or two, not keep computing and committing the same shards until it is done.
+    Two local processes with the same Slurm identity stand in for the two attempts."""
+    run = Run(tmp_path)
+    inputs = 200  # 10 s of work at 0.05 s per input
+    env = dict(os.environ, SHARDWRIGHT_LEASE_TTL="4", SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0",
+               SLURM_ARRAY_TASK_COUNT="1", SLURM_RESTART_COUNT="0", PYTHONPATH=str(SRC))
+    command = run.command(inputs, sleep=0.05, chunk_size=2)
+    old = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: committed_inputs(run.out, 0, 1) >= 10, 30, "the first attempt to commit", run)
+        took_over = time.time()
+        new = subprocess.run(command, env=dict(env, SLURM_RESTART_COUNT="1"), capture_output=True, text=True,
+                             timeout=60)
+        assert new.returncode == 0, new.stderr[-2000:]
+        old.wait(timeout=30)
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
+    first = next(r for r in run.task_reports() if r["restart"] == 0)
+    assert not first["ok"] and "taken over" in first["message"], first
+    assert first["end"] - took_over < 5, (
+        f"the first attempt went on for {first['end'] - took_over:.1f} s after its lease was taken over")
+    assert_dataset(run, list(range(inputs)))
 
 
 # --- node identity from the environment (no Slurm needed) ----------------------------------------

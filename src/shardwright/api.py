@@ -222,7 +222,7 @@ class _Run:
             if manifest is not None and manifest.mode == "overwrite" and manifest.use_checkpoint \
                     and self.use_checkpoint and not self._mismatch(manifest) \
                     and manifest.settings == self.settings.to_json():
-                checkpoint.load_progress(storage, manifest.shard_bounds())  # readable, or wiped below
+                checkpoint.load_progress(storage, manifest.shard_bounds(), manifest.run_id)  # readable, or wiped
                 log.info("resuming the interrupted overwrite of %s", self.output_dir)
                 return self._resume(manifest)
         except CorruptStateError as exc:
@@ -237,7 +237,7 @@ class _Run:
                 storage.delete(key)
         storage.delete_prefix(checkpoint.SHARDS_PREFIX)
         storage.delete(checkpoint.FORMAT_KEY)
-        storage.delete(checkpoint.MANIFEST_KEY)
+        storage.delete(checkpoint.MANIFEST_KEY)  # last, as in every cleanup
 
     @staticmethod
     def _next_generation(chunks: list[ChunkEntry]) -> int:
@@ -246,13 +246,14 @@ class _Run:
     def _create(self, generation: int, mode: str, base, input_ids: list | None = None,
                 input_skips: list | None = None) -> Manifest:
         wanted = self._new_manifest(generation, mode, base, input_ids, input_skips)
-        if base is not None and base[1].data_format:
-            config = base[1]
-            checkpoint.claim_format(self.storage, config.data_format, config.data_spec, -1)
         manifest = checkpoint.create_manifest(self.storage, wanted)
         if manifest.run_id != wanted.run_id:  # another node created it first
             self._check_same_run(manifest)
             self.resumed = True
+        if manifest.base_config and manifest.base_config.get("data_format"):
+            # appended samples must match the existing dataset's format (idempotent across nodes)
+            config = manifest.base_config
+            checkpoint.claim_format(self.storage, manifest.run_id, config["data_format"], config["data_spec"], -1)
         return manifest
 
     def _resume(self, manifest: Manifest) -> Manifest:
@@ -328,14 +329,15 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
     storage, node = run.storage, run.node
     all_bounds = manifest.shard_bounds()
     mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
-    progress = checkpoint.load_progress(storage, mine, repair=True) if manifest.use_checkpoint and run.resumed else \
+    progress = checkpoint.load_progress(storage, mine, manifest.run_id, repair=True) \
+        if manifest.use_checkpoint and run.resumed else \
         {s: ShardProgress(s, *b) for s, b in mine.items()}
     pending = [p for p in progress.values() if not p.done]
     cfg = WorkerConfig(
         output_dir=run.output_dir, storage_options=storage_options, generation=manifest.generation,
         chunk_size=manifest.settings["chunk_size"], chunk_bytes=manifest.settings["chunk_bytes"],
         compression=manifest.settings["compression"], use_checkpoint=manifest.use_checkpoint,
-        on_error=on_error, max_retries=max_retries, node_rank=node.rank,
+        on_error=on_error, max_retries=max_retries, node_rank=node.rank, run_id=manifest.run_id,
     )
     tracker = _Tracker(run, progress)
     if pending:

@@ -10,7 +10,7 @@ Layout::
     chunk-{gen}-{shard}-{seq}.bin           chunk files, litdata's byte format
     .shardwright/manifest.json              the run in progress: identity, fingerprint, settings
     .shardwright/format.json                the sample format fixed by the first sample encoded
-    .shardwright/shards/{shard}/{seq}.json  one commit record per chunk (O(1) per commit)
+    .shardwright/shards/{shard}/{seq}.json  commit records of one round, from chunk seq on (O(1) per commit)
     .shardwright/leases/{name}.json         who is running (heartbeat), so two runs never interleave
     .shardwright/failed/...                 per-item failure records (on_error="skip")
     .shardwright/run.json                   the last finished run's record, for ``status``
@@ -18,7 +18,13 @@ Layout::
 Order of writes for one chunk of shard ``s`` (done by the worker that owns ``s``):
 
     1. chunk file ``chunk-{gen}-{s}-{seq}.bin``      (durable before step 2 starts)
-    2. record ``shards/{s}/{seq}.json``              = the commit point of that chunk
+    2. its record, in ``shards/{s}/{first}.json``     = the commit point of that chunk
+
+Workers commit in rounds (workers.ChunkCommitter): the chunk files of every chunk waiting,
+then one ``storage.barrier()`` that makes them durable, then one record file per shard for
+the round. A record file is durable by the next round's barrier; after a power cut only a
+last round's record files can be torn (empty or NUL bytes), and ``load_progress`` drops
+those and everything after them in their shard, i.e. those chunks are redone.
 
 The record says which chunk it commits and where the shard resumes: ``next_input`` (first
 input whose outputs are not all committed) and ``skip_outputs`` (how many outputs of
@@ -39,8 +45,8 @@ Publishing (done once, by whoever holds the ``publish`` lease when every shard i
 
     3. index.json = base chunks (append mode: the dataset as it was when the run started,
        copied into the manifest) + every shard's chunks in shard order.  <- publication point
-    4. run.json (state "complete"), then manifest.json deleted.
-    5. orphan chunks of this generation, records, format and leases deleted.
+    4. run.json (state "complete", failed inputs).
+    5. orphan chunks of this generation, records and format deleted; manifest.json last.
 
 - crash before 3: the rerun finds the manifest and every shard done: it publishes.
 - crash between 3 and 4/5: the manifest is still there; index.json already names chunks of
@@ -142,12 +148,16 @@ class CommitRecord:
     skip_outputs: int
     done: bool
     failed: tuple = ()  # [input id, outputs already committed] of inputs skipped since the previous record
+    run_id: str = ""  # the manifest's: a record of another run is a leftover, never a commit of this one
 
     def to_json(self) -> dict:
-        data = asdict(self)
-        data["chunk"] = self.chunk.to_json() if self.chunk else None
-        data["failed"] = list(self.failed)
-        return data
+        # by hand: dataclasses.asdict deep-copies, and this runs once per chunk
+        return {
+            "shard": self.shard, "seq": self.seq, "chunk": self.chunk.to_json() if self.chunk else None,
+            "stored_bytes": self.stored_bytes, "first_input": self.first_input, "next_input": self.next_input,
+            "skip_outputs": self.skip_outputs, "done": self.done, "failed": [list(p) for p in self.failed],
+            "run_id": self.run_id,
+        }
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> "CommitRecord":
@@ -170,13 +180,24 @@ class CommitRecord:
             skip_outputs=_field(data, "skip_outputs", int, what, where),
             done=_field(data, "done", bool, what, where),
             failed=_failed_pairs(data.get("failed", []), what, where),
+            run_id=_field(data, "run_id", str, what, where),
         )
 
 
-def write_record(storage: Storage, record: CommitRecord) -> None:
-    """Step 2 of the protocol. Callers must have made ``record.chunk`` durable first
-    (``storage.barrier()``); the record itself becomes durable at the next barrier."""
-    storage.write_bytes(record_key(record.shard, record.seq), _dumps(record.to_json()), durable=False)
+def write_records(storage: Storage, records: list[CommitRecord]) -> None:
+    """Step 2 of the protocol for one commit round: one file per shard holding the round's
+    consecutive records of that shard, named by the first one's seq. Callers must have made
+    the records' chunks durable first (``storage.barrier()``); the files become durable at
+    the next barrier. A round of many small chunks costs one file, not one per chunk."""
+    runs: list[list[CommitRecord]] = []
+    for record in records:
+        if runs and runs[-1][-1].shard == record.shard and runs[-1][-1].seq + 1 == record.seq:
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    for run in runs:
+        body = _dumps({"records": [r.to_json() for r in run]})
+        storage.write_bytes(record_key(run[0].shard, run[0].seq), body, durable=False)
 
 
 def _torn(data: bytes) -> bool:
@@ -238,13 +259,17 @@ def _record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     return keys
 
 
-def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], repair: bool = False
-                  ) -> dict[int, ShardProgress]:
+def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
+                  repair: bool = False) -> dict[int, ShardProgress]:
     """Read the records of the given shards (parallel reads: S3 round trips dominate).
 
     ``repair=True`` (the process about to resume these shards) deletes torn records and
     every later record of their shard, so that a later run can never mistake one of those
-    for a commit after new records with other chunk boundaries are written."""
+    for a commit after new records with other chunk boundaries are written.
+
+    Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short:
+    they can only follow this run's records of the shard (this run rewrote the keys before
+    them), and are dropped like torn records."""
     keys_by_shard = _record_keys_by_shard(storage)
     wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
 
@@ -263,19 +288,30 @@ def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], repair: 
             # (same last commit round) never committed; their chunks are simply redone.
             dropped.setdefault(shard, []).append(key)
             continue
-        record = CommitRecord.from_json(_loads(data, "checkpoint record", storage, key), where)
+        body = _loads(data, "checkpoint record", storage, key)
+        listed = body.get("records")
+        if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
+            raise CorruptStateError(
+                f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
+                "Rerun with mode='overwrite' to start over"
+            )
+        records = [CommitRecord.from_json(r, where) for r in listed]
+        if run_id is not None and records[0].run_id != run_id:
+            dropped.setdefault(shard, []).append(key)
+            continue
         shard_progress = progress[shard]
-        if record.shard != shard or record.seq != shard_progress.next_seq:
-            raise CorruptStateError(
-                f"checkpoint records of shard {shard} are not numbered 0..n-1 without gaps (at {where}); "
-                "a record was deleted or edited by hand. Rerun with mode='overwrite' to start over"
-            )
-        if not shard_progress.start <= record.next_input <= shard_progress.end or shard_progress.done:
-            raise CorruptStateError(
-                f"checkpoint record {where} points outside its shard or follows the shard's last record; "
-                "it was edited by hand. Rerun with mode='overwrite' to start over"
-            )
-        shard_progress.add(record)
+        for record in records:
+            if record.shard != shard or record.seq != shard_progress.next_seq or record.run_id != records[0].run_id:
+                raise CorruptStateError(
+                    f"checkpoint records of shard {shard} are not numbered 0..n-1 without gaps (at {where}); "
+                    "a record was deleted or edited by hand. Rerun with mode='overwrite' to start over"
+                )
+            if not shard_progress.start <= record.next_input <= shard_progress.end or shard_progress.done:
+                raise CorruptStateError(
+                    f"checkpoint record {where} points outside its shard or follows the shard's last record; "
+                    "it was edited by hand. Rerun with mode='overwrite' to start over"
+                )
+            shard_progress.add(record)
     if repair:
         for keys in dropped.values():
             for key in reversed(keys):  # highest first: a crash here leaves a prefix, still valid
@@ -444,25 +480,39 @@ def _forget_resolved_failures(storage: Storage, still_failed: set[int]) -> None:
 # --- sample format shared by all workers ---------------------------------------------------
 
 
-def read_format(storage: Storage) -> dict | None:
-    try:
-        data = storage.read_bytes(FORMAT_KEY)
-    except FileNotFoundError:
+def _read_format_versioned(storage: Storage) -> tuple[dict, str] | None:
+    current = storage.read_versioned(FORMAT_KEY)
+    if current is None:
         return None
-    record = _loads(data, "format record", storage, FORMAT_KEY)
+    record = _loads(current[0], "format record", storage, FORMAT_KEY)
     where = f"{storage.url}/{FORMAT_KEY}"
     _field(record, "data_format", list, "format record", where)
     _field(record, "input_index", int, "format record", where)
-    return record
+    return record, current[1]
 
 
-def claim_format(storage: Storage, data_format: list, data_spec: str | None, input_index: int) -> dict:
-    """The first sample encoded anywhere fixes the dataset's format; returns the winner's."""
-    record = {"data_format": data_format, "data_spec": data_spec, "input_index": input_index}
-    if storage.create_exclusive(FORMAT_KEY, _dumps(record)):
-        return record
-    existing = read_format(storage)
-    return existing if existing is not None else claim_format(storage, data_format, data_spec, input_index)
+def read_format(storage: Storage, run_id: str) -> dict | None:
+    """The format claimed in this run, or None (a leftover claim of another run is ignored)."""
+    current = _read_format_versioned(storage)
+    if current is None or current[0].get("run_id") != run_id:
+        return None
+    return current[0]
+
+
+def claim_format(storage: Storage, run_id: str, data_format: list, data_spec: str | None, input_index: int) -> dict:
+    """The first sample encoded anywhere in the run fixes the dataset's format; returns the winner's."""
+    record = {"data_format": data_format, "data_spec": data_spec, "input_index": input_index, "run_id": run_id}
+    while True:
+        if storage.create_exclusive(FORMAT_KEY, _dumps(record)):
+            return record
+        current = _read_format_versioned(storage)
+        if current is None:
+            continue  # deleted in between: try again
+        existing, version = current
+        if existing.get("run_id") == run_id:
+            return existing
+        if storage.replace_if_version(FORMAT_KEY, _dumps(record), version):  # a leftover of another run
+            return record
 
 
 # --- leases: one live owner per node share, and one publisher -------------------------------
@@ -639,7 +689,7 @@ def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[Ch
     if previous is not None and previous.get("run_id") == manifest.run_id:
         cleanup_after_publish(storage, manifest, index_chunks, None)
         return
-    progress = load_progress(storage, manifest.shard_bounds())
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     failed = [i for s in sorted(progress) for i in progress[s].failed]
     cleanup_after_publish(storage, manifest, index_chunks, failed)
 
@@ -652,13 +702,13 @@ def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: li
         write_run_record(storage, run_record(manifest, index_chunks, failed))
         _forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
-    storage.delete(MANIFEST_KEY)
     named = {c.filename for c in index_chunks}
     for key in storage.list("chunk-"):
         if "/" not in key and chunk_generation(key) == manifest.generation and key not in named:
             storage.delete(key)
     storage.delete_prefix(SHARDS_PREFIX)
     storage.delete(FORMAT_KEY)
+    storage.delete(MANIFEST_KEY)  # last: until it is gone, a rerun finishes this cleanup
 
 
 def wipe(storage: Storage) -> None:
@@ -670,8 +720,9 @@ def wipe(storage: Storage) -> None:
         top = key.split("/", 1)[0]
         if "/" not in key and (name.startswith("chunk-") and name.endswith(".bin") or name.endswith("index.json")):
             storage.delete(key)
-        elif top == STATE_DIR and not key.startswith(LEASES_PREFIX):
+        elif top == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
             storage.delete(key)
+    storage.delete(MANIFEST_KEY)  # last, as in every cleanup
 
 
 def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgress]) -> list[ChunkEntry]:
@@ -688,7 +739,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
                 f"{record_key(record.shard, record.seq)}, is missing: it was deleted by hand. "
                 "Rerun with mode='overwrite' to start over"
             )
-    fmt = read_format(storage)
+    fmt = read_format(storage, manifest.run_id)
     if fmt is None and manifest.base_config:
         fmt = manifest.base_config
     settings = manifest.settings
@@ -714,7 +765,7 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
     everything = dict(known)
     others = {s: b for s, b in manifest.shard_bounds().items() if s not in known}
     if others:
-        everything.update(load_progress(storage, others))
+        everything.update(load_progress(storage, others, manifest.run_id))
     missing = sorted(s for s, p in everything.items() if not p.done)
     if missing:
         return False, missing

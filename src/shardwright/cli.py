@@ -26,7 +26,7 @@ def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
     if manifest is None:
         report["state"] = "complete" if report["published"] else "empty"
         return report
-    progress = checkpoint.load_progress(storage, manifest.shard_bounds())
+    progress = checkpoint.load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     done = [s for s, p in progress.items() if p.done]
     started = [s for s, p in progress.items() if p.records and not p.done]
     pending = [s for s, p in progress.items() if not p.records]

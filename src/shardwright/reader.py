@@ -273,24 +273,34 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
         state.last_loaded = k
         entry = self._chunks[k]
-        loaded = self._load_remote(entry) if self._cache is not None else _Loaded(self._load_chunk(entry))
-        if self._cache is not None and self.prefetch and sequential and k + 1 < len(self._chunks):
-            # Reading forward: fetch the next chunk while this one is read.
-            state.prefetch(self._cache, self._chunks[k + 1])
+        if self._cache is not None:
+            if self._config.compression is None:  # only uncompressed chunks stay pinned
+                with state.lock:  # unpin first, so that the download can evict what we no longer need
+                    self._trim(state, incoming=entry.chunk_bytes)
+            loaded = self._load_remote(entry)
+        else:
+            loaded = _Loaded(self._load_chunk(entry))
         with state.lock:
             previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
             if previous is not None:
                 previous.release()
             state.lru[k] = loaded
             self._trim(state)
+        if self._cache is not None and self.prefetch and sequential and k + 1 < len(self._chunks):
+            # Reading forward: fetch the next chunk while this one is read.
+            state.prefetch(self._cache, self._chunks[k + 1], k + 1)
         return loaded.data
 
-    def _trim(self, state: "_ProcState") -> None:
-        """Keep a few decoded chunks; remote: what they pin in the cache stays within the bound."""
+    def _trim(self, state: "_ProcState", incoming: int | None = None) -> None:
+        """Keep a few decoded chunks; remote: the cache files they pin (plus ``incoming``, a
+        chunk about to be loaded) stay within the cache bound, down to a single chunk."""
         lru = state.lru
+        room = _CACHED_CHUNKS - (incoming is not None)
         limit = self._cache.max_bytes if self._cache is not None else None
-        while len(lru) > _CACHED_CHUNKS or (
-            limit is not None and len(lru) > 1 and sum(x.pinned_bytes for x in lru.values()) > limit
+        keep_one = incoming is None  # the chunk just loaded stays, whatever its size
+        while len(lru) > room or (
+            limit is not None and len(lru) > keep_one
+            and sum(x.pinned_bytes for x in lru.values()) + (incoming or 0) > limit
         ):
             _, old = lru.popitem(last=False)
             old.release()
@@ -436,10 +446,10 @@ class _ProcState:
         self._prefetch_thread: threading.Thread | None = None
         self._closed = False
 
-    def prefetch(self, cache: "_ChunkCache", entry: ChunkEntry) -> None:
-        """Ask the background thread to bring ``entry`` into the cache (latest request wins)."""
+    def prefetch(self, cache: "_ChunkCache", entry: ChunkEntry, k: int) -> None:
+        """Ask the background thread to bring chunk ``k`` into the cache (latest request wins)."""
         with self._prefetch_lock:
-            self._prefetch_wanted = (cache, entry)
+            self._prefetch_wanted = (cache, entry, k)
             if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
                 self._prefetch_thread = threading.Thread(
                     target=self._prefetch_loop, name="shardwright-prefetch", daemon=True
@@ -460,9 +470,18 @@ class _ProcState:
                 wanted, self._prefetch_wanted = self._prefetch_wanted, None
             if wanted is None or self._closed:
                 continue
-            cache, entry = wanted
+            cache, entry, k = wanted
+
+            def still_wanted() -> bool:
+                # Not if the reader got there first (it downloads it itself) or moved on: a
+                # late prefetch would only evict chunks that are still useful.
+                last = self.last_loaded
+                return not self._closed and (last is None or last < k) and self._prefetch_wanted is None
+
             try:
-                cache.open(entry).close()  # just make it local; the reader maps it later
+                pin = cache.open(entry, still_wanted)
+                if pin is not None:
+                    pin.close()  # just make it local; the reader maps it later
             except Exception:  # the reader will try again and report the error
                 pass
 
@@ -525,7 +544,9 @@ class _Pin:
 def _filelock(path: str):
     import filelock
 
-    return filelock.FileLock(path)
+    # Short polls: a reader waiting for a chunk another thread or process is downloading
+    # should get it as soon as it is there.
+    return filelock.FileLock(path, poll_interval=0.005)
 
 
 class _ChunkCache:
@@ -586,8 +607,11 @@ class _ChunkCache:
             pass
         return _Pin(path, fd, st.st_size)
 
-    def open(self, entry: ChunkEntry) -> _Pin:
-        """The chunk's cache file, pinned; downloaded first if it is not cached."""
+    def open(self, entry: ChunkEntry, still_wanted=None) -> _Pin | None:
+        """The chunk's cache file, pinned; downloaded first if it is not cached.
+
+        ``still_wanted`` (prefetch): checked before downloading; None is returned if it says no.
+        """
         self._ensure_dir()
         path = self.path_of(entry)
         for _attempt in range(_FETCH_ATTEMPTS):
@@ -598,6 +622,8 @@ class _ChunkCache:
             downloaded = False
             with _filelock(path + _LOCK_SUFFIX):
                 pin = self._pin(path)  # another process may have fetched it while we waited
+                if pin is None and still_wanted is not None and not still_wanted():
+                    return None
                 if pin is None:
                     self.evict(self.max_bytes - entry.chunk_bytes)
                     try:

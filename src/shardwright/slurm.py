@@ -217,8 +217,8 @@ def write_sbatch_script(
         lines.append(f"#SBATCH {option}")
     lines += [
         "",
-        'echo "[shardwright] array task ${SLURM_ARRAY_TASK_ID:-?} of job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-?}}'
-        ' on ${SLURMD_NODENAME:-$(hostname)}, restart ${SLURM_RESTART_COUNT:-0}, $(date -u +%FT%TZ)" >&2',
+        ('echo "[shardwright] array task ${SLURM_ARRAY_TASK_ID:-?} of job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-?}}'
+         ' on ${SLURMD_NODENAME:-$(hostname)}, restart ${SLURM_RESTART_COUNT:-0}, $(date -u +%FT%TZ)" >&2'),
     ]
     if not explicit:
         lines += [

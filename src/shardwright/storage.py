@@ -288,12 +288,13 @@ class LocalStorage(Storage):
 
     def _write_tmp(self, path: str, data: bytes, fsync: bool = True) -> str:
         """Write ``data`` to a fresh (fsync-ed) temp file next to ``path``; return its name."""
-        directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            self._mkdirs(directory)
         tmp = _tmp_name(path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:  # first write into this directory (no stat per write)
+                self._mkdirs(os.path.dirname(path))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             self._raise_os_error(e, path)
         try:

@@ -31,7 +31,11 @@ from .planning import short_repr
 from .storage import Storage, open_storage
 
 PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
-COMMIT_QUEUE_DEPTH = 3  # chunks waiting for upload per worker: bounds memory, keeps uploads overlapped
+# What may wait for the committer per worker: bounds memory, while small chunks still batch
+# into large commit rounds (one barrier per round).
+PENDING_BYTES_LIMIT = 64 * 1024 * 1024
+PENDING_CHUNKS_LIMIT = 256
+ROUND_LIMIT_ENV = "SHARDWRIGHT_COMMIT_ROUND"  # most chunks per commit round (tests: 1 record file per chunk)
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class WorkerConfig:
     on_error: str  # "raise" or "skip"
     max_retries: int
     node_rank: int
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,22 @@ class ChunkCommitter:
         self.report = report
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue()
-        self._room = threading.BoundedSemaphore(COMMIT_QUEUE_DEPTH)
+        self._room = threading.Condition()
+        self._pending_bytes = 0
+        self._pending_chunks = 0
+        self._round_limit = int(os.environ.get(ROUND_LIMIT_ENV, PENDING_CHUNKS_LIMIT))
         self._thread = threading.Thread(target=self._run, name="chunk-committer", daemon=True)
         self._thread.start()
 
     def submit(self, shard: int, seq: int, items: list[bytes], first_input: int, next_input: int,
                skip_outputs: int, done: bool, failed: tuple) -> None:
         self.raise_if_failed()
-        self._room.acquire()  # backpressure: at most COMMIT_QUEUE_DEPTH chunks in memory
+        size = sum(len(x) for x in items)
+        with self._room:  # backpressure; one chunk may always wait, however large
+            self._room.wait_for(lambda: self._pending_chunks == 0 or (
+                self._pending_bytes + size <= PENDING_BYTES_LIMIT and self._pending_chunks < PENDING_CHUNKS_LIMIT))
+            self._pending_bytes += size
+            self._pending_chunks += 1
         self._queue.put((shard, seq, items, first_input, next_input, skip_outputs, done, failed))
 
     def raise_if_failed(self) -> None:
@@ -121,7 +134,7 @@ class ChunkCommitter:
         closing = False
         while not closing:
             batch = [self._queue.get()]
-            while True:
+            while batch[-1] is not None and len(batch) < self._round_limit:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
@@ -136,8 +149,10 @@ class ChunkCommitter:
             except BaseException as exc:  # reported through raise_if_failed; nothing after it commits
                 self.error = exc
             finally:
-                for _ in batch:
-                    self._room.release()
+                with self._room:
+                    self._pending_chunks -= len(batch)
+                    self._pending_bytes -= sum(len(x) for job in batch for x in job[2])
+                    self._room.notify_all()
 
     def _commit_batch(self, batch: list[tuple]) -> None:
         records = []
@@ -149,31 +164,34 @@ class ChunkCommitter:
                 data = compress(raw, self.cfg.compression)
                 self.storage.write_bytes(name, data, durable=False)  # protocol step 1: chunk first
                 entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
-            records.append(CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed))
+            records.append(CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed,
+                                        self.cfg.run_id))
         if not records:
             return
         self.storage.barrier()
         checkpoint.crash_point("after_chunk")
+        if self.cfg.use_checkpoint:
+            checkpoint.write_records(self.storage, records)  # protocol step 2: the commit point
         for record in records:
-            if self.cfg.use_checkpoint:
-                checkpoint.write_record(self.storage, record)  # protocol step 2: the commit point
             self.report(("commit", record.to_json()))
 
 
 class FormatGate:
     """Encodes samples; the first sample anywhere in the run fixes the format (format.json)."""
 
-    def __init__(self, storage: Storage):
+    def __init__(self, storage: Storage, run_id: str):
         self.storage = storage
+        self.run_id = run_id
         self.encoder: ItemEncoder | None = None
 
     def encode(self, sample, input_index: int) -> bytes:
         if self.encoder is None:
-            known = checkpoint.read_format(self.storage)
+            known = checkpoint.read_format(self.storage, self.run_id)
             if known is None:
                 probe = ItemEncoder()
                 data = probe.encode(sample, input_index)
-                known = checkpoint.claim_format(self.storage, probe.data_format, probe.data_spec, input_index)
+                known = checkpoint.claim_format(self.storage, self.run_id, probe.data_format, probe.data_spec,
+                                                input_index)
                 if known["data_format"] == probe.data_format and known["data_spec"] == probe.data_spec:
                     self.encoder = probe
                     self.encoder.format_input_index = known["input_index"]
@@ -247,7 +265,7 @@ class Worker:
         self.signalled = False
         self.storage = open_storage(cfg.output_dir, cfg.storage_options)
         self.committer = ChunkCommitter(self.storage, cfg, self.report)
-        self.gate = FormatGate(self.storage)
+        self.gate = FormatGate(self.storage, cfg.run_id)
         self._pending_progress = 0
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
@@ -388,10 +406,11 @@ def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, c
         stopped = True
         _close_quietly(worker, wid, result_q)
     except _FnFailed as failure:
-        _close_quietly(worker, wid, result_q)
+        # report first, so the main process stops the other workers now, not after our commits
         i = worker.current_inputs[wid]
         result_q.put(("error", wid, "fn", _describe(failure.original), i, "", failure.tb,
                       _picklable_exception(failure.original)))
+        _close_quietly(worker, wid, result_q)
     except BaseException as exc:
         _close_quietly(worker, wid, result_q)
         kind = "shardwright" if isinstance(exc, ShardwrightError) else "internal"
