@@ -153,7 +153,8 @@ def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: in
                 compute = max(r["end"] for r in reports) - min(r["imported"] for r in reports)
                 row = {"tasks": n, "repeat": rep, "inputs": inputs, "wall_s": wall, "span_s": span,
                        "compute_s": compute, "cpu_s": sum(r["cpu_s"] for r in reports),
-                       "nodes": sorted({r["node"] for r in reports}), "published_by": sum(r["published"] for r in reports)}
+                       "nodes": sorted({r["node"] for r in reports}),
+                       "published_by": sum(r["published"] for r in reports)}
                 rows.append(row)
                 log(f"  {n} task(s), repeat {rep}: wall {wall:.1f} s, span {span:.1f} s on {','.join(row['nodes'])}")
         shutil.rmtree(base, ignore_errors=True)
@@ -198,6 +199,7 @@ def _timed_publish(url: str, storage_options: dict | None, chunks: int) -> dict:
     from shardwright.storage import open_storage
 
     storage = open_storage(url, storage_options)
+    record_files = len(storage.list(checkpoint.SHARDS_PREFIX))
     t0 = time.perf_counter()
     manifest = checkpoint.read_manifest(storage)
     progress = load_progress(storage, manifest.shard_bounds(), manifest)
@@ -211,7 +213,8 @@ def _timed_publish(url: str, storage_options: dict | None, chunks: int) -> dict:
     if sum(e.chunk_size for e in entries) != chunks or len(entries) != chunks:
         raise SystemExit(f"BROKEN RUN: {url} index lists {len(entries)} chunks")
     records = sum(len(p.records) for p in progress.values())
-    return {"records": records, "read_records_s": t1 - t0, "write_index_s": t2 - t1, "cleanup_s": t3 - t2,
+    return {"records": records, "record_files": record_files, "read_records_s": t1 - t0,
+            "write_index_s": t2 - t1, "cleanup_s": t3 - t2,
             "publish_in_process_s": t3 - t0, "visible_s": t2 - t0}
 
 
@@ -248,7 +251,7 @@ def run_merge(chunks: int, repeats: int, log) -> dict:
             shutil.rmtree(own_copy)
             log(f"  repeat {rep}: merge CLI {merge_s:.2f} s, in-process {steps[-1]['publish_in_process_s']:.2f} s")
         result = {"chunks": chunks, "build_s": build_s, "cli_startup_s": [startup_s], "status_s": [status_s],
-                  "merge_cli_s": merges, "records": steps[0]["records"]}
+                  "merge_cli_s": merges, "records": steps[0]["records"], "record_files": steps[0]["record_files"]}
         for key in ("read_records_s", "write_index_s", "cleanup_s", "publish_in_process_s", "visible_s"):
             result[key] = [st[key] for st in steps]
         return result
@@ -269,7 +272,8 @@ def run_merge_s3(chunks: int, log) -> dict:
         status_s, _ = _cli("status", url, "--storage-options", json.dumps(options))
         steps = _timed_publish(url, options, chunks)
         return {"chunks": chunks, "build_s": build_s, "status_s": [status_s], "records": steps["records"],
-                **{k: [v] for k, v in steps.items() if k != "records"}}
+                "record_files": steps["record_files"],
+                **{k: [v] for k, v in steps.items() if k not in ("records", "record_files")}}
     finally:
         server.stop()
 
@@ -282,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "job":
         return job_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--inputs", type=int, default=6000, help="inputs of the scaling workload (default 6000: ~12 s of CPU)")
+    ap.add_argument("--inputs", type=int, default=6000,
+                    help="inputs of the scaling workload (default 6000: ~12 s of CPU)")
     ap.add_argument("--tasks", default="1,2,3", help="array sizes to run (default 1,2,3)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--merge-chunks", type=int, default=10000)
@@ -320,10 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     if "scaling" in results:
         rows = results["scaling"]
-        best = {n: statistics.median(r["span_s"] for r in rows if r["tasks"] == n) for n in sorted({r["tasks"] for r in rows})}
+        sizes = sorted({r["tasks"] for r in rows})
+        best = {n: statistics.median(r["span_s"] for r in rows if r["tasks"] == n) for n in sizes}
         one = best.get(1)
-        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU (calibrated), --cpus-per-task=1, "
-              f"num_workers=1, on {os.cpu_count()} real cores, load average {load:.1f} at the start")
+        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU (calibrated), "
+              f"--cpus-per-task=1, num_workers=1, on {os.cpu_count()} real cores, load average {load:.1f} at the start")
         ones = [r for r in rows if r["tasks"] == 1]
         if ones:
             per_input = statistics.median(r["cpu_s"] for r in ones) / args.inputs * 1e3
@@ -344,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
     if "merge" in results:
         m, s3 = results["merge"], results.get("merge_s3")
-        print(f"Final merge of a run with {m['chunks']:,} committed chunks ({m['records']:,} commit records, "
-              "two nodes' worth), nothing published yet:")
+        print(f"Final merge of a run with {m['chunks']:,} committed chunks ({m['records']:,} commit records in "
+              f"{m['record_files']:,} record files, two nodes' worth), nothing published yet:")
         print(f"| step | local disk (s): median (min-max) of {len(m['merge_cli_s'])} |"
               + (" S3, local SeaweedFS (s), 1 run |" if s3 else ""))
         print("|---|---:|" + ("---:|" if s3 else ""))

@@ -113,13 +113,16 @@ def chunks_named_but_missing(output_dir: str, storage_options: dict | None = Non
     storage = open_storage(output_dir, storage_options)
     present = set(storage.list(""))
     records = [key for key in storage.list(".shardwright/shards/") if key.endswith(".json")]
-    missing = []
-    for key in records:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def named(key: str) -> str | None:
         try:
-            record = _json.loads(storage.read_bytes(key))
+            chunk = _json.loads(storage.read_bytes(key)).get("chunk")
         except FileNotFoundError:
-            continue  # deleted by a publisher cleaning up meanwhile
-        chunk = record.get("chunk")
-        if chunk is not None and chunk["filename"] not in present:
-            missing.append(f"{key} -> {chunk['filename']}")
+            return None  # deleted by a publisher cleaning up meanwhile
+        return chunk["filename"] if chunk is not None else None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        names = list(pool.map(named, records))
+    missing = [f"{key} -> {name}" for key, name in zip(records, names) if name is not None and name not in present]
     return len(records), missing

@@ -88,6 +88,9 @@ def test_node_identity_sources_and_precedence():
     assert node_identity(4, 2, {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2"}).rank == 2
     env = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4"}
     assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (3, 4)
+    env = {"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4",
+           "SLURM_ARRAY_TASK_STEP": "2"}
+    assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (2, 4)
     env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}
     assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (1, 3)
     env = {"DATA_OPTIMIZER_NODE_RANK": "1", "DATA_OPTIMIZER_NUM_NODES": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}

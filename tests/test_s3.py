@@ -47,6 +47,12 @@ from shardwright.storage import open_storage
 STANDARD_RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
 
 
+@pytest.fixture(autouse=True)
+def private_reader_cache(tmp_path, monkeypatch):
+    """Readers (ours, in this process and in children) cache under tmp_path, not ~/.cache."""
+    monkeypatch.setenv("SHARDWRIGHT_CACHE_DIR", str(tmp_path / "reader-cache"))
+
+
 def finish(config: dict, **env) -> None:
     done = run_child(config, **env)
     assert done.returncode == 0, done.stderr[-3000:]

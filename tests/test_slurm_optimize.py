@@ -153,7 +153,8 @@ def share(inputs: int, shards: int, rank: int, count: int) -> int:
 
 
 def shard_of(i: int, inputs: int, shards: int) -> int:
-    return next(s for s in range(shards) if shard_bounds(inputs, shards, s)[0] <= i < shard_bounds(inputs, shards, s)[1])
+    return next(s for s in range(shards)
+                if shard_bounds(inputs, shards, s)[0] <= i < shard_bounds(inputs, shards, s)[1])
 
 
 def failed_ids(run_record: dict) -> list[int]:

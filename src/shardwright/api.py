@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from . import checkpoint
 from .checkpoint import INDEX_KEY, CommitRecord, Lease, Manifest, ShardProgress
 from .errors import (
+    ConcurrentRunError,
     CorruptStateError,
     DatasetExistsError,
     FnError,
@@ -55,7 +56,12 @@ class OptimizeResult:
     pending_shards: list = field(default_factory=list)
 
     def __str__(self) -> str:
-        state = "published" if self.published else f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
+        if self.published:
+            state = "published"
+        elif self.pending_shards:
+            state = f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
+        else:
+            state = "being published by another node that finished at the same moment"
         failed = (f"; {self.failed:,} input(s) failed and were skipped (records under "
                   f"{self.output_dir}/.shardwright/failed/; rerun the same call to retry them)") if self.failed else ""
         return (f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
@@ -301,9 +307,11 @@ def optimize(
     settings = _Settings(chunk_size, chunk_bytes_int, compression, min(shards, max(1, len(inputs))))
     run = _Run(fn, inputs, output_dir, storage_options, settings, mode, use_checkpoint, node, verbose)
 
-    lease = Lease(run.storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run")
+    lease = Lease(run.storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
+                  extra={"node_rank": node.rank, "num_nodes": node.count})
     lease.acquire(run.output_dir)
     try:
+        _check_peers_agree(run, lease, node)
         manifest = run.open()
         if manifest is None:
             return OptimizeResult(run.output_dir, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
@@ -311,6 +319,18 @@ def optimize(
                       on_error, max_retries, started)
     finally:
         lease.release()
+
+
+def _check_peers_agree(run: _Run, lease: Lease, node: NodeIdentity) -> None:
+    """Live nodes with another num_nodes would own overlapping shards: refuse, never race."""
+    for name, holder in checkpoint.live_leases(run.storage):
+        if holder.get("owner") != lease.owner and holder.get("num_nodes", node.count) != node.count:
+            raise ConcurrentRunError(
+                f"node {holder.get('node_rank')} of {holder.get('num_nodes')} (host {holder.get('host')}, "
+                f"pid {holder.get('pid')}) is running on {run.output_dir}, and this call is node {node.rank} of "
+                f"{node.count}: every node of a run must use the same number of nodes ({node.source}). "
+                "Wait for it to finish, or stop it and rerun with the same count"
+            )
 
 
 def _check_picklable(fn, start_method: str) -> None:
@@ -352,7 +372,11 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
         workers = max(1, min(num_workers or os.cpu_count() or 1, len(tasks)))
         tracker.open_bar(sum(p.end - p.start for p in progress.values()), sum(p.inputs_done for p in progress.values()))
         try:
-            outcome = WorkerPool(fn, cfg, workers, start_method).run(tasks, tracker.on_message, tracker.on_idle)
+            def on_idle():
+                tracker.on_idle()
+                return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
+
+            outcome = WorkerPool(fn, cfg, workers, start_method).run(tasks, tracker.on_message, on_idle)
         finally:
             tracker.close_bar()
         _raise_for_outcome(outcome, run, tracker, lease)

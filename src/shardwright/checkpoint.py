@@ -547,9 +547,10 @@ class Lease:
     array task before a requeue (Slurm only restarts a task after killing the old one).
     """
 
-    def __init__(self, storage: Storage, name: str, what: str):
+    def __init__(self, storage: Storage, name: str, what: str, extra: dict | None = None):
         self.storage = storage
         self.key = f"{LEASES_PREFIX}{name}.json"
+        self.extra = extra or {}
         self.what = what
         self.owner = uuid.uuid4().hex
         self._version: str | None = None
@@ -566,6 +567,7 @@ class Lease:
                 "slurm": _slurm_identity(),
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
+                **self.extra,
             }
         )
 
@@ -645,6 +647,19 @@ class Lease:
                     self.storage.delete(self.key)
             except Exception:
                 pass  # the lease expires on its own
+
+
+def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, dict]]:
+    """(name, holder) of the leases whose heartbeat is within their TTL."""
+    found = []
+    for key in storage.list(LEASES_PREFIX + prefix):
+        try:
+            holder = json.loads(storage.read_bytes(key))
+        except (FileNotFoundError, ValueError):
+            continue
+        if time.time() - float(holder.get("heartbeat", 0)) <= float(holder.get("ttl", lease_ttl())):
+            found.append((key[len(LEASES_PREFIX):-len(".json")], holder))
+    return found
 
 
 # --- publishing ---------------------------------------------------------------------------------
@@ -754,6 +769,16 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     return chunks
 
 
+def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
+    """Publishing writes index.json, then run.json (with the run's id), and only then deletes
+    records (the manifest last): whoever sees records vanish sees one of these."""
+    previous = read_run_record(storage)
+    if previous is not None and previous.get("run_id") == manifest.run_id:
+        return True
+    current = read_manifest(storage)
+    return current is None or current.run_id != manifest.run_id
+
+
 def publish_if_complete(storage: Storage, manifest: Manifest,
                         known: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
     """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
@@ -765,9 +790,18 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
     everything = dict(known)
     others = {s: b for s, b in manifest.shard_bounds().items() if s not in known}
     if others:
-        everything.update(load_progress(storage, others, manifest.run_id))
+        try:
+            everything.update(load_progress(storage, others, manifest.run_id))
+        except (FileNotFoundError, CorruptStateError):
+            # A record listed a moment ago is gone (or seems to leave a gap): another node
+            # published and its cleanup is deleting the records we are reading.
+            if _published_by_another(storage, manifest):
+                return True, []
+            raise
     missing = sorted(s for s, p in everything.items() if not p.done)
     if missing:
+        if _published_by_another(storage, manifest):  # listed after that cleanup deleted them
+            return True, []
         return False, missing
     publisher = Lease(storage, "publish", "the final merge")
     if publisher.try_acquire() is not None:

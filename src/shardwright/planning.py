@@ -170,6 +170,14 @@ def node_identity(num_nodes: int | None, node_rank: int | None, env: dict | None
     if num_nodes is not None and node_rank is not None:
         return _validated(node_rank, num_nodes, "the num_nodes/node_rank arguments")
     for rank_var, count_var, label in _ENV_PAIRS:
+        if rank_var == "SLURM_PROCID":
+            if "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env:
+                # A batch script itself, not an srun step: Slurm sets SLURM_PROCID=0 there, and
+                # SLURM_NTASKS only with -n (the allocation's size, not processes running this
+                # code). One process runs here, so it is the whole run.
+                continue
+            if "SLURM_STEP_NUM_TASKS" in env:
+                count_var = "SLURM_STEP_NUM_TASKS"  # `srun -n K` in a larger allocation
         has_rank, has_count = rank_var in env, count_var in env
         if has_rank != has_count:
             present, missing = (rank_var, count_var) if has_rank else (count_var, rank_var)
@@ -181,7 +189,11 @@ def node_identity(num_nodes: int | None, node_rank: int | None, env: dict | None
             rank = _parse_int(rank_var, env[rank_var])
             count = _parse_int(count_var, env[count_var])
             if rank_var == "SLURM_ARRAY_TASK_ID":
+                # --array=4-10:2 gives ids 4, 6, 8, 10: ranks 0..3
                 rank -= _parse_int("SLURM_ARRAY_TASK_MIN", env.get("SLURM_ARRAY_TASK_MIN", "0"))
+                step = _parse_int("SLURM_ARRAY_TASK_STEP", env.get("SLURM_ARRAY_TASK_STEP", "1"))
+                if step > 1 and rank % step == 0:
+                    rank //= step
             return _validated(rank, count, label)
     return NodeIdentity(0, 1, "a single node")
 

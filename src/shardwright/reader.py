@@ -91,10 +91,12 @@ CACHE_DIR_ENV = "SHARDWRIGHT_CACHE_DIR"
 _CACHE_MARKER = ".shardwright-cache.json"  # marks a directory eviction may touch
 _CACHE_LOCK = ".shardwright-cache.lock"  # cache-wide eviction lock, in the cache root
 _LOCK_SUFFIX = ".lock"
+_LOCK_DIR = ".locks"  # per-chunk download locks: not in the chunks' directory, whose mtime we watch
 # Storage.download_to's temp files: .{name}.tmp-{pid}-{tid}-{random}
 _TMP_RE = re.compile(r"^\.(?P<name>.*)\.tmp-(?P<pid>\d+)-\d+-[0-9a-f]+$")
 _STALE_TMP_SECONDS = 60.0
 _FETCH_ATTEMPTS = 5
+_RESCAN_SECONDS = 1.0
 
 
 class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
@@ -123,6 +125,10 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self.output_dir = os.fspath(output_dir)
         self.storage_options = dict(storage_options or {})
         self.prefetch = bool(prefetch)
+        try:
+            limit = parse_size(max_cache_bytes)
+        except ValueError as exc:
+            raise ValueError(f"max_cache_bytes: {exc}") from None
         self._storage = None
         self._cache: _ChunkCache | None = None
         self._remote = self.output_dir.startswith("s3://")
@@ -153,10 +159,6 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             # Builds the decode plan now, so an unreadable leaf format fails at open time.
             _decode_plan(tuple(self._config.data_format), self._config.data_spec)
         if self._remote:
-            try:
-                limit = parse_size(max_cache_bytes)
-            except ValueError as exc:
-                raise ValueError(f"max_cache_bytes: {exc}") from None
             root = os.fspath(cache_dir) if cache_dir is not None else (
                 os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "shardwright")
             )
@@ -259,17 +261,19 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
 
     def _get(self, i: int) -> Any:
         k = bisect.bisect_right(self._starts, i) - 1
-        chunk = self._chunk(k)
+        view = self._item_view(k, i - self._starts[k])
         assert self._config.data_spec is not None
-        return decode_item(chunk_item(chunk, i - self._starts[k]), self._config.data_format, self._config.data_spec)
+        return decode_item(view, self._config.data_format, self._config.data_spec)
 
-    def _chunk(self, k: int) -> bytes | memoryview:
+    def _item_view(self, k: int, j: int) -> memoryview:
+        """Item ``j`` of chunk ``k``. The view is taken under the LRU lock: once it exists,
+        another thread dropping the chunk from the LRU cannot unmap the bytes under it."""
         state = self._state()
         with state.lock:
             cached = state.lru.get(k)
             if cached is not None:
                 state.lru.move_to_end(k)
-                return cached.data
+                return chunk_item(cached.data, j)
         sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
         state.last_loaded = k
         entry = self._chunks[k]
@@ -285,11 +289,12 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             if previous is not None:
                 previous.release()
             state.lru[k] = loaded
+            view = chunk_item(loaded.data, j)
             self._trim(state)
         if self._cache is not None and self.prefetch and sequential and k + 1 < len(self._chunks):
             # Reading forward: fetch the next chunk while this one is read.
             state.prefetch(self._cache, self._chunks[k + 1], k + 1)
-        return loaded.data
+        return view
 
     def _trim(self, state: "_ProcState", incoming: int | None = None) -> None:
         """Keep a few decoded chunks; remote: the cache files they pin (plus ``incoming``, a
@@ -556,12 +561,13 @@ class _ChunkCache:
         self.root, self.name, self.url, self.storage, self.max_bytes = root, name, url, storage, max_bytes
         self.directory = os.path.join(root, name)
         self._ready_pid: int | None = None
+        self._estimate: tuple | None = None  # (pid, bytes, monotonic time of the scan, dir mtime)
 
     def _ensure_dir(self) -> None:
         if self._ready_pid == os.getpid():
             return
         try:
-            os.makedirs(self.directory, exist_ok=True)
+            os.makedirs(os.path.join(self.directory, _LOCK_DIR), exist_ok=True)
             marker = os.path.join(self.directory, _CACHE_MARKER)
             if not os.path.exists(marker):
                 tmp = f"{marker}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -577,6 +583,10 @@ class _ChunkCache:
 
     def path_of(self, entry: ChunkEntry) -> str:
         return os.path.join(self.directory, *entry.filename.split("/"))
+
+    def lock_path(self, path: str) -> str:
+        rel = os.path.relpath(path, self.directory).replace(os.sep, "%")
+        return os.path.join(self.directory, _LOCK_DIR, rel + _LOCK_SUFFIX)
 
     # -- pinning ------------------------------------------------------------------------
 
@@ -620,7 +630,7 @@ class _ChunkCache:
                 return pin
             os.makedirs(os.path.dirname(path), exist_ok=True)
             downloaded = False
-            with _filelock(path + _LOCK_SUFFIX):
+            with _filelock(self.lock_path(path)):
                 pin = self._pin(path)  # another process may have fetched it while we waited
                 if pin is None and still_wanted is not None and not still_wanted():
                     return None
@@ -642,6 +652,8 @@ class _ChunkCache:
                         raise
                     downloaded = True
                     pin = self._pin(path)
+                    if pin is not None:
+                        self._added(pin.size)
             if pin is not None:
                 if downloaded:
                     self.evict(self.max_bytes)
@@ -655,7 +667,7 @@ class _ChunkCache:
     def discard(self, pin: _Pin) -> None:
         """Delete a bad cache file (if it is still the one pinned), then unpin it."""
         try:
-            with _filelock(pin.path + _LOCK_SUFFIX):
+            with _filelock(self.lock_path(pin.path)):
                 st = os.fstat(pin.fd)
                 try:
                     now = os.stat(pin.path)
@@ -681,7 +693,8 @@ class _ChunkCache:
             directory = os.path.join(self.root, sub)
             if not os.path.isfile(os.path.join(directory, _CACHE_MARKER)):
                 continue  # not ours: never touched
-            for dirpath, _dirs, filenames in os.walk(directory):
+            for dirpath, dirs, filenames in os.walk(directory):
+                dirs[:] = [d for d in dirs if d != _LOCK_DIR]
                 for fname in filenames:
                     path = os.path.join(dirpath, fname)
                     if fname == _CACHE_MARKER or fname.endswith(_LOCK_SUFFIX):
@@ -703,25 +716,56 @@ class _ChunkCache:
                     files.append((st.st_mtime, st.st_size, path))
         return total, files
 
+    # A scan stats every file of the cache root: with many small chunks that costs more than
+    # the download. So this process remembers the total of its last scan plus its own
+    # downloads, and skips the scan while that stays under the target, the scan is younger
+    # than _RESCAN_SECONDS and the dataset directory's mtime (which other processes' downloads
+    # and evictions change) is the one seen last. An eviction frees a tenth of the bound more
+    # than asked, so that a full cache is not scanned again on every download.
+
+    def _dir_mtime(self) -> int | None:
+        try:
+            return os.stat(self.directory).st_mtime_ns
+        except OSError:
+            return None
+
+    def _known_total(self) -> int | None:
+        known = self._estimate
+        if known is None or known[0] != os.getpid() or time.monotonic() - known[2] > _RESCAN_SECONDS:
+            return None
+        if self._dir_mtime() != known[3]:
+            return None
+        return known[1]
+
+    def _added(self, size: int) -> None:
+        known = self._estimate
+        if known is not None and known[0] == os.getpid():
+            self._estimate = (known[0], known[1] + size, known[2], self._dir_mtime())
+
     def evict(self, target: int) -> None:
         """Delete least recently used, unpinned chunk files until the root holds <= target bytes."""
         target = max(0, target)
+        known = self._known_total()
+        if known is not None and known <= target:
+            return
         try:
             lock = _filelock(os.path.join(self.root, _CACHE_LOCK))
             with lock:
+                scanned_at = time.monotonic()
                 total, files = self._scan()
-                if total <= target:
-                    return
-                for _mtime, size, path in sorted(files):
-                    if _try_evict(path):
-                        total -= size
-                        if total <= target:
-                            return
+                if total > target:
+                    low = max(0, target - self.max_bytes // 10)
+                    for _mtime, size, path in sorted(files):
+                        if _try_evict(path, self.lock_path(path)):
+                            total -= size
+                            if total <= low:
+                                break
+                self._estimate = (os.getpid(), total, scanned_at, self._dir_mtime())
         except OSError:
             pass  # eviction is best effort; reading must go on
 
 
-def _try_evict(path: str) -> bool:
+def _try_evict(path: str, lock_path: str) -> bool:
     """Delete ``path`` unless someone has it pinned (shared flock)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -741,7 +785,7 @@ def _try_evict(path: str) -> bool:
         if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
             return False  # replaced meanwhile: a fresh download
         os.unlink(path)  # while holding the lock: a reader that opened it sees nlink == 0
-        _unlink_quiet(path + _LOCK_SUFFIX)  # filelock copes with a lock file unlinked under it
+        _unlink_quiet(lock_path)  # filelock copes with a lock file unlinked under it
         return True
     finally:
         os.close(fd)

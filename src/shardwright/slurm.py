@@ -355,7 +355,8 @@ def add_slurm_command(subparsers) -> None:
     p.add_argument("--time", help="time limit per task, e.g. 4:00:00")
     p.add_argument("--cpus-per-task", type=int, metavar="C")
     p.add_argument("--mem", metavar="M", help="memory per node, e.g. 16G")
-    p.add_argument("--max-concurrent", type=int, metavar="K", help="at most K tasks at once (--array=0-(N-1)%%K)")
+    p.add_argument("--max-concurrent", type=int, metavar="K",
+                   help="at most K tasks at once (--array=0-(N-1)%%K; per submission when split)")
     p.add_argument("--output-dir-for-logs", metavar="D", help="task logs go to D/NAME-JOB_TASK.log (appended to "
                    "across requeues); created at submission")
     p.add_argument("--requeue", dest="requeue", action="store_true", default=True,

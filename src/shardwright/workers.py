@@ -438,6 +438,7 @@ DEATH_GRACE_SECONDS = 1.0  # a worker's last messages may still be in the pipe w
 @dataclass
 class PoolOutcome:
     interrupted_by: int | None = None  # signal number
+    aborted: str | None = None  # on_idle() asked to stop at once (the node's lease was taken over)
     error: tuple | None = None  # the first ("error", wid, kind, message, input, repr, tb, pickled)
     dead_worker: tuple | None = None  # (wid, pid, exitcode, input index)
 
@@ -511,7 +512,11 @@ class WorkerPool:
                 if message is not None and now - last_check < 0.1 and not signals_seen:
                     continue  # busy: drain messages, but still check on workers ten times a second
                 last_check = now
-                on_idle()
+                abort = on_idle()
+                if abort:  # another process owns these shards now: commit nothing more
+                    outcome.aborted = abort
+                    _kill_all(procs)
+                    break
                 if signals_seen and outcome.interrupted_by is None:
                     outcome.interrupted_by = signals_seen[0]
                     stop_event.set()
