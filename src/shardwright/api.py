@@ -415,7 +415,7 @@ class _Tracker:
 
     def __init__(self, run: _Run, progress: dict[int, ShardProgress]):
         self.run, self.progress = run, progress
-        self.items = self.chunks = self.bytes = self.failed = 0
+        self.items = self.chunks = self.bytes = 0
         self.bar = None
 
     def open_bar(self, total: int, initial: int) -> None:
@@ -446,8 +446,6 @@ class _Tracker:
                 self.items += record.chunk.chunk_size
                 self.chunks += 1
                 self.bytes += record.stored_bytes
-        elif kind == "failed":
-            self.failed += 1
 
     def inputs_done(self) -> int:
         return sum(p.inputs_done for p in self.progress.values())

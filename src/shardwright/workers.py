@@ -346,7 +346,6 @@ class Worker:
             message=str(exc), traceback=traceback.format_exc(), host=socket.gethostname(), pid=os.getpid(),
             node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.generation, time=time.time(),
         ))
-        self.report(("failed", input_id))
 
 
 class _Stop(Exception):
