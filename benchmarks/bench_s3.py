@@ -142,7 +142,7 @@ class Bench:
 
     def litdata_s3(self):
         import litdata
-        import litdata.streaming.downloader as downloader
+        from litdata.streaming import downloader
 
         downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # plain-http endpoint (see the docstring)
         cache = self._fresh_dir("litdata-cache")
@@ -288,8 +288,8 @@ def main(argv: list[str]) -> int:
     payload_mb = items * MIB / 1e6
     results = {}
     print()
-    print(f"| variant | median s | min s | MB/s (median) | vs shardwright local |")
-    print(f"|---|---:|---:|---:|---:|")
+    print("| variant | median s | min s | MB/s (median) | vs shardwright local |")
+    print("|---|---:|---:|---:|---:|")
     local = statistics.median(times["sw_local"]) if times.get("sw_local") else None
     for key, label, _ in variants:
         if key in failures:

@@ -97,32 +97,43 @@ def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tup
 
 
 def committed_records_at(output_dir: str, storage_options: dict | None = None) -> int:
-    """committed_records for a local path or an s3:// URL (read through shardwright's storage)."""
+    """committed_records for a local path or an s3:// URL (read through shardwright's storage):
+    the number of commit record files (one per shard and commit round, holding >= 1 record)."""
     from shardwright.storage import open_storage
 
     keys = open_storage(output_dir, storage_options).list(".shardwright/shards/")
     return sum(1 for key in keys if key.endswith(".json"))
 
 
-def chunks_named_but_missing(output_dir: str, storage_options: dict | None = None) -> tuple[int, list[str]]:
-    """(number of commit records, chunk files they name that do not exist) of an output."""
+def committed_chunk_names(output_dir: str, storage_options: dict | None = None) -> dict[str, list[str]]:
+    """{record file: [chunk filenames its records commit]} of an output (local or s3://).
+    Reads both record file layouts: ``{"records": [...]}`` (a commit round) and one record."""
     import json as _json
+    from concurrent.futures import ThreadPoolExecutor
 
     from shardwright.storage import open_storage
 
     storage = open_storage(output_dir, storage_options)
-    present = set(storage.list(""))
-    records = [key for key in storage.list(".shardwright/shards/") if key.endswith(".json")]
-    from concurrent.futures import ThreadPoolExecutor
+    keys = [key for key in storage.list(".shardwright/shards/") if key.endswith(".json")]
 
-    def named(key: str) -> str | None:
+    def names(key: str) -> list[str]:
         try:
-            chunk = _json.loads(storage.read_bytes(key)).get("chunk")
+            document = _json.loads(storage.read_bytes(key))
         except FileNotFoundError:
-            return None  # deleted by a publisher cleaning up meanwhile
-        return chunk["filename"] if chunk is not None else None
+            return []  # deleted by a publisher cleaning up meanwhile
+        records = document["records"] if isinstance(document.get("records"), list) else [document]
+        return [r["chunk"]["filename"] for r in records if r.get("chunk") is not None]
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        names = list(pool.map(named, records))
-    missing = [f"{key} -> {name}" for key, name in zip(records, names) if name is not None and name not in present]
-    return len(records), missing
+        return dict(zip(keys, pool.map(names, keys)))
+
+
+def chunks_named_but_missing(output_dir: str, storage_options: dict | None = None) -> tuple[int, list[str]]:
+    """(number of committed chunks, "record file -> chunk" for every committed chunk that does
+    not exist) of an output. Call it while nothing writes there (after a kill)."""
+    from shardwright.storage import open_storage
+
+    present = set(open_storage(output_dir, storage_options).list(""))
+    named = committed_chunk_names(output_dir, storage_options)
+    missing = [f"{key} -> {name}" for key, names in named.items() for name in names if name not in present]
+    return sum(len(names) for names in named.values()), missing

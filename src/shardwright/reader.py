@@ -53,13 +53,19 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from .errors import CorruptStateError, IncompleteDatasetError, StorageError, UnsupportedFormatError
+from .errors import (
+    CorruptStateError,
+    IncompleteDatasetError,
+    StorageError,
+    UnsupportedFormatError,
+)
 from .format import (  # _decode_plan: validated at open time
     ChunkEntry,
-    _decode_plan,
     IndexConfig,
+    _decode_plan,
     chunk_item,
     chunk_num_items,
     decode_item,
@@ -78,7 +84,7 @@ try:
 except ImportError:  # pragma: no cover - non-POSIX: no in-use protection against eviction
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["StreamingDataset", "DEFAULT_MAX_CACHE_BYTES", "CACHE_DIR_ENV"]
+__all__ = ["CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "StreamingDataset"]
 
 INDEX_NAME = "index.json"
 STATE_DIR = ".shardwright"
@@ -197,7 +203,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         except FileNotFoundError:
             pass
         records = [k for k in storage.list(f"{STATE_DIR}/shards/") if k.endswith(".json")]
-        message = _incomplete_message(self.output_dir, len(records))
+        message = _incomplete_message(self.output_dir, _count_remote_chunks(storage, records))
         if not records and not storage.list(""):
             message += f"; nothing at all is stored under {self.output_dir}: check the URL"
         raise IncompleteDatasetError(message) from None
@@ -251,7 +257,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
 
     # --- internals -----------------------------------------------------------------------
 
-    def _state(self) -> "_ProcState":
+    def _state(self) -> _ProcState:
         # Per process: a forked DataLoader worker must not use its parent's locks, threads,
         # lock file descriptors (their flocks are shared with the parent) or LRU.
         state = self._proc_state
@@ -296,7 +302,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             state.prefetch(self._cache, self._chunks[k + 1], k + 1)
         return view
 
-    def _trim(self, state: "_ProcState", incoming: int | None = None) -> None:
+    def _trim(self, state: _ProcState, incoming: int | None = None) -> None:
         """Keep a few decoded chunks; remote: the cache files they pin (plus ``incoming``, a
         chunk about to be loaded) stay within the cache bound, down to a single chunk."""
         lru = state.lru
@@ -357,7 +363,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             raise
         return data
 
-    def _load_remote(self, entry: ChunkEntry) -> "_Loaded":
+    def _load_remote(self, entry: ChunkEntry) -> _Loaded:
         """Fetch a chunk into the cache (or find it there) and map/decompress it.
 
         A cached file that fails validation is deleted and fetched once more: it may have
@@ -424,7 +430,7 @@ class _Loaded:
 
     __slots__ = ("data", "pin")
 
-    def __init__(self, data, pin: "_Pin | None" = None):
+    def __init__(self, data, pin: _Pin | None = None):
         self.data = data
         self.pin = pin
 
@@ -451,7 +457,7 @@ class _ProcState:
         self._prefetch_thread: threading.Thread | None = None
         self._closed = False
 
-    def prefetch(self, cache: "_ChunkCache", entry: ChunkEntry, k: int) -> None:
+    def prefetch(self, cache: _ChunkCache, entry: ChunkEntry, k: int) -> None:
         """Ask the background thread to bring chunk ``k`` into the cache (latest request wins)."""
         with self._prefetch_lock:
             self._prefetch_wanted = (cache, entry, k)
@@ -823,7 +829,7 @@ def _release(buffer: bytes | memoryview) -> None:
             pass
 
 
-def _incomplete_message(where: str, pending: int) -> str:
+def _incomplete_message(where: str, pending: int | str) -> str:
     return (
         f"{where} has no index.json: the optimize run writing it has not finished "
         f"({pending} checkpointed chunks found under {STATE_DIR}/); rerun the same optimize call to finish it"
@@ -871,10 +877,51 @@ def _check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")
 
 
+def _chunks_in_record_file(data: bytes) -> int:
+    """Chunks committed by one record file: ``{"records": [...]}`` (a commit round) or a
+    single record; a torn or unreadable file commits nothing."""
+    try:
+        document = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return 0
+    if not isinstance(document, dict):
+        return 0
+    records = document.get("records")
+    if isinstance(records, list):
+        return sum(1 for r in records if isinstance(r, dict) and r.get("chunk") is not None)
+    return 0 if document.get("chunk", True) is None else 1
+
+
 def _count_checkpointed_chunks(output_dir: str) -> int:
-    """Commit records under .shardwright/shards/ (one per checkpointed chunk)."""
+    """Chunks committed by the record files under .shardwright/shards/."""
     shards = os.path.join(output_dir, STATE_DIR, "shards")
     count = 0
-    for _root, _dirs, files in os.walk(shards):
-        count += sum(1 for name in files if name.endswith(".json"))
+    for root, _dirs, files in os.walk(shards):
+        for name in files:
+            if name.endswith(".json"):
+                try:
+                    with open(os.path.join(root, name), "rb") as f:
+                        count += _chunks_in_record_file(f.read())
+                except OSError:
+                    pass
     return count
+
+
+_MAX_RECORD_FILES_READ = 2000
+
+
+def _count_remote_chunks(storage, keys: list[str]) -> int | str:
+    """Like _count_checkpointed_chunks, for a Storage (parallel GETs; an error message should
+    not take long: beyond _MAX_RECORD_FILES_READ files, a lower bound)."""
+    if len(keys) > _MAX_RECORD_FILES_READ:
+        return f"at least {len(keys)}"
+    from concurrent.futures import ThreadPoolExecutor
+
+    def count(key: str) -> int:
+        try:
+            return _chunks_in_record_file(storage.read_bytes(key))
+        except FileNotFoundError:
+            return 0
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return sum(pool.map(count, keys))
