@@ -641,10 +641,11 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self.lost is None and self._version is not None:
+            storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
-                current = self.storage.read_versioned(self.key)
+                current = storage.read_versioned(self.key)
                 if current is not None and json.loads(current[0]).get("owner") == self.owner:
-                    self.storage.delete(self.key)
+                    storage.delete(self.key)
             except Exception:
                 pass  # the lease expires on its own
 

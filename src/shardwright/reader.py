@@ -643,7 +643,7 @@ class _ChunkCache:
                 if pin is None:
                     self.evict(self.max_bytes - entry.chunk_bytes)
                     try:
-                        self.storage.download_to(entry.filename, path)
+                        self.storage.download_to(entry.filename, path, durable=False)  # checked on use
                     except FileNotFoundError:
                         raise CorruptStateError(
                             f"chunk {self.url}/{entry.filename} named in {self.url}/{INDEX_NAME} is missing; "

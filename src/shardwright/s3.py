@@ -13,6 +13,7 @@ workers never share a connection pool.
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import random
@@ -466,7 +467,12 @@ class S3Storage(Storage):
     def local_path(self, key: str) -> str | None:
         return None
 
-    def download_to(self, key: str, local_path: str) -> None:
+    def with_short_retries(self, seconds: float = 5.0) -> "S3Storage":
+        impatient = copy.copy(self)  # shares the client; only the retry budget differs
+        impatient.retry_timeout = min(seconds, self.retry_timeout)
+        return impatient
+
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
         dst = os.path.abspath(local_path)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -489,7 +495,8 @@ class S3Storage(Storage):
                         f.write(chunk)
                         n += len(chunk)
                     f.flush()
-                    os.fsync(f.fileno())
+                    if durable:
+                        os.fsync(f.fileno())
                 if n != r.get("ContentLength", n):
                     raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
                 os.replace(tmp, dst)

@@ -151,12 +151,18 @@ class Storage(abc.ABC):
         """Filesystem path of ``key`` when it is on local disk (so readers can mmap it), else None."""
 
     @abc.abstractmethod
-    def download_to(self, key: str, local_path: str) -> None:
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         """Copy ``key`` to the file ``local_path`` atomically (temp file + rename).
 
         Meant for a reader's cache: a crash mid-download never leaves a partial file at
-        ``local_path``. FileNotFoundError if ``key`` is missing.
+        ``local_path``. FileNotFoundError if ``key`` is missing. ``durable=False`` skips the
+        fsync, for copies that are checked on use and can be fetched again.
         """
+
+    def with_short_retries(self, seconds: float = 5.0) -> "Storage":
+        """This storage, giving up on a failing operation after about ``seconds`` (for
+        best-effort calls such as releasing a lease, which expires on its own anyway)."""
+        return self
 
     def check(self) -> None:
         """Cheap sanity check at run start; raises a StorageError/OutputDirError with the fix."""
@@ -514,7 +520,7 @@ class LocalStorage(Storage):
     def local_path(self, key: str) -> str | None:
         return self._path(key)
 
-    def download_to(self, key: str, local_path: str) -> None:
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         src = self._path(key)
         dst = os.path.abspath(local_path)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -527,7 +533,8 @@ class LocalStorage(Storage):
                         break
                     fout.write(buf)
                 fout.flush()
-                os.fsync(fout.fileno())
+                if durable:
+                    os.fsync(fout.fileno())
             os.replace(tmp, dst)
         except BaseException as e:
             _unlink_quiet(tmp)
