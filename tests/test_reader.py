@@ -317,10 +317,10 @@ class CountingStorage(LocalStorage):
         super().__init__(root)
         self.calls = calls
 
-    def download_to(self, key, local_path):
+    def download_to(self, key, local_path, **kwargs):
         Path(self.calls, f"{key}.{os.getpid()}.{threading.get_ident()}").write_text("")
         time.sleep(0.05)  # the other processes must wait for this download, not start their own
-        super().download_to(key, local_path)
+        super().download_to(key, local_path, **kwargs)
 
 
 def _open_size(args) -> int:
