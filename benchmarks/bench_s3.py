@@ -42,6 +42,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from bench_optimize import redirected  # noqa: E402  (same folder)
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -215,26 +217,6 @@ VARIANTS = [
 ]
 
 
-@contextlib.contextmanager
-def output_to(path: str):
-    """Send this process's (and its children's) stdout/stderr to a log file."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="200 items, 1 repeat (< 60 s)")
@@ -268,7 +250,7 @@ def main(argv: list[str]) -> int:
                 if key in failures:
                     continue
                 try:
-                    with output_to(log_path):
+                    with redirected(log_path):
                         seconds = getattr(bench, method)()
                 except ImportError as exc:
                     failures[key] = f"skipped: {exc}"

@@ -42,9 +42,8 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Live processes of a process group (zombies excluded)."""
-    pids = []
+def _live_processes():
+    """(pid, parent pid, process group) of every live (non-zombie) process, from /proc."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -53,25 +52,17 @@ def group_pids(pgid: int) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state != "Z":
-            pids.append(int(entry))
-    return pids
+        if fields[0] != "Z":
+            yield int(entry), int(fields[1]), int(fields[2])
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies excluded)."""
+    return [pid for pid, _, pgrp in _live_processes() if pgrp == pgid]
 
 
 def children_of(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(entry))
-    return sorted(out)
+    return sorted(child for child, parent, _ in _live_processes() if parent == pid)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:

@@ -522,7 +522,8 @@ def lease_ttl() -> float:
     return float(os.environ.get("SHARDWRIGHT_LEASE_TTL", "30"))
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host still exists (for stale leases and temp files)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -575,7 +576,7 @@ class Lease:
         age = time.time() - float(holder.get("heartbeat", 0))
         if age > float(holder.get("ttl", lease_ttl())):
             return f"its last heartbeat was {age:.0f} s ago"
-        if holder.get("host") == socket.gethostname() and not _pid_alive(int(holder.get("pid", -1))):
+        if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", -1))):
             return "its process is gone"
         if holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid():
             return "it is this process's own (an earlier call that did not release it)"

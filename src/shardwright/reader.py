@@ -56,6 +56,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from .checkpoint import pid_alive
 from .errors import (
     CorruptStateError,
     IncompleteDatasetError,
@@ -711,7 +712,7 @@ class _ChunkCache:
                         continue
                     m = _TMP_RE.match(fname)
                     if m is not None:  # a download in progress, or left by a killed process
-                        if now - st.st_mtime > _STALE_TMP_SECONDS and not _pid_alive(int(m.group("pid"))):
+                        if now - st.st_mtime > _STALE_TMP_SECONDS and not pid_alive(int(m.group("pid"))):
                             _unlink_quiet(path)
                             continue
                         total += st.st_size
@@ -795,16 +796,6 @@ def _try_evict(path: str, lock_path: str) -> bool:
         return True
     finally:
         os.close(fd)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _unlink_quiet(path: str) -> None:
