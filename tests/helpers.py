@@ -76,7 +76,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
 
 def committed_records(output_dir: str) -> int:
     root = Path(output_dir) / ".shardwright" / "shards"
-    return sum(1 for _ in root.glob("*/*.json")) if root.exists() else 0
+    return sum(1 for _ in root.glob("*.json")) if root.exists() else 0
 
 
 def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tuple[int, int]]:

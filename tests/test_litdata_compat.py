@@ -369,11 +369,11 @@ def test_reader_missing_dir(tmp_path):
 
 def test_reader_no_index_is_incomplete(tmp_path):
     out = tmp_path / "half"
+    records = out / ".shardwright" / "shards"
+    records.mkdir(parents=True)
     for shard, seqs in ((0, 3), (1, 2)):
-        records = out / ".shardwright" / "shards" / f"{shard:05d}"
-        records.mkdir(parents=True)
         for seq in range(seqs):
-            (records / f"{seq:06d}.json").write_text("{}")
+            (records / f"{shard:05d}-{seq:06d}.json").write_text("{}")
     with pytest.raises(IncompleteDatasetError) as err:
         StreamingDataset(out)
     message = str(err.value)

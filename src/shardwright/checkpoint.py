@@ -10,7 +10,7 @@ Layout::
     chunk-{gen}-{shard}-{seq}.bin           chunk files, litdata's byte format
     .shardwright/manifest.json              the run in progress: identity, fingerprint, settings
     .shardwright/format.json                the sample format fixed by the first sample encoded
-    .shardwright/shards/{shard}/{seq}.json  commit records of one round, from chunk seq on (O(1) per commit)
+    .shardwright/shards/{shard}-{seq}.json  commit records of one round, from chunk seq on (O(1) per commit)
     .shardwright/leases/{name}.json         who is running (heartbeat), so two runs never interleave
     .shardwright/failed/...                 per-item failure records (on_error="skip")
     .shardwright/run.json                   the last finished run's record, for ``status``
@@ -18,7 +18,7 @@ Layout::
 Order of writes for one chunk of shard ``s`` (done by the worker that owns ``s``):
 
     1. chunk file ``chunk-{gen}-{s}-{seq}.bin``      (durable before step 2 starts)
-    2. its record, in ``shards/{s}/{first}.json``     = the commit point of that chunk
+    2. its record, in ``shards/{s}-{first}.json``     = the commit point of that chunk
 
 Workers commit in rounds (workers.ChunkCommitter): the chunk files of every chunk waiting,
 then one ``storage.barrier()`` that makes them durable, then one record file per shard for
@@ -132,7 +132,7 @@ def _failed_pairs(value, what: str, where: str) -> tuple:
 
 
 def record_key(shard: int, seq: int) -> str:
-    return f"{SHARDS_PREFIX}{shard:05d}/{seq:06d}.json"
+    return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}.json"
 
 
 @dataclass(frozen=True)
@@ -249,8 +249,9 @@ class ShardProgress:
 def _record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     keys: dict[int, list[str]] = {}
     for key in storage.list(SHARDS_PREFIX):
-        parts = key[len(SHARDS_PREFIX) :].split("/")
-        if len(parts) != 2 or not parts[1].endswith(".json"):
+        name = key[len(SHARDS_PREFIX):]
+        parts = name[: -len(".json")].split("-")
+        if "/" in name or not name.endswith(".json") or len(parts) != 2:
             continue
         try:
             keys.setdefault(int(parts[0]), []).append(key)
