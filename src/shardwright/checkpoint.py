@@ -652,17 +652,27 @@ class Lease:
                 pass  # the lease expires on its own
 
 
-def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, dict]]:
-    """(name, holder) of the leases whose heartbeat is within their TTL."""
+def lease_is_live(holder: dict) -> bool:
+    """Heartbeat within its TTL, and not a process of this host that is gone."""
+    if time.time() - float(holder.get("heartbeat", 0)) > float(holder.get("ttl", lease_ttl())):
+        return False
+    return holder.get("host") != socket.gethostname() or pid_alive(int(holder.get("pid", -1)))
+
+
+def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, dict]]:
+    """(name, holder) of every readable lease."""
     found = []
     for key in storage.list(LEASES_PREFIX + prefix):
         try:
             holder = json.loads(storage.read_bytes(key))
         except (FileNotFoundError, ValueError):
             continue
-        if time.time() - float(holder.get("heartbeat", 0)) <= float(holder.get("ttl", lease_ttl())):
-            found.append((key[len(LEASES_PREFIX):-len(".json")], holder))
+        found.append((key[len(LEASES_PREFIX):-len(".json")], holder))
     return found
+
+
+def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, dict]]:
+    return [(name, holder) for name, holder in read_leases(storage, prefix) if lease_is_live(holder)]
 
 
 # --- publishing ---------------------------------------------------------------------------------

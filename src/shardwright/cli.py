@@ -30,15 +30,12 @@ def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
     done = [s for s, p in progress.items() if p.done]
     started = [s for s, p in progress.items() if p.records and not p.done]
     pending = [s for s, p in progress.items() if not p.records]
-    leases = []
-    for key in storage.list(checkpoint.LEASES_PREFIX):
-        try:
-            holder = json.loads(storage.read_bytes(key))
-        except (FileNotFoundError, ValueError):
-            continue
-        age = time.time() - float(holder.get("heartbeat", 0))
-        leases.append({"name": key.rsplit("/", 1)[-1][:-5], "host": holder.get("host"), "pid": holder.get("pid"),
-                       "heartbeat_age_s": round(age, 1), "live": age <= float(holder.get("ttl", 30))})
+    leases = [
+        {"name": name, "host": holder.get("host"), "pid": holder.get("pid"),
+         "heartbeat_age_s": round(time.time() - float(holder.get("heartbeat", 0)), 1),
+         "live": checkpoint.lease_is_live(holder)}
+        for name, holder in checkpoint.read_leases(storage)
+    ]
     report.update(
         state="running" if any(lease["live"] for lease in leases) else "interrupted",
         run_id=manifest.run_id, mode=manifest.mode, generation=manifest.generation,
