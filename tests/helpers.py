@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -128,3 +129,52 @@ def chunks_named_but_missing(output_dir: str, storage_options: dict | None = Non
     named = committed_chunk_names(output_dir, storage_options)
     missing = [f"{key} -> {name}" for key, names in named.items() for name in names if name not in present]
     return sum(len(names) for names in named.values()), missing
+
+
+# --- kill loops and their checks (local and S3) --------------------------------------------------
+
+
+def finish(config: dict, **env) -> None:
+    """Run the same call to completion (a no-op if the last run already finished)."""
+    done = run_child(config, **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def assert_exactly_once(config: dict, storage_options: dict | None = None) -> None:
+    from crash_child import expected
+
+    options = dict(storage_options) if storage_options else None
+    assert read_pairs(config["output_dir"], options) == expected(config["kind"], config["n"])
+
+
+def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early: tuple[float, float] = (0.1, 0.8),
+              records_options: dict | None = None) -> int:
+    """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
+
+    A quarter of the kills land early (start-up, lease takeover, resume); the others a random
+    moment after the run has committed something new, so every round makes progress."""
+    url = config["output_dir"]
+    options = records_options if records_options is not None else config.get("storage_options")
+    kills = 0
+    for _attempt in range(kills_wanted * 3):
+        config["num_workers"] = rng.choice([1, 2, 3])
+        before = committed_records_at(url, options)
+        early_kill = rng.random() < 0.25
+        delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
+        proc = start_child(config)
+        if not early_kill:
+            wait_for(lambda: proc.poll() is not None or committed_records_at(url, options) > before + 1, 30, 0.02)
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.wait()
+            kills += 1
+            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
+            check()
+            if kills >= kills_wanted:
+                break
+            continue
+        assert proc.returncode == 0, proc.stderr.read()[-3000:]
+        break
+    return kills

@@ -10,26 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from crash_child import expected
 from helpers import (
+    assert_exactly_once,
     children_of,
     committed_records,
+    finish,
     group_pids,
     kill_group,
-    read_pairs,
+    kill_loop,
     run_child,
     start_child,
     wait_for,
 )
-
-
-def finish(config: dict, **env) -> None:
-    done = run_child(config, **env)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def assert_exactly_once(config: dict) -> None:
-    assert read_pairs(config["output_dir"]) == expected(config["kind"], config["n"])
 
 
 @pytest.mark.parametrize("kind", ["plain", "filtering", "generator"])
@@ -37,27 +29,11 @@ def test_random_sigkill_loop(tmp_path, kind):
     """SIGKILL the whole process group at random moments, resume with varying worker counts."""
     rng = random.Random(f"kill-loop-{kind}")
     config = {"kind": kind, "n": 2500, "chunk_size": 7, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
-    kills, completed = 0, False
-    for attempt in range(40):
-        config["num_workers"] = rng.choice([1, 2, 3])
-        proc = start_child(config)
-        try:
-            proc.wait(timeout=rng.uniform(0.2, 1.0))
-        except Exception:
-            kill_group(proc)
-            proc.wait()
-            kills += 1
-            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
-            if kills >= 12:
-                break
-            continue
-        assert proc.returncode == 0, proc.stderr.read()[-3000:]
-        completed = True
-        break
+    kills = kill_loop(config, rng, kills_wanted=12, check=lambda: None)
+    print(f"{kind}: {kills} SIGKILLs of the process group")
     assert kills >= 6, f"only {kills} kills landed: the workload is too small to test anything"
-    if not completed:
-        config["num_workers"] = 2
-        finish(config)
+    config["num_workers"] = 2
+    finish(config)
     assert_exactly_once(config)
     assert not (Path(config["output_dir"]) / ".shardwright" / "manifest.json").exists()
 

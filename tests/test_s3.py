@@ -25,11 +25,12 @@ from helpers import (
     child_env,
     chunks_named_but_missing,
     committed_chunk_names,
+    assert_exactly_once,
     committed_records_at,
+    finish,
     group_pids,
     kill_group,
-    read_pairs,
-    run_child,
+    kill_loop,
     start_child,
     wait_for,
 )
@@ -54,15 +55,6 @@ def private_reader_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SHARDWRIGHT_CACHE_DIR", str(tmp_path / "reader-cache"))
 
 
-def finish(config: dict, **env) -> None:
-    done = run_child(config, **env)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def assert_exactly_once(config: dict, storage_options: dict) -> None:
-    assert read_pairs(config["output_dir"], dict(storage_options)) == expected(config["kind"], config["n"])
-
-
 def assert_clean_finish(url: str, storage_options: dict) -> None:
     """Published, no run state left, and no chunk object that index.json does not name."""
     storage = open_storage(url, storage_options)
@@ -79,39 +71,6 @@ def assert_checkpoint_names_only_existing(url: str, storage_options: dict) -> in
     records, missing = chunks_named_but_missing(url, storage_options)
     assert missing == [], f"commit records name chunks missing from the bucket: {missing[:5]}"
     return records
-
-
-def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early: tuple[float, float] = (0.1, 0.8),
-              records_options: dict | None = None) -> int:
-    """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
-
-    A quarter of the kills land early (start-up, lease takeover, resume); the others a random
-    moment after the run has committed something new, so every round makes progress."""
-    url = config["output_dir"]
-    options = records_options if records_options is not None else config.get("storage_options")
-    kills = 0
-    for _attempt in range(kills_wanted * 3):
-        config["num_workers"] = rng.choice([1, 2, 3])
-        before = committed_records_at(url, options)
-        early_kill = rng.random() < 0.25
-        delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
-        proc = start_child(config)
-        if not early_kill:
-            wait_for(lambda: proc.poll() is not None or committed_records_at(url, options) > before + 1, 30, 0.02)
-        try:
-            proc.wait(timeout=delay)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            proc.wait()
-            kills += 1
-            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
-            check()
-            if kills >= kills_wanted:
-                break
-            continue
-        assert proc.returncode == 0, proc.stderr.read()[-3000:]
-        break
-    return kills
 
 
 # --- round trips -----------------------------------------------------------------------------
