@@ -84,3 +84,63 @@ def test_notebook_with_fn_defined_in_it(tmp_path, kernel_name):
     _run(nb2, kernel_name, tmp_path)
     assert not _errors(nb2), "the rerun raised:\n" + "\n".join(_errors(nb2))
     assert f"count={EXPECTED_COUNT}" in _text_outputs(nb2)
+
+
+INTERRUPTED_CELL = """
+import time
+from shardwright import optimize
+
+def slow(i):
+    time.sleep(0.005)
+    return {"i": i}
+
+try:
+    optimize(slow, list(range(1500)), OUTPUT_DIR, chunk_size=5, num_workers=2, verbose=False)
+except KeyboardInterrupt as exc:
+    print("caught KeyboardInterrupt:", exc)
+"""
+
+
+def _stream_text_of(kc, msg_id: str, timeout: float = 60) -> str:
+    """Stream output of one execution, read from iopub until the kernel is idle for it."""
+    import time
+
+    texts, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            texts.append(msg["content"]["text"])
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(texts)
+    raise TimeoutError("the cell did not finish")
+
+
+def test_interrupting_the_kernel_raises_keyboardinterrupt_and_resumes(tmp_path, kernel_name):
+    """Jupyter's interrupt button sends SIGINT to the kernel: optimize stops, commits, and raises
+    KeyboardInterrupt in the notebook (no SystemExit killing the kernel); the same cell resumes."""
+    import time
+
+    from jupyter_client.manager import start_new_kernel
+
+    out = tmp_path / "dataset"
+    km, kc = start_new_kernel(kernel_name=kernel_name, cwd=str(tmp_path))
+    try:
+        kc.execute_interactive(f"OUTPUT_DIR = {str(out)!r}", timeout=60)
+        msg_id = kc.execute(INTERRUPTED_CELL)
+        shards = out / ".shardwright" / "shards"
+        deadline = time.monotonic() + 60
+        while not (shards.exists() and any(shards.iterdir())):
+            assert time.monotonic() < deadline, "nothing was committed"
+            time.sleep(0.05)
+        km.interrupt_kernel()
+        text = _stream_text_of(kc, msg_id)
+        assert "caught KeyboardInterrupt: Interrupted:" in text and "Rerun the same call to resume." in text, text
+        assert km.is_alive() and not (out / "index.json").exists()
+        msg_id = kc.execute(INTERRUPTED_CELL + "\nfrom shardwright import StreamingDataset\n"
+                            "print('count=%d' % len(StreamingDataset(OUTPUT_DIR)))")
+        assert "count=1500" in _stream_text_of(kc, msg_id, timeout=120)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
