@@ -534,6 +534,16 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _dead_reason(holder: dict) -> str | None:
+    """Why a lease holder is certainly gone (whoever looks), or None."""
+    age = time.time() - float(holder.get("heartbeat", 0))
+    if age > float(holder.get("ttl", lease_ttl())):
+        return f"its last heartbeat was {age:.0f} s ago"
+    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", -1))):
+        return "its process is gone"
+    return None
+
+
 def _slurm_identity() -> str | None:
     job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
     if not job:
@@ -574,11 +584,9 @@ class Lease:
         )
 
     def _stale_reason(self, holder: dict) -> str | None:
-        age = time.time() - float(holder.get("heartbeat", 0))
-        if age > float(holder.get("ttl", lease_ttl())):
-            return f"its last heartbeat was {age:.0f} s ago"
-        if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", -1))):
-            return "its process is gone"
+        dead = _dead_reason(holder)
+        if dead is not None:
+            return dead
         if holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid():
             return "it is this process's own (an earlier call that did not release it)"
         slurm = _slurm_identity()
@@ -654,9 +662,7 @@ class Lease:
 
 def lease_is_live(holder: dict) -> bool:
     """Heartbeat within its TTL, and not a process of this host that is gone."""
-    if time.time() - float(holder.get("heartbeat", 0)) > float(holder.get("ttl", lease_ttl())):
-        return False
-    return holder.get("host") != socket.gethostname() or pid_alive(int(holder.get("pid", -1)))
+    return _dead_reason(holder) is None
 
 
 def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, dict]]:
