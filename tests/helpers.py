@@ -178,3 +178,24 @@ def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early:
         assert proc.returncode == 0, proc.stderr.read()[-3000:]
         break
     return kills
+
+
+def errors_of_threads(target, seeds) -> list[BaseException]:
+    """Run ``target(seed)`` on one thread per seed; return what they raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(seed):
+        try:
+            target(seed)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import errors_of_threads
+
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
 from shardwright.format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename
@@ -148,22 +150,12 @@ def test_items_stay_valid_after_their_chunk_left_the_lru(dataset):
 
 def test_concurrent_threads(dataset):
     ds = StreamingDataset(dataset)
-    errors = []
-
     def worker(seed: int) -> None:
         rng = np.random.default_rng(seed)
-        try:
-            for i in rng.integers(0, 600, 400):
-                check(ds[int(i)], int(i))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for i in rng.integers(0, 600, 400):
+            check(ds[int(i)], int(i))
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert errors_of_threads(worker, range(4)) == []
 
 
 def test_dataloader_fork_after_parent_read(dataset):

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from crash_child import expected, generator, plain
 from helpers import (
+    errors_of_threads,
     CHILD,
     child_env,
     chunks_named_but_missing,
@@ -401,27 +402,16 @@ def test_reader_cache_is_bounded(remote_dataset, tmp_path):
 
 
 def test_reader_threads_share_a_small_cache(remote_dataset, tmp_path):
-    import threading
-
     url, opts = remote_dataset
     ds = StreamingDataset(url, storage_options=opts, cache_dir=tmp_path / "cache", max_cache_bytes=100_000)
-    errors = []
 
     def read(seed: int) -> None:
         rng = random.Random(seed)
-        try:
-            for _ in range(150):
-                i = rng.randrange(800)
-                check_item(ds[i], i)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
+        for _ in range(150):
+            i = rng.randrange(800)
+            check_item(ds[i], i)
 
-    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert errors_of_threads(read, range(4)) == []
 
 
 def test_bucket_root_url(s3_server, s3_bucket, s3_storage_options, tmp_path):
