@@ -3,7 +3,7 @@
 A worker takes one shard at a time from the task queue, resumes it where its records say,
 and hands each full chunk to a background committer thread, which writes the chunk file
 and then its record (the order of the commit protocol, see checkpoint.py) while the worker
-keeps computing. The committer's queue is short, so memory stays bounded at a few chunks.
+keeps computing. What waits for the committer is bounded in bytes and chunks, so memory is too.
 
 Workers never decide anything about the run: they report progress, commits, failures and
 their exit to the main process, which owns the progress bar, errors and publishing.
