@@ -18,12 +18,12 @@ import pytest
 import zstandard
 
 from shardwright.errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
+from shardwright.protocol.layout import chunk_filename
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
     ItemEncoder,
     build_chunk,
-    chunk_filename,
     compress,
     flatten_sample,
     render_index,
