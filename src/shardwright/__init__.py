@@ -14,6 +14,7 @@ from .errors import (
     InputsError,
     LeaseLostError,
     OutputDirError,
+    OutputIsAFileError,
     RunMismatchError,
     SampleFormatError,
     ShardwrightError,
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "optimize", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
     "CorruptStateError", "DatasetExistsError", "DatasetNotFoundError", "FnError", "IncompleteDatasetError",
-    "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "RunMismatchError", "SampleFormatError",
+    "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "OutputIsAFileError", "RunMismatchError", "SampleFormatError",
     "StorageError", "UnsupportedFormatError", "UsageError", "WorkerDiedError",
 ]
 

@@ -17,6 +17,7 @@ the jobs API answers with; :func:`classify` looks an exception up.
     │   ├── ArgumentTypeError (TypeError)      user  400  an argument of the wrong type
     │   ├── InputsError (TypeError)            user  400  inputs not a sequence / not picklable
     │   ├── OutputDirError                     user  400  output_dir unusable or holds foreign files
+    │   │   └── OutputIsAFileError (NotADirectoryError)  a file where a directory must be
     │   ├── RunMismatchError                   user  409  resume refused: inputs/settings changed
     │   ├── DatasetExistsError                 user  409  a finished dataset is there, mode=None
     │   └── SampleFormatError                  user  422  fn returned a sample that cannot be written
@@ -59,6 +60,10 @@ class InputsError(UsageError, TypeError):
 
 class OutputDirError(UsageError):
     """output_dir cannot be used: a file, not writable, a typo'd URL, or holds something we must not touch."""
+
+
+class OutputIsAFileError(OutputDirError, NotADirectoryError):
+    """output_dir (or a dataset path given to the reader) is a file, not a directory."""
 
 
 class RunMismatchError(UsageError):
@@ -141,6 +146,7 @@ class ErrorClass:
 ERROR_CLASSIFICATION: dict[type[ShardwrightError], ErrorClass] = {
     ArgumentTypeError: ErrorClass("user", 400),
     InputsError: ErrorClass("user", 400),
+    OutputIsAFileError: ErrorClass("user", 400),
     OutputDirError: ErrorClass("user", 400),
     RunMismatchError: ErrorClass("user", 409),
     DatasetExistsError: ErrorClass("user", 409),

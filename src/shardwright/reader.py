@@ -60,6 +60,7 @@ from .errors import (
     CorruptStateError,
     DatasetNotFoundError,
     IncompleteDatasetError,
+    OutputIsAFileError,
     StorageError,
     UnsupportedFormatError,
 )
@@ -192,7 +193,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
                 "run optimize(..., output_dir=...) to create it"
             )
         if not os.path.isdir(self.output_dir):
-            raise DatasetNotFoundError(f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote")
+            raise OutputIsAFileError(f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote")
         try:
             with open(self._index_source, "rb") as f:
                 return f.read()
