@@ -227,7 +227,8 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
         values = [inputs[i] for i in ids[p.next_input:p.end]] if ids else list(inputs[p.next_input:p.end])
         tasks.append(ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq, values,
                                ids[p.next_input:p.end] if ids else None,
-                               skips[p.next_input:p.end] if skips else None))
+                               skips[p.next_input:p.end] if skips else None,
+                               p.records[-1].epoch if p.records else None))
     return tasks
 
 
@@ -242,7 +243,7 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
     tracker = Tracker(progress, options.verbose)
     tasks = _tasks(progress, inputs, manifest)
     if tasks:
-        cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank)
+        cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank, lease)
         workers = max(1, min(options.num_workers, len(tasks)))
         tracker.open_bar()
 
@@ -257,6 +258,7 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
         raise_for_outcome(outcome, inputs, tracker)
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
+    lease.confirm()  # a run paused past its TTL must learn it before it publishes
     published, missing = publish_if_complete(storage, manifest, progress)
     result = OptimizeResult(
         output_dir=storage.url, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,

@@ -20,6 +20,7 @@ import time
 import traceback
 import types
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, short_repr
 from ..format import ItemEncoder
@@ -37,6 +38,14 @@ PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes 
 MAX_STORED_TEXT = 16_000  # characters of an error message or traceback kept in records and errors
 
 
+class LeaseTicket(Protocol):
+    """What workers need of the node's lease (protocol.lease.Lease): its epoch and identity."""
+
+    epoch: int
+    key: str
+    owner: str
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     """What every worker of a run needs; derived from the options and the run's manifest."""
@@ -51,12 +60,14 @@ class WorkerConfig:
     node_rank: int
 
     @classmethod
-    def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int) -> "WorkerConfig":
+    def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
+                lease: LeaseTicket) -> "WorkerConfig":
         settings = manifest.settings
         return cls(
             output_dir=output_url, storage_options=options.storage_options,
             round=RoundSettings(run_id=manifest.run_id, generation=manifest.generation,
-                                compression=settings.compression, use_checkpoint=manifest.use_checkpoint),
+                                compression=settings.compression, use_checkpoint=manifest.use_checkpoint,
+                                epoch=lease.epoch, lease_key=lease.key, lease_owner=lease.owner),
             chunk_size=settings.chunk_size, chunk_bytes=settings.chunk_bytes,
             on_error=options.on_error, max_retries=options.max_retries, node_rank=node_rank,
         )
@@ -73,6 +84,7 @@ class ShardTask:
     inputs: list  # the input values from next_input to end (only those still to do)
     ids: list | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
     base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
+    prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
 
     def input_id(self, position: int) -> int:
         return self.ids[position - self.next_input] if self.ids is not None else position
@@ -134,6 +146,7 @@ class ShardWriter:
         self.committed = self.position
         self.first_input = task.next_input
         self.failed: list[list[int]] = []  # [run-wide id, outputs committed] skipped since the last commit
+        self.prev_epoch = task.prev_epoch  # the next record follows this epoch's (see protocol: fencing)
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -151,7 +164,9 @@ class ShardWriter:
             return
         next_input, skip = self.position
         self.committer.submit(PendingChunk(self.task.shard, self.seq, self.items, self.first_input, next_input,
-                                           skip, done, tuple(tuple(pair) for pair in self.failed)))
+                                           skip, done, tuple(tuple(pair) for pair in self.failed),
+                                           self.prev_epoch))
+        self.prev_epoch = self.cfg.round.epoch
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []

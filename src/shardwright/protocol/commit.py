@@ -8,6 +8,7 @@ from ..format import ChunkEntry, build_chunk, compress
 from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
+from .lease import check_still_held
 from .records import CommitRecord, write_records
 
 
@@ -24,6 +25,7 @@ class PendingChunk:
     skip_outputs: int
     done: bool
     failed: tuple = ()  # [input id, outputs committed] pairs skipped since the previous record
+    prev_epoch: int | None = None  # epoch of the shard's record seq-1 (None for seq 0)
 
     @property
     def nbytes(self) -> int:
@@ -38,6 +40,9 @@ class RoundSettings:
     generation: int
     compression: str | None
     use_checkpoint: bool
+    epoch: int = 0  # the lease epoch this process writes under (fencing)
+    lease_key: str | None = None  # the lease to check before each record write ...
+    lease_owner: str | None = None  # ... and the owner it must still name
 
 
 def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings) -> list[CommitRecord]:
@@ -45,26 +50,30 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
 
     1. write every chunk file (not yet durable);
     2. ``storage.barrier()``: those chunks, and the records of earlier rounds, become durable;
-    3. write one record file per shard for the round (made durable by the next round's
+    3. check the lease is still ours (a fenced writer stops here, one round late at most);
+    4. write one record file per shard for the round (made durable by the next round's
        barrier, or the worker's final one).
     So a durable record never names a chunk that is not durable, and one barrier serves the
-    whole round instead of an fsync per file.
+    whole round instead of an fsync per file. Chunk and record names carry the epoch, so a
+    writer paused between 3 and 4 past its lease cannot overwrite the new holder's files.
     """
     records = []
     for job in batch:
         entry, stored = None, 0
         if job.items:
             raw = build_chunk(job.items)
-            name = chunk_filename(run.generation, job.shard, job.seq, run.compression)
+            name = chunk_filename(run.generation, job.shard, job.seq, run.compression, run.epoch)
             data = compress(raw, run.compression)
             storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
             entry, stored = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw)), len(data)
         records.append(CommitRecord(job.shard, job.seq, entry, stored, job.first_input, job.next_input,
-                                    job.skip_outputs, job.done, job.failed, run.run_id))
+                                    job.skip_outputs, job.done, job.failed, run.run_id, run.epoch, job.prev_epoch))
     if not records:
         return records
     storage.barrier()
     crash_point("after_chunk")
     if run.use_checkpoint:
-        write_records(storage, records)  # step 2: the commit point
+        if run.lease_key is not None and run.lease_owner is not None:
+            check_still_held(storage, run.lease_key, run.lease_owner)
+        write_records(storage, records)  # the commit point
     return records

@@ -6,10 +6,10 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
 ::
 
     index.json                                  the published dataset (litdata's format)
-    chunk-{gen}-{shard:05d}-{seq:06d}.bin       chunk files (``.zstd.bin`` when compressed)
+    chunk-{gen}-{shard:05d}-{seq:06d}-{epoch}.bin   chunk files (``.zstd.bin`` when compressed)
     .shardwright/manifest.json                  the run in progress
     .shardwright/format.json                    the sample format claimed by the run's first sample
-    .shardwright/shards/{shard:05d}-{seq:06d}.json   one commit round's records of one shard
+    .shardwright/shards/{shard:05d}-{seq:06d}-{epoch}.json   one commit round's records of one shard
     .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish)
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
     .shardwright/run.json                       the last finished run
@@ -21,12 +21,13 @@ changes, so that a shardwright of another version refuses to resume a run it wou
 out). A published dataset (index.json + chunks) is litdata's format and does not depend on it.
 
 History: 1 = first release; 2 = records carry the run id; 3 = one record file per shard per
-commit round, flat under ``shards/``.
+commit round, flat under ``shards/``; 4 = fencing: every lease acquisition has an epoch,
+chunk and record names carry it, records name their predecessor's epoch (``prev_epoch``).
 """
 
 from __future__ import annotations
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 INDEX_KEY = "index.json"
 STATE_DIR = ".shardwright"
@@ -39,12 +40,16 @@ FAILED_PREFIX = f"{STATE_DIR}/failed/"
 CHUNK_PREFIX = "chunk-"
 
 
-def chunk_filename(generation: int, shard: int, seq: int, compression: str | None) -> str:
-    """Name of chunk ``seq`` of ``shard`` written by run generation ``generation``."""
+def chunk_filename(generation: int, shard: int, seq: int, compression: str | None,
+                   epoch: int | None = None) -> str:
+    """Name of chunk ``seq`` of ``shard`` written by run generation ``generation`` under the
+    lease epoch ``epoch`` (the protocol always passes one: a writer that lost its lease can
+    then never overwrite a chunk of the holder that took over; see the package docstring)."""
     # litdata's reader finds the decompressed file by removing f".{compression}" from the name,
     # so a compressed chunk must be named *.zstd.bin while the index says "zstd".
     suffix = ".zstd.bin" if compression is not None and compression.startswith("zstd") else ".bin"
-    return f"{CHUNK_PREFIX}{generation}-{shard:05d}-{seq:06d}{suffix}"
+    tail = "" if epoch is None else f"-{epoch}"
+    return f"{CHUNK_PREFIX}{generation}-{shard:05d}-{seq:06d}{tail}{suffix}"
 
 
 def chunk_generation(filename: str) -> int | None:
@@ -63,22 +68,32 @@ def is_top_level_chunk(key: str) -> bool:
     return "/" not in key and key.startswith(CHUNK_PREFIX)
 
 
-def record_key(shard: int, seq: int) -> str:
-    """The record file of the commit round of ``shard`` whose first record is ``seq``."""
-    return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}.json"
+def record_key(shard: int, seq: int, epoch: int) -> str:
+    """The record file of the commit round of ``shard`` whose first record is ``seq``, written
+    under lease epoch ``epoch`` (so a fenced writer's late file never replaces the new holder's)."""
+    return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}-{epoch}.json"
 
 
-def parse_record_key(key: str) -> tuple[int, int] | None:
-    """(shard, first seq) of a record file key, None for anything else under shards/."""
+# Bounds on the numbers in a record file's name: a hand-made name cannot make a reader
+# allocate or loop over absurd ranges.
+MAX_SEQ = 10**9
+MAX_EPOCH = 10**15  # milliseconds since 1970 (year 33658), or a counter
+
+
+def parse_record_key(key: str) -> tuple[int, int, int] | None:
+    """(shard, first seq, epoch) of a record file key, None for anything else under shards/."""
     if not key.startswith(SHARDS_PREFIX):
         return None
     name = key[len(SHARDS_PREFIX):]
     if "/" in name or not name.endswith(".json"):
         return None
     parts = name[: -len(".json")].split("-")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 3 or not all(p.isdigit() and len(p) <= 16 for p in parts):
         return None
-    return int(parts[0]), int(parts[1])
+    shard, seq, epoch = (int(p) for p in parts)
+    if seq > MAX_SEQ or epoch > MAX_EPOCH:
+        return None
+    return shard, seq, epoch
 
 
 def lease_key(name: str) -> str:

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from ..errors import ConcurrentRunError
+from ..errors import ConcurrentRunError, LeaseLostError
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import LEASES_PREFIX, lease_key, lease_name
@@ -27,14 +27,54 @@ def lease_ttl() -> float:
     return float(os.environ.get("SHARDWRIGHT_LEASE_TTL", "30"))
 
 
+MAX_TTL = 7 * 24 * 3600.0  # a lease file claiming a longer TTL was edited by hand
+
+
+def number(holder: dict, name: str, default: float) -> float:
+    """A number of a lease file, bounded: a hand-edited or damaged field never crashes a
+    reader nor keeps a lease alive for ever (anything not a finite number is the default)."""
+    value = holder.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) > 1e15:
+        return default
+    return float(value)
+
+
+def heartbeat_age(holder: dict) -> float:
+    return time.time() - number(holder, "heartbeat", 0.0)
+
+
 def dead_reason(holder: dict) -> str | None:
     """Why a lease holder is certainly gone (whoever looks), or None."""
-    age = time.time() - float(holder.get("heartbeat", 0))
-    if age > float(holder.get("ttl", lease_ttl())):
+    age = heartbeat_age(holder)
+    ttl = min(max(number(holder, "ttl", lease_ttl()), 0.0), MAX_TTL)
+    if age > ttl:
         return f"its last heartbeat was {age:.0f} s ago"
-    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", -1))):
+    if holder.get("host") == socket.gethostname() and not pid_alive(int(number(holder, "pid", -1))):
         return "its process is gone"
     return None
+
+
+def describe_holder(holder: dict, key: str, url: str) -> str:
+    """Who holds a lease, for a message; a heartbeat in the future (clock skew, a hand edit)
+    says how to clear it, since the lease would otherwise look live until that time passes."""
+    age = heartbeat_age(holder)
+    who = f"host {holder.get('host')!s:.100}, pid {holder.get('pid')!s:.20}"
+    if age < -5:
+        return (f"{who}, heartbeat {-age:.0f} s in the future (a clock ahead or a hand edit); if no run is "
+                f"writing there, delete {url}/{key} (or run `shardwright clean {url}` once it expires)")
+    return f"{who}, heartbeat {age:.0f} s ago"
+
+
+def check_still_held(storage: Storage, key: str, owner: str) -> None:
+    """Raise LeaseLostError unless the lease ``key`` still names ``owner``: called before
+    each commit-record write, so a writer that was paused past its TTL stops there."""
+    try:
+        holder = json.loads(storage.read_bytes(key))
+    except (FileNotFoundError, ValueError):
+        holder = {}
+    if not isinstance(holder, dict) or holder.get("owner") != owner:
+        raise LeaseLostError(f"stopped: the lease {storage.url}/{key} was taken over by another run "
+                             "(this one was paused or cut off longer than the lease TTL)")
 
 
 def slurm_identity() -> str | None:
@@ -58,8 +98,10 @@ class Lease:
         self.extra = extra or {}
         self.what = what
         self.owner = uuid.uuid4().hex
+        self.epoch = 0  # set when acquired: orders lease holders (fencing, see the package docstring)
         self._version: str | None = None
         self._stop = threading.Event()
+        self._renew_lock = threading.Lock()  # the heartbeat and confirm() must not race on _version
         self._thread: threading.Thread | None = None
         self.lost: str | None = None  # set by the heartbeat when another run took the lease
 
@@ -72,6 +114,7 @@ class Lease:
                 "slurm": slurm_identity(),
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
+                "epoch": self.epoch,
                 **self.extra,
             }
         )
@@ -90,11 +133,21 @@ class Lease:
             return "it belongs to this same Slurm task before its requeue"
         return None
 
+    def _next_epoch(self, holder: dict | None) -> int:
+        # Above the fenced holder's epoch whatever the clocks say, and above any earlier
+        # holder's by the clock assumption (a lease is taken over only TTL after its last
+        # heartbeat, and a released lease's holder has stopped writing).
+        previous = int(number(holder, "epoch", 0)) if holder else 0
+        return max(int(time.time() * 1000), previous + 1)
+
     def try_acquire(self) -> dict | None:
         """Take the lease; None on success, else the live holder's record."""
         while True:
+            self.epoch = self._next_epoch(None)
             if self.storage.create_exclusive(self.key, self._body()):
                 self._version = self._current_version()
+                if self._version is None:
+                    continue  # taken over at once (we were paused): try again, from the start
                 self._mark_held()
                 return None
             current = self.storage.read_versioned(self.key)
@@ -105,10 +158,15 @@ class Lease:
                 holder = json.loads(data)
             except ValueError:
                 holder = {}
+            if not isinstance(holder, dict):
+                holder = {}
             if holder and self._stale_reason(holder) is None:
                 return holder
+            self.epoch = self._next_epoch(holder)
             if self.storage.replace_if_version(self.key, self._body(), version):
                 self._version = self._current_version()
+                if self._version is None:
+                    continue
                 self._mark_held()
                 return None
 
@@ -119,34 +177,55 @@ class Lease:
     def acquire(self, output_url: str) -> None:
         holder = self.try_acquire()
         if holder is not None:
-            age = time.time() - float(holder.get("heartbeat", 0))
             raise ConcurrentRunError(
-                f"another run is already writing {self.what} of {output_url} (host {holder.get('host')}, "
-                f"pid {holder.get('pid')}, heartbeat {age:.0f} s ago); two runs must not interleave. "
+                f"another run is already writing {self.what} of {output_url} "
+                f"({describe_holder(holder, self.key, output_url)}); two runs must not interleave. "
                 "Wait for it to finish or stop it; a dead run's lease expires "
-                f"{float(holder.get('ttl', lease_ttl())):.0f} s after its last heartbeat"
+                f"{number(holder, 'ttl', lease_ttl()):.0f} s after its last heartbeat"
             )
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.key}", daemon=True)
         self._thread.start()
 
     def _current_version(self) -> str | None:
+        """The version of the lease file if it (still) names us: a takeover between our write
+        and this read must not let us adopt the new holder's version and overwrite it."""
         current = self.storage.read_versioned(self.key)
-        return current[1] if current else None
+        if current is None:
+            return None
+        try:
+            mine = json.loads(current[0]).get("owner") == self.owner
+        except (ValueError, AttributeError):
+            mine = False
+        return current[1] if mine else None
 
     def _heartbeat(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
         while not self._stop.wait(interval):
             try:
-                renewed = self._version is not None and self.storage.replace_if_version(
-                    self.key, self._body(), self._version
-                )
+                with self._renew_lock:
+                    renewed = self._version is not None and self.storage.replace_if_version(
+                        self.key, self._body(), self._version
+                    )
+                    if renewed:
+                        self._version = self._current_version()
+                        renewed = self._version is not None
             except Exception:  # a flaky network must not kill the run; the next beat retries
                 continue
-            if renewed:
-                self._version = self._current_version()
-            else:
+            if not renewed:
                 self.lost = f"the lease on {self.what} was taken over by another run"
                 return
+
+    def confirm(self) -> None:
+        """Renew now, or raise LeaseLostError: called right before publishing, so a run that
+        was paused past its TTL learns it before it could write index.json."""
+        with self._renew_lock:
+            if self.lost is None and self._version is not None:
+                if self.storage.replace_if_version(self.key, self._body(), self._version):
+                    self._version = self._current_version()
+                    if self._version is not None:
+                        return
+                self.lost = f"the lease on {self.what} was taken over by another run"
+        raise LeaseLostError(f"stopped: {self.lost or 'the lease was released'}")
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lease if it is still ours. Idempotent."""

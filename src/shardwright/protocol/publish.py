@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry, IndexConfig, render_index
@@ -24,7 +25,7 @@ from .layout import (
 )
 from .lease import Lease
 from .manifest import Manifest, read_manifest, read_run_record, write_run_record
-from .records import ShardProgress, load_progress
+from .records import CommitRecord, ShardProgress, load_progress
 
 
 def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
@@ -104,11 +105,24 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     base = [ChunkEntry.from_json(c) for c in manifest.base_chunks]
     records = [r for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
     present = set(storage.list("chunk-"))
-    for record in records:
+
+    def size_of(record: CommitRecord) -> int | None:
+        assert record.chunk is not None
         if record.chunk.filename not in present:
+            return None
+        try:
+            return storage.size(record.chunk.filename)
+        except FileNotFoundError:
+            return None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        sizes = list(pool.map(size_of, records))
+    for record, size in zip(records, sizes):
+        if size != record.stored_bytes:
+            what = "is missing" if size is None else f"holds {size:,} bytes, its record says {record.stored_bytes:,}"
             raise CorruptStateError(
                 f"chunk {storage.url}/{record.chunk.filename}, committed by checkpoint record "
-                f"{record_key(record.shard, record.seq)}, is missing: it was deleted by hand. "
+                f"{record_key(record.shard, record.seq, record.epoch)}, {what}: it was deleted or changed by hand. "
                 "Rerun with mode='overwrite' to start over"
             )
     fmt = read_format(storage, manifest.run_id)
@@ -167,6 +181,13 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
         current = read_manifest(storage)
         if current is None or current.run_id != manifest.run_id:
             return True, []  # published by a node that finished at the same moment
+        if manifest.use_checkpoint:
+            # What is on disk, not what this process believes: a writer that lost its lease
+            # (paused past the TTL) may have been superseded; only the records' chains count.
+            everything = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+            missing = sorted(s for s, p in everything.items() if not p.done)
+            if missing:
+                return False, missing
         chunks = publish(storage, manifest, everything)
         crash_point("after_index")
         failed = [i for s in sorted(everything) for i in everything[s].failed]

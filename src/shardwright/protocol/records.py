@@ -10,7 +10,9 @@ from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
 from .jsonio import dumps, loads_object, require_field
-from .layout import SHARDS_PREFIX, parse_record_key, record_key
+from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
+
+MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact integers)
 
 
 def failed_pairs(value: object, what: str, where: str) -> tuple:
@@ -39,6 +41,8 @@ class CommitRecord:
     done: bool
     failed: tuple = ()  # [input id, outputs already committed] of inputs skipped since the previous record
     run_id: str = ""  # the manifest's: a record of another run is a leftover, never a commit of this one
+    epoch: int = 0  # the lease epoch it was written under (fencing, see the package docstring)
+    prev_epoch: int | None = None  # the epoch of the shard's record seq-1 it follows (None for seq 0)
 
     def to_json(self) -> dict:
         # by hand: dataclasses.asdict deep-copies, and this runs once per chunk
@@ -46,7 +50,7 @@ class CommitRecord:
             "shard": self.shard, "seq": self.seq, "chunk": self.chunk.to_json() if self.chunk else None,
             "stored_bytes": self.stored_bytes, "first_input": self.first_input, "next_input": self.next_input,
             "skip_outputs": self.skip_outputs, "done": self.done, "failed": [list(p) for p in self.failed],
-            "run_id": self.run_id,
+            "run_id": self.run_id, "epoch": self.epoch, "prev_epoch": self.prev_epoch,
         }
 
     @classmethod
@@ -60,7 +64,11 @@ class CommitRecord:
                 f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. "
                 "Rerun with mode='overwrite' to start over"
             ) from None
-        return cls(
+        prev = data.get("prev_epoch")
+        if prev is not None and (type(prev) is not int or not 0 <= prev <= MAX_EPOCH):
+            raise CorruptStateError(f"{what} {where} has an invalid 'prev_epoch' ({prev!r}); it was edited by hand. "
+                                    "Rerun with mode='overwrite' to start over")
+        record = cls(
             shard=require_field(data, "shard", int, what, where),
             seq=require_field(data, "seq", int, what, where),
             chunk=entry,
@@ -71,14 +79,23 @@ class CommitRecord:
             done=require_field(data, "done", bool, what, where),
             failed=failed_pairs(data.get("failed", []), what, where),
             run_id=require_field(data, "run_id", str, what, where),
+            epoch=require_field(data, "epoch", int, what, where),
+            prev_epoch=prev,
         )
+        # every number read from disk is bounded before anything sizes or loops by it
+        if not all(0 <= n <= MAX_NUMBER for n in (record.seq, record.stored_bytes, record.first_input,
+                                                   record.next_input, record.skip_outputs, record.epoch)):
+            raise CorruptStateError(f"{what} {where} holds a negative or absurdly large number; it was edited "
+                                    "by hand. Rerun with mode='overwrite' to start over")
+        return record
 
 
 def write_records(storage: Storage, records: list[CommitRecord]) -> None:
-    """Step 2 of the protocol for one commit round: one file per shard holding the round's
-    consecutive records of that shard, named by the first one's seq. Callers must have made
-    the records' chunks durable first (``storage.barrier()``); the files become durable at
-    the next barrier. A round of many small chunks costs one file, not one per chunk."""
+    """Step 3 of the protocol for one commit round: one file per shard holding the round's
+    consecutive records of that shard, named by the first one's seq and the writer's epoch.
+    Callers must have made the records' chunks durable first (``storage.barrier()``); the
+    files become durable at the next barrier. A round of many small chunks costs one file,
+    not one per chunk."""
     runs: list[list[CommitRecord]] = []
     for record in records:
         if runs and runs[-1][-1].shard == record.shard and runs[-1][-1].seq + 1 == record.seq:
@@ -87,7 +104,7 @@ def write_records(storage: Storage, records: list[CommitRecord]) -> None:
             runs.append([record])
     for run in runs:
         body = dumps({"records": [r.to_json() for r in run]})
-        storage.write_bytes(record_key(run[0].shard, run[0].seq), body, durable=False)
+        storage.write_bytes(record_key(run[0].shard, run[0].seq, run[0].epoch), body, durable=False)
 
 
 def is_torn(data: bytes) -> bool:
@@ -146,63 +163,126 @@ def record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     return keys
 
 
+@dataclass
+class _RecordFile:
+    key: str
+    seq: int  # its first record's
+    epoch: int
+    records: list[CommitRecord] | None  # None: torn
+
+
+def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordFile:
+    _, seq, epoch = parse_record_key(key) or (shard, 0, 0)
+    if is_torn(data):
+        return _RecordFile(key, seq, epoch, None)
+    where = f"{storage.url}/{key}"
+    body = loads_object(data, "checkpoint record", storage, key)
+    listed = body.get("records")
+    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
+        raise CorruptStateError(
+            f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    records = [CommitRecord.from_json(r, where) for r in listed]
+    for k, record in enumerate(records):
+        prev_ok = k == 0 or record.prev_epoch == epoch
+        if record.shard != shard or record.seq != seq + k or record.epoch != epoch or not prev_ok \
+                or record.run_id != records[0].run_id:
+            raise CorruptStateError(
+                f"checkpoint record {where} does not match its name (shard {shard}, seq {seq + k}, epoch {epoch}); "
+                "it was renamed or edited by hand. Rerun with mode='overwrite' to start over"
+            )
+    return _RecordFile(key, seq, epoch, records)
+
+
+def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[str]:
+    """Fill ``progress`` with the shard's committed chain; returns the keys of files off it.
+
+    The chain (fencing, see the package docstring): record 0 has no predecessor; record k is,
+    among the records numbered k whose ``prev_epoch`` is the epoch of the chain's record k-1,
+    the one of the highest epoch (a later lease holder supersedes a fenced one). The chain
+    ends at the shard's ``done`` record or where no record follows. Off the chain are:
+    records of a superseded (lower) epoch and records after a torn file (a power cut):
+    dropped; anything else means a record was deleted or edited by hand: CorruptStateError."""
+    by_seq: dict[int, list[CommitRecord]] = {}
+    for f in files:
+        for record in f.records or ():
+            by_seq.setdefault(record.seq, []).append(record)
+    prev: int | None = None
+    while not progress.done:
+        candidates = [r for r in by_seq.get(progress.next_seq, ()) if r.prev_epoch == prev]
+        if not candidates:
+            break
+        record = max(candidates, key=lambda r: r.epoch)
+        if not progress.start <= record.next_input <= progress.end or record.next_input < progress.next_input:
+            raise CorruptStateError(
+                f"checkpoint record {url}/{record_key(record.shard, record.seq, record.epoch)} points outside its "
+                "shard or backwards; it was edited by hand. Rerun with mode='overwrite' to start over"
+            )
+        progress.add(record)
+        prev = record.epoch
+    on_chain = {(r.seq, r.epoch) for r in progress.records}
+    top = max((r.epoch for r in progress.records), default=-1)
+    torn = any(f.records is None for f in files)
+    off = []
+    for f in files:
+        rest = [r for r in f.records or () if (r.seq, r.epoch) not in on_chain]
+        if f.records is not None and not rest:
+            continue
+        if f.records is None or torn or all(r.epoch < top for r in rest):
+            if len(rest) == len(f.records or ()):
+                off.append(f.key)
+            continue
+        raise CorruptStateError(
+            f"checkpoint records of shard {progress.shard} do not form one chain 0..n-1 (at {url}/{f.key}): "
+            "a record was deleted or edited by hand, or follows the shard's last. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return off
+
+
 def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
                   repair: bool = False) -> dict[int, ShardProgress]:
-    """Read the records of the given shards (parallel reads: S3 round trips dominate).
+    """Read the records of the given shards (parallel reads: S3 round trips dominate) and
+    follow each shard's chain (see :func:`_chain`).
 
-    ``repair=True`` (the process about to resume these shards) deletes torn records and
-    every later record of their shard, so that a later run can never mistake one of those
-    for a commit after new records with other chunk boundaries are written.
+    ``repair=True`` (the process about to resume these shards, holding their lease) deletes
+    the files off the chain: torn records, the shard's records after them, and records of a
+    fenced (superseded) writer, so that none of them can be mistaken for a commit later.
 
-    Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short:
-    they can only follow this run's records of the shard (this run rewrote the keys before
-    them), and are dropped like torn records."""
+    Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short,
+    and are dropped too."""
     keys_by_shard = record_keys_by_shard(storage)
     wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
 
-    def read(item: tuple[int, str]) -> tuple[int, str, bytes]:
+    def read(item: tuple[int, str]) -> tuple[int, str, bytes | None]:
         shard, key = item
-        return shard, key, storage.read_bytes(key)
+        try:
+            return shard, key, storage.read_bytes(key)
+        except FileNotFoundError:
+            if repair:  # only we delete our shards' records while we hold their lease
+                raise
+            return shard, key, None  # deleted since the listing: a cleanup (or repair) is running
 
-    progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(read, wanted))
-    dropped: dict[int, list[str]] = {}
+    files: dict[int, list[_RecordFile]] = {s: [] for s in bounds}
+    stale: list[str] = []
     for shard, key, data in results:
-        where = f"{storage.url}/{key}"
-        if shard in dropped or is_torn(data):
-            # A power cut before this record was durable: it and the shard's later records
-            # (same last commit round) never committed; their chunks are simply redone.
-            dropped.setdefault(shard, []).append(key)
+        if data is None:
             continue
-        body = loads_object(data, "checkpoint record", storage, key)
-        listed = body.get("records")
-        if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
-            raise CorruptStateError(
-                f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
-                "Rerun with mode='overwrite' to start over"
-            )
-        records = [CommitRecord.from_json(r, where) for r in listed]
-        if run_id is not None and records[0].run_id != run_id:
-            dropped.setdefault(shard, []).append(key)
+        parsed = _parse_file(storage, shard, key, data)
+        if run_id is not None and parsed.records is not None and parsed.records[0].run_id != run_id:
+            stale.append(key)
             continue
-        shard_progress = progress[shard]
-        for record in records:
-            if record.shard != shard or record.seq != shard_progress.next_seq or record.run_id != records[0].run_id:
-                raise CorruptStateError(
-                    f"checkpoint records of shard {shard} are not numbered 0..n-1 without gaps (at {where}); "
-                    "a record was deleted or edited by hand. Rerun with mode='overwrite' to start over"
-                )
-            if not shard_progress.start <= record.next_input <= shard_progress.end or shard_progress.done:
-                raise CorruptStateError(
-                    f"checkpoint record {where} points outside its shard or follows the shard's last record; "
-                    "it was edited by hand. Rerun with mode='overwrite' to start over"
-                )
-            shard_progress.add(record)
+        files[shard].append(parsed)
+    progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
+    dropped = list(stale)
+    for shard, shard_files in files.items():
+        dropped += _chain(progress[shard], shard_files, storage.url)
     if repair:
-        for keys in dropped.values():
-            for key in reversed(keys):  # highest first: a crash here leaves a prefix, still valid
-                storage.delete(key)
+        for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
+            storage.delete(key)
     return progress
 
 

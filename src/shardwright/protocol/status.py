@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from ..errors import IncompleteRunError, DatasetNotFoundError
 from ..storage import Storage
 from .layout import FAILED_PREFIX, INDEX_KEY
-from .lease import lease_is_live, read_leases
+from .lease import heartbeat_age, lease_is_live, read_leases
 from .manifest import read_manifest, read_run_record
 from .publish import publish_if_complete
 from .records import load_progress
@@ -65,10 +65,9 @@ def read_status(storage: Storage) -> RunStatus:
     if manifest is None:
         return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
-    now = time.time()
     leases = [
         LeaseStatus(name, holder.get("host"), holder.get("pid"),
-                    round(now - float(holder.get("heartbeat", 0)), 1), lease_is_live(holder))
+                    round(heartbeat_age(holder), 1), lease_is_live(holder))
         for name, holder in read_leases(storage)
     ]
     return RunStatus(
