@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import time
 
@@ -52,12 +53,20 @@ def generator(i: int):
         yield {"i": i, "j": j, "name": f"item-{i}-{j}"}
 
 
-FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator}
+def stamped(i: int) -> dict:
+    """Like plain, but each call's sample has a random size (an augmentation, a timestamp):
+    with chunk_bytes, two runs cut the same inputs into chunks at different places."""
+    _slow()
+    _maybe_fail(i)
+    return {"i": i, "pad": "x" * random.randint(0, 64)}
+
+
+FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator, "stamped": stamped}
 
 
 def expected(kind: str, n: int) -> list[tuple[int, int]]:
     """(input, output ordinal) of every sample the finished dataset must hold, in order."""
-    if kind == "plain":
+    if kind in ("plain", "stamped"):
         return [(i, 0) for i in range(n)]
     if kind == "filtering":
         return [(i, 0) for i in range(n) if i % 3]

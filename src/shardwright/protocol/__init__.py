@@ -15,12 +15,15 @@ An *output* is a local directory or an S3 prefix, reached only through
 or overwrite. Its inputs are cut into ``num_shards`` contiguous *shards*; a shard is worked
 on by one worker at a time, in input order, and its chunks hold only its own inputs. The
 dataset is the shards' chunks in shard order. A run's chunk files carry its *generation*
-(``chunk-{gen}-{shard}-{seq}.bin``), so runs never write each other's names.
+and the writer's lease *epoch* (``chunk-{gen}-{shard}-{seq}-{epoch}.bin``), so neither
+runs nor two holders of one run's lease ever write each other's names.
 
 Steps and the state on disk after each
 ======================================
 0. **Claim.** The caller takes the lease ``.shardwright/leases/node-{rank}.json`` (conditional
-   create, or compare-and-swap over a stale one) and renews it every TTL/4.
+   create, or compare-and-swap over a stale one) and renews it every TTL/4. Each
+   acquisition gets an *epoch*: ``max(now in ms, the stale holder's epoch + 1)``, stored in
+   the lease (see Fencing).
    *After:* a lease; nothing else changed.
 1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
    run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
@@ -31,16 +34,19 @@ Steps and the state on disk after each
    makes them (and the previous round's records) durable.
    *After:* a chunk file no record names (an orphan): invisible, and rewritten under the
    same name by the rerun (atomic replace); publishing deletes orphans of its generation.
-3. **Record** (the commit point): one file per shard per round,
-   ``.shardwright/shards/{shard}-{first seq}.json``, holds the round's consecutive records
-   of that shard. Each record names its chunk (filename, items, bytes), carries the run id,
-   and says where the shard resumes: ``next_input`` and ``skip_outputs`` (outputs of
+3. **Record** (the commit point): the writer first checks that the lease still names it
+   (a fenced writer stops here); then one file per shard per round,
+   ``.shardwright/shards/{shard}-{first seq}-{epoch}.json``, holds the round's consecutive
+   records of that shard. Each record names its chunk (filename, items, stored bytes),
+   carries the run id, its ``epoch`` and ``prev_epoch`` (the epoch of the shard's record
+   seq-1, None for seq 0), and says where the shard resumes: ``next_input`` and ``skip_outputs`` (outputs of
    ``next_input`` already committed: a chunk may end inside a generator's outputs). The
    shard's last record has ``done: true``; ``failed`` lists inputs skipped with
    ``on_error="skip"``. The record file becomes durable at the next barrier.
    *After:* the chunk is committed; a rerun starts right after it.
-4. **Publish** (whoever holds the ``publish`` lease once every shard is done): index.json
-   = the base chunks (append/retry: the dataset as the run found it, copied into the
+4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
+   its node lease): the records are read again from storage (never from memory), every
+   chunk they name must exist with the recorded size, and index.json = the base chunks (append/retry: the dataset as the run found it, copied into the
    manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
    exists only for a complete dataset.
    *After:* the dataset is readable; the manifest and records are still there.
@@ -64,12 +70,44 @@ between 4 and 6      index.json names this generation       ``decide`` -> FINISH
 during 6             some state gone, manifest still there  step 6 again (each step is idempotent)
 ===================  =====================================  ==========================================
 
-Exactly once: a sample is in the dataset iff its chunk is named by a committed record; a
-resume starts right after the last committed record of each shard, so no committed sample
-is produced again and every uncommitted one is produced again. Records are numbered
-0..n-1 per shard; a gap, garbage or a record after the shard's last is a
-CorruptStateError naming the file, never skipped. A record of another run id is a leftover
-of a cleanup cut short and is dropped like a torn one.
+Exactly once: a sample is in the dataset iff its chunk is named by a committed record on
+its shard's chain; a resume starts right after the chain's last record, so no committed
+sample is produced again and every uncommitted one is produced again. The *chain* of a
+shard: record 0 has ``prev_epoch`` None; record k is, among the records numbered k whose
+``prev_epoch`` is the epoch of the chain's record k-1, the one of the highest epoch; it ends
+at the ``done`` record or where no record follows. Off the chain are torn records and the
+shard's records after them (a power cut), and records of a lower epoch than the chain's
+(a fenced writer): dropped, and deleted by the next holder. Anything else off the chain
+(a gap, a record after the shard's last, garbage) is a CorruptStateError naming the file,
+never skipped. A record of another run id is a leftover of a cleanup cut short and is
+dropped like a torn one.
+
+Fencing (a paused writer wakes up)
+==================================
+A holder A can be paused (SIGSTOP, a VM pause, a long GC) past the TTL; B takes the lease
+over with a higher epoch, resumes from the chains it reads, and A may then run on for up
+to one heartbeat before it notices (``lease.lost``) and stops. What A writes in that window
+cannot change what B publishes:
+
+- *No shared names.* A's chunk and record files carry A's epoch, B's carry B's, so no
+  write of A ever replaces a file of B's (the corruption of protocol 3: both wrote
+  ``chunk-g-s-k.bin``, cut at different places).
+- *A's late records lose.* Let B resume shard s after record m (the chain's tip when B
+  read it, epoch e). B's record m+1 has ``prev_epoch`` e and epoch b > e. A late record of
+  A numbered m+1 has epoch a < b (the epoch order: b > a because B took A's lease over by
+  compare-and-swap and chose above it; a lease released or expired earlier belonged to a
+  holder that has stopped, or whose epoch is below by the clock assumption), so the chain
+  takes B's; A's record m+2 has ``prev_epoch`` a, which is not the epoch of the chain's
+  record m+1: off the chain. A's records written after B read the chain but before B
+  wrote over them (B slower, or B died too) are ordinary commits: their chunks are
+  durable, uniquely named, and chain correctly.
+- *One round at most.* A's committer re-reads the lease before each record write, so A
+  writes at most the records of the round during which it was paused; its main process
+  renews the lease synchronously right before publishing and stops if it cannot.
+- *Publishing trusts storage, not memory.* The publisher re-reads every shard's chain and
+  checks each named chunk exists with the recorded size; A's orphan chunks (its epoch, on
+  no chain) are deleted with the rest of the run's orphans. A chunk A writes after that
+  cleanup is an unnamed leftover (invisible to readers, removed by ``mode="overwrite"``).
 
 Assumptions
 ===========
@@ -83,8 +121,9 @@ Assumptions
   ``If-Match: etag`` (compare-and-swap) are atomic; exactly one of racing writers wins.
 - **A torn file reads as empty or NUL bytes** after a power cut (what ext4/xfs leave of
   data that never reached the disk), never as a valid older record.
-- A process whose lease was taken over notices at its next heartbeat and stops; until then
-  it may still write (see the lease module for how its writes are kept out).
+- A process whose lease was taken over notices at its next heartbeat (or its committer at
+  its next record write) and stops; until then it may still write (see Fencing for why
+  those writes cannot damage what the new holder publishes).
 
 Versioning: see ``layout`` for the rule and history of :data:`PROTOCOL_VERSION`.
 """

@@ -1,0 +1,101 @@
+"""A paused writer wakes up (issue 8): run A is SIGSTOPped past its lease TTL, run B (the same
+call) takes over, A is SIGCONTed while B writes. Real processes and signals, local disk and
+the real S3 server: the published dataset holds every input exactly once, in order."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+
+import pytest
+
+from helpers import assert_exactly_once, committed_records_at, finish, kill_group, start_child, wait_for
+
+TTL = "2"  # seconds: SHARDWRIGHT_LEASE_TTL for both runs
+
+
+def lease_pid(url: str, options: dict | None) -> int | None:
+    """The pid named by the run's lease (None while there is none)."""
+    from shardwright.storage import open_storage
+
+    try:
+        return json.loads(open_storage(url, options).read_bytes(".shardwright/leases/node-0.json")).get("pid")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def pause_and_take_over(config: dict, rng: random.Random, options: dict | None) -> tuple[int, str, int, str]:
+    """A starts; once it has committed, the whole group is stopped past the TTL; B starts and
+    takes over; A continues while B writes. Returns (A's exit code, A's stderr, B's ...)."""
+    url = config["output_dir"]
+    a = start_child(config, SHARDWRIGHT_LEASE_TTL=TTL, SHARDWRIGHT_COMMIT_ROUND="1")
+    try:
+        assert wait_for(lambda: a.poll() is not None or committed_records_at(url, options) >= rng.randint(2, 12), 60)
+        assert a.poll() is None, "A finished before it could be paused: the workload is too small"
+        kill_group(a, signal.SIGSTOP)
+        time.sleep(float(TTL) + 1.0 + rng.random())  # past the TTL: A's lease is stale
+        b = start_child(config, SHARDWRIGHT_LEASE_TTL=TTL, SHARDWRIGHT_COMMIT_ROUND="1")
+        assert wait_for(lambda: lease_pid(url, options) == b.pid or b.poll() is not None, 60)
+        time.sleep(rng.uniform(0.0, 1.5))  # B has taken the lease and is writing
+    finally:
+        kill_group(a, signal.SIGCONT)  # A's workers and committer wake up mid-round
+    _, a_err = a.communicate(timeout=120)
+    _, b_err = b.communicate(timeout=120)
+    return a.returncode, a_err, b.returncode, b_err
+
+
+def check_round(config: dict, options: dict | None, result: tuple[int, str, int, str]) -> None:
+    a_code, a_err, b_code, b_err = result
+    assert b_code == 0, b_err[-3000:]
+    assert a_code != 0, "A published after its lease was taken over"
+    assert "LeaseLostError" in a_err or "taken over" in a_err, a_err[-3000:]
+    assert_exactly_once(config, options)  # what B published, read back
+    finish(config)  # rerunning the same call is a no-op and changes nothing
+    assert_exactly_once(config, options)
+
+
+@pytest.mark.slow
+def test_paused_writer_cannot_corrupt_local(tmp_path):
+    # "stamped" samples have random sizes, so A's and B's chunks of the same shard and seq
+    # hold different items (what made the same names corrupt the dataset before fencing)
+    rng = random.Random("fencing-local")
+    for trial in range(3):
+        config = {"kind": "stamped", "n": 900, "chunk_bytes": 400, "sleep": 0.008, "num_workers": 2,
+                  "output_dir": str(tmp_path / f"out-{trial}")}
+        check_round(config, None, pause_and_take_over(config, rng, None))
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_paused_writer_cannot_corrupt_s3(s3_url, s3_storage_options):
+    rng = random.Random("fencing-s3")
+    for trial in range(2):
+        config = {"kind": "stamped", "n": 700, "chunk_bytes": 400, "sleep": 0.01, "num_workers": 2,
+                  "output_dir": f"{s3_url}-{trial}", "storage_options": s3_storage_options}
+        check_round(config, s3_storage_options, pause_and_take_over(config, rng, s3_storage_options))
+
+
+def test_superseded_records_are_ignored(tmp_path):
+    """The chain rule as a table of files: a fenced writer's late record at the same seq as the
+    new holder's loses; its records chained after its own late ones are dropped by repair."""
+    from shardwright.format import ChunkEntry
+    from shardwright.protocol.records import CommitRecord, load_progress, write_records
+    from shardwright.storage import open_storage
+
+    storage = open_storage(str(tmp_path), create=True)
+
+    def rec(seq: int, epoch: int, prev: int | None, next_input: int, done: bool = False) -> CommitRecord:
+        entry = ChunkEntry(f"chunk-1-00000-{seq:06d}-{epoch}.bin", chunk_size=1, chunk_bytes=8)
+        return CommitRecord(0, seq, entry, 8, next_input - 1, next_input, 0, done, (), "run", epoch, prev)
+
+    write_records(storage, [rec(0, 10, None, 1)])  # A, before the pause
+    write_records(storage, [rec(1, 20, 10, 2)])  # B took over after record 0
+    write_records(storage, [rec(1, 10, 10, 2), rec(2, 10, 10, 3)])  # A, late
+    write_records(storage, [rec(2, 20, 20, 3), rec(3, 20, 20, 4, done=True)])  # B finishes
+    progress = load_progress(storage, {0: (0, 4)}, "run", repair=True)[0]
+    assert [(r.seq, r.epoch) for r in progress.records] == [(0, 10), (1, 20), (2, 20), (3, 20)]
+    assert progress.done
+    assert sorted(k.rsplit("/", 1)[1] for k in storage.list(".shardwright/shards/")) == [
+        "00000-000000-10.json", "00000-000001-20.json", "00000-000002-20.json"]
