@@ -1,7 +1,7 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
-from .engine import OptimizeResult, optimize
+from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,
     ConcurrentRunError,
@@ -27,7 +27,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "optimize", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
+    "optimize", "abandon", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
     "CorruptStateError", "DatasetExistsError", "DatasetNotFoundError", "FnError", "IncompleteDatasetError",
     "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "OutputIsAFileError", "RunMismatchError", "SampleFormatError",
     "StorageError", "UnsupportedFormatError", "UsageError", "WorkerDiedError",

@@ -1,4 +1,4 @@
-"""The ``shardwright`` command: ``status``, ``merge`` and ``slurm``.
+"""The ``shardwright`` command: ``status``, ``merge``, ``clean`` and ``slurm``.
 
 Every command exits 0 on success, 1 when it ran but the answer is "not yet" (merge with
 unfinished shards), and 2 with one ``shardwright: error: ...`` line for a mistake or a
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from ..errors import IncompleteRunError, ShardwrightError, UsageError
-from ..protocol.layout import FAILED_PREFIX
+from ..engine.abandon import abandon
+from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
+from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.status import RunStatus, merge, read_status
 from ..storage import open_storage
 from .slurm import add_slurm_command
@@ -87,8 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     merge_cmd = sub.add_parser("merge", help="publish index.json once every shard is done")
     merge_cmd.add_argument("output_dir")
     merge_cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    clean = sub.add_parser("clean", help="abandon the unfinished run, keeping the published dataset")
+    clean.add_argument("output_dir")
+    clean.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
     add_slurm_command(sub)
     return parser
+
+
+def existing_storage(output_dir: str, storage_options: dict | None):
+    """The storage of an output that must exist already: a missing local directory is a
+    DatasetNotFoundError (exit 2), not an "empty" report."""
+    storage = open_storage(output_dir, storage_options)
+    path = storage.local_path(INDEX_KEY)
+    if path is not None and not os.path.isdir(os.path.dirname(path)):
+        raise DatasetNotFoundError(f"{storage.url} does not exist; check the path")
+    return storage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "status":
-            report = read_status(open_storage(args.output_dir, parse_storage_options(args.storage_options)))
+            report = read_status(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
             if args.json:
                 print(json.dumps(report.to_json(), indent=1, default=str))
             else:
@@ -104,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "merge":
             try:
-                merge(open_storage(args.output_dir, parse_storage_options(args.storage_options)))
+                merge(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
             except IncompleteRunError as exc:
                 print(str(exc), file=sys.stderr)
                 return 1
             print(f"merged: {args.output_dir}/index.json is published")
+            return 0
+        if args.command == "clean":
+            if abandon(args.output_dir, parse_storage_options(args.storage_options)):
+                print(f"cleaned: the unfinished run in {args.output_dir} is discarded; a published dataset is kept")
+            else:
+                print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
         return int(args.func(args))
     except ShardwrightError as exc:

@@ -1,6 +1,7 @@
 """The engine: optimize() and the worker processes that carry out the commit protocol."""
 
+from .abandon import abandon
 from .result import OptimizeResult
 from .run import optimize
 
-__all__ = ["OptimizeResult", "optimize"]
+__all__ = ["OptimizeResult", "abandon", "optimize"]

@@ -17,6 +17,7 @@ from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputsFingerprint
 from ..protocol.lease import Lease, live_leases
+from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
@@ -122,6 +123,7 @@ def optimize(
                       use_checkpoint=options.use_checkpoint)
     storage = open_storage(output_dir, options.storage_options, create=True)
     storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
+    check_no_links(storage)  # before the first write: never follow a link out of the output
 
     lease = Lease(storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
                   extra={"node_rank": node.rank, "num_nodes": node.count})

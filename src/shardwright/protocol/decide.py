@@ -18,7 +18,8 @@ a dataset, from another call       None         DatasetExistsError
 a dataset                          append       APPEND
 foreign chunk/index files only     None/append  OutputDirError
 an unfinished overwrite, same call overwrite    RESUME (a requeued array task keeps its peers' work)
-anything else                      overwrite    OVERWRITE (wipe what we wrote, start fresh)
+anything else                      overwrite    OVERWRITE (wipe what we wrote, start fresh;
+                                                other files in the folder are kept)
 unreadable state or index          None/append  CorruptStateError; overwrite: OVERWRITE
 =================================  ===========  ===============================================
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
 from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
-from .layout import chunk_generation
+from .layout import chunk_generation, is_our_chunk_name
 from .manifest import Manifest, OutputSettings
 
 
@@ -87,20 +88,29 @@ def next_generation(chunks: tuple[ChunkEntry, ...]) -> int:
     return 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0)
 
 
+def start_over_hint(manifest: Manifest, url: str) -> str:
+    """The safe way to give up an interrupted run: an append (or retry) run sits on a published
+    dataset that mode='overwrite' would delete, so it is abandoned with ``shardwright clean``."""
+    if manifest.mode in ("append", "retry"):
+        return (f"or abandon the unfinished {manifest.mode} with `shardwright clean {url}` "
+                "(or shardwright.abandon(); the published dataset is kept)")
+    return f"or abandon it with `shardwright clean {url}` (or pass mode='overwrite') to start over"
+
+
 def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
     """Refuse to continue ``manifest``'s run with other inputs or output-shaping settings."""
     difference = InputsFingerprint.from_json(manifest.inputs).first_difference(request.inputs)
     if difference:
         raise RunMismatchError(
             f"inputs changed since the interrupted run in {url}: {difference}; "
-            "pass the same inputs to resume, or mode='overwrite' to start over"
+            f"pass the same inputs to resume, {start_over_hint(manifest, url)}"
         )
     changed = manifest.settings.first_difference(request.settings)
     if changed is not None:
         key, was, now = changed
         raise RunMismatchError(
             f"settings changed since the interrupted run: {key} was {was!r}, now {now!r}; "
-            f"rerun with {key}={was!r} to resume, or pass mode='overwrite' to start over"
+            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest, url)}"
         )
 
 
@@ -158,10 +168,12 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             "pass mode='append' to add to it or mode='overwrite' to replace it"
         )
     if seen.foreign_files:
-        listed = ", ".join(seen.foreign_files)
+        listed = ", ".join(seen.foreign_files)  # all of them: the user must see what is there
+        ours = [f for f in seen.foreign_files if is_our_chunk_name(f)]
+        deletes = f"it deletes only {', '.join(ours)}" if ours else "it deletes none of these files"
         raise OutputDirError(
             f"{seen.url} holds {listed} but no index.json and no shardwright run: a partial output of another "
-            "tool? Pass mode='overwrite' to replace it"
+            f"tool? Choose an empty output_dir, or pass mode='overwrite' to write the dataset next to them ({deletes})"
         )
     return RunPlan(PlanKind.FRESH)
 

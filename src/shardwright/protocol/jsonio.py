@@ -19,10 +19,10 @@ def loads_object(data: bytes, what: str, storage: Storage, key: str) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptStateError(
             f"{what} {storage.url}/{key} is not valid JSON ({exc}); it was damaged or edited by hand. "
-            "Restore it, or rerun with mode='overwrite' to start over"
+            "Restore it, or: abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
         ) from None
     if not isinstance(value, dict):
-        raise CorruptStateError(f"{what} {storage.url}/{key} is not a JSON object; rerun with mode='overwrite'")
+        raise CorruptStateError(f"{what} {storage.url}/{key} is not a JSON object; " + "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
     return value
 
 
@@ -31,6 +31,6 @@ def require_field(record: dict, name: str, kind: type | tuple, what: str, where:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CorruptStateError(
             f"{what} {where} has a missing or invalid '{name}' ({value!r}); it was damaged or edited by hand. "
-            "Delete the output's .shardwright/ folder and rerun with mode='overwrite' to start over"
+            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
         )
     return value

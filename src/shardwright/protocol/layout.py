@@ -27,6 +27,8 @@ chunk and record names carry it, records name their predecessor's epoch (``prev_
 
 from __future__ import annotations
 
+import re
+
 PROTOCOL_VERSION = 4
 
 INDEX_KEY = "index.json"
@@ -61,6 +63,14 @@ def chunk_generation(filename: str) -> int | None:
         except ValueError:
             return None
     return None
+
+
+_OUR_CHUNK = re.compile(r"^chunk-\d+-\d{5,}-\d{6,}(-\d+)?(\.zstd)?\.bin$")
+
+
+def is_our_chunk_name(key: str) -> bool:
+    """A top-level key with the exact shape of a chunk name we write (``chunk-final.bin`` is not)."""
+    return bool(_OUR_CHUNK.match(key))
 
 
 def is_top_level_chunk(key: str) -> bool:

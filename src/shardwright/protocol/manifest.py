@@ -10,6 +10,8 @@ from .jsonio import dumps, loads_object, require_field
 from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RUN_RECORD_KEY
 from .shards import MAX_NUM_SHARDS, shard_bounds
 
+MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
+
 
 @dataclass(frozen=True)
 class OutputSettings:
@@ -30,7 +32,7 @@ class OutputSettings:
             value = data.get(name)
             if value is not None and (type(value) is not int or value < 1):
                 raise CorruptStateError(f"run settings in {where} have an invalid {name!r} ({value!r}); "
-                                        "it was edited by hand. Rerun with mode='overwrite' to start over")
+                                        "it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
             return value
 
         compression = data.get("compression")
@@ -38,7 +40,7 @@ class OutputSettings:
         if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
                 or not all(k in data for k in ("chunk_size", "chunk_bytes")):
             raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
-                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+                                    "it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards)
 
     def first_difference(self, other: "OutputSettings") -> tuple[str, object, object] | None:
@@ -119,6 +121,8 @@ class Manifest:
             and isinstance(self.input_skips, list) and len(self.input_skips) == self.num_inputs
         ):
             problem = "its retry input list is invalid"
+        elif not 0 <= self.num_inputs <= MAX_INPUTS or not 0 <= self.generation <= MAX_INPUTS:
+            problem = "its input count or generation is out of range"
         elif self.num_shards > MAX_NUM_SHARDS:
             problem = f"num_shards {self.num_shards:,} is over the limit of {MAX_NUM_SHARDS:,}"
         elif len(inputs["block_hashes"]) != 16 * -(-inputs["count"] // max(1, inputs["block_size"])):
@@ -126,7 +130,7 @@ class Manifest:
         if problem:
             raise CorruptStateError(
                 f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. "
-                "Rerun with mode='overwrite' to start over"
+                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
             )
         return self
 
@@ -154,11 +158,27 @@ def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
 
 
 def read_run_record(storage: Storage) -> dict | None:
+    """run.json of the last finished run, checked: it decides what a rerun retries."""
     try:
         data = storage.read_bytes(RUN_RECORD_KEY)
     except FileNotFoundError:
         return None
-    return loads_object(data, "run record", storage, RUN_RECORD_KEY)
+    where = f"{storage.url}/{RUN_RECORD_KEY}"
+    fix = (f"delete {where} (it only describes the last finished run; the dataset is not affected) "
+           "and rerun")
+    try:
+        record = loads_object(data, "run record", storage, RUN_RECORD_KEY)
+    except CorruptStateError:
+        raise CorruptStateError(f"run record {where} is not a JSON object; {fix}") from None
+    failed = record.get("failed_inputs", [])
+    inputs = record.get("inputs")
+    count = inputs.get("count") if isinstance(inputs, dict) else None  # run-wide: what failed ids index
+    if not isinstance(failed, list) or type(count) is not int or not 0 <= count <= MAX_INPUTS or not all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) and p[0] < count
+        for p in failed
+    ):
+        raise CorruptStateError(f"run record {where} has an invalid input count or failed-input list; {fix}")
+    return record
 
 
 def write_run_record(storage: Storage, record: dict) -> None:

@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError
-from ..format import ChunkEntry, IndexConfig, render_index
+from ..format import ChunkEntry, IndexConfig, parse_index, render_index
 from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
@@ -19,6 +19,8 @@ from .layout import (
     MANIFEST_KEY,
     SHARDS_PREFIX,
     STATE_DIR,
+    CHUNK_PREFIX,
+    is_our_chunk_name,
     chunk_generation,
     is_top_level_chunk,
     record_key,
@@ -86,16 +88,30 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     storage.delete(MANIFEST_KEY)  # last
 
 
+def our_files(storage: Storage) -> set[str]:
+    """What ``mode="overwrite"`` may delete at the top level: index.json, the chunks it lists
+    (a dataset's own chunks, ours or litdata's), and every chunk with one of our names."""
+    mine = {INDEX_KEY}
+    try:
+        listed = [c.filename for c in parse_index(storage.read_bytes(INDEX_KEY), f"{storage.url}/{INDEX_KEY}")[0]]
+    except (FileNotFoundError, CorruptStateError):
+        listed = []
+    mine.update(name for name in listed if "/" not in name and name not in ("", ".", ".."))
+    mine.update(key for key in storage.list(CHUNK_PREFIX) if is_our_chunk_name(key))
+    return mine
+
+
 def wipe(storage: Storage) -> None:
-    """mode='overwrite': remove the dataset and every piece of run state (but not other files
-    the user keeps in the folder, nor live leases)."""
-    storage.delete(INDEX_KEY)
-    for key in storage.list(""):
-        name = key.rsplit("/", 1)[-1]
-        top = key.split("/", 1)[0]
-        if "/" not in key and (name.startswith("chunk-") and name.endswith(".bin") or name.endswith("index.json")):
+    """mode='overwrite': remove the dataset (index.json and the chunks it lists), every chunk
+    with one of our names, and every piece of run state; never other files the user keeps in
+    the folder (``chunk-final.bin``, ``search-index.json``), nor live leases."""
+    present = set(storage.list(""))
+    for key in sorted(our_files(storage) & present):
+        if key != INDEX_KEY:
             storage.delete(key)
-        elif top == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
+    storage.delete(INDEX_KEY)  # after its chunks: a crash in between leaves chunks we still know
+    for key in present:
+        if key.split("/", 1)[0] == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
             storage.delete(key)
     storage.delete(MANIFEST_KEY)  # last, as in every cleanup
 
@@ -123,7 +139,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
             raise CorruptStateError(
                 f"chunk {storage.url}/{record.chunk.filename}, committed by checkpoint record "
                 f"{record_key(record.shard, record.seq, record.epoch)}, {what}: it was deleted or changed by hand. "
-                "Rerun with mode='overwrite' to start over"
+                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
             )
     fmt = read_format(storage, manifest.run_id)
     if fmt is None and manifest.base_config:

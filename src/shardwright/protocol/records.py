@@ -22,7 +22,7 @@ def failed_pairs(value: object, what: str, where: str) -> tuple:
     ):
         raise CorruptStateError(
             f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
-            "Rerun with mode='overwrite' to start over"
+            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
         )
     return tuple(tuple(p) for p in value)
 
@@ -62,12 +62,12 @@ class CommitRecord:
         except Exception:
             raise CorruptStateError(
                 f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. "
-                "Rerun with mode='overwrite' to start over"
+                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
             ) from None
         prev = data.get("prev_epoch")
         if prev is not None and (type(prev) is not int or not 0 <= prev <= MAX_EPOCH):
             raise CorruptStateError(f"{what} {where} has an invalid 'prev_epoch' ({prev!r}); it was edited by hand. "
-                                    "Rerun with mode='overwrite' to start over")
+                                    "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
         record = cls(
             shard=require_field(data, "shard", int, what, where),
             seq=require_field(data, "seq", int, what, where),
@@ -86,7 +86,7 @@ class CommitRecord:
         if not all(0 <= n <= MAX_NUMBER for n in (record.seq, record.stored_bytes, record.first_input,
                                                    record.next_input, record.skip_outputs, record.epoch)):
             raise CorruptStateError(f"{what} {where} holds a negative or absurdly large number; it was edited "
-                                    "by hand. Rerun with mode='overwrite' to start over")
+                                    "by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
         return record
 
 
@@ -181,7 +181,7 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordF
     if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
         raise CorruptStateError(
             f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
-            "Rerun with mode='overwrite' to start over"
+            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
         )
     records = [CommitRecord.from_json(r, where) for r in listed]
     for k, record in enumerate(records):
@@ -190,7 +190,7 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordF
                 or record.run_id != records[0].run_id:
             raise CorruptStateError(
                 f"checkpoint record {where} does not match its name (shard {shard}, seq {seq + k}, epoch {epoch}); "
-                "it was renamed or edited by hand. Rerun with mode='overwrite' to start over"
+                "it was renamed or edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
             )
     return _RecordFile(key, seq, epoch, records)
 
@@ -217,7 +217,7 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
         if not progress.start <= record.next_input <= progress.end or record.next_input < progress.next_input:
             raise CorruptStateError(
                 f"checkpoint record {url}/{record_key(record.shard, record.seq, record.epoch)} points outside its "
-                "shard or backwards; it was edited by hand. Rerun with mode='overwrite' to start over"
+                "shard or backwards; it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
             )
         progress.add(record)
         prev = record.epoch
@@ -236,7 +236,7 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
         raise CorruptStateError(
             f"checkpoint records of shard {progress.shard} do not form one chain 0..n-1 (at {url}/{f.key}): "
             "a record was deleted or edited by hand, or follows the shard's last. "
-            "Rerun with mode='overwrite' to start over"
+            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
         )
     return off
 

@@ -10,6 +10,7 @@ from ..errors import IncompleteRunError, DatasetNotFoundError
 from ..storage import Storage
 from .layout import FAILED_PREFIX, INDEX_KEY
 from .lease import heartbeat_age, lease_is_live, read_leases
+from .links import check_no_links
 from .manifest import read_manifest, read_run_record
 from .publish import publish_if_complete
 from .records import load_progress
@@ -92,6 +93,7 @@ def merge(storage: Storage) -> None:
         IncompleteRunError: some shards are not finished (``missing_shards`` lists them).
         DatasetNotFoundError: there is neither a run nor a dataset.
     """
+    check_no_links(storage)  # merging writes and deletes
     manifest = read_manifest(storage)
     if manifest is None:
         if storage.exists(INDEX_KEY):
