@@ -1,7 +1,3 @@
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(__file__))
-
-from conftest_s3 import *  # noqa: E402,F401,F403  (s3_server, s3_bucket, s3_url, fault_proxy, ...)
-from conftest_slurm import *  # noqa: E402,F401,F403  (slurm_cluster)
+# Fixtures live in tests/support/ (s3_server, s3_bucket, s3_url, s3_storage_options, fault_proxy,
+# slurm_cluster); tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
+pytest_plugins = ("support.s3_fixtures", "support.slurm_fixtures")
