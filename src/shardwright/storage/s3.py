@@ -1,4 +1,4 @@
-"""The S3 backend of :class:`~shardwright.storage.Storage` (any S3-compatible store).
+"""The S3 backend of :class:`~shardwright.storage.base.Storage` (any S3-compatible store).
 
 Every guarantee of the interface maps onto one S3 feature: atomic replace is a single PUT
 (or a multipart upload, invisible until completed); create-if-absent is a conditional PUT
@@ -9,6 +9,8 @@ returned, which is what lets a commit record be written right after its chunk.
 Retries: botocore's adaptive retries plus our own bounded loop for what it does not retry
 (connection resets, truncated bodies). A client is created lazily per process, so forked
 workers never share a connection pool.
+
+Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first use.
 """
 
 from __future__ import annotations
@@ -20,10 +22,14 @@ import random
 import re
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
-from .errors import OutputDirError, StorageError
-from .storage import _DISK_FULL, Storage, _check_key, _tmp_name, _unlink_quiet
+from ..errors import OutputDirError, StorageError
+from .base import Storage, check_key
+from .files import tmp_name, unlink_quiet
+from .registry import register_backend
+
+__all__ = ["S3Storage", "open_s3"]
 
 T = TypeVar("T")
 
@@ -197,7 +203,7 @@ class S3Storage(Storage):
     # -- retry loop and error mapping -----------------------------------------------------
 
     def _key(self, key: str) -> str:
-        _check_key(key)
+        check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
@@ -487,7 +493,7 @@ class S3Storage(Storage):
                 if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                     return False
                 raise
-            tmp = _tmp_name(dst)
+            tmp = tmp_name(dst)
             try:
                 n = 0
                 with open(tmp, "xb") as f:
@@ -500,16 +506,10 @@ class S3Storage(Storage):
                 if n != r.get("ContentLength", n):
                     raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
                 os.replace(tmp, dst)
-            except OSError as e:
-                _unlink_quiet(tmp)
-                if e.errno in _DISK_FULL:
-                    raise StorageError(
-                        f"disk full while writing {dst}: free space and rerun the same call to resume; "
-                        f"nothing committed was lost"
-                    ) from e
-                raise
             except BaseException:
-                _unlink_quiet(tmp)
+                # A full or unwritable local disk stays an OSError (not retried, not mapped by
+                # _run): the destination is the caller's and so is the fix.
+                unlink_quiet(tmp)
                 raise
             finally:
                 r["Body"].close()
@@ -522,3 +522,11 @@ class S3Storage(Storage):
         """One cheap HeadBucket at run start, so a wrong bucket, endpoint or credentials fail
         immediately with a message that says which and how to fix it."""
         self._run("HeadBucket", None, lambda _a: self.client().head_bucket(Bucket=self.bucket))
+
+
+def open_s3(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> S3Storage:
+    """The registry's factory for ``s3://bucket/prefix`` (nothing is created: see ``check``)."""
+    return S3Storage(url, storage_options)
+
+
+register_backend("s3", open_s3)
