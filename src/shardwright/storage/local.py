@@ -19,12 +19,21 @@ import threading
 from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
-from ..errors import OutputDirError, StorageError
+from ..errors import OutputDirError
 from .base import Storage, check_key
-from .files import NOT_WRITABLE_ERRNOS, TMP_NAME_RE, disk_full_error, fsync_dir, is_disk_full, syncfs, tmp_name, unlink_quiet
+from .files import (
+    NOT_WRITABLE_ERRNOS,
+    TMP_NAME_RE,
+    disk_full_error,
+    fsync_dir,
+    is_disk_full,
+    syncfs,
+    tmp_name,
+    unlink_quiet,
+)
 from .registry import register_backend
 
-__all__ = ["LocalStorage", "FileLock", "check_local_dir", "open_local", "RESUME_FIX"]
+__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "open_local"]
 
 #: The fix for a full disk under output_dir: every commit is durable, so rerunning resumes.
 RESUME_FIX = "free space and rerun the same call to resume; nothing committed was lost"
@@ -379,7 +388,7 @@ class FileLock:
         elif self._fallback is not None:  # pragma: no cover
             self._fallback.release()
 
-    def __enter__(self) -> FileLock:
+    def __enter__(self) -> FileLock:  # noqa: PYI034 - final class in practice; Self needs 3.11
         self.acquire()
         return self
 
@@ -431,7 +440,7 @@ def check_local_dir(path: str, *, create: bool) -> None:
 def open_local(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> LocalStorage:
     """The registry's factory for plain paths and ``file://`` URLs (``storage_options`` is
     ignored). ``create=True`` makes the directory and checks it is writable."""
-    path = url[len("file://"):] if url.startswith("file://") else url
+    path = url.removeprefix("file://")
     storage = LocalStorage(path)
     if create:
         check_local_dir(storage.root, create=True)

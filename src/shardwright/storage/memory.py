@@ -33,14 +33,15 @@ import errno
 import itertools
 import os
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import Storage, check_key
 from .files import tmp_name, unlink_quiet
 from .registry import register_backend
 
-__all__ = ["MemoryStorage", "OPERATIONS", "open_memory"]
+__all__ = ["OPERATIONS", "MemoryStorage", "open_memory"]
 
 #: Operations the fault hooks can target (the Storage method names).
 OPERATIONS = frozenset({

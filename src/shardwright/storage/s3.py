@@ -22,7 +22,8 @@ import random
 import re
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
 from .base import Storage, check_key
@@ -71,14 +72,14 @@ def _strip_userinfo(url: str) -> str:
     return (m.group(1) + m.group(2)) if m else url
 
 
-def _client_error_info(e) -> tuple[str, int | None, str]:
+def _client_error_info(e: BaseException) -> tuple[str, int | None, str]:
     resp = getattr(e, "response", None) or {}
     err = resp.get("Error", {}) or {}
     status = (resp.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
     return str(err.get("Code", "")), status, str(err.get("Message", ""))
 
 
-def _retried(e) -> bool:
+def _retried(e: BaseException) -> bool:
     resp = getattr(e, "response", None) or {}
     return bool((resp.get("ResponseMetadata", {}) or {}).get("RetryAttempts", 0))
 
@@ -134,7 +135,7 @@ class S3Storage(Storage):
 
     # -- pickling / repr: no client, no secrets in repr ------------------------------------
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None
         state["_client_pid"] = None
@@ -155,7 +156,7 @@ class S3Storage(Storage):
             or os.environ.get("AWS_ENDPOINT_URL")
         return _strip_userinfo(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
 
-    def _botocore_config(self):
+    def _botocore_config(self) -> Any:
         from botocore.config import Config
 
         cfg = Config(
@@ -169,7 +170,7 @@ class S3Storage(Storage):
             cfg = cfg.merge(extra if isinstance(extra, Config) else Config(**extra))
         return cfg
 
-    def client(self):
+    def client(self) -> Any:
         """The boto3 S3 client of this process (created on first use, recreated after fork)."""
         pid = os.getpid()
         client = self._client
@@ -188,7 +189,9 @@ class S3Storage(Storage):
             self._client_pid = pid
             return client
 
-    def _fail_fast_unreachable(self, attempts=0, caught_exception=None, **_kwargs):
+    def _fail_fast_unreachable(
+        self, attempts: int = 0, caught_exception: BaseException | None = None, **_kwargs: Any
+    ) -> None:
         from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 
         if (
@@ -198,7 +201,6 @@ class S3Storage(Storage):
             and attempts >= 2
         ):
             raise caught_exception  # ends botocore's retry loop with this error
-        return None
 
     # -- retry loop and error mapping -----------------------------------------------------
 
@@ -247,7 +249,9 @@ class S3Storage(Storage):
         target = f"s3://{self.bucket}/{self._key(key)}" if key else self.url
         return f"{op} {target}"
 
-    def _to_storage_error(self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float):
+    def _to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
+    ) -> StorageError | None:
         from botocore import exceptions as bce
 
         ep, bucket, where = self.endpoint, self.bucket, self._where(op, key)
@@ -318,7 +322,7 @@ class S3Storage(Storage):
 
     # -- single attempts ------------------------------------------------------------------
 
-    def _get_once(self, full_key: str):
+    def _get_once(self, full_key: str) -> tuple[bytes, str] | None:
         """One GET: (bytes, etag) or None if missing; _TruncatedBody if cut short."""
         from botocore.exceptions import ClientError
 
@@ -339,7 +343,7 @@ class S3Storage(Storage):
             raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
         return data, r.get("ETag", "")
 
-    def _head_once(self, full_key: str):
+    def _head_once(self, full_key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
 
         try:
@@ -350,7 +354,7 @@ class S3Storage(Storage):
                 return None
             raise
 
-    def _conditional_put(self, op: str, key: str, data: bytes, **condition) -> bool:
+    def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
         """PUT with If-None-Match/If-Match; False on 412.
 
         A conditional PUT is not idempotent: if the server applied our first attempt but the
@@ -437,7 +441,11 @@ class S3Storage(Storage):
             kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._run("LIST", None, lambda _a, kw=kwargs: self.client().list_objects_v2(**kw))
+
+            def once(_a: int, kw: dict[str, str] = kwargs) -> Any:
+                return self.client().list_objects_v2(**kw)
+
+            page = self._run("LIST", None, once)
             keys.extend(o["Key"] for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
@@ -455,7 +463,7 @@ class S3Storage(Storage):
         for i in range(0, len(keys), 1000):
             batch = {"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True}
 
-            def once(_a: int, batch=batch) -> None:
+            def once(_a: int, batch: dict[str, Any] = batch) -> None:
                 r = self.client().delete_objects(Bucket=self.bucket, Delete=batch)
                 errors = [e for e in r.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
                 if errors:
@@ -473,7 +481,7 @@ class S3Storage(Storage):
     def local_path(self, key: str) -> str | None:
         return None
 
-    def with_short_retries(self, seconds: float = 5.0) -> "S3Storage":
+    def with_short_retries(self, seconds: float = 5.0) -> S3Storage:
         impatient = copy.copy(self)  # shares the client; only the retry budget differs
         impatient.retry_timeout = min(seconds, self.retry_timeout)
         return impatient
