@@ -113,7 +113,7 @@ class S3Storage(Storage):
     multipart_chunksize: int = 16 * _MiB
     retry_timeout: float = 60.0
 
-    def __init__(self, url: str, storage_options: dict | None = None):
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         m = re.match(r"^s3://([^/]+)/?(.*)$", url)
         if not m:
             raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
@@ -347,7 +347,8 @@ class S3Storage(Storage):
         from botocore.exceptions import ClientError
 
         try:
-            return self.client().head_object(Bucket=self.bucket, Key=full_key)
+            head: dict[str, Any] = self.client().head_object(Bucket=self.bucket, Key=full_key)
+            return head
         except ClientError as e:
             code, status, _ = _client_error_info(e)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
