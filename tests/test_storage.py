@@ -730,13 +730,12 @@ def test_disk_full_mapping_carries_each_callers_fix(tmp_path):
     err = disk_full_error(full, "caching x in /c", "lower max_cache_bytes or pass another cache_dir")
     assert isinstance(err, StorageError)
     assert str(err) == "disk full while caching x in /c: lower max_cache_bytes or pass another cache_dir"
-    with pytest.raises(StorageError, match="^disk full while writing y: rerun$") as info:
-        with raising_disk_full("writing y", "rerun"):
-            raise OSError(errno.EDQUOT, "Disk quota exceeded")
+    with pytest.raises(StorageError, match="^disk full while writing y: rerun$") as info, \
+            raising_disk_full("writing y", "rerun"):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
     assert info.value.__cause__.errno == errno.EDQUOT
-    with pytest.raises(PermissionError):  # anything else passes through unchanged
-        with raising_disk_full("writing y", "rerun"):
-            raise PermissionError(errno.EACCES, "denied")
+    with pytest.raises(PermissionError), raising_disk_full("writing y", "rerun"):  # others pass unchanged
+        raise PermissionError(errno.EACCES, "denied")
     name = os.path.basename(tmp_name(str(tmp_path / ("n" * 300))))
     m = TMP_NAME_RE.match(name)
     assert m and int(m.group("pid")) == os.getpid() and len(name) < 255
@@ -805,7 +804,7 @@ def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage
     cache = tmp_path / "cache"
     cache.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(cache)], capture_output=True,
-                          text=True)
+                          text=True, check=False)
     if done.returncode != 0:
         if os.environ.get("CI") == "true":
             pytest.fail(f"mount -t tmpfs failed: {done.stderr.strip()}")
@@ -825,5 +824,5 @@ def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage
         import gc
 
         gc.collect()
-        if subprocess.run(["umount", str(cache)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(cache)], capture_output=True)
+        if subprocess.run(["umount", str(cache)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(cache)], capture_output=True, check=False)

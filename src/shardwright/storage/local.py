@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import random
 import threading
 from collections.abc import Iterator
 from typing import IO, Any, NoReturn
@@ -422,7 +421,7 @@ def check_local_dir(path: str, *, create: bool) -> None:
                 raise disk_full_error(e, f"creating {path}", RESUME_FIX) from e
             raise
     # os.access lies for root and on some network filesystems: really create a file.
-    probe = os.path.join(path, f".shardwright-probe.tmp-{os.getpid()}-{threading.get_ident()}-{random.getrandbits(40):010x}")
+    probe = tmp_name(os.path.join(path, "shardwright-probe"))  # a scratch name: never listed
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.close(fd)
