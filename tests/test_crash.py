@@ -24,6 +24,8 @@ from support.helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # real processes, kill loops: minutes, not seconds
+
 
 @pytest.mark.parametrize("kind", ["plain", "filtering", "generator"])
 def test_random_sigkill_loop(tmp_path, kind):

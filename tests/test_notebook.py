@@ -13,6 +13,8 @@ import pytest
 
 from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX
 
+pytestmark = pytest.mark.slow  # real Jupyter kernels
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
