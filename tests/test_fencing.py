@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from helpers import assert_exactly_once, committed_records_at, finish, kill_group, start_child, wait_for
+from support.helpers import assert_exactly_once, committed_records, finish, kill_group, start_child, wait_for
 
 TTL = "2"  # seconds: SHARDWRIGHT_LEASE_TTL for both runs
 
@@ -32,7 +32,7 @@ def pause_and_take_over(config: dict, rng: random.Random, options: dict | None) 
     url = config["output_dir"]
     a = start_child(config, SHARDWRIGHT_LEASE_TTL=TTL, SHARDWRIGHT_COMMIT_ROUND="1")
     try:
-        assert wait_for(lambda: a.poll() is not None or committed_records_at(url, options) >= rng.randint(2, 12), 60)
+        assert wait_for(lambda: a.poll() is not None or committed_records(url, options) >= rng.randint(2, 12), 60)
         assert a.poll() is None, "A finished before it could be paused: the workload is too small"
         kill_group(a, signal.SIGSTOP)
         time.sleep(float(TTL) + 1.0 + rng.random())  # past the TTL: A's lease is stale

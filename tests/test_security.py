@@ -26,7 +26,7 @@ from shardwright import (
     optimize,
 )
 from shardwright.cli.main import main
-from helpers import committed_records, kill_group, start_child, wait_for
+from support.helpers import committed_records, kill_group, start_child, wait_for
 
 
 def square(i):

@@ -6,6 +6,7 @@ import json
 
 from ..errors import CorruptStateError
 from ..storage import Storage
+from .hints import START_OVER
 
 
 def dumps(data: dict) -> bytes:
@@ -19,10 +20,10 @@ def loads_object(data: bytes, what: str, storage: Storage, key: str) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptStateError(
             f"{what} {storage.url}/{key} is not valid JSON ({exc}); it was damaged or edited by hand. "
-            "Restore it, or: abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+            f"Restore it, or: {START_OVER}"
         ) from None
     if not isinstance(value, dict):
-        raise CorruptStateError(f"{what} {storage.url}/{key} is not a JSON object; " + "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
+        raise CorruptStateError(f"{what} {storage.url}/{key} is not a JSON object; " + START_OVER)
     return value
 
 
@@ -31,6 +32,6 @@ def require_field(record: dict, name: str, kind: type | tuple, what: str, where:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CorruptStateError(
             f"{what} {where} has a missing or invalid '{name}' ({value!r}); it was damaged or edited by hand. "
-            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+            + START_OVER
         )
     return value

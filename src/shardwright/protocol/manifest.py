@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import CorruptStateError
 from ..storage import Storage
+from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
 from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RUN_RECORD_KEY
 from .shards import MAX_NUM_SHARDS, shard_bounds
@@ -32,7 +33,7 @@ class OutputSettings:
             value = data.get(name)
             if value is not None and (type(value) is not int or value < 1):
                 raise CorruptStateError(f"run settings in {where} have an invalid {name!r} ({value!r}); "
-                                        "it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
+                                        f"it was edited by hand. {START_OVER}")
             return value
 
         compression = data.get("compression")
@@ -40,7 +41,7 @@ class OutputSettings:
         if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
                 or not all(k in data for k in ("chunk_size", "chunk_bytes")):
             raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
-                                    "it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
+                                    f"it was edited by hand. {START_OVER}")
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards)
 
     def first_difference(self, other: "OutputSettings") -> tuple[str, object, object] | None:
@@ -130,7 +131,7 @@ class Manifest:
         if problem:
             raise CorruptStateError(
                 f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. "
-                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+                + START_OVER
             )
         return self
 

@@ -25,6 +25,7 @@ from .layout import (
     is_top_level_chunk,
     record_key,
 )
+from .hints import START_OVER
 from .lease import Lease
 from .manifest import Manifest, read_manifest, read_run_record, write_run_record
 from .records import CommitRecord, ShardProgress, load_progress
@@ -119,27 +120,26 @@ def wipe(storage: Storage) -> None:
 def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgress]) -> list[ChunkEntry]:
     """Step 3: write index.json from the records of every shard. Callers hold the publish lease."""
     base = [ChunkEntry.from_json(c) for c in manifest.base_chunks]
-    records = [r for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
+    committed = [(r, r.chunk) for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
     present = set(storage.list("chunk-"))
 
-    def size_of(record: CommitRecord) -> int | None:
-        assert record.chunk is not None
-        if record.chunk.filename not in present:
+    def size_of(item: tuple[CommitRecord, ChunkEntry]) -> int | None:
+        if item[1].filename not in present:
             return None
         try:
-            return storage.size(record.chunk.filename)
+            return storage.size(item[1].filename)
         except FileNotFoundError:
             return None
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        sizes = list(pool.map(size_of, records))
-    for record, size in zip(records, sizes):
+        sizes = list(pool.map(size_of, committed))
+    for (record, chunk), size in zip(committed, sizes):
         if size != record.stored_bytes:
             what = "is missing" if size is None else f"holds {size:,} bytes, its record says {record.stored_bytes:,}"
             raise CorruptStateError(
-                f"chunk {storage.url}/{record.chunk.filename}, committed by checkpoint record "
+                f"chunk {storage.url}/{chunk.filename}, committed by checkpoint record "
                 f"{record_key(record.shard, record.seq, record.epoch)}, {what}: it was deleted or changed by hand. "
-                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+                f"{START_OVER}"
             )
     fmt = read_format(storage, manifest.run_id)
     if fmt is None and manifest.base_config:
@@ -150,7 +150,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         compression=settings.compression,
         data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
     )
-    chunks = base + [r.chunk for r in records]
+    chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
+from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
 from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
 
@@ -22,7 +22,7 @@ def failed_pairs(value: object, what: str, where: str) -> tuple:
     ):
         raise CorruptStateError(
             f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
-            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+            + START_OVER
         )
     return tuple(tuple(p) for p in value)
 
@@ -62,12 +62,12 @@ class CommitRecord:
         except Exception:
             raise CorruptStateError(
                 f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. "
-                "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+                + START_OVER
             ) from None
         prev = data.get("prev_epoch")
         if prev is not None and (type(prev) is not int or not 0 <= prev <= MAX_EPOCH):
             raise CorruptStateError(f"{what} {where} has an invalid 'prev_epoch' ({prev!r}); it was edited by hand. "
-                                    "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
+                                    + START_OVER)
         record = cls(
             shard=require_field(data, "shard", int, what, where),
             seq=require_field(data, "seq", int, what, where),
@@ -86,7 +86,7 @@ class CommitRecord:
         if not all(0 <= n <= MAX_NUMBER for n in (record.seq, record.stored_bytes, record.first_input,
                                                    record.next_input, record.skip_outputs, record.epoch)):
             raise CorruptStateError(f"{what} {where} holds a negative or absurdly large number; it was edited "
-                                    "by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too")
+                                    f"by hand. {START_OVER}")
         return record
 
 
@@ -176,21 +176,14 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordF
     if is_torn(data):
         return _RecordFile(key, seq, epoch, None)
     where = f"{storage.url}/{key}"
-    body = loads_object(data, "checkpoint record", storage, key)
-    listed = body.get("records")
-    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
-        raise CorruptStateError(
-            f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
-            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
-        )
-    records = [CommitRecord.from_json(r, where) for r in listed]
+    records = parse_record_file(data, storage, key)
     for k, record in enumerate(records):
         prev_ok = k == 0 or record.prev_epoch == epoch
         if record.shard != shard or record.seq != seq + k or record.epoch != epoch or not prev_ok \
                 or record.run_id != records[0].run_id:
             raise CorruptStateError(
                 f"checkpoint record {where} does not match its name (shard {shard}, seq {seq + k}, epoch {epoch}); "
-                "it was renamed or edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+                f"it was renamed or edited by hand. {START_OVER}"
             )
     return _RecordFile(key, seq, epoch, records)
 
@@ -217,7 +210,7 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
         if not progress.start <= record.next_input <= progress.end or record.next_input < progress.next_input:
             raise CorruptStateError(
                 f"checkpoint record {url}/{record_key(record.shard, record.seq, record.epoch)} points outside its "
-                "shard or backwards; it was edited by hand. Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+                f"shard or backwards; it was edited by hand. {START_OVER}"
             )
         progress.add(record)
         prev = record.epoch
@@ -236,9 +229,35 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
         raise CorruptStateError(
             f"checkpoint records of shard {progress.shard} do not form one chain 0..n-1 (at {url}/{f.key}): "
             "a record was deleted or edited by hand, or follows the shard's last. "
-            "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; mode='overwrite' replaces the dataset too"
+            + START_OVER
         )
     return off
+
+
+def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRecord]:
+    """The records of one record file (``{"records": [...]}``, one commit round of one shard).
+    Callers check :func:`is_torn` first; anything else unreadable is a CorruptStateError."""
+    body = loads_object(data, "checkpoint record", storage, key)
+    listed = body.get("records")
+    where = f"{storage.url}/{key}"
+    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
+        raise CorruptStateError(
+            f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return [CommitRecord.from_json(r, where) for r in listed]
+
+
+def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
+    """The records of one record file; None when it is torn (a power cut) or unreadable.
+    FileNotFoundError when it is gone (a publisher cleaning up)."""
+    data = storage.read_bytes(key)
+    if is_torn(data):
+        return None
+    try:
+        return parse_record_file(data, storage, key)
+    except CorruptStateError:
+        return None
 
 
 def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
@@ -299,13 +318,10 @@ def count_committed_chunks(storage: Storage, limit: int = MAX_RECORD_FILES_COUNT
 
     def count(key: str) -> int:
         try:
-            document = json.loads(storage.read_bytes(key))
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            records = read_record_file(storage, key)
+        except FileNotFoundError:
             return 0
-        records = document.get("records") if isinstance(document, dict) else None
-        if not isinstance(records, list):
-            return 0
-        return sum(1 for r in records if isinstance(r, dict) and r.get("chunk") is not None)
+        return sum(1 for r in records or () if r.chunk is not None)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         return sum(pool.map(count, keys))
