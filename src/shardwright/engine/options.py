@@ -6,8 +6,11 @@ names the argument, what was given, and what to pass instead.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,6 +29,35 @@ START_METHODS = ("fork", "spawn", "forkserver")
 def fn_name(fn: Callable) -> str:
     """How a run records its fn: module and qualified name."""
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def _code_digest(code: types.CodeType, into: "hashlib._Hash", depth: int = 0) -> None:
+    into.update(code.co_code)
+    into.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and depth < 20:
+            _code_digest(const, into, depth + 1)  # nested functions, lambdas, comprehensions
+        else:
+            into.update(repr(const).encode(errors="replace")[:10_000])
+
+
+def fn_code(fn: Callable) -> str:
+    """A digest of fn's code (bytecode, constants, names used), best effort: a changed body
+    (a forgotten ``return`` fixed) or another lambda gives another digest; "" when fn has
+    no Python code (a builtin, a C extension). functools.partial: its func and arguments."""
+    target = fn
+    extra = b""
+    if isinstance(fn, functools.partial):
+        target = fn.func
+        extra = repr((fn.args, sorted(fn.keywords.items()))).encode(errors="replace")[:10_000]
+    code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return ""
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(getattr(target, "__qualname__", "").encode())
+    digest.update(extra)
+    _code_digest(code, digest)
+    return digest.hexdigest()
 
 
 def _is_int(value: object) -> bool:

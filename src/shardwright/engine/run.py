@@ -12,20 +12,20 @@ import uuid
 from collections.abc import Sequence
 from typing import Callable
 
-from ..errors import ConcurrentRunError, LeaseLostError, UsageError
+from ..errors import ConcurrentRunError, CorruptStateError, LeaseLostError, RunMismatchError, UsageError
 from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
-from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputsFingerprint
+from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
+from ..protocol.fingerprint import InputFiles, InputsFingerprint
 from ..protocol.lease import Lease, live_leases
 from ..protocol.links import check_no_links
-from ..protocol.manifest import Manifest, create_manifest
+from ..protocol.manifest import Manifest, create_manifest, read_run_record
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
 from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
-from .options import OptimizeOptions, fn_name
+from .options import OptimizeOptions, fn_code, fn_name
 from .planning import NodeIdentity, check_inputs, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -121,7 +121,8 @@ def optimize(
         _check_picklable(fn, options.start_method)
     request = Request(mode=options.mode, inputs=InputsFingerprint.of(inputs),
                       settings=options.output_settings(len(inputs)), fn_name=fn_name(fn),
-                      use_checkpoint=options.use_checkpoint)
+                      use_checkpoint=options.use_checkpoint, fn_code=fn_code(fn),
+                      input_files=_input_files_json(inputs))
     storage = open_storage(output_dir, options.storage_options, create=True)
     storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
     check_no_links(storage)  # before the first write: never follow a link out of the output
@@ -135,6 +136,8 @@ def optimize(
         if opened is None:
             return OptimizeResult(storage.url, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
         manifest, resumed = opened
+        if resumed:
+            _check_input_files(manifest, inputs, storage.url)
         return _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started)
     finally:
         lease.release()
@@ -150,7 +153,7 @@ def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
-        finish_published(storage, plan.manifest, list(seen.index_chunks))
+        finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
     if plan.kind is PlanKind.NOOP:
         log.info("%s already holds the output of this same call; nothing to do", storage.url)
         return None
@@ -184,7 +187,8 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         settings=request.settings, use_checkpoint=request.use_checkpoint,
         base_chunks=[c.to_json() for c in base_chunks],
         base_config=base_config.to_json() if base_config else None,
-        fn_name=request.fn_name, created_at=time.time(),
+        fn_name=request.fn_name, created_at=time.time(), fn_code=request.fn_code,
+        input_files=request.input_files,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -208,6 +212,36 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
                 f"{node.count}: every node of a run must use the same number of nodes ({node.source}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
+
+
+def _input_files_json(inputs: Sequence) -> dict | None:
+    files = InputFiles.of(inputs)
+    return files.to_json() if files is not None else None
+
+
+def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
+    """A resume refuses inputs whose files changed since the run started (size or mtime):
+    half the dataset would come from the old content."""
+    recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
+    if recorded is None:
+        return
+    changed = recorded.first_changed(inputs, manifest.created_at)
+    if changed:
+        raise RunMismatchError(
+            f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
+            f"Restore the file to resume, {start_over_hint(manifest, url)}"
+        )
+
+
+def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
+    """A run of N > 0 inputs that added no item is almost always a fn that forgot ``return``."""
+    try:
+        last = read_run_record(storage)
+    except CorruptStateError:
+        return
+    if last and last.get("run_id") == manifest.run_id and manifest.num_inputs and last.get("items_added") == 0:
+        log.warning("fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
+                    "`return`? Fix it and rerun (the changed fn is detected)", fn_name(fn), manifest.num_inputs)
 
 
 def _check_picklable(fn: Callable, start_method: str) -> None:
@@ -262,7 +296,9 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
-    published, missing = publish_if_complete(storage, manifest, progress)
+    published, missing = publish_if_complete(storage, manifest, progress, (fn_name(fn), fn_code(fn)))
+    if published:
+        _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(
         output_dir=storage.url, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,
         seconds=time.monotonic() - started, resumed=resumed, published=published,

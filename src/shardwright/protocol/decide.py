@@ -70,6 +70,8 @@ class Request:
     settings: OutputSettings
     fn_name: str
     use_checkpoint: bool
+    fn_code: str = ""  # digest of fn's code; "" when unknown
+    input_files: dict | None = None  # InputFiles.to_json() of the inputs that are file paths
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,12 @@ def _same_finished_call(last_run: dict | None, request: Request) -> bool:
         and last_run.get("fn_name") == request.fn_name
 
 
+def _fn_code_changed(last_run: dict, request: Request) -> bool:
+    """fn kept its name but not its code (compared when both are known)."""
+    recorded = last_run.get("fn_code")
+    return bool(recorded) and bool(request.fn_code) and recorded != request.fn_code
+
+
 def decide(seen: Observed, request: Request) -> RunPlan:
     """The plan for ``request`` on an output in state ``seen`` (see the module's table)."""
     if request.mode == "overwrite":
@@ -146,10 +154,19 @@ def decide(seen: Observed, request: Request) -> RunPlan:
                            input_skips=tuple(manifest.input_skips) if manifest.input_skips is not None else None)
         check_same_run(manifest, request, seen.url)
         changed = manifest.fn_name if manifest.fn_name != request.fn_name else None
+        if changed is None and manifest.fn_code and request.fn_code and manifest.fn_code != request.fn_code:
+            changed = f"{manifest.fn_name} with other code"  # the fix-and-resume flow: a warning
         return RunPlan(PlanKind.RESUME, manifest=manifest, fn_changed_from=changed)
     if index is not None:
         assert seen.index_config is not None
         base_dataset = (index, seen.index_config)
+        if _same_finished_call(seen.last_run, request) and _fn_code_changed(seen.last_run or {}, request):
+            # never a silent no-op: the dataset was made by another body of this fn
+            raise DatasetExistsError(
+                f"{seen.url} holds the finished output of this call made with an earlier version of fn "
+                f"{request.fn_name} (its code changed since), so rerunning it would keep the old outputs. "
+                "Pass mode='overwrite' to rebuild the dataset with the new fn, or write to another output_dir"
+            )
         if _same_finished_call(seen.last_run, request):
             # The same call already finished (perhaps killed just after publishing): rerunning
             # it must not fail, and an append must not add its inputs twice. Inputs it skipped

@@ -4,13 +4,42 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import InputsError, short_repr
 
 FINGERPRINT_BLOCK = 256  # inputs per hash block: 1M inputs -> 3,907 hashes (62 KB of hex)
+
+
+_ATOMS = (int, float, str, bytes, bool, type(None))
+
+
+def canonical(value: object, depth: int = 0) -> object:
+    """``value`` with every set and frozenset replaced by a sorted tuple (tagged), so that its
+    pickle does not depend on the order string hashing gave the set in this process. Lists,
+    tuples and dicts are rebuilt only when they hold a set (dict insertion order is kept: it
+    is deterministic). Other objects are left alone: their own pickle decides."""
+    kind = type(value)
+    if kind in _ATOMS or depth > 50:
+        return value
+    if kind is set or kind is frozenset:
+        items = [canonical(v, depth + 1) for v in value]  # type: ignore[attr-defined]
+        return ("__set__", kind.__name__, tuple(sorted(items, key=lambda v: _stable_pickle([v]))))
+    if kind is list or kind is tuple:
+        items = [canonical(v, depth + 1) for v in value]  # type: ignore[attr-defined]
+        if all(a is b for a, b in zip(items, value)):  # type: ignore[call-overload]
+            return value
+        return kind(items)
+    if kind is dict:
+        pairs = [(canonical(k, depth + 1), canonical(v, depth + 1)) for k, v in value.items()]  # type: ignore[attr-defined]
+        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items())):  # type: ignore[attr-defined]
+            return value
+        return ("__dict__", tuple(pairs))
+    return value
 
 
 def _stable_pickle(values: list) -> bytes:
@@ -38,7 +67,7 @@ class InputsFingerprint:
         for start in range(0, len(inputs), block_size):
             block = list(inputs[start : start + block_size])
             try:
-                data = _stable_pickle(block)
+                data = _stable_pickle([canonical(v) for v in block])
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
                 raise InputsError(
@@ -80,3 +109,85 @@ def _picklable(value: object) -> bool:
         return True
     except Exception:
         return False
+
+
+# --- inputs that are paths to files ----------------------------------------------------------------
+
+MAX_FILE_CHECKS = 1_000_000  # inputs stat()ed per call: beyond, files are not checked (documented)
+
+
+def _file_path(value: object) -> str | None:
+    """The path of an input that names a local file: a Path, or a str with a '/' in it."""
+    if isinstance(value, os.PathLike) or (isinstance(value, str) and "/" in value and "://" not in value):
+        try:
+            path = os.fspath(value)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+        return path if isinstance(path, str) else None
+    return None
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+@dataclass(frozen=True)
+class InputFiles:
+    """Size and modification time of the inputs that are paths to existing files, hashed per
+    block of inputs: a resume compares them, so a file edited between a crash and the resume
+    is noticed (its old outputs would otherwise be mixed with its new ones). Checked: inputs
+    that are ``os.PathLike`` or a str containing '/', naming a regular file, for the first
+    :data:`MAX_FILE_CHECKS` inputs. Not checked: file contents with the same size and mtime,
+    S3 URLs, paths inside other structures."""
+
+    block_size: int
+    block_hashes: str  # 16 hex chars per block; "" when no input is a file
+
+    @classmethod
+    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> "InputFiles | None":
+        hashes, found = [], False
+        count = min(len(inputs), MAX_FILE_CHECKS)
+        for start in range(0, count, block_size):
+            digest = hashlib.blake2b(digest_size=8)
+            for offset, value in enumerate(inputs[start : min(start + block_size, count)]):
+                path = _file_path(value)
+                stats = _stat(path) if path is not None else None
+                if stats is not None:
+                    found = True
+                    digest.update(f"{start + offset}:{stats[0]}:{stats[1]};".encode())
+            hashes.append(digest.hexdigest())
+        return cls(block_size, "".join(hashes)) if found else None
+
+    def to_json(self) -> dict:
+        return {"block_size": self.block_size, "block_hashes": self.block_hashes}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "InputFiles | None":
+        size, hashes = data.get("block_size"), data.get("block_hashes")
+        if type(size) is not int or size < 1 or not isinstance(hashes, str):
+            return None
+        return cls(size, hashes)
+
+    def first_changed(self, inputs: Sequence, since: float) -> str | None:
+        """A sentence naming an input file that changed since the run recorded its stats
+        (at ``since``, a time.time()), or None."""
+        now = InputFiles.of(inputs, self.block_size)
+        theirs = now.block_hashes if now is not None else ""
+        width = 16
+        for block in range(len(self.block_hashes) // width):
+            piece = slice(block * width, (block + 1) * width)
+            if self.block_hashes[piece] == theirs[piece]:
+                continue
+            first = block * self.block_size
+            last = min(first + self.block_size, len(inputs)) - 1
+            for i in range(first, last + 1):  # name the file: the one modified after the run started
+                path = _file_path(inputs[i])
+                stats = _stat(path) if path is not None else None
+                if path is not None and (stats is None or stats[1] / 1e9 >= since):
+                    return f"input {i:,} ({short_repr(path, 200)}) changed or vanished since the interrupted run started"
+            return f"an input file between input {first:,} and {last:,} changed (size or modification time)"
+        return None

@@ -71,6 +71,8 @@ class Manifest:
     created_at: float
     input_ids: list | None = None  # a retry run: the run-wide ids of the inputs it redoes
     input_skips: list | None = None  # ... and how many outputs of each were committed before
+    fn_code: str = ""  # digest of fn's code (engine.options.fn_code); "" when unknown
+    input_files: dict | None = None  # InputFiles.to_json(): size+mtime of inputs that are file paths
     protocol: int = PROTOCOL_VERSION
 
     def to_json(self) -> dict:
@@ -101,6 +103,8 @@ class Manifest:
             created_at=float(require_field(data, "created_at", (int, float), what, where)),
             input_ids=data.get("input_ids"),
             input_skips=data.get("input_skips"),
+            fn_code=data.get("fn_code") if isinstance(data.get("fn_code"), str) else "",
+            input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
         ).validated(where)
 
     def validated(self, where: str) -> "Manifest":

@@ -37,7 +37,8 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
     return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
 
 
-def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]]) -> dict:
+def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]],
+               finisher: tuple[str, str] | None = None) -> dict:
     """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
     new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
     now = time.time()
@@ -48,11 +49,15 @@ def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[i
         "settings": manifest.settings.to_json(), "items": sum(c.chunk_size for c in chunks),
         "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
         "started_at": manifest.created_at, "finished_at": now, "seconds": now - manifest.created_at,
-        "published_by": socket.gethostname(), "fn_name": manifest.fn_name,
+        # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
+        # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
+        "published_by": socket.gethostname(), "fn_name": finisher[0] if finisher else manifest.fn_name,
+        "fn_code": finisher[1] if finisher else manifest.fn_code,
     }
 
 
-def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
+def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
+                     finisher: tuple[str, str] | None = None) -> None:
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
     previous = read_run_record(storage)
@@ -61,16 +66,16 @@ def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[Ch
         return
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     failed = [i for s in sorted(progress) for i in progress[s].failed]
-    cleanup_after_publish(storage, manifest, index_chunks, failed)
+    cleanup_after_publish(storage, manifest, index_chunks, failed, finisher)
 
 
 def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
-                          failed: list[list[int]] | None) -> None:
+                          failed: list[list[int]] | None, finisher: tuple[str, str] | None = None) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent. ``failed`` holds [input id, outputs
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
     if failed is not None:
-        write_run_record(storage, run_record(manifest, index_chunks, failed))
+        write_run_record(storage, run_record(manifest, index_chunks, failed, finisher))
         forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
@@ -166,10 +171,11 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
     return current is None or current.run_id != manifest.run_id
 
 
-def publish_if_complete(storage: Storage, manifest: Manifest,
-                        known: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
+def publish_if_complete(storage: Storage, manifest: Manifest, known: dict[int, ShardProgress],
+                        finisher: tuple[str, str] | None = None) -> tuple[bool, list[int]]:
     """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
 
+    ``finisher`` is (name, code digest) of the fn that finished the run, for run.json.
     ``known`` is what this process already knows (its own shards); the other shards' records
     are read. Whoever gets the ``publish`` lease publishes; a node finishing at the same moment
     sees the lease taken (or the manifest gone) and leaves it to the winner.
@@ -207,7 +213,7 @@ def publish_if_complete(storage: Storage, manifest: Manifest,
         chunks = publish(storage, manifest, everything)
         crash_point("after_index")
         failed = [i for s in sorted(everything) for i in everything[s].failed]
-        cleanup_after_publish(storage, manifest, chunks, failed)
+        cleanup_after_publish(storage, manifest, chunks, failed, finisher)
     finally:
         publisher.release()
     return True, []
