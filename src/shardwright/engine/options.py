@@ -92,6 +92,16 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
     return value
 
 
+def _require_timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"timeout must be a number of seconds or None; got {value!r} ({type(value).__name__})")
+    if not 0 < value < 10**7:
+        raise UsageError(f"timeout must be a positive number of seconds (per input); got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class OptimizeOptions:
     """Everything about an optimize() call except fn, inputs and output_dir, validated."""
@@ -110,13 +120,15 @@ class OptimizeOptions:
     num_shards: int | None  # None: default_num_shards(len(inputs))
     on_error: str
     max_retries: int
+    timeout: float | None = None  # seconds fn may spend on one input; None: no limit
 
     @classmethod
     def validate(cls, fn: object, *, chunk_size: object = None, chunk_bytes: object = None,
                  compression: object = None, num_workers: object = None, mode: object = None,
                  use_checkpoint: object = True, start_method: object = None, storage_options: object = None,
                  verbose: object = True, num_nodes: object = None, node_rank: object = None,
-                 num_shards: object = None, on_error: object = "raise", max_retries: object = 0) -> "OptimizeOptions":
+                 num_shards: object = None, on_error: object = "raise", max_retries: object = 0,
+                 timeout: object = None) -> "OptimizeOptions":
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
         if chunk_size is not None:
@@ -165,6 +177,7 @@ class OptimizeOptions:
             num_shards=num_shards,
             on_error=_require_choice("on_error", on_error, ON_ERROR),
             max_retries=_require_int("max_retries", max_retries, 0),
+            timeout=_require_timeout(timeout),
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:

@@ -58,6 +58,7 @@ class WorkerConfig:
     on_error: str  # "raise" or "skip"
     max_retries: int
     node_rank: int
+    timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
 
     @classmethod
     def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
@@ -70,6 +71,7 @@ class WorkerConfig:
                                 epoch=lease.epoch, lease_key=lease.key, lease_owner=lease.owner),
             chunk_size=settings.chunk_size, chunk_bytes=settings.chunk_bytes,
             on_error=options.on_error, max_retries=options.max_retries, node_rank=node_rank,
+            timeout=options.timeout,
         )
 
 
@@ -261,6 +263,22 @@ class Worker:
                 raise _FnFailed(exc, traceback.format_exc()) from exc
 
     def _apply(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
+        if self.cfg.timeout is None:
+            self._apply_fn(writer, value, i, input_id, skip)
+            return
+        def expired(signum, frame):  # runs in this (the main) thread, inside fn
+            raise InputTimeout(f"fn did not finish input {input_id:,} ({short_repr(value)}) within "
+                               f"timeout={self.cfg.timeout:g} s")
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, self.cfg.timeout)
+        try:
+            self._apply_fn(writer, value, i, input_id, skip)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def _apply_fn(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         result = self.fn(value)
         if isinstance(result, types.GeneratorType):
             for j, sample in enumerate(result):
@@ -280,6 +298,11 @@ class Worker:
             pid=os.getpid(), node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.round.generation,
             time=time.time(),
         ))
+
+
+class InputTimeout(TimeoutError):
+    """fn spent longer than ``timeout`` on one input: a failure of that input, like any
+    exception fn raises (retried, skipped or raised as on_error says)."""
 
 
 class _Stop(Exception):
@@ -303,6 +326,13 @@ def _failure(wid: int, kind: str, exc: BaseException, input_index: int, tb: str)
 
 
 def _picklable_exception(exc: BaseException) -> bytes | None:
+    # An exception with a huge message would chain megabytes onto the FnError (its message
+    # and traceback are already sent, bounded): then it is not sent at all.
+    try:
+        if len(str(exc)) > MAX_STORED_TEXT:
+            return None
+    except Exception:
+        return None
     try:
         data = pickle.dumps(exc)
         pickle.loads(data)
