@@ -153,7 +153,8 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
             self._index_source = f"{self.output_dir}/{INDEX_NAME}"
         else:
-            self.output_dir = self.output_dir.removeprefix("file://")
+            # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)
+            self.output_dir = os.path.expanduser(self.output_dir.removeprefix("file://"))
             self._index_source = os.path.join(self.output_dir, INDEX_NAME)
         index_bytes = self._read_index_bytes()
         self._chunks, self._config = parse_index(index_bytes, self._index_source)

@@ -92,6 +92,25 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
     return value
 
 
+# fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
+_FSSPEC_NAMES = {
+    "key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token",
+    "client_kwargs": "its contents (endpoint_url, region_name) at the top level", "anon": "no credentials at all",
+    "endpoint": "endpoint_url", "region": "region_name",
+}
+
+
+def check_storage_option_names(storage_options: dict) -> None:
+    """Refuse fsspec-style keys (a silent ignore would connect with other credentials)."""
+    wrong = [k for k in storage_options if k in _FSSPEC_NAMES]
+    if wrong:
+        fixes = "; ".join(f"{k!r} -> {_FSSPEC_NAMES[k]}" for k in wrong)
+        raise UsageError(
+            f"storage_options uses fsspec/s3fs names ({', '.join(repr(k) for k in wrong)}); shardwright passes "
+            f"them to boto3's client, which names them differently: {fixes}"
+        )
+
+
 def _require_timeout(value: object) -> float | None:
     if value is None:
         return None
@@ -161,6 +180,8 @@ class OptimizeOptions:
             raise ArgumentTypeError(
                 f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
             )
+        if storage_options:
+            check_storage_option_names(storage_options)
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
         return cls(
             chunk_size=chunk_size,

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import InputsError, UsageError
+from ..errors import ArgumentTypeError, InputsError, OutputDirError, UsageError
 
 
 def check_inputs(inputs: object) -> Sequence:
@@ -16,7 +16,37 @@ def check_inputs(inputs: object) -> Sequence:
             f"inputs must be a sequence with len() and indexing (list, tuple, range); got {kind}. "
             "Wrap an iterator or generator in list(...) first."
         )
+    try:
+        inputs[0:0]
+    except TypeError:
+        # a collections.deque is a Sequence, but cannot be sliced (and indexing its middle is
+        # O(n)): shards are read as slices, so it must be a list first
+        raise InputsError(
+            f"inputs is a {type(inputs).__name__}, which cannot be sliced (inputs[a:b]); shards read their "
+            "inputs as slices. Pass list(inputs) instead"
+        ) from None
     return inputs
+
+
+def check_output_dir(output_dir: object) -> None:
+    """Typos that would silently write somewhere else: "" (the current directory) and a
+    mistyped S3 URL ("s3:/bucket" is a valid local path: a folder named "s3:")."""
+    if isinstance(output_dir, os.PathLike):
+        output_dir = os.fspath(output_dir)
+    if not isinstance(output_dir, str):
+        raise ArgumentTypeError(
+            f"output_dir must be a str or a path (a local directory or 's3://bucket/prefix'); got "
+            f"{type(output_dir).__name__}"
+        )
+    if not output_dir.strip():
+        raise OutputDirError("output_dir is empty; pass a directory (e.g. 'out/') or 's3://bucket/prefix'")
+    lowered = output_dir.lower()
+    if lowered.startswith(("s3:", "s3a:", "s3n:")) and not output_dir.startswith("s3://"):
+        rest = output_dir.split(":", 1)[1].lstrip("/")
+        raise OutputDirError(
+            f"output_dir {output_dir!r} looks like a mistyped S3 URL (it would create a local folder named "
+            f"{output_dir.split('/', 1)[0]!r}); write it as 's3://{rest}'"
+        )
 
 
 
@@ -78,6 +108,8 @@ def node_identity(num_nodes: int | None, node_rank: int | None,
         if has_rank:
             rank = _parse_int(rank_var, env[rank_var])
             count = _parse_int(count_var, env[count_var])
+            # name the variables and their values: a leftover export must be recognisable
+            label = f"{label}: {rank_var}={env[rank_var]}, {count_var}={env[count_var]} in the environment"
             if rank_var == "SLURM_ARRAY_TASK_ID":
                 # --array=4-10:2 gives ids 4, 6, 8, 10: ranks 0..3
                 rank -= _parse_int("SLURM_ARRAY_TASK_MIN", env.get("SLURM_ARRAY_TASK_MIN", "0"))

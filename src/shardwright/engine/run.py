@@ -26,7 +26,8 @@ from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
 from .options import OptimizeOptions, fn_code, fn_name
-from .planning import NodeIdentity, check_inputs, node_identity
+from .guards import check_main_guard, check_not_bootstrapping
+from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
 from .result import OptimizeResult, raise_for_outcome
@@ -113,6 +114,8 @@ def optimize(
             KeyboardInterrupt in a notebook.
     """
     started = time.monotonic()
+    check_not_bootstrapping()
+    check_output_dir(output_dir)
     options = OptimizeOptions.validate(
         fn, chunk_size=chunk_size, chunk_bytes=chunk_bytes, compression=compression, num_workers=num_workers,
         mode=mode, use_checkpoint=use_checkpoint, start_method=start_method, storage_options=storage_options,
@@ -124,7 +127,10 @@ def optimize(
     if node.is_multi_node and not options.use_checkpoint:
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
     if options.start_method != "fork":
+        check_main_guard(fn, options.start_method)
         _check_picklable(fn, options.start_method)
+    if node.is_multi_node:
+        log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.source)
     request = Request(mode=options.mode, inputs=InputsFingerprint.of(inputs),
                       settings=options.output_settings(len(inputs)), fn_name=fn_name(fn),
                       use_checkpoint=options.use_checkpoint, fn_code=fn_code(fn),
@@ -310,6 +316,11 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
         seconds=time.monotonic() - started, resumed=resumed, published=published,
         inputs=manifest.num_inputs, failed=sum(len(p.failed) for p in progress.values()), pending_shards=missing,
     )
+    if missing and "environment" in node.source:
+        # a leftover export makes a single-node run one node of several: say where it came from
+        log.warning("this call is node %d of %d (from %s): %d shard(s) wait for the other node(s), which must run "
+                    "the same call. For a single-node run, unset those variables", node.rank, node.count,
+                    node.source, len(missing))
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result

@@ -31,6 +31,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import CommitRecord
 from ..storage import Storage, open_storage
 from .committer import ChunkCommitter
+from .guards import explain_fn_error
 from .messages import Committed, Progress, WorkerExited, WorkerFailed
 from .options import OptimizeOptions
 
@@ -317,7 +318,7 @@ class _FnFailed(Exception):
 
 
 def _describe(exc: BaseException) -> str:
-    return bounded_text(f"{type(exc).__name__}: {exc}", MAX_STORED_TEXT)
+    return bounded_text(explain_fn_error(f"{type(exc).__name__}: {exc}"), MAX_STORED_TEXT)
 
 
 def _failure(wid: int, kind: str, exc: BaseException, input_index: int, tb: str) -> WorkerFailed:
