@@ -189,3 +189,97 @@ def bounded_text(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... [{len(text) - limit:,} more characters not shown]"
+
+
+# --- secrets: never in a message, a traceback, a record file or a generated script ------------------
+
+#: storage_options keys whose values are credentials (boto3's names, and fsspec's, refused anyway)
+SECRET_OPTION_KEYS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "key", "secret",
+                                "token", "password"})
+_SECRET_ENV_WORDS = ("SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "ACCESS_KEY")
+MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
+
+
+def secret_values(storage_options: dict | None, env: dict | None = None) -> list[str]:
+    """Every secret a message could leak: credential values of ``storage_options`` (also in a
+    nested ``config``), the user and password of a URL's ``user:password@`` part (e.g. in
+    ``endpoint_url``), and environment variables named like a secret (AWS_SECRET_ACCESS_KEY,
+    *_TOKEN, *PASSWORD*)."""
+    import os
+    from urllib.parse import urlsplit
+
+    found: list[str] = []
+
+    def scan(options: dict) -> None:
+        for key, value in options.items():
+            if isinstance(value, dict):
+                scan(value)
+            elif isinstance(value, str):
+                if key in SECRET_OPTION_KEYS:
+                    found.append(value)
+                elif "@" in value and "://" in value:
+                    try:
+                        parts = urlsplit(value)
+                        found.extend(p for p in (parts.username, parts.password) if p)
+                    except ValueError:
+                        pass
+
+    if storage_options:
+        scan(storage_options)
+    environ = os.environ if env is None else env
+    found.extend(v for k, v in environ.items() if any(w in k.upper() for w in _SECRET_ENV_WORDS))
+    # longest first: a secret that contains another is replaced whole
+    return sorted({s for s in found if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret (and its URL-quoted form) replaced by ``***``."""
+    from urllib.parse import quote
+
+    for secret in secrets:
+        text = text.replace(secret, "***")
+        quoted = quote(secret, safe="")
+        if quoted != secret:
+            text = text.replace(quoted, "***")
+    return text
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen) and len(seen) < 50:
+        seen.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return seen
+
+
+def redact_exception(exc: BaseException, secrets: list[str]) -> BaseException:
+    """``exc`` itself when no secret appears in it or in its chained exceptions; otherwise an
+    exception of the same class (StorageError for foreign ones) whose message is redacted and
+    whose chain is cut (a botocore exception prints its own fields, which cannot be edited)."""
+    if not secrets:
+        return exc
+    texts = []
+    for e in _chain(exc):
+        try:
+            texts.append(f"{type(e).__name__}: {e}")
+        except Exception:
+            texts.append(type(e).__name__)
+    if not any(secret in text for text in texts for secret in secrets) and not any(
+        redact(text, secrets) != text for text in texts
+    ):
+        return exc
+    message = redact(str(exc) if texts else "", secrets)
+    if len(texts) > 1:
+        message += " (caused by " + "; caused by ".join(redact(t, secrets) for t in texts[1:]) + ")"
+    replacement: BaseException
+    try:
+        replacement = type(exc)(message) if isinstance(exc, ShardwrightError) else StorageError(message)
+    except Exception:
+        replacement = StorageError(message) if isinstance(exc, OSError) else ShardwrightError(message)
+    if isinstance(exc, FnError) and isinstance(replacement, ShardwrightError):
+        replacement = FnError(message, input_index=exc.input_index, input_repr=redact(exc.input_repr, secrets),
+                              worker_traceback=redact(exc.worker_traceback, secrets))
+    replacement.__cause__ = None
+    replacement.__suppress_context__ = True
+    return replacement

@@ -13,7 +13,7 @@ import os
 import sys
 
 from ..engine.abandon import abandon
-from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
+from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError, redact, secret_values
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.status import RunStatus, merge, read_status
 from ..storage import open_storage
@@ -133,5 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return int(args.func(args))
     except ShardwrightError as exc:
-        print(f"shardwright: error: {exc}", file=sys.stderr)
+        options = getattr(args, "storage_options", None)
+        try:
+            parsed = json.loads(options) if options else None
+        except ValueError:
+            parsed = None
+        secrets = secret_values(parsed if isinstance(parsed, dict) else None)
+        if options and not isinstance(parsed, dict):
+            secrets.append(options)  # unparseable: the whole text may hold a secret
+        print(f"shardwright: error: {redact(str(exc), secrets)}", file=sys.stderr)
         return 2

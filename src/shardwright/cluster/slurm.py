@@ -25,14 +25,16 @@ and :func:`submit_merge`; see docs/slurm.md for the whole tutorial.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import UsageError
+from ..errors import SECRET_OPTION_KEYS, UsageError
 
 DEFAULT_JOB_NAME = "shardwright"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
@@ -172,6 +174,9 @@ def write_sbatch_script(
     else:
         extra = [str(x) for x in (extra_sbatch or [])]
     for option in extra:
+        if any(c in option for c in "\n\r\0"):
+            # each option becomes one "#SBATCH" line: a newline would start a shell line of its own
+            raise UsageError(f"--extra-sbatch {option!r}: an sbatch option cannot contain a line break")
         if not option.startswith("-"):
             raise UsageError(f"--extra-sbatch {option!r}: give sbatch options, e.g. \"--gres=gpu:1 --account=x\"")
 
@@ -297,10 +302,37 @@ def submit_run(script_text: str, submissions: list[Submission], explicit: bool, 
     return [submit(script_text, args=sub.sbatch_args(explicit), env=env, cwd=cwd) for sub in submissions]
 
 
+def public_storage_options(storage_options: str | None) -> str | None:
+    """The ``--storage-options`` JSON without credentials, for a command line that ends up in
+    Slurm's job record (``scontrol show job``, sacct) and logs: secret keys are dropped and a
+    ``user:password@`` part of a URL is removed. The merge job then finds credentials the way
+    boto3 does: the environment sbatch exports (AWS_ACCESS_KEY_ID, ...), ~/.aws, a role."""
+    if not storage_options:
+        return None
+    try:
+        options = json.loads(storage_options)
+    except ValueError:
+        raise UsageError("--storage-options is not valid JSON; pass a JSON object of boto3 client arguments") from None
+    if not isinstance(options, dict):
+        raise UsageError("--storage-options must be a JSON object of boto3 client arguments")
+    public = {}
+    for key, value in options.items():
+        if key in SECRET_OPTION_KEYS:
+            continue
+        if isinstance(value, str) and "@" in value and "://" in value:
+            parts = urlsplit(value)
+            if parts.username or parts.password:
+                value = urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+        public[key] = value
+    return json.dumps(public) if public else None
+
+
 def merge_command(output_dir: str, storage_options: str | None = None) -> list[str]:
+    """The merge job's command; ``storage_options`` only with :func:`public_storage_options`."""
     cmd = [sys.executable, "-m", "shardwright.cli", "merge", output_dir]
-    if storage_options:
-        cmd += ["--storage-options", storage_options]
+    public = public_storage_options(storage_options)
+    if public:
+        cmd += ["--storage-options", public]
     return cmd
 
 

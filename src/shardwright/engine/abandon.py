@@ -14,10 +14,12 @@ from ..protocol.links import check_no_links
 from ..protocol.manifest import read_manifest
 from ..protocol.publish import discard_run_state, finish_published, is_published
 from ..storage import open_storage
+from .guards import redacting
 
 log = logging.getLogger("shardwright")
 
 
+@redacting
 def abandon(output_dir: str, storage_options: dict | None = None) -> bool:
     """Discard the unfinished run in ``output_dir`` (its checkpoints, unpublished chunks and
     manifest) and keep the published dataset, if any, exactly as it is. The way out of a

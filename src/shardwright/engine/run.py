@@ -26,7 +26,7 @@ from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
 from .options import OptimizeOptions, fn_code, fn_name
-from .guards import check_main_guard, check_not_bootstrapping
+from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -36,6 +36,7 @@ from .worker import ShardTask, WorkerConfig
 log = logging.getLogger("shardwright")
 
 
+@redacting
 def optimize(
     fn: Callable,
     inputs: Sequence,

@@ -22,7 +22,7 @@ import types
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import ShardwrightError, bounded_text, short_repr
+from ..errors import ShardwrightError, bounded_text, redact, redact_exception, secret_values, short_repr
 from ..format import ItemEncoder
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk, RoundSettings
@@ -204,6 +204,7 @@ class Worker:
         self._pending_progress = 0
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
+        self.secrets = secret_values(cfg.storage_options)  # kept out of failure records
 
     def _on_commit(self, record: CommitRecord) -> None:
         self.result_q.put(Committed(self.wid, record))
@@ -293,9 +294,11 @@ class Worker:
 
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
         write_failure(self.storage, FailureRecord(
-            input_index=input_id, input_repr=short_repr(value, 500), exception_type=type(exc).__name__,
-            message=bounded_text(str(exc), MAX_STORED_TEXT),
-            traceback=bounded_text(traceback.format_exc(), MAX_STORED_TEXT), host=socket.gethostname(),
+            input_index=input_id, input_repr=redact(short_repr(value, 500), self.secrets),
+            exception_type=type(exc).__name__,
+            message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
+            traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
+            host=socket.gethostname(),
             pid=os.getpid(), node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.round.generation,
             time=time.time(),
         ))
@@ -321,9 +324,14 @@ def _describe(exc: BaseException) -> str:
     return bounded_text(explain_fn_error(f"{type(exc).__name__}: {exc}"), MAX_STORED_TEXT)
 
 
-def _failure(wid: int, kind: str, exc: BaseException, input_index: int, tb: str) -> WorkerFailed:
-    return WorkerFailed(wid, kind, _describe(exc), input_index, bounded_text(tb, MAX_STORED_TEXT),
-                        _picklable_exception(exc))
+def _failure(wid: int, kind: str, exc: BaseException, input_index: int, tb: str,
+             secrets: list[str] | None = None) -> WorkerFailed:
+    secrets = secrets if secrets is not None else secret_values(None)
+    pickled = _picklable_exception(exc)
+    if pickled is not None and redact_exception(exc, secrets) is not exc:
+        pickled = None  # the message above is redacted; the original must not travel with it
+    return WorkerFailed(wid, kind, redact(_describe(exc), secrets), input_index,
+                        redact(bounded_text(tb, MAX_STORED_TEXT), secrets), pickled)
 
 
 def _picklable_exception(exc: BaseException) -> bytes | None:
@@ -356,7 +364,7 @@ def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, c
     try:
         worker = Worker(wid, fn, cfg, result_q, stop_event, current_inputs)
     except BaseException as exc:
-        result_q.put(_failure(wid, "setup", exc, -1, traceback.format_exc()))
+        result_q.put(_failure(wid, "setup", exc, -1, traceback.format_exc(), secret_values(cfg.storage_options)))
         result_q.put(WorkerExited(wid, False))
         return
     worker_ref.append(worker)
@@ -375,12 +383,12 @@ def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, c
     except _FnFailed as failure:
         # report first, so the main process stops the other workers now, not after our commits
         i = worker.current_inputs[wid]
-        result_q.put(_failure(wid, "fn", failure.original, i, failure.tb))
+        result_q.put(_failure(wid, "fn", failure.original, i, failure.tb, worker.secrets))
         _close_quietly(worker, wid, result_q)
     except BaseException as exc:
         _close_quietly(worker, wid, result_q)
         kind = "shardwright" if isinstance(exc, ShardwrightError) else "internal"
-        result_q.put(_failure(wid, kind, exc, worker.current_inputs[wid], traceback.format_exc()))
+        result_q.put(_failure(wid, kind, exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets))
     worker.flush_progress()
     result_q.put(WorkerExited(wid, stopped))
 
@@ -390,6 +398,7 @@ def _close_quietly(worker: Worker, wid: int, result_q) -> None:
     try:
         worker.committer.close()
     except BaseException as exc:
-        result_q.put(_failure(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc()))
+        result_q.put(_failure(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc(),
+                              worker.secrets))
 
 
