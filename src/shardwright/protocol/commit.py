@@ -12,6 +12,9 @@ from .lease import check_still_held
 from .records import CommitRecord, write_records
 
 
+SAME_EPOCH = -1  # PendingChunk.prev_epoch: the shard's previous record was this writer's own
+
+
 @dataclass(frozen=True)
 class PendingChunk:
     """A chunk (or a shard's end, with no items) waiting to be committed, and where its shard
@@ -25,7 +28,7 @@ class PendingChunk:
     skip_outputs: int
     done: bool
     failed: tuple = ()  # [input id, outputs committed] pairs skipped since the previous record
-    prev_epoch: int | None = None  # epoch of the shard's record seq-1 (None for seq 0)
+    prev_epoch: int | None = -1  # epoch of the shard's record seq-1; -1 (SAME_EPOCH): this writer's own
 
     @property
     def nbytes(self) -> int:
@@ -66,8 +69,9 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
             data = compress(raw, run.compression)
             storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
             entry, stored = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw)), len(data)
+        prev = None if job.seq == 0 else run.epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
         records.append(CommitRecord(job.shard, job.seq, entry, stored, job.first_input, job.next_input,
-                                    job.skip_outputs, job.done, job.failed, run.run_id, run.epoch, job.prev_epoch))
+                                    job.skip_outputs, job.done, job.failed, run.run_id, run.epoch, prev))
     if not records:
         return records
     storage.barrier()
