@@ -62,8 +62,14 @@ def test_paused_writer_cannot_corrupt_local(tmp_path):
     # hold different items (what made the same names corrupt the dataset before fencing)
     rng = random.Random("fencing-local")
     for trial in range(3):
-        config = {"kind": "stamped", "n": 900, "chunk_bytes": 400, "sleep": 0.008, "num_workers": 2,
-                  "output_dir": str(tmp_path / f"out-{trial}")}
+        config = {
+            "kind": "stamped",
+            "n": 900,
+            "chunk_bytes": 400,
+            "sleep": 0.008,
+            "num_workers": 2,
+            "output_dir": str(tmp_path / f"out-{trial}"),
+        }
         check_round(config, None, pause_and_take_over(config, rng, None))
 
 
@@ -72,8 +78,15 @@ def test_paused_writer_cannot_corrupt_local(tmp_path):
 def test_paused_writer_cannot_corrupt_s3(s3_url, s3_storage_options):
     rng = random.Random("fencing-s3")
     for trial in range(2):
-        config = {"kind": "stamped", "n": 700, "chunk_bytes": 400, "sleep": 0.01, "num_workers": 2,
-                  "output_dir": f"{s3_url}-{trial}", "storage_options": s3_storage_options}
+        config = {
+            "kind": "stamped",
+            "n": 700,
+            "chunk_bytes": 400,
+            "sleep": 0.01,
+            "num_workers": 2,
+            "output_dir": f"{s3_url}-{trial}",
+            "storage_options": s3_storage_options,
+        }
         check_round(config, s3_storage_options, pause_and_take_over(config, rng, s3_storage_options))
 
 
@@ -98,4 +111,7 @@ def test_superseded_records_are_ignored(tmp_path):
     assert [(r.seq, r.epoch) for r in progress.records] == [(0, 10), (1, 20), (2, 20), (3, 20)]
     assert progress.done
     assert sorted(k.rsplit("/", 1)[1] for k in storage.list(".shardwright/shards/")) == [
-        "00000-000000-10.json", "00000-000001-20.json", "00000-000002-20.json"]
+        "00000-000000-10.json",
+        "00000-000001-20.json",
+        "00000-000002-20.json",
+    ]

@@ -107,10 +107,17 @@ def test_secret_in_endpoint_url_is_in_no_message_nor_chained_traceback(s3_server
 
 def test_secrets_are_in_no_state_file_nor_status(s3_server, s3_url, s3_storage_options, capsys, monkeypatch):
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    optimize(leaks_the_token, list(range(8)), s3_url, storage_options=s3_storage_options, verbose=False,
-             num_workers=2, on_error="skip")
+    optimize(
+        leaks_the_token,
+        list(range(8)),
+        s3_url,
+        storage_options=s3_storage_options,
+        verbose=False,
+        num_workers=2,
+        on_error="skip",
+    )
     client = s3_server.client()
-    bucket, prefix = s3_url[len("s3://"):].split("/", 1)
+    bucket, prefix = s3_url[len("s3://") :].split("/", 1)
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
     assert any("/failed/" in k for k in keys), "the failure record is what could leak"
     for key in keys:
@@ -130,8 +137,14 @@ def test_secret_from_the_environment_is_not_in_fn_error(tmp_path, monkeypatch):
 
 
 def test_merge_job_command_carries_no_credentials():
-    options = json.dumps({"endpoint_url": "http://AK:SK-very-secret@minio:9000", "aws_access_key_id": "AKIA1234",
-                          "aws_secret_access_key": "SK-very-secret", "region_name": "eu-west-1"})
+    options = json.dumps(
+        {
+            "endpoint_url": "http://AK:SK-very-secret@minio:9000",
+            "aws_access_key_id": "AKIA1234",
+            "aws_secret_access_key": "SK-very-secret",
+            "region_name": "eu-west-1",
+        }
+    )
     command = " ".join(merge_command("s3://b/p", options))
     assert "SK-very-secret" not in command and "AKIA1234" not in command and "AK:" not in command
     assert "http://minio:9000" in command and "eu-west-1" in command
@@ -161,11 +174,20 @@ def test_repeating_a_fixed_append_adds_nothing(tmp_path):
     out = tmp_path / "out"
     optimize(square, list(range(5)), out, chunk_size=2, num_workers=1, verbose=False)
     with pytest.raises(FnError):
-        optimize(square_fails_at_7, list(range(100, 110)), out, chunk_size=2, num_workers=2, num_shards=2,
-                 mode="append", verbose=False)
+        optimize(
+            square_fails_at_7,
+            list(range(100, 110)),
+            out,
+            chunk_size=2,
+            num_workers=2,
+            num_shards=2,
+            mode="append",
+            verbose=False,
+        )
     for _ in range(2):
-        optimize(square, list(range(100, 110)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append",
-                 verbose=False)
+        optimize(
+            square, list(range(100, 110)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append", verbose=False
+        )
     assert items(out) == list(range(5)) + list(range(100, 110))
 
 
@@ -189,11 +211,21 @@ def test_lambdas_are_told_apart(tmp_path):
 
 
 def test_set_inputs_fingerprint_the_same_in_every_process():
-    code = ("from shardwright.protocol.fingerprint import InputsFingerprint as F;"
-            "print(F.of([{'alpha','beta','gamma','delta','eps'}, frozenset({'x','y','z'}), {'k': {'a','b'}}])"
-            ".block_hashes)")
-    hashes = {subprocess.run([sys.executable, "-c", code], env=child_env(PYTHONHASHSEED=str(seed)),
-                             capture_output=True, text=True, check=True).stdout for seed in range(4)}
+    code = (
+        "from shardwright.protocol.fingerprint import InputsFingerprint as F;"
+        "print(F.of([{'alpha','beta','gamma','delta','eps'}, frozenset({'x','y','z'}), {'k': {'a','b'}}])"
+        ".block_hashes)"
+    )
+    hashes = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env=child_env(PYTHONHASHSEED=str(seed)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(4)
+    }
     assert len(hashes) == 1
 
 
@@ -222,22 +254,30 @@ def test_timeout_turns_a_stuck_fn_into_a_failure_of_that_input(tmp_path):
         optimize(stuck_at_3, list(range(8)), tmp_path / "a", num_workers=2, verbose=False, timeout=1)
     assert time.monotonic() - started < 30
     assert info.value.input_index == 3 and "timeout=1" in str(info.value)
-    result = optimize(stuck_at_3, list(range(8)), tmp_path / "b", num_workers=2, verbose=False, timeout=1,
-                      on_error="skip")
+    result = optimize(
+        stuck_at_3, list(range(8)), tmp_path / "b", num_workers=2, verbose=False, timeout=1, on_error="skip"
+    )
     assert result.failed == 1 and items(tmp_path / "b") == [0, 1, 2, 4, 5, 6, 7]
 
 
 # --- new-user mistakes: one clear error, nothing created -----------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,error", [
-    ({"num_workers": "4"}, ArgumentTypeError), ({"num_workers": 2.5}, ArgumentTypeError),
-    ({"num_workers": -1}, UsageError), ({"start_method": "thread"}, UsageError),
-    ({"chunk_size": True}, ArgumentTypeError), ({"use_checkpoint": "no"}, ArgumentTypeError),
-    ({"timeout": "10"}, ArgumentTypeError), ({"timeout": 0}, UsageError),
-    ({"storage_options": {"key": "a", "secret": "b"}}, UsageError),
-    ({"storage_options": {"client_kwargs": {"endpoint_url": "http://x"}}}, UsageError),
-])
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"num_workers": "4"}, ArgumentTypeError),
+        ({"num_workers": 2.5}, ArgumentTypeError),
+        ({"num_workers": -1}, UsageError),
+        ({"start_method": "thread"}, UsageError),
+        ({"chunk_size": True}, ArgumentTypeError),
+        ({"use_checkpoint": "no"}, ArgumentTypeError),
+        ({"timeout": "10"}, ArgumentTypeError),
+        ({"timeout": 0}, UsageError),
+        ({"storage_options": {"key": "a", "secret": "b"}}, UsageError),
+        ({"storage_options": {"client_kwargs": {"endpoint_url": "http://x"}}}, UsageError),
+    ],
+)
 def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, kwargs, error):
     out = tmp_path / "out"
     with pytest.raises(error) as info:
@@ -295,8 +335,9 @@ def test_unguarded_main_under_spawn_names_the_guard(tmp_path):
         "def fn(i):\n    return {'i': i}\n\n"
         f"optimize(fn, list(range(4)), {str(out)!r}, start_method='spawn', num_workers=2, verbose=False)\n"
     )
-    done = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=child_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode != 0
     assert 'if __name__ == "__main__":' in done.stderr.strip().splitlines()[-1]
     assert not out.exists()

@@ -46,8 +46,9 @@ def items(out) -> list[int]:
 def interrupted(out: Path, inputs=range(20), mode=None) -> None:
     """Leave an interrupted run in ``out`` (fn raises at input 7)."""
     with pytest.raises(FnError):
-        optimize(square_fails_at_7, list(inputs), out, chunk_size=2, num_workers=2, num_shards=2, mode=mode,
-                 verbose=False)
+        optimize(
+            square_fails_at_7, list(inputs), out, chunk_size=2, num_workers=2, num_shards=2, mode=mode, verbose=False
+        )
     assert (out / ".shardwright" / "manifest.json").exists()
 
 
@@ -122,8 +123,12 @@ def test_output_dir_itself_may_be_a_link(tmp_path):
 def test_overwrite_keeps_the_users_files(tmp_path):
     out = tmp_path / "out"
     optimize(square, list(range(10)), out, chunk_size=2, num_workers=1, verbose=False)
-    theirs = {"chunk-final.bin": b"user chunk", "search-index.json": b"{}", "notes.txt": b"n",
-              "chunk-0-0.bin.bak": b"b"}
+    theirs = {
+        "chunk-final.bin": b"user chunk",
+        "search-index.json": b"{}",
+        "notes.txt": b"n",
+        "chunk-0-0.bin.bak": b"b",
+    }
     for name, data in theirs.items():
         (out / name).write_bytes(data)
     optimize(square, list(range(100, 104)), out, chunk_size=2, num_workers=1, mode="overwrite", verbose=False)
@@ -201,8 +206,11 @@ def test_garbage_lease_numbers_do_not_crash_and_count_as_stale(tmp_path):
     out = tmp_path / "out"
     interrupted(out)
     lease = out / ".shardwright" / "leases" / "node-0.json"
-    lease.write_text(json.dumps({"owner": "x", "host": "elsewhere", "pid": "no", "heartbeat": "yesterday",
-                                 "ttl": 1e300, "epoch": -3}))
+    lease.write_text(
+        json.dumps(
+            {"owner": "x", "host": "elsewhere", "pid": "no", "heartbeat": "yesterday", "ttl": 1e300, "epoch": -3}
+        )
+    )
     optimize(square, list(range(20)), out, chunk_size=2, num_workers=2, num_shards=2, verbose=False)
     assert items(out) == list(range(20))
 
@@ -211,8 +219,11 @@ def test_lease_with_heartbeat_in_the_future_says_how_to_clear_it(tmp_path):
     out = tmp_path / "out"
     interrupted(out)
     lease = out / ".shardwright" / "leases" / "node-0.json"
-    lease.write_text(json.dumps({"owner": "x", "host": "elsewhere", "pid": 1, "heartbeat": time.time() + 3600,
-                                 "ttl": 30, "epoch": 1}))
+    lease.write_text(
+        json.dumps(
+            {"owner": "x", "host": "elsewhere", "pid": 1, "heartbeat": time.time() + 3600, "ttl": 30, "epoch": 1}
+        )
+    )
     with pytest.raises(ConcurrentRunError) as info:
         optimize(square, list(range(20)), out, chunk_size=2, num_workers=2, num_shards=2, verbose=False)
     assert "in the future" in str(info.value) and str(lease) in str(info.value)
@@ -241,17 +252,20 @@ def test_abandon_a_failed_append_keeps_the_dataset(tmp_path):
     optimize(square, list(range(10)), out, chunk_size=2, num_workers=1, verbose=False)
     interrupted(out, range(100, 120), mode="append")
     with pytest.raises(RunMismatchError) as info:  # another append: the error's way out is safe
-        optimize(square, list(range(200, 204)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append",
-                 verbose=False)
+        optimize(
+            square, list(range(200, 204)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append", verbose=False
+        )
     assert "shardwright clean" in str(info.value) and "overwrite" not in str(info.value)
     assert main(["clean", str(out)]) == 0
     assert items(out) == list(range(10))
     assert not (out / ".shardwright" / "manifest.json").exists()
     assert sorted(p.name for p in out.glob("chunk-*")) == sorted(
-        c["filename"] for c in json.loads((out / "index.json").read_text())["chunks"])
+        c["filename"] for c in json.loads((out / "index.json").read_text())["chunks"]
+    )
     assert abandon(str(out)) is False  # nothing left to abandon
-    optimize(square, list(range(200, 204)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append",
-             verbose=False)
+    optimize(
+        square, list(range(200, 204)), out, chunk_size=2, num_workers=2, num_shards=2, mode="append", verbose=False
+    )
     assert items(out) == list(range(10)) + list(range(200, 204))
 
 

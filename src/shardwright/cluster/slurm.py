@@ -322,7 +322,8 @@ def public_storage_options(storage_options: str | None) -> str | None:
         if isinstance(value, str) and "@" in value and "://" in value:
             parts = urlsplit(value)
             if parts.username or parts.password:
-                value = urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+                host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+                value = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
         public[key] = value
     return json.dumps(public) if public else None
 

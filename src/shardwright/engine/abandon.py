@@ -7,9 +7,8 @@ import os
 
 from ..errors import ConcurrentRunError, CorruptStateError, DatasetNotFoundError
 from ..format import parse_index
-from ..protocol.layout import INDEX_KEY, chunk_generation, is_our_chunk_name
+from ..protocol.layout import INDEX_KEY, chunk_generation, is_our_chunk_name, lease_key
 from ..protocol.lease import Lease, describe_holder, live_leases
-from ..protocol.layout import lease_key
 from ..protocol.links import check_no_links
 from ..protocol.manifest import read_manifest
 from ..protocol.publish import discard_run_state, finish_published, is_published
@@ -64,8 +63,9 @@ def abandon(output_dir: str, storage_options: dict | None = None) -> bool:
             manifest = read_manifest(storage)
         except CorruptStateError:
             # unreadable: discard every unpublished chunk of ours, whatever its generation
-            generations = {chunk_generation(k) for k in storage.list("chunk-")
-                           if is_our_chunk_name(k) and k not in index_names}
+            generations = {
+                chunk_generation(k) for k in storage.list("chunk-") if is_our_chunk_name(k) and k not in index_names
+            }
             for generation in sorted(g for g in generations if g is not None):
                 discard_run_state(storage, generation, keep=index_names)
             discard_run_state(storage, -1, keep=index_names)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..protocol.commit import PendingChunk, RoundSettings, commit_round
 from ..protocol.records import CommitRecord

@@ -7,7 +7,8 @@ import functools
 import multiprocessing
 import re
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..errors import UsageError, redact_exception, secret_values
 
@@ -19,7 +20,7 @@ def redacting(func: F) -> F:
     keyword (or of the environment) in its message or its chained exceptions."""
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except Exception as exc:
@@ -30,6 +31,7 @@ def redacting(func: F) -> F:
             raise clean from None
 
     return wrapper  # type: ignore[return-value]
+
 
 _GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 DAEMONIC_HINT = (
@@ -42,8 +44,10 @@ DAEMONIC_HINT = (
 def check_not_bootstrapping() -> None:
     """optimize() called while a spawned worker imports the user's script: the script has no
     ``if __name__ == "__main__":`` guard, so every worker would start a run of its own."""
-    if multiprocessing.current_process().name != "MainProcess" and \
-            getattr(sys.modules.get("__main__"), "__name__", "") == "__mp_main__":
+    if (
+        multiprocessing.current_process().name != "MainProcess"
+        and getattr(sys.modules.get("__main__"), "__name__", "") == "__mp_main__"
+    ):
         raise UsageError(
             "optimize() was called while a worker process was importing your script (start_method 'spawn' or "
             "'forkserver' re-imports it): put the call under `if __name__ == \"__main__\":`"
@@ -66,7 +70,7 @@ def check_main_guard(fn: Callable, start_method: str) -> None:
     if not _GUARD.search(source):
         raise UsageError(
             f"{path} calls optimize() at its top level and start_method={start_method!r} re-imports it in every "
-            "worker, which would run it again: put the call under `if __name__ == \"__main__\":`"
+            'worker, which would run it again: put the call under `if __name__ == "__main__":`'
         )
 
 

@@ -11,8 +11,9 @@ import hashlib
 import os
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ArgumentTypeError, UsageError
 from ..format import parse_size
@@ -31,7 +32,7 @@ def fn_name(fn: Callable) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def _code_digest(code: types.CodeType, into: "hashlib._Hash", depth: int = 0) -> None:
+def _code_digest(code: types.CodeType, into: Any, depth: int = 0) -> None:
     into.update(code.co_code)
     into.update(repr(code.co_names).encode())
     for const in code.co_consts:
@@ -50,7 +51,7 @@ def fn_code(fn: Callable) -> str:
     if isinstance(fn, functools.partial):
         target = fn.func
         extra = repr((fn.args, sorted(fn.keywords.items()))).encode(errors="replace")[:10_000]
-    code = getattr(target, "__code__", None) or getattr(getattr(target, "__call__", None), "__code__", None)
+    code = getattr(target, "__code__", None) or getattr(type(target).__call__, "__code__", None) if not isinstance(target, type) else None
     if not isinstance(code, types.CodeType):
         return ""
     digest = hashlib.blake2b(digest_size=8)
@@ -147,7 +148,7 @@ class OptimizeOptions:
                  use_checkpoint: object = True, start_method: object = None, storage_options: object = None,
                  verbose: object = True, num_nodes: object = None, node_rank: object = None,
                  num_shards: object = None, on_error: object = "raise", max_retries: object = 0,
-                 timeout: object = None) -> "OptimizeOptions":
+                 timeout: object = None) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
         if chunk_size is not None:

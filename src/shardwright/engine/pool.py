@@ -8,8 +8,9 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from .messages import WorkerExited, WorkerFailed
 from .worker import ShardTask, WorkerConfig, worker_main

@@ -9,8 +9,7 @@ import pickle
 import sys
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import ConcurrentRunError, CorruptStateError, LeaseLostError, RunMismatchError, UsageError
 from ..format import ChunkEntry, IndexConfig
@@ -25,8 +24,8 @@ from ..protocol.publish import discard_run_state, finish_published, publish_if_c
 from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
-from .options import OptimizeOptions, fn_code, fn_name
 from .guards import check_main_guard, check_not_bootstrapping, redacting
+from .options import OptimizeOptions, fn_code, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker

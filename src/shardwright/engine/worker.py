@@ -63,7 +63,7 @@ class WorkerConfig:
 
     @classmethod
     def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
-                lease: LeaseTicket) -> "WorkerConfig":
+                lease: LeaseTicket) -> WorkerConfig:
         settings = manifest.settings
         return cls(
             output_dir=output_url, storage_options=options.storage_options,

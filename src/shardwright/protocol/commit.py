@@ -11,7 +11,6 @@ from .layout import chunk_filename
 from .lease import check_still_held
 from .records import CommitRecord, write_records
 
-
 SAME_EPOCH = -1  # PendingChunk.prev_epoch: the shard's previous record was this writer's own
 
 

@@ -62,7 +62,7 @@ class InputsFingerprint:
     block_hashes: str  # 16 hex chars per block of ``block_size`` inputs
 
     @classmethod
-    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> "InputsFingerprint":
+    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputsFingerprint:
         hashes = []
         for start in range(0, len(inputs), block_size):
             block = list(inputs[start : start + block_size])
@@ -82,10 +82,10 @@ class InputsFingerprint:
         return {"count": self.count, "block_size": self.block_size, "block_hashes": self.block_hashes}
 
     @classmethod
-    def from_json(cls, data: dict) -> "InputsFingerprint":
+    def from_json(cls, data: dict) -> InputsFingerprint:
         return cls(int(data["count"]), int(data["block_size"]), str(data["block_hashes"]))
 
-    def first_difference(self, other: "InputsFingerprint") -> str | None:
+    def first_difference(self, other: InputsFingerprint) -> str | None:
         """A sentence saying how ``self`` (the recorded run) differs from ``other``, or None."""
         if self.count != other.count:
             return f"the interrupted run had {self.count:,} inputs, this call has {other.count:,}"
@@ -120,7 +120,7 @@ def _file_path(value: object) -> str | None:
     """The path of an input that names a local file: a Path, or a str with a '/' in it."""
     if isinstance(value, os.PathLike) or (isinstance(value, str) and "/" in value and "://" not in value):
         try:
-            path = os.fspath(value)  # type: ignore[arg-type]
+            path = os.fspath(value)
         except TypeError:
             return None
         return path if isinstance(path, str) else None
@@ -148,7 +148,7 @@ class InputFiles:
     block_hashes: str  # 16 hex chars per block; "" when no input is a file
 
     @classmethod
-    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> "InputFiles | None":
+    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputFiles | None:
         hashes, found = [], False
         count = min(len(inputs), MAX_FILE_CHECKS)
         for start in range(0, count, block_size):
@@ -166,7 +166,7 @@ class InputFiles:
         return {"block_size": self.block_size, "block_hashes": self.block_hashes}
 
     @classmethod
-    def from_json(cls, data: dict) -> "InputFiles | None":
+    def from_json(cls, data: dict) -> InputFiles | None:
         size, hashes = data.get("block_size"), data.get("block_hashes")
         if type(size) is not int or size < 1 or not isinstance(hashes, str):
             return None

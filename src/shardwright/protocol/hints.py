@@ -3,5 +3,7 @@
 from __future__ import annotations
 
 #: For damaged run state: abandoning keeps a published dataset; overwrite is named with its cost.
-START_OVER = ("Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; "
-              "mode='overwrite' replaces the dataset too")
+START_OVER = (
+    "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; "
+    "mode='overwrite' replaces the dataset too"
+)

@@ -28,7 +28,7 @@ class OutputSettings:
                 "compression": self.compression, "num_shards": self.num_shards}
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "OutputSettings":
+    def from_json(cls, data: dict, where: str) -> OutputSettings:
         def optional_int(name: str) -> int | None:
             value = data.get(name)
             if value is not None and (type(value) is not int or value < 1):
@@ -44,7 +44,7 @@ class OutputSettings:
                                     f"it was edited by hand. {START_OVER}")
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards)
 
-    def first_difference(self, other: "OutputSettings") -> tuple[str, object, object] | None:
+    def first_difference(self, other: OutputSettings) -> tuple[str, object, object] | None:
         """(name, recorded value, current value) of the first setting that differs, or None."""
         mine, theirs = self.to_json(), other.to_json()
         for key in sorted(mine):
@@ -81,7 +81,7 @@ class Manifest:
         return data
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "Manifest":
+    def from_json(cls, data: dict, where: str) -> Manifest:
         what = "run manifest"
         if data.get("protocol") != PROTOCOL_VERSION:
             raise CorruptStateError(
@@ -103,11 +103,11 @@ class Manifest:
             created_at=float(require_field(data, "created_at", (int, float), what, where)),
             input_ids=data.get("input_ids"),
             input_skips=data.get("input_skips"),
-            fn_code=data.get("fn_code") if isinstance(data.get("fn_code"), str) else "",
+            fn_code=str(data.get("fn_code") or ""),
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
         ).validated(where)
 
-    def validated(self, where: str) -> "Manifest":
+    def validated(self, where: str) -> Manifest:
         """Catch hand edits that parse but would publish a wrong dataset."""
         problem = None
         inputs = self.inputs

@@ -12,20 +12,20 @@ from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
 from .failures import forget_resolved_failures
+from .hints import START_OVER
 from .layout import (
+    CHUNK_PREFIX,
     FORMAT_KEY,
     INDEX_KEY,
     LEASES_PREFIX,
     MANIFEST_KEY,
     SHARDS_PREFIX,
     STATE_DIR,
-    CHUNK_PREFIX,
-    is_our_chunk_name,
     chunk_generation,
+    is_our_chunk_name,
     is_top_level_chunk,
     record_key,
 )
-from .hints import START_OVER
 from .lease import Lease
 from .manifest import Manifest, read_manifest, read_run_record, write_run_record
 from .records import CommitRecord, ShardProgress, load_progress

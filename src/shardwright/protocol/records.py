@@ -54,7 +54,7 @@ class CommitRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict, where: str) -> "CommitRecord":
+    def from_json(cls, data: dict, where: str) -> CommitRecord:
         what = "checkpoint record"
         chunk = data.get("chunk")
         try:

@@ -3,10 +3,9 @@ service serves), and ``merge`` (publish once every shard is done)."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
-from ..errors import IncompleteRunError, DatasetNotFoundError
+from ..errors import DatasetNotFoundError, IncompleteRunError
 from ..storage import Storage
 from .layout import FAILED_PREFIX, INDEX_KEY
 from .lease import heartbeat_age, lease_is_live, read_leases
