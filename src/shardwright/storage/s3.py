@@ -349,6 +349,8 @@ class S3Storage(Storage):
         try:
             head: dict[str, Any] = self.client().head_object(Bucket=self.bucket, Key=full_key)
             return head
+        except ValueError as e:  # botocore could not parse headers cut short by the network: retry
+            raise _TruncatedBody(f"unparseable HEAD response: {e}") from e
         except ClientError as e:
             code, status, _ = _client_error_info(e)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
@@ -430,7 +432,14 @@ class S3Storage(Storage):
 
     def size(self, key: str) -> int:
         full = self._key(key)
-        head = self._run("HEAD", key, lambda _a: self._head_once(full))
+
+        def head_with_length(_attempt: int) -> dict[str, Any] | None:
+            head = self._head_once(full)
+            if head is not None and "ContentLength" not in head:  # headers cut short: retry
+                raise _TruncatedBody("HEAD response without Content-Length")
+            return head
+
+        head = self._run("HEAD", key, head_with_length)
         if head is None:
             raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
         return int(head["ContentLength"])
