@@ -74,7 +74,8 @@ def print_status(report: RunStatus) -> None:
             print(f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
                   f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})")
         if report.state == "interrupted":
-            print("resume:   rerun the same optimize() call")
+            print("resume:   rerun the same optimize() call, or abandon the run (keeping a published dataset) "
+                  f"with `shardwright clean {report.output_dir}`")
     if report.failed_records:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
 

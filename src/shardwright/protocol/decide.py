@@ -162,6 +162,13 @@ def decide(seen: Observed, request: Request) -> RunPlan:
         base_dataset = (index, seen.index_config)
         if _same_finished_call(seen.last_run, request) and _fn_code_changed(seen.last_run or {}, request):
             # never a silent no-op: the dataset was made by another body of this fn
+            if request.mode == "append":
+                raise DatasetExistsError(
+                    f"{seen.url}: the last run appended these same inputs with an earlier version of fn "
+                    f"{request.fn_name} (its code changed since); appending them again is not done twice. "
+                    "Write to another output_dir, or rebuild everything with mode='overwrite' (this also "
+                    "removes what earlier runs wrote)"
+                )
             raise DatasetExistsError(
                 f"{seen.url} holds the finished output of this call made with an earlier version of fn "
                 f"{request.fn_name} (its code changed since), so rerunning it would keep the old outputs. "

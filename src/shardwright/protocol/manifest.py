@@ -124,10 +124,15 @@ class Manifest:
             isinstance(self.input_ids, list) and len(self.input_ids) == self.num_inputs
             and all(isinstance(i, int) and 0 <= i < inputs["count"] for i in self.input_ids)
             and isinstance(self.input_skips, list) and len(self.input_skips) == self.num_inputs
+            and all(type(k) is int and 0 <= k <= MAX_INPUTS for k in self.input_skips)
         ):
             problem = "its retry input list is invalid"
         elif not 0 <= self.num_inputs <= MAX_INPUTS or not 0 <= self.generation <= MAX_INPUTS:
             problem = "its input count or generation is out of range"
+        elif not 0 <= self.created_at < 1e11:  # seconds since 1970; also rejects NaN
+            problem = f"created_at {self.created_at!r} is not a time"
+        elif len(self.base_chunks) > 10 * MAX_NUM_SHARDS * 1000:
+            problem = f"it lists {len(self.base_chunks):,} base chunks"
         elif self.num_shards > MAX_NUM_SHARDS:
             problem = f"num_shards {self.num_shards:,} is over the limit of {MAX_NUM_SHARDS:,}"
         elif len(inputs["block_hashes"]) != 16 * -(-inputs["count"] // max(1, inputs["block_size"])):

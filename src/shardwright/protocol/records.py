@@ -18,7 +18,8 @@ MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact intege
 def failed_pairs(value: object, what: str, where: str) -> tuple:
     """The ``failed`` list of a record: [input id, outputs already committed] pairs."""
     if not isinstance(value, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 0 for x in p) for p in value
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x <= MAX_NUMBER for x in p)
+        for p in value
     ):
         raise CorruptStateError(
             f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
