@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         add_slurm_command = None
     if add_slurm_command is not None:
         add_slurm_command(sub)
+    from .service.commands import add_service_commands  # serve, jobs (needs the service extra to run)
+
+    add_service_commands(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "status":
