@@ -53,6 +53,7 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
         output_roots=tuple(output_roots or ()), max_inputs=max_inputs, max_body_bytes=max_body_bytes,
         cancel_grace=cancel_grace, retry_backoff=retry_backoff,
     )
+    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     store = SqliteJobStore(db_path)
     scheduler = Scheduler(store, config)
     app = create_app(config, pipelines, scheduler, token)

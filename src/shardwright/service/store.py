@@ -8,6 +8,7 @@ never their values (those live in the server's memory only, see scheduler.py).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -118,6 +119,8 @@ class SqliteJobStore(JobStore):
 
     def __init__(self, path: str):
         self.path = path
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # job records: owner only
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row
