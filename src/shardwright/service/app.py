@@ -103,7 +103,7 @@ def _check_output_dir(output_dir: str, roots: tuple, executor: str) -> str:
             return normalized == real or normalized.startswith(real.rstrip("/") + "/")
 
         if not any(under(r) for r in roots):
-            raise ApiProblem(403, "OutputNotAllowed", f"output_dir {output_dir} is outside the allowed output roots "
+            raise ApiProblem(403, "OutputNotAllowed", f"output_dir: {output_dir} is outside the allowed output roots "
                              f"({', '.join(roots)}); write under one of them")
     return normalized
 

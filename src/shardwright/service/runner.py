@@ -93,7 +93,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _progress_loop(status: StatusFile, output_dir, storage_options, total: int, stop: threading.Event) -> None:
-    while not stop.wait(1.0):
+    while not stop.wait(0.5):
         progress = read_progress(output_dir, storage_options, total)
         if progress is not None:
             status.write(progress=progress)
