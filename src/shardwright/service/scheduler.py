@@ -204,16 +204,14 @@ class Scheduler:
         running = len(self.store.list("RUNNING"))
         now = time.time()
         for job in self.store.list("PENDING"):
-            if running >= self.config.max_running:
-                return
-            if job.not_before > now:
-                continue
             if not self.secrets_available(job):
                 self.store.update(job.id, state="FAILED", finished_at=now, error=_error(
                     "system", "SecretsLost",
                     f"the server restarted and this job's storage_options ({', '.join(job.storage_option_keys)}) "
                     f"were kept only in its memory; retry with them: POST /api/v1/jobs/{job.id}/retry "
                     "with {\"storage_options\": {...}}"))
+                continue
+            if running >= self.config.max_running or job.not_before > now:
                 continue
             self._launch(job)
             running += 1
