@@ -29,19 +29,22 @@ class RunnerWatch(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            count = 0
+            found = {}  # pid -> parent pid of every process running this job's runner (workers are forks)
             for pid in os.listdir("/proc"):
                 if not pid.isdigit():
                     continue
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
                         cmd = f.read().split(b"\0")
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
                 except OSError:
                     continue
                 if b"shardwright.service.runner" in cmd and any(self.part.encode() in a for a in cmd) \
-                        and pid_alive(int(pid)):
-                    count += 1
-            self.most = max(self.most, count)
+                        and fields[0] not in ("Z", "X"):
+                    found[int(pid)] = int(fields[1])
+            runners = [pid for pid, parent in found.items() if parent not in found]
+            self.most = max(self.most, len(runners))
             time.sleep(0.02)
 
 
@@ -129,7 +132,7 @@ def test_server_stopped_gracefully_commits_and_resumes_the_job_on_start(tmp_path
                              config={"sleep": 0.1}, options={"chunk_size": 2, "num_workers": 2})
             srv.wait(c, job["id"], lambda j: j["progress"]["inputs_done"] >= 6, what="some progress")
         srv.stop()  # SIGTERM: uvicorn shuts down, the job gets SIGTERM, commits and goes back to PENDING
-        assert srv.proc.returncode == 0, srv.log.read_text()
+        assert srv.proc.returncode in (0, -15), srv.log.read_text()  # uvicorn re-raises SIGTERM after shutdown
         srv.start()
         with srv.client() as c:
             done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", timeout=60)
