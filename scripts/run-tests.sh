@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup-env.sh --slurm
+bash scripts/setup-env.sh --slurm --browser
 
 echo "[run-tests] $(.venv/bin/python --version), pytest $(.venv/bin/python -m pytest --version 2>&1 | awk '{print $2}')"
 set +e

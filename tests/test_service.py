@@ -183,6 +183,9 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
         assert j["state"] in ("PENDING", "RUNNING"), j
         time.sleep(0.1)
     assert len(seen) >= 3 and seen == sorted(seen), seen
+    r = client.post("/jobs", json={"pipeline": "echo", "inputs": [1], "output_dir": out})
+    assert r.status_code == 409 and r.json()["error"]["message"].startswith(
+        f"output_dir: job {job['id']} (RUNNING) already writes {out}; ")
     r = client.post(f"/jobs/{job['id']}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"]
     canceled = server.wait_state(client, job["id"], "CANCELED", "SUCCEEDED", "FAILED")

@@ -205,8 +205,11 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
             raise ApiProblem(422, "ValidationError", "executor.array: only Slurm jobs have array tasks; "
                              "use {\"kind\": \"slurm\", \"array\": N}")
         options = body.options.model_dump(exclude_none=True)
-        job = scheduler.submit(pipeline.name, body.inputs, output_dir, cfg, options, body.executor.model_dump(),
-                               body.storage_options)
+        try:
+            job = scheduler.submit(pipeline.name, body.inputs, output_dir, cfg, options, body.executor.model_dump(),
+                                   body.storage_options)
+        except JobStateError as exc:
+            raise ApiProblem(409, "OutputBusy", str(exc)) from None
         return out(job)
 
     @app.get(f"{API}/jobs", response_model=schemas.JobList, dependencies=auth)

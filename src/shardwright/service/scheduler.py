@@ -95,6 +95,11 @@ class Scheduler:
         with open(os.path.join(path, "spec.json"), "w") as f:
             json.dump(spec, f)
         with self.lock:
+            try:
+                self.check_output_free(output_dir)
+            except JobStateError:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
             if storage_options:
                 self.secrets[job_id] = storage_options
             job = self.store.create(JobRecord(
@@ -105,6 +110,14 @@ class Scheduler:
                 progress={"inputs_done": 0, "inputs_total": len(inputs), "items": 0}))
         self._wake.set()
         return job
+
+    def check_output_free(self, output_dir: str, except_job: str | None = None) -> None:
+        """One live job per output: two would only race for its lease."""
+        for state in ("PENDING", "RUNNING"):
+            for other in self.store.list(state):
+                if other.output_dir == output_dir and other.id != except_job:
+                    raise JobStateError(f"output_dir: job {other.id} ({other.state}) already writes {output_dir}; "
+                                        "wait for it, cancel it, or choose another output_dir")
 
     def cancel(self, job_id: str) -> JobRecord:
         with self.lock:
@@ -123,6 +136,7 @@ class Scheduler:
             job = self._get(job_id)
             if job.state not in ("FAILED", "CANCELED"):
                 raise JobStateError(f"job {job_id} is {job.state}: only FAILED or CANCELED jobs can be retried")
+            self.check_output_free(job.output_dir, except_job=job_id)
             if storage_options:
                 self.secrets[job_id] = storage_options
                 keys = tuple(sorted(storage_options))
