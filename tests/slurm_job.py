@@ -12,7 +12,7 @@ What the tests look at, written under ``--report-dir``:
 * ``task{ID}-r{RESTART}-{PID}.json``: one per process: Slurm ids, node, start/end times,
   the inputs of this node's shards already committed when it started (``committed_before``),
   and optimize()'s result (items, published, pending_shards, failed) or the error.
-* ``publish.log``: one line per call of ``checkpoint.publish`` (writing index.json), so a
+* ``publish.log``: one line per call of ``protocol.publish.publish`` (writing index.json), so a
   test can assert the dataset was published exactly once.
 
 Test hooks (all in the main process, where publishing happens):
@@ -26,7 +26,6 @@ Test hooks (all in the main process, where publishing happens):
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import socket
@@ -37,8 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from shardwright import checkpoint, optimize  # noqa: E402
-from shardwright.planning import node_identity, shards_of_node  # noqa: E402
+from shardwright import optimize  # noqa: E402
+from shardwright.engine import run as engine_run  # noqa: E402
+from shardwright.protocol import publish as publish_module  # noqa: E402
+from shardwright.protocol import records  # noqa: E402
+from shardwright.protocol.manifest import read_manifest  # noqa: E402
+from shardwright.engine.planning import node_identity  # noqa: E402
+from shardwright.protocol.shards import shards_of_node  # noqa: E402
 from shardwright.storage import open_storage  # noqa: E402
 
 SLEEP = 0.0
@@ -64,16 +68,14 @@ def _append_line(path: Path, line: str) -> None:
 
 
 def load_progress(storage, bounds: dict, manifest) -> dict:
-    """checkpoint.load_progress, read-only, with the run id when this engine version takes one."""
-    if "run_id" in inspect.signature(checkpoint.load_progress).parameters:
-        return checkpoint.load_progress(storage, bounds, manifest.run_id)
-    return checkpoint.load_progress(storage, bounds)
+    """records.load_progress, read-only."""
+    return records.load_progress(storage, bounds, manifest.run_id)
 
 
 def committed_inputs(output_dir: str, rank: int, count: int) -> int:
     """Inputs of node ``rank``'s shards committed so far (0 when there is no run yet)."""
     storage = open_storage(output_dir, create=True)
-    manifest = checkpoint.read_manifest(storage)
+    manifest = read_manifest(storage)
     if manifest is None:
         return 0
     bounds = manifest.shard_bounds()
@@ -82,7 +84,7 @@ def committed_inputs(output_dir: str, rank: int, count: int) -> int:
 
 
 def _install_hooks(args, rank: int, report_dir: Path) -> None:
-    original_publish = checkpoint.publish
+    original_publish = publish_module.publish
 
     def counting_publish(storage, manifest, progress):
         chunks = original_publish(storage, manifest, progress)
@@ -93,10 +95,10 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
         }))
         return chunks
 
-    checkpoint.publish = counting_publish
+    publish_module.publish = counting_publish
 
     in_publish = {"on": False}
-    original_pic = checkpoint.publish_if_complete
+    original_pic = engine_run.publish_if_complete
 
     def hooked_publish_if_complete(storage, manifest, known):
         if args.barrier_dir:
@@ -109,10 +111,10 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
         in_publish["on"] = True
         return original_pic(storage, manifest, known)
 
-    checkpoint.publish_if_complete = hooked_publish_if_complete
+    engine_run.publish_if_complete = hooked_publish_if_complete  # the name optimize() calls
 
     if args.delay_listing_rank is not None and args.delay_listing_rank == rank:
-        original_keys = checkpoint._record_keys_by_shard
+        original_keys = records.record_keys_by_shard
 
         def slow_listing(storage):
             keys = original_keys(storage)
@@ -120,7 +122,7 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
                 time.sleep(args.delay_listing)
             return keys
 
-        checkpoint._record_keys_by_shard = slow_listing
+        records.record_keys_by_shard = slow_listing
 
 
 def main(argv=None) -> int:

@@ -18,12 +18,14 @@ import pytest
 import zstandard
 
 from shardwright.errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
+from shardwright.protocol.layout import chunk_filename
+from shardwright.protocol.records import CommitRecord, write_records
+from shardwright.storage import LocalStorage
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
     ItemEncoder,
     build_chunk,
-    chunk_filename,
     compress,
     flatten_sample,
     render_index,
@@ -369,11 +371,11 @@ def test_reader_missing_dir(tmp_path):
 
 def test_reader_no_index_is_incomplete(tmp_path):
     out = tmp_path / "half"
-    records = out / ".shardwright" / "shards"
-    records.mkdir(parents=True)
-    for shard, seqs in ((0, 3), (1, 2)):
+    storage = LocalStorage(out)
+    for shard, seqs in ((0, 3), (1, 2)):  # one commit round per record, as the engine may write them
         for seq in range(seqs):
-            (records / f"{shard:05d}-{seq:06d}.json").write_text("{}")
+            entry = ChunkEntry(chunk_filename(0, shard, seq, None), chunk_size=1, chunk_bytes=8)
+            write_records(storage, [CommitRecord(shard, seq, entry, 8, seq, seq + 1, 0, False, (), "run")])
     with pytest.raises(IncompleteDatasetError) as err:
         StreamingDataset(out)
     message = str(err.value)

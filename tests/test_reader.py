@@ -23,7 +23,8 @@ from helpers import errors_of_threads
 
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
-from shardwright.format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename
+from shardwright.format import ChunkEntry, ItemEncoder, build_chunk
+from shardwright.protocol.layout import chunk_filename
 from shardwright.reader import _CACHE_MARKER, _ChunkCache, _try_evict
 from shardwright.storage import LocalStorage
 

@@ -2,11 +2,11 @@
 
 Every array task runs tests/slurm_job.py, which calls optimize() without a node identity:
 the engine reads SLURM_ARRAY_* (or the DATA_OPTIMIZER_* the generated script exports) itself.
-The scripts are written by ``shardwright slurm`` / :func:`shardwright.slurm.write_sbatch_script`.
+The scripts are written by ``shardwright slurm`` / :func:`shardwright.cluster.slurm.write_sbatch_script`.
 
 Checked each time: the dataset read back with shardwright.StreamingDataset holds every input
 exactly once, in input order (or with retried inputs appended), index.json was written by
-exactly one process (tests/slurm_job.py logs each ``checkpoint.publish`` call), and no
+exactly one process (tests/slurm_job.py logs each ``protocol.publish.publish`` call), and no
 orphan chunk or run state is left behind.
 
 The tests without the ``slurm_cluster`` fixture (node identity, script text) need no Slurm.
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from shardwright import slurm as sw_slurm
+from shardwright.cluster import slurm as sw_slurm
 from shardwright.errors import ShardwrightError
-from shardwright.planning import node_identity, shard_bounds, shards_of_node
+from shardwright.engine.planning import node_identity
+from shardwright.protocol.shards import shard_bounds, shards_of_node
 
 import slurm_job  # tests/slurm_job.py (tests/ is on sys.path: conftest.py)
 

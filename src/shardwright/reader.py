@@ -56,17 +56,18 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from .checkpoint import pid_alive
 from .errors import (
     CorruptStateError,
+    DatasetNotFoundError,
     IncompleteDatasetError,
+    OutputIsAFileError,
     StorageError,
     UnsupportedFormatError,
 )
-from .format import (  # _decode_plan: validated at open time
+from .format import (  # decode_plan: validated at open time
     ChunkEntry,
     IndexConfig,
-    _decode_plan,
+    decode_plan,
     chunk_item,
     chunk_num_items,
     decode_item,
@@ -74,6 +75,11 @@ from .format import (  # _decode_plan: validated at open time
     parse_index,
     parse_size,
 )
+from .protocol.layout import INDEX_KEY as INDEX_NAME
+from .protocol.layout import STATE_DIR
+from .protocol.liveness import pid_alive
+from .protocol.records import count_committed_chunks
+from .storage import LocalStorage
 
 try:  # the base class is chosen once, when this module is imported
     from torch.utils.data import Dataset as _DatasetBase
@@ -87,8 +93,6 @@ except ImportError:  # pragma: no cover - non-POSIX: no in-use protection agains
 
 __all__ = ["CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "StreamingDataset"]
 
-INDEX_NAME = "index.json"
-STATE_DIR = ".shardwright"
 # litdata 0.2.76 marks chunks whose rows live in an Arrow IPC footer instead of pytree items.
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
 _CACHED_CHUNKS = 4  # decoded chunks kept per process
@@ -164,7 +168,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self._length = total
         if self._length and self._config.data_spec is not None:
             # Builds the decode plan now, so an unreadable leaf format fails at open time.
-            _decode_plan(tuple(self._config.data_format), self._config.data_spec)
+            decode_plan(tuple(self._config.data_format), self._config.data_spec)
         if self._remote:
             root = os.fspath(cache_dir) if cache_dir is not None else (
                 os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "shardwright")
@@ -184,17 +188,17 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         if self._remote:
             return self._read_remote_index()
         if not os.path.exists(self.output_dir):
-            raise FileNotFoundError(
+            raise DatasetNotFoundError(
                 f"{self.output_dir} does not exist: there is no dataset there. Check the path, or "
                 "run optimize(..., output_dir=...) to create it"
             )
         if not os.path.isdir(self.output_dir):
-            raise NotADirectoryError(f"{self.output_dir} is a file, not a dataset directory")
+            raise OutputIsAFileError(f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote")
         try:
             with open(self._index_source, "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            pending = _count_checkpointed_chunks(self.output_dir)
+            pending = count_committed_chunks(LocalStorage(self.output_dir))
             raise IncompleteDatasetError(_incomplete_message(self.output_dir, pending)) from None
 
     def _read_remote_index(self) -> bytes:
@@ -203,9 +207,8 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             return storage.read_bytes(INDEX_NAME)
         except FileNotFoundError:
             pass
-        records = [k for k in storage.list(f"{STATE_DIR}/shards/") if k.endswith(".json")]
-        message = _incomplete_message(self.output_dir, _count_remote_chunks(storage, records))
-        if not records and not storage.list(""):
+        message = _incomplete_message(self.output_dir, count_committed_chunks(storage))
+        if not storage.list(""):
             message += f"; nothing at all is stored under {self.output_dir}: check the URL"
         raise IncompleteDatasetError(message) from None
 
@@ -866,53 +869,3 @@ def _check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None
         )
     if first != header or not first <= last <= len(data):
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")
-
-
-def _chunks_in_record_file(data: bytes) -> int:
-    """Chunks committed by one record file: ``{"records": [...]}`` (a commit round) or a
-    single record; a torn or unreadable file commits nothing."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return 0
-    if not isinstance(document, dict):
-        return 0
-    records = document.get("records")
-    if isinstance(records, list):
-        return sum(1 for r in records if isinstance(r, dict) and r.get("chunk") is not None)
-    return 0 if document.get("chunk", True) is None else 1
-
-
-def _count_checkpointed_chunks(output_dir: str) -> int:
-    """Chunks committed by the record files under .shardwright/shards/."""
-    shards = os.path.join(output_dir, STATE_DIR, "shards")
-    count = 0
-    for root, _dirs, files in os.walk(shards):
-        for name in files:
-            if name.endswith(".json"):
-                try:
-                    with open(os.path.join(root, name), "rb") as f:
-                        count += _chunks_in_record_file(f.read())
-                except OSError:
-                    pass
-    return count
-
-
-_MAX_RECORD_FILES_READ = 2000
-
-
-def _count_remote_chunks(storage, keys: list[str]) -> int | str:
-    """Like _count_checkpointed_chunks, for a Storage (parallel GETs; an error message should
-    not take long: beyond _MAX_RECORD_FILES_READ files, a lower bound)."""
-    if len(keys) > _MAX_RECORD_FILES_READ:
-        return f"at least {len(keys)}"
-    from concurrent.futures import ThreadPoolExecutor
-
-    def count(key: str) -> int:
-        try:
-            return _chunks_in_record_file(storage.read_bytes(key))
-        except FileNotFoundError:
-            return 0
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        return sum(pool.map(count, keys))

@@ -1,30 +1,21 @@
-"""User or system? The one table that classifies every error shardwright raises.
+"""User or system, and is it worth retrying? The jobs service's view of an error.
 
-``kind`` says whose move it is: ``user`` = the request, the inputs, ``fn`` or the output
-location must change (4XX in spirit); ``system`` = the machinery failed (5XX in spirit),
-and ``transient`` system errors are retried automatically by the jobs service.
-``status`` is the HTTP status the API answers with when the error stops a request.
+Whose error it is and its HTTP status come from the one table in ``shardwright.errors``
+(:data:`~shardwright.errors.ERROR_CLASSIFICATION`, :func:`~shardwright.errors.classify`).
+The service adds one thing: which *system* errors are **transient**, i.e. retried
+automatically (up to ``--auto-retries``), each retry an attempt of its own:
 
-==========================  ======  ======  =========  =============================================
-error class                 kind    status  transient  why
-==========================  ======  ======  =========  =============================================
-ShardwrightError (base)     user    400     no         a bad argument (chunk_size, mode, ...)
-OutputDirError              user    400     no         output_dir is a file, not writable, foreign
-InputsError                 user    422     no         inputs not a sequence / not picklable
-RunMismatchError            user    409     no         inputs or settings changed since the last run
-DatasetExistsError          user    409     no         finished dataset there and mode=None
-SampleFormatError           user    422     no         fn returned a sample that cannot be written
-CorruptStateError           system  500     no         state files unreadable or edited by hand
-IncompleteDatasetError      user    409     no         reading an output whose run has not finished
-StorageError                system  503     yes        storage unreachable, credentials, disk full
-ConcurrentRunError          system  409     yes        another live run holds the output's lease
-WorkerDiedError             system  500     yes        a worker was killed (OOM killer, segfault)
-FnError                     user    422     no         fn raised on an input (input_index is set)
-IncompleteRunError          system  409     no         other nodes' shards are not finished
-UnsupportedFormatError      user    415     no         a litdata-only feature shardwright can't read
-(any other exception)       system  500     no         a bug: report it
-(job process died)          system  500     yes        the job process was killed by a signal
-==========================  ======  ======  =========  =============================================
+=====================  =====================================================
+transient              why a new attempt may succeed
+=====================  =====================================================
+StorageError           storage unreachable or throttled, a network blip
+WorkerDiedError        a worker was killed (OOM killer, a node's hiccup)
+LeaseLostError         the run was paused too long and another took over
+(job process died)     the job process itself was killed by a signal
+=====================  =====================================================
+
+Every other system error (CorruptStateError, an unexpected exception: a bug) and every
+user error (FnError, bad options or inputs, ...) ends the job as FAILED.
 """
 
 from __future__ import annotations
@@ -33,43 +24,25 @@ from dataclasses import dataclass
 
 from .. import errors
 
+TRANSIENT: tuple[type, ...] = (errors.StorageError, errors.WorkerDiedError, errors.LeaseLostError)
+
 
 @dataclass(frozen=True)
-class ErrorClass:
+class ServiceErrorClass:
     kind: str  # "user" | "system"
     status: int  # HTTP status
     transient: bool  # retried automatically by the jobs service
 
 
-USER, SYSTEM = "user", "system"
-
-ERROR_TABLE: dict[type, ErrorClass] = {
-    errors.ShardwrightError: ErrorClass(USER, 400, False),
-    errors.OutputDirError: ErrorClass(USER, 400, False),
-    errors.InputsError: ErrorClass(USER, 422, False),
-    errors.RunMismatchError: ErrorClass(USER, 409, False),
-    errors.DatasetExistsError: ErrorClass(USER, 409, False),
-    errors.SampleFormatError: ErrorClass(USER, 422, False),
-    errors.CorruptStateError: ErrorClass(SYSTEM, 500, False),
-    errors.IncompleteDatasetError: ErrorClass(USER, 409, False),
-    errors.StorageError: ErrorClass(SYSTEM, 503, True),
-    errors.ConcurrentRunError: ErrorClass(SYSTEM, 409, True),
-    errors.WorkerDiedError: ErrorClass(SYSTEM, 500, True),
-    errors.FnError: ErrorClass(USER, 422, False),
-    errors.IncompleteRunError: ErrorClass(SYSTEM, 409, False),
-    errors.UnsupportedFormatError: ErrorClass(USER, 415, False),
-}
-UNEXPECTED = ErrorClass(SYSTEM, 500, False)
-PROCESS_DIED = ErrorClass(SYSTEM, 500, True)
-
-
-def error_class(exc: BaseException | type) -> ErrorClass:
-    """The table's row for an exception (or class): the nearest classified base class."""
+def error_class(exc: BaseException | type) -> ServiceErrorClass:
+    """The classification of an exception (or class), with the service's ``transient``."""
     cls = exc if isinstance(exc, type) else type(exc)
+    row = errors.ErrorClass("system", 500)
     for base in cls.__mro__:
-        if base in ERROR_TABLE:
-            return ERROR_TABLE[base]
-    return UNEXPECTED
+        if base in errors.ERROR_CLASSIFICATION:
+            row = errors.ERROR_CLASSIFICATION[base]
+            break
+    return ServiceErrorClass(row.kind, row.http_status, row.kind == "system" and issubclass(cls, TRANSIENT))
 
 
 def error_info(exc: BaseException, message: str | None = None) -> dict:

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-from .. import slurm as sbatch_helper
+from ..cluster import slurm as sbatch_helper
 from ..errors import ShardwrightError
 
 # Slurm job states after which a task will not run again by itself.

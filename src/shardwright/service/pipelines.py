@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from ..errors import ShardwrightError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def load_pipelines(module_name: str) -> dict[str, Pipeline]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ShardwrightError(f"--pipelines {module_name}: cannot import it ({exc}); put its directory on "
+        raise UsageError(f"--pipelines {module_name}: cannot import it ({exc}); put its directory on "
                                "PYTHONPATH or run `shardwright serve` from there") from None
     found: dict[str, Pipeline] = {}
     for name, obj in vars(module).items():
@@ -70,6 +70,6 @@ def load_pipelines(module_name: str) -> dict[str, Pipeline]:
         if usable:
             found[name] = Pipeline(name, obj, inspect.getdoc(obj) or "", model)
     if not found:
-        raise ShardwrightError(f"--pipelines {module_name}: no pipeline in it; define public top-level functions "
+        raise UsageError(f"--pipelines {module_name}: no pipeline in it; define public top-level functions "
                                "fn(input) or fn(input, config: SomePydanticModel)")
     return found

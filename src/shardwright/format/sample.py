@@ -1,70 +1,4 @@
-"""litdata's on-disk format: samples -> item bytes -> chunk bytes -> index.json, and back.
-
-Pure functions only (no processes, no file I/O), so every byte can be unit-tested. torch is
-imported lazily: only when a leaf is a torch tensor (then it is already imported) or when a
-tensor leaf has to be decoded.
-
-Byte layout (all integers little-endian unless said otherwise)
-----------------------------------------------------------------
-Sample -> leaves. A sample is flattened like a torch pytree: ``dict``, ``OrderedDict``, ``list``
-and ``tuple`` (exact types) are containers, everything else is a leaf. Dict keys stay in
-insertion order (torch and litdata do not sort them). The structure is stored once per
-dataset as ``data_spec``, the JSON text torch's ``treespec_dumps`` produces, e.g.::
-
-    [1, {"type": "builtins.dict", "context": "[\\"i\\", \\"x\\"]", "children_spec": [LEAF, LEAF]}]
-    LEAF = {"type": null, "context": null, "children_spec": []}
-
-Lists and tuples have context ``"null"``. A bare leaf sample is ``[1, LEAF]``.
-
-Leaf -> bytes, named by ``data_format`` (one name per leaf, fixed by the first sample):
-
-=========================  =====================================================================
-``int``                    int64 ``<q`` (8 bytes)
-``float``                  float64 ``<d`` (8 bytes)
-``bool``                   1 byte, 0 or 1
-``str``                    UTF-8
-``bytes``                  raw
-``no_header_numpy:{k}``    1-D ``np.ndarray``, raw C-order bytes, numpy dtype code k
-``numpy``                  ndim >= 2: ``u32 k, u32 ndim, u32 shape[ndim]`` (little-endian) + raw
-``no_header_tensor:{k}``   1-D ``torch.Tensor``, raw bytes, torch dtype code k
-``tensor``                 other ranks: BIG-endian ``u32 k, u32 ndim, u32 shape[ndim]`` + raw
-``pickle``                 ``pickle.dumps`` (None, numpy scalars, 0-d arrays, anything else)
-=========================  =====================================================================
-
-numpy dtype codes: int8 0, int16 1, int32 2, int64 3, uint8 4, uint16 5, uint32 6, uint64 7,
-float16 8, float32 9, float64 10, complex64 11, complex128 12, bool 13.
-torch dtype codes (what litdata writes; it reads the aliases in brackets too): float32 1 [0],
-float64 3 [2], complex64 5 [4], complex128 7 [6], float16 9 [8], bfloat16 10, uint8 11,
-int8 12, int16 14 [13], int32 16 [15], int64 18 [17], bool 19, uint16 20.
-
-Item = ``u32 size[L]`` (L = len(data_format)) followed by the L leaves' bytes in order.
-
-Chunk file = ``u32 N | u32 offsets[N+1] | items``; offsets are absolute from the start of the
-file: ``offsets[0] = 4 + 4 * (N + 1)`` and item j is ``offsets[j]:offsets[j+1]``. With
-``compression="zstd"`` the whole file is one zstd frame (content size in the frame header,
-which python-zstd's one-shot ``decompress`` needs) stored as ``*.zstd.bin``; ``chunk_bytes``
-in index.json is always the uncompressed size.
-
-index.json = ``{"chunks": [ChunkEntry...], "config": IndexConfig, "updated_at": str}``, keys
-sorted like litdata writes them.
-
-Where we choose differently from litdata's writer (the bytes stay readable by litdata)
---------------------------------------------------------------------------------------
-- A ``str`` leaf is always ``str``: litdata pickles a string that names an existing file, or
-  reads the file for media extensions, so its format would depend on the working directory.
-- ``bytes`` starting with ``%PDF`` stay ``bytes`` (litdata: ``pdf``).
-- numpy arrays with object/str/void or non-native-endian dtypes, and ndarray subclasses
-  (masked arrays), are pickled: litdata crashes on them, writes pointers, or drops the mask.
-- bfloat16 tensors are written (litdata's writer goes through numpy and crashes); tensors of
-  dtypes without a code (uint32, uint64, float8, ...) are refused: torch cannot unpickle them.
-- namedtuple, deque and defaultdict are single pickled leaves; PIL images are pickled and a
-  list of JPEG images is a list of leaves (litdata has media serializers for those).
-- litdata 0.2.76 turns a list inside a dict sample into one ``json`` leaf of its own binary
-  format; we keep lists as pytree containers (as torch and litdata 0.2.58 do).
-- Later samples are checked against the first (litdata does not check and can silently
-  misread); a position whose first value was pickled accepts any value, as in litdata; dict
-  keys may come in another order and are stored in the first sample's order.
-"""
+"""Samples: pytree flattening, leaf formats, and encoding/decoding one item (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -73,7 +7,6 @@ import math
 import pickle
 import struct
 import sys
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -82,24 +15,15 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
+from ..errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
 
 __all__ = [
-    "ChunkEntry",
-    "IndexConfig",
     "ItemEncoder",
-    "build_chunk",
-    "chunk_filename",
-    "chunk_item",
-    "chunk_num_items",
-    "compress",
     "decode_item",
-    "decompress",
+    "decode_plan",
     "flatten_sample",
     "leaf_format",
-    "parse_index",
-    "parse_size",
-    "render_index",
+    "parse_spec",
     "unflatten_sample",
 ]
 
@@ -242,7 +166,7 @@ def _node_from_json(schema: Any, where: str) -> _Node:
 
 
 @lru_cache(maxsize=64)
-def _parse_spec(data_spec: str) -> _Node:
+def parse_spec(data_spec: str) -> _Node:
     """Parse a data_spec; raises ValueError naming what is wrong."""
     try:
         parsed = json.loads(data_spec)
@@ -260,7 +184,7 @@ def _parse_spec(data_spec: str) -> _Node:
 
 def _spec_or_corrupt(data_spec: str) -> _Node:
     try:
-        return _parse_spec(data_spec)
+        return parse_spec(data_spec)
     except ValueError as exc:
         raise CorruptStateError(
             f"data_spec {data_spec!r:.120} is not a valid treespec: {exc}; restore the dataset's "
@@ -644,7 +568,7 @@ def _leaf_decoder(fmt: str) -> Callable[[memoryview], Any]:
 
 
 @lru_cache(maxsize=64)
-def _decode_plan(data_format: tuple[str, ...], data_spec: str) -> tuple[struct.Struct, list, Callable]:
+def decode_plan(data_format: tuple[str, ...], data_spec: str) -> tuple[struct.Struct, list, Callable]:
     num_leaves, build = _unflattener(data_spec)
     if num_leaves != len(data_format):
         raise CorruptStateError(f"data_format has {len(data_format)} names but data_spec has {num_leaves} leaves")
@@ -653,7 +577,7 @@ def _decode_plan(data_format: tuple[str, ...], data_spec: str) -> tuple[struct.S
 
 def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str) -> Any:
     """Inverse of :meth:`ItemEncoder.encode`. torch is imported only for tensor leaves."""
-    sizes_struct, decoders, build = _decode_plan(tuple(data_format), data_spec)
+    sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec)
     view = memoryview(buf)
     if len(view) < sizes_struct.size:
         raise CorruptStateError(f"item is {len(view)} bytes, shorter than its {sizes_struct.size}-byte size header")
@@ -666,282 +590,3 @@ def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str)
         leaves.append(decode(view[pos : pos + size]))
         pos += size
     return build(iter(leaves))
-
-
-# --- chunks -----------------------------------------------------------------------------------
-
-
-def build_chunk(items: list[bytes]) -> bytes:
-    """``u32 N | u32 offsets[N+1] | items`` with absolute offsets."""
-    n = len(items)
-    offsets = [4 + 4 * (n + 1)]
-    for item in items:
-        offsets.append(offsets[-1] + len(item))
-    if offsets[-1] > _U32_MAX:
-        raise SampleFormatError(
-            f"a chunk of {n} items would be {offsets[-1]} bytes; litdata's chunk offsets are uint32, so a "
-            "chunk must stay under 4 GiB. Use a smaller chunk_bytes/chunk_size."
-        )
-    return b"".join([struct.pack(f"<{n + 2}I", n, *offsets), *items])
-
-
-def chunk_num_items(chunk: bytes | memoryview) -> int:
-    if len(chunk) < 8:
-        raise CorruptStateError(f"chunk is {len(chunk)} bytes, too short for a chunk header")
-    return _U32.unpack_from(chunk, 0)[0]
-
-
-def chunk_item(chunk: bytes | memoryview, j: int) -> memoryview:
-    """Zero-copy view of item ``j``; raises IndexError/CorruptStateError."""
-    n = chunk_num_items(chunk)
-    if not 0 <= j < n:
-        raise IndexError(f"item {j} of a chunk of {n} items")
-    start, end = struct.unpack_from("<II", chunk, 4 + 4 * j)
-    if not start <= end <= len(chunk):
-        raise CorruptStateError(f"item {j} spans bytes {start}:{end} of a {len(chunk)}-byte chunk")
-    return memoryview(chunk)[start:end]
-
-
-# --- compression ------------------------------------------------------------------------------
-
-
-def _zstd_level(compression: str) -> int:
-    # "zstd" is level 4, as litdata's "zstd"; "zstd:N" picks level N (only the writer cares).
-    name, _, level = compression.partition(":")
-    if name != "zstd" or (level and not level.isdigit()):
-        raise ValueError(f"compression {compression!r} is not supported: use None or 'zstd' (or 'zstd:LEVEL')")
-    return int(level) if level else 4
-
-
-def compress(data: bytes, compression: str | None) -> bytes:
-    """Whole-file compression of a chunk."""
-    if compression is None:
-        return data
-    import zstandard
-
-    # One-shot compress writes the content size into the frame header: python-zstd's
-    # decompress (what litdata 0.2.58 uses) refuses frames without it.
-    return zstandard.ZstdCompressor(level=_zstd_level(compression), write_content_size=True).compress(data)
-
-
-def decompress(data: bytes | memoryview, compression: str | None) -> bytes:
-    if compression is None:
-        return bytes(data)
-    _zstd_level(compression)
-    import zstandard
-
-    dctx = zstandard.ZstdDecompressor()
-    try:
-        return dctx.decompress(data)
-    except zstandard.ZstdError:
-        # Frames written in streaming mode carry no content size: read them as a stream.
-        try:
-            return dctx.stream_reader(bytes(data), read_across_frames=True).read()
-        except zstandard.ZstdError as exc:
-            raise CorruptStateError(f"zstd data cannot be decompressed: {exc}") from None
-
-
-def chunk_filename(generation: int, shard: int, seq: int, compression: str | None) -> str:
-    # litdata's reader finds the decompressed file by removing f".{compression}" from the name,
-    # so a compressed chunk must be named *.zstd.bin while the index says "zstd".
-    suffix = ".zstd.bin" if compression is not None and compression.startswith("zstd") else ".bin"
-    return f"chunk-{generation}-{shard:05d}-{seq:06d}{suffix}"
-
-
-# --- index.json -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChunkEntry:
-    filename: str
-    chunk_size: int  # items in the chunk
-    chunk_bytes: int  # size of the uncompressed chunk
-    dim: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"chunk_bytes": self.chunk_bytes, "chunk_size": self.chunk_size, "dim": self.dim, "filename": self.filename}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "ChunkEntry":
-        """Raises ValueError naming the bad field."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a chunk entry must be an object, got {type(data).__name__}")
-        for key in ("filename", "chunk_size", "chunk_bytes"):
-            if key not in data:
-                raise ValueError(f"chunk entry has no {key!r}")
-        filename, size, nbytes, dim = data["filename"], data["chunk_size"], data["chunk_bytes"], data.get("dim")
-        if not isinstance(filename, str) or not _safe_filename(filename):
-            raise ValueError(f"chunk filename {filename!r} is not a relative path inside the dataset")
-        for key, value in (("chunk_size", size), ("chunk_bytes", nbytes)):
-            if type(value) is not int or value < 0:
-                raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
-        if dim is not None and type(dim) is not int:
-            raise ValueError(f"chunk {filename!r} has dim {dim!r}, not an int or null")
-        return cls(filename=filename, chunk_size=size, chunk_bytes=nbytes, dim=dim)
-
-
-def _safe_filename(name: str) -> bool:
-    # Filenames are joined to the dataset dir: never let one point outside it.
-    parts = name.replace("\\", "/").split("/")
-    return bool(name) and not name.startswith(("/", "\\")) and ".." not in parts and "" not in parts
-
-
-@dataclass(frozen=True)
-class IndexConfig:
-    chunk_bytes: int | None
-    chunk_size: int | None
-    compression: str | None
-    data_format: list[str]
-    data_spec: str | None
-    encryption: Any = None
-    item_loader: str = "PyTreeLoader"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "chunk_bytes": self.chunk_bytes,
-            "chunk_size": self.chunk_size,
-            "compression": self.compression,
-            # litdata 0.2.76 keys; null = whole-file compression, no Arrow/batch frames. Its
-            # reader only .get()s them, but its writer compares configs when merging.
-            "compression_batch_size": None,
-            "compression_level": None,
-            "data_format": list(self.data_format),
-            "data_spec": self.data_spec,
-            "encryption": self.encryption,
-            "ipc_compression": None,
-            "item_loader": self.item_loader,
-            "types": None,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> "IndexConfig":
-        """Raises ValueError naming the bad field (UnsupportedFormatError for litdata-only modes)."""
-        if not isinstance(data, dict):
-            raise ValueError(f"config must be an object, got {type(data).__name__}")
-        for key in ("data_format", "data_spec", "compression"):
-            if key not in data:
-                raise ValueError(f"config has no {key!r}")
-        data_format = data["data_format"]
-        if data_format is None:  # litdata writes null when no sample was ever written
-            data_format = []
-        if not isinstance(data_format, list) or not all(isinstance(f, str) for f in data_format):
-            raise ValueError(f"config data_format {data_format!r:.80} is not a list of strings")
-        data_spec = data["data_spec"]
-        if data_spec is not None and not isinstance(data_spec, str):
-            raise ValueError("config data_spec is not a string or null")
-        if data_spec is None and data_format:
-            raise ValueError("config has a data_format but no data_spec")
-        if data_spec is not None:
-            num_leaves = _parse_spec(data_spec).num_leaves  # ValueError when malformed
-            if num_leaves != len(data_format):
-                raise ValueError(f"data_spec has {num_leaves} leaves but data_format has {len(data_format)} names")
-        compression = data["compression"]
-        if compression is not None and not isinstance(compression, str):
-            raise ValueError(f"config compression {compression!r} is not a string or null")
-        level = data.get("compression_level")
-        if compression is not None and level not in (None, "", "chunk"):
-            raise UnsupportedFormatError(
-                f"chunks use litdata's in-file compression_level={level!r} (zstd frames inside .bin), "
-                "which shardwright does not read; read them with litdata, or rewrite the dataset with "
-                "whole-file compression (litdata: compression_level='chunk')"
-            )
-        chunk_bytes, chunk_size = data.get("chunk_bytes"), data.get("chunk_size")
-        if isinstance(chunk_bytes, str):
-            chunk_bytes = parse_size(chunk_bytes)
-        for key, value in (("chunk_bytes", chunk_bytes), ("chunk_size", chunk_size)):
-            if value is not None and type(value) is not int:
-                raise ValueError(f"config {key} {value!r} is not an int or null")
-        item_loader = data.get("item_loader", "PyTreeLoader")
-        if not isinstance(item_loader, str):
-            raise ValueError(f"config item_loader {item_loader!r} is not a string")
-        return cls(
-            chunk_bytes=chunk_bytes,
-            chunk_size=chunk_size,
-            compression=compression,
-            data_format=list(data_format),
-            data_spec=data_spec,
-            encryption=data.get("encryption"),
-            item_loader=item_loader,
-        )
-
-
-def render_index(chunks: list[ChunkEntry], config: IndexConfig, updated_at: str | None = None) -> bytes:
-    """index.json bytes, read by litdata 0.2.58 and 0.2.76 alike."""
-    document = {
-        "chunks": [chunk.to_json() for chunk in chunks],
-        "config": config.to_json(),
-        # Remote litdata readers key their cache on this value.
-        "updated_at": updated_at if updated_at is not None else str(time.time()),
-    }
-    return json.dumps(document, sort_keys=True).encode("utf-8")
-
-
-def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig]:
-    """Chunks and config of an index.json (ours or litdata's). Raises CorruptStateError."""
-
-    def corrupt(what: str) -> CorruptStateError:
-        return CorruptStateError(
-            f"index.json at {source} is not valid {what}; restore it or rerun optimize with mode='overwrite'"
-        )
-
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise corrupt(f"JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise corrupt(f"dataset index: the top level is a {type(document).__name__}, not an object")
-    for key in ("chunks", "config"):
-        if key not in document:
-            raise corrupt(f"dataset index: it has no {key!r} key")
-    if not isinstance(document["chunks"], list):
-        raise corrupt("dataset index: 'chunks' is not a list")
-    chunks = []
-    for position, raw in enumerate(document["chunks"]):
-        try:
-            chunks.append(ChunkEntry.from_json(raw))
-        except ValueError as exc:
-            raise corrupt(f"dataset index: chunk {position}: {exc}") from None
-    try:
-        config = IndexConfig.from_json(document["config"])
-    except UnsupportedFormatError:
-        raise
-    except ValueError as exc:
-        raise corrupt(f"dataset index: {exc}") from None
-    return chunks, config
-
-
-# --- sizes ------------------------------------------------------------------------------------
-
-# Decimal units, as litdata's chunk_bytes="64MB" (1 MB = 1000**2 bytes); the binary "MiB"
-# spellings are accepted too and mean powers of 1024.
-_SIZE_UNITS: dict[str, int] = {
-    "tib": 1024**4, "gib": 1024**3, "mib": 1024**2, "kib": 1024,
-    "tb": 1000**4, "gb": 1000**3, "mb": 1000**2, "kb": 1000,
-    "t": 1000**4, "g": 1000**3, "m": 1000**2, "k": 1000, "b": 1,
-}  # fmt: skip
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes in ``value``: an int, or a string like ``"64MB"`` (decimal, as litdata), ``"1.5 GiB"``."""
-    if isinstance(value, bool):
-        raise ValueError(f"size {value!r} is not a number of bytes")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size {value} is negative")
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"size {value!r} must be an int or a string like '64MB'")
-    raw = value.strip().lower().replace(" ", "")
-    for suffix, factor in _SIZE_UNITS.items():  # longest suffixes first
-        if raw.endswith(suffix):
-            number = raw[: -len(suffix)]
-            break
-    else:
-        number, factor = raw, 1
-    try:
-        amount = float(number)
-    except ValueError:
-        raise ValueError(f"size {value!r} is not understood: use e.g. 64MB, 512KB, 1GB or a number of bytes") from None
-    if not math.isfinite(amount) or amount < 0:
-        raise ValueError(f"size {value!r} must be a non-negative number of bytes")
-    return int(amount * factor)

@@ -25,7 +25,6 @@ and :func:`submit_merge`; see docs/slurm.md for the whole tutorial.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
@@ -33,7 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from .errors import ShardwrightError
+from ..errors import UsageError
 
 DEFAULT_JOB_NAME = "shardwright"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
@@ -51,18 +50,18 @@ def parse_ranks(spec: str) -> list[int]:
             continue
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not match:
-            raise ShardwrightError(f"cannot read task ids {spec!r}: use a list like 2 or 1,3 or 4-7")
+            raise UsageError(f"cannot read task ids {spec!r}: use a list like 2 or 1,3 or 4-7")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
-            raise ShardwrightError(f"cannot read task ids {spec!r}: {part} is an empty range")
+            raise UsageError(f"cannot read task ids {spec!r}: {part} is an empty range")
         ranks.update(range(first, last + 1))
     if not ranks:
-        raise ShardwrightError(f"no task ids in {spec!r}")
+        raise UsageError(f"no task ids in {spec!r}")
     return sorted(ranks)
 
 
-def _ranges(ids: list[int]) -> str:
+def task_ranges(ids: list[int]) -> str:
     """[0,1,2,5,7,8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
     parts, start, prev = [], None, None
     for i in ids:
@@ -98,17 +97,17 @@ def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None
     """How to submit an ``array``-task run: (submissions, explicit), where ``explicit`` says
     the script must export the node identity itself (a subset, or several submissions)."""
     if not isinstance(array, int) or isinstance(array, bool) or array < 1:
-        raise ShardwrightError(f"--array must be a positive number of tasks; got {array!r}")
+        raise UsageError(f"--array must be a positive number of tasks; got {array!r}")
     if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
-        raise ShardwrightError(f"--max-concurrent must be a positive int; got {max_concurrent!r}")
+        raise UsageError(f"--max-concurrent must be a positive int; got {max_concurrent!r}")
     limit = max_array_size or DEFAULT_MAX_ARRAY_SIZE
     if limit < 1:
-        raise ShardwrightError(f"--max-array-size must be positive; got {max_array_size!r}")
+        raise UsageError(f"--max-array-size must be positive; got {max_array_size!r}")
     if only is not None:
         ranks = parse_ranks(only) if isinstance(only, str) else sorted(set(int(r) for r in only))
         bad = [r for r in ranks if not 0 <= r < array]
         if bad:
-            raise ShardwrightError(f"--only {bad[0]} is not a task of a {array}-task run (0..{array - 1})")
+            raise UsageError(f"--only {bad[0]} is not a task of a {array}-task run (0..{array - 1})")
     else:
         ranks = list(range(array))
     explicit = only is not None or array > limit
@@ -118,7 +117,7 @@ def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None
     blocks: dict[int, list[int]] = {}
     for rank in ranks:  # ranks of one submission must map to array ids < limit
         blocks.setdefault(rank // limit * limit, []).append(rank)
-    subs = [Submission(_ranges([r - offset for r in rs]) + throttle, offset, tuple(rs))
+    subs = [Submission(task_ranges([r - offset for r in rs]) + throttle, offset, tuple(rs))
             for offset, rs in sorted(blocks.items())]
     return subs, True
 
@@ -129,7 +128,7 @@ def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None
 def _directive_value(name: str, value) -> str:
     text = str(value)
     if not text or any(c.isspace() for c in text):
-        raise ShardwrightError(f"--{name} {text!r}: #SBATCH values cannot contain spaces")
+        raise UsageError(f"--{name} {text!r}: #SBATCH values cannot contain spaces")
     return text
 
 
@@ -165,21 +164,21 @@ def write_sbatch_script(
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise ShardwrightError("give the command each task runs after `--`, e.g. -- python prepare.py")
+        raise UsageError("give the command each task runs after `--`, e.g. -- python prepare.py")
     submissions, explicit = plan_submissions(array, only=only, max_concurrent=max_concurrent,
                                              max_array_size=max_array_size)
     if requeue_before_timeout is not None:
         if not requeue:
-            raise ShardwrightError("--requeue-before-timeout needs --requeue (the task requeues itself)")
+            raise UsageError("--requeue-before-timeout needs --requeue (the task requeues itself)")
         if int(requeue_before_timeout) < 1:
-            raise ShardwrightError("--requeue-before-timeout must be a positive number of seconds")
+            raise UsageError("--requeue-before-timeout must be a positive number of seconds")
     if isinstance(extra_sbatch, str):
         extra = shlex.split(extra_sbatch)
     else:
         extra = [str(x) for x in (extra_sbatch or [])]
     for option in extra:
         if not option.startswith("-"):
-            raise ShardwrightError(f"--extra-sbatch {option!r}: give sbatch options, e.g. \"--gres=gpu:1 --account=x\"")
+            raise UsageError(f"--extra-sbatch {option!r}: give sbatch options, e.g. \"--gres=gpu:1 --account=x\"")
 
     chdir = os.path.abspath(chdir or os.getcwd())
     lines = [
@@ -268,10 +267,10 @@ def _run_sbatch(args: list[str], script_text: str | None, env, cwd) -> str:
         result = subprocess.run(["sbatch", "--parsable", *args], input=script_text, capture_output=True,
                                 text=True, env=env, cwd=cwd, timeout=120)
     except FileNotFoundError:
-        raise ShardwrightError("sbatch not found: run this on a Slurm login node (or write the script "
+        raise UsageError("sbatch not found: run this on a Slurm login node (or write the script "
                                "with --script-out and submit it there)") from None
     if result.returncode != 0:
-        raise ShardwrightError(f"sbatch {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+        raise UsageError(f"sbatch {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout.strip().split(";")[0]
 
 
@@ -337,92 +336,3 @@ def cluster_max_array_size(env: dict | None = None) -> int | None:
         return None
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
     return int(match.group(1)) if match else None
-
-
-# --- the command -----------------------------------------------------------------------------------
-
-
-def add_slurm_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "slurm", help="write (and submit) an sbatch script running one optimize() over a job array",
-        description="Write an sbatch script that runs COMMAND on every task of a job array; optimize() in "
-                    "COMMAND takes its share of the shards from the array variables. Prints the script, "
-                    "or submits it with --submit.",
-        usage="shardwright slurm --array N [options] -- COMMAND [ARGS...]",
-    )
-    p.add_argument("--array", type=int, required=True, metavar="N", help="number of array tasks (nodes) of the run")
-    p.add_argument("--partition")
-    p.add_argument("--time", help="time limit per task, e.g. 4:00:00")
-    p.add_argument("--cpus-per-task", type=int, metavar="C")
-    p.add_argument("--mem", metavar="M", help="memory per node, e.g. 16G")
-    p.add_argument("--max-concurrent", type=int, metavar="K",
-                   help="at most K tasks at once (--array=0-(N-1)%%K; per submission when split)")
-    p.add_argument("--output-dir-for-logs", metavar="D", help="task logs go to D/NAME-JOB_TASK.log (appended to "
-                   "across requeues); created at submission")
-    p.add_argument("--requeue", dest="requeue", action="store_true", default=True,
-                   help="let Slurm requeue tasks after preemption or node failure (default)")
-    p.add_argument("--no-requeue", dest="requeue", action="store_false")
-    p.add_argument("--requeue-before-timeout", type=int, metavar="S",
-                   help="S seconds before --time runs out, requeue the task (it resumes where it stopped)")
-    p.add_argument("--job-name", default=DEFAULT_JOB_NAME)
-    p.add_argument("--chdir", help="working directory of the tasks (default: the current directory)")
-    p.add_argument("--only", metavar="IDS", help="submit only these task ids of the N-task run, e.g. 2 or 1,3 "
-                   "(resubmitting tasks that failed)")
-    p.add_argument("--max-array-size", type=int, metavar="L", help="split the run into submissions of at most L "
-                   "tasks (default: the cluster's MaxArraySize when submitting, else 1001)")
-    p.add_argument("--extra-sbatch", metavar="OPTS", help='more sbatch options, e.g. "--gres=gpu:1 --account=x"')
-    p.add_argument("--script-out", metavar="FILE", help="write the script to FILE instead of printing it")
-    p.add_argument("--submit", action="store_true", help="submit the script with sbatch and print the job id(s)")
-    p.add_argument("--merge-job", action="store_true",
-                   help="also submit `shardwright merge OUTPUT_DIR` to run after every task succeeded "
-                        "(--dependency=afterok); needs --output-dir and --submit")
-    p.add_argument("--output-dir", help="the optimize() output_dir (for --merge-job)")
-    p.add_argument("--storage-options", help="JSON dict of boto3 client arguments for an s3:// --output-dir")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command each task runs")
-    p.set_defaults(func=_main)
-
-
-def _main(args) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise ShardwrightError("give the command each task runs after `--`, e.g. "
-                               "shardwright slurm --array 4 -- python prepare.py")
-    if args.merge_job and not args.output_dir:
-        raise ShardwrightError("--merge-job needs --output-dir (the output_dir your command passes to optimize())")
-    if args.merge_job and not args.submit:
-        raise ShardwrightError("--merge-job needs --submit (it depends on the array's job id)")
-    max_array_size = args.max_array_size
-    if max_array_size is None and args.submit:
-        max_array_size = cluster_max_array_size()
-    options = dict(
-        partition=args.partition, time=args.time, cpus_per_task=args.cpus_per_task, mem=args.mem,
-        max_concurrent=args.max_concurrent, log_dir=args.output_dir_for_logs, requeue=args.requeue,
-        job_name=args.job_name, extra_sbatch=args.extra_sbatch, only=args.only, max_array_size=max_array_size,
-        chdir=args.chdir, requeue_before_timeout=args.requeue_before_timeout,
-    )
-    script = write_sbatch_script(command, args.array, **options)
-    if args.script_out:
-        with open(args.script_out, "w") as f:
-            f.write(script)
-        os.chmod(args.script_out, 0o755)
-        print(f"wrote {args.script_out}", file=sys.stderr)
-    elif not args.submit:
-        sys.stdout.write(script)
-    if not args.submit:
-        return 0
-    submissions, explicit = plan_submissions(args.array, only=args.only, max_concurrent=args.max_concurrent,
-                                             max_array_size=max_array_size)
-    job_ids = []
-    for sub in submissions:
-        job_id = submit(script, args=sub.sbatch_args(explicit))
-        job_ids.append(job_id)
-        print(f"{job_id} array --array={sub.array_spec}"
-              + (f" ranks {_ranges(list(sub.ranks))} of {args.array}" if explicit else ""))
-    if args.merge_job:
-        merge_id = submit_merge(args.output_dir, job_ids, storage_options=args.storage_options,
-                                partition=args.partition, log_dir=args.output_dir_for_logs,
-                                job_name=args.job_name, chdir=args.chdir)
-        print(f"{merge_id} merge --dependency=afterok:{':'.join(job_ids)}")
-    return 0
