@@ -165,6 +165,7 @@ def test_a_body_over_the_limit_is_refused_with_413(server, client):
 # --- lifecycle ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, client):
     n, out = 60, out_dir(server, "lifecycle")
     job = server.submit(client, pipeline="square", inputs=list(range(n)), output_dir=out,
@@ -217,6 +218,7 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
     assert_exactly_once(out, n, factor=3)  # the record is gone, never the data
 
 
+@pytest.mark.slow
 def test_cancel_a_pending_job_and_jobs_start_in_fifo_order(server, client):
     jobs = [server.submit(client, pipeline="square", inputs=list(range(8)), output_dir=out_dir(server, f"fifo{k}"),
                           config={"sleep": 0.1}, options={"chunk_size": 4, "num_workers": 1}) for k in range(4)]
@@ -270,6 +272,7 @@ def _kill_a_worker(pid_dir, killed: set, timeout: float = 30) -> int:
     raise AssertionError("no worker wrote its pid")
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_a_system_failure_retried_automatically_then_failed(server, client, tmp_path):
     n, out = 40, out_dir(server, "system-error")
     pid_dir = tmp_path / "pids"
@@ -309,6 +312,7 @@ def _cli(server, *args, token=TOKEN):
                           text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_cli_submit_wait_list_show_logs_cancel_retry(server, tmp_path):
     out = out_dir(server, "cli")
     r = _cli(server, "submit", "square", "--range", "12", "--output-dir", out, "--config", '{"factor": 2}',

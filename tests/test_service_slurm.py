@@ -40,9 +40,16 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
         assert canceled["progress"]["inputs_done"] < n and not (out / "index.json").exists()
 
         c.post(f"/jobs/{job['id']}/retry")
+        srv.wait(c, job["id"], lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"] >
+                 canceled["progress"]["inputs_done"], timeout=60, what="the retry to commit more")
+    # the server is killed while Slurm runs the job: the restarted server follows the same Slurm job
+    srv.kill()
+    srv.start()
+    with srv.client() as c:
         done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", timeout=120)
         assert done["state"] == "SUCCEEDED", done
         assert done["progress"] == {"inputs_done": n, "inputs_total": n, "items": n}
+        assert done["attempts"] == 2, done  # no new submission after the server restart
         second = done["attempt_history"][1]["slurm_job_ids"]
         assert second and second != slurm_ids
         assert all(t.state == "COMPLETED" for t in slurm_cluster.job_states(second[0]).values())
