@@ -110,6 +110,36 @@ def test_requests_without_the_token_get_401_and_a_generated_token_is_owner_only(
         srv.stop()
 
 
+def test_a_second_server_on_the_same_store_is_refused(server, tmp_path):
+    second = Server(server.root)
+    second.db = server.db
+    with pytest.raises(AssertionError, match="another server"):
+        second.start(timeout=20)
+    assert second.proc.returncode == 2
+    lines = [line for line in second.log.read_text().splitlines() if line.startswith("shardwright serve: error")]
+    assert lines == [f"shardwright serve: error: another server (pid {server.proc.pid}) uses the job store "
+                     f"{server.db}; stop it first or give this one another --db"]
+
+
+def test_kill_stale_kills_only_the_recorded_process(tmp_path):
+    """What a restarted server does with a job process a previous server left running."""
+    from shardwright.service import executor_local as local
+
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        start = local.process_start(proc.pid)
+        assert start and local.is_same_process(proc.pid, start)
+        assert local.kill_stale(proc.pid, str(int(start) + 1))  # another process with that pid: left alone
+        assert proc.poll() is None
+        assert local.kill_stale(proc.pid, start)
+        assert proc.wait(5) == -signal.SIGKILL
+        assert not local.is_same_process(proc.pid, start)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # --- pipelines and validation ---------------------------------------------------------------------
 
 

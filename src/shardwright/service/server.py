@@ -21,6 +21,23 @@ def module_root(module) -> str | None:
     return path
 
 
+def lock_store(db_path: str):
+    """Hold an exclusive lock on the store for the server's life (the kernel drops it when the
+    process dies, even by SIGKILL): two servers on one store would run the same jobs twice."""
+    import fcntl
+
+    fd = os.open(db_path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd, None
+
+
 def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
           max_running: int = 2, auto_retries: int = 2, output_roots=(), max_inputs: int = 100_000,
           max_body_bytes: int = 16 * 1024 * 1024, cancel_grace: float = 30.0, retry_backoff: float = 1.0) -> int:
@@ -39,6 +56,11 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
 
     db_path = os.path.abspath(os.path.expanduser(db or DEFAULT_DB))
     os.makedirs(os.path.dirname(db_path), mode=0o700, exist_ok=True)
+    lock, holder = lock_store(db_path)
+    if lock is None:
+        print(f"shardwright serve: error: another server (pid {holder}) uses the job store {db_path}; stop it first "
+              "or give this one another --db", file=sys.stderr)
+        return 2
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # --pipelines MODULE from the current directory, like python -m
     pipelines = load_pipelines(module)
