@@ -160,6 +160,7 @@ def test_pipelines_list_their_config_schema(client):
     ({"options": {"chunk_size": 0}}, 422, "options.chunk_size"),
     ({"options": {"compression": "gzip"}}, 422, "options.compression"),
     ({"options": {"bogus": 1}}, 422, "options.bogus"),
+    ({"options": {"chunk_bytes": "64XB"}}, 400, "options"),
     ({"inputs": []}, 422, "inputs"),
     ({"output_dir": "relative/dir"}, 422, "output_dir"),
     ({"output_dir": "/etc/elsewhere"}, 403, "output_dir"),

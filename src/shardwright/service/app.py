@@ -11,6 +11,8 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
 from . import schemas
+from ..engine.options import OptimizeOptions as EngineOptions
+from ..errors import ShardwrightError
 from .auth import token_matches
 from .classify import error_class
 from .dashboard import DASHBOARD_HTML
@@ -205,6 +207,11 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
             raise ApiProblem(422, "ValidationError", "executor.array: only Slurm jobs have array tasks; "
                              "use {\"kind\": \"slurm\", \"array\": N}")
         options = body.options.model_dump(exclude_none=True)
+        try:  # the engine's own rules (chunk_bytes sizes, ...), before anything is queued
+            EngineOptions.validate(pipeline.fn, **options)
+        except ShardwrightError as exc:
+            row = error_class(exc)
+            raise ApiProblem(row.status if row.kind == "user" else 422, type(exc).__name__, f"options: {exc}") from None
         try:
             job = scheduler.submit(pipeline.name, body.inputs, output_dir, cfg, options, body.executor.model_dump(),
                                    body.storage_options)
