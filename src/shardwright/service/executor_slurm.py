@@ -47,13 +47,22 @@ def _expand(spec: str) -> list[str]:
     return out
 
 
+class SlurmUnavailable(Exception):
+    """Slurm could not be asked (controller down, command failed): ask again later."""
+
+
 def task_states(job_ids: list[str], env: dict) -> dict[str, str] | None:
     """{"JOB_TASK": STATE} of every task of the submissions, or None if Slurm does not know them
-    any more (purged from the controller, no accounting)."""
+    any more (purged from the controller, no accounting). Raises SlurmUnavailable when Slurm
+    cannot answer now."""
     states: dict[str, str] = {}
     for job_id in job_ids:
         r = _run(["scontrol", "-o", "show", "job", job_id], env)
-        if r is not None and r.returncode == 0 and r.stdout.strip():
+        if r is None:
+            raise SlurmUnavailable("scontrol did not answer")
+        if r.returncode != 0 and "invalid job id" not in r.stderr.lower():
+            raise SlurmUnavailable(f"scontrol show job {job_id}: {r.stderr.strip()}")
+        if r.returncode == 0 and r.stdout.strip():
             for line in r.stdout.splitlines():
                 state = re.search(r"\bJobState=(\S+)", line)
                 task = re.search(r"\bArrayTaskId=(\S+)", line)

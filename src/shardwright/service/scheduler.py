@@ -44,6 +44,9 @@ class ServiceConfig:
     slurm_env: dict | None = field(default=None, hash=False)
 
 
+SLURM_FORGOTTEN_GRACE = 300.0  # s: Slurm no longer knows the job and its tasks did not all report
+
+
 class JobStateError(Exception):
     """The job is not in a state that allows the action (HTTP 409)."""
 
@@ -60,6 +63,7 @@ class Scheduler:
         self.procs: dict[str, object] = {}  # job id -> Popen of its current local attempt
         self.term_sent: dict[str, float] = {}
         self.slurm_polled: dict[str, float] = {}
+        self.slurm_forgotten: dict[str, float] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="shardwright-jobs", daemon=True)
@@ -258,7 +262,14 @@ class Scheduler:
                 return
             self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, slurm_job_ids=tuple(ids)))
         else:
-            proc = local.start_runner(path, number, self.secrets.get(job.id), self.log_path(job.id), self._job_env())
+            try:
+                proc = local.start_runner(path, number, self.secrets.get(job.id), self.log_path(job.id),
+                                          self._job_env())
+            except OSError as exc:
+                error = _error("system", type(exc).__name__, f"cannot start the job process: {exc}")
+                self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, started, "failed", error))
+                self.store.update(job.id, state="FAILED", finished_at=started, error=error)
+                return
             self.procs[job.id] = proc
             self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, pid=proc.pid,
                                                          pid_start=local.process_start(proc.pid)))
@@ -358,13 +369,21 @@ class Scheduler:
                 slurm_exec.cancel(ids, env)
             except Exception as exc:
                 print(f"shardwright serve: job {job.id}: {exc}", file=sys.stderr, flush=True)
-        states = slurm_exec.task_states(ids, env)
+        try:
+            states = slurm_exec.task_states(ids, env)
+        except slurm_exec.SlurmUnavailable as exc:
+            print(f"shardwright serve: job {job.id}: {exc}; asking again", file=sys.stderr, flush=True)
+            return
         task_files = self._task_statuses(job.id, attempt.number)
         if states is not None and not slurm_exec.all_final(states):
+            self.slurm_forgotten.pop(job.id, None)
             return
         published = bool(progress and progress.get("published"))
         if states is None and not published and len(task_files) < int(job.executor.get("array", 1)):
-            return  # Slurm forgot the job and not every task reported: wait for the output to say more
+            # Slurm forgot the job and not every task reported: give the output a while to say more
+            if now - self.slurm_forgotten.setdefault(job.id, now) < SLURM_FORGOTTEN_GRACE:
+                return
+        self.slurm_forgotten.pop(job.id, None)
         self.term_sent.pop(job.id, None)
         self.slurm_polled.pop(job.id, None)
         summary = ", ".join(f"{t} {s}" for t, s in sorted((states or {}).items()))
