@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from service_server import TOKEN, Server, assert_exactly_once, read_ids
+from service_server import TOKEN, Server, assert_exactly_once, pid_alive
 from helpers import child_env
 from shardwright import errors
 from shardwright.service.classify import error_class, error_info
@@ -209,7 +209,8 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
         j = server.job(client, job["id"])
         done = j["progress"]["inputs_done"]
         if j["state"] == "RUNNING" and (not seen or done != seen[-1]):
-            assert time.monotonic() - last_change < 2.5 or not seen, f"no progress update for 2 s: {seen}"
+            # the service refreshes progress every 0.5 s; 3.5 s leaves room for a loaded 2-core machine
+            assert time.monotonic() - last_change < 3.5 or not seen, f"no progress update for 2 s: {seen}"
             seen.append(done)
             last_change = time.monotonic()
         if done >= 20:
@@ -292,7 +293,7 @@ def _kill_a_worker(pid_dir, killed: set, timeout: float = 30) -> int:
     while time.monotonic() < deadline:
         for name in os.listdir(pid_dir):
             pid = int(name)
-            if pid not in killed:
+            if pid not in killed and pid_alive(pid):  # not a worker of an earlier attempt (gone or a zombie)
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
