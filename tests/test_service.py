@@ -121,6 +121,16 @@ def test_a_second_server_on_the_same_store_is_refused(server, tmp_path):
                      f"{server.db}; stop it first or give this one another --db"]
 
 
+def test_a_port_in_use_is_one_clear_line(server, tmp_path):
+    other = Server(tmp_path)
+    other.port = server.port
+    with pytest.raises(AssertionError, match="cannot listen"):
+        other.start(timeout=20)
+    assert other.proc.returncode == 2
+    assert f"shardwright serve: error: cannot listen on 127.0.0.1:{server.port} (Address already in use); " \
+           "choose another --port or stop what uses it" in other.log.read_text()
+
+
 def test_kill_stale_kills_only_the_recorded_process(tmp_path):
     """What a restarted server does with a job process a previous server left running."""
     from shardwright.service import executor_local as local

@@ -21,6 +21,24 @@ def module_root(module) -> str | None:
     return path
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why uvicorn could not bind (checked before any job starts), or None."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc)
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def lock_store(db_path: str):
     """Hold an exclusive lock on the store for the server's life (the kernel drops it when the
     process dies, even by SIGKILL): two servers on one store would run the same jobs twice."""
@@ -56,6 +74,11 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
 
     db_path = os.path.abspath(os.path.expanduser(db or DEFAULT_DB))
     os.makedirs(os.path.dirname(db_path), mode=0o700, exist_ok=True)
+    problem = port_problem(host, port)
+    if problem:
+        print(f"shardwright serve: error: cannot listen on {host}:{port} ({problem}); choose another --port "
+              "or stop what uses it", file=sys.stderr)
+        return 2
     lock, holder = lock_store(db_path)
     if lock is None:
         print(f"shardwright serve: error: another server (pid {holder}) uses the job store {db_path}; stop it first "
