@@ -360,7 +360,7 @@ class Scheduler:
         attempt = job.current_attempt
         env = self._slurm_env()
         ids = list(attempt.slurm_job_ids)
-        progress = read_progress(job.output_dir, None, len(job.inputs))
+        progress = read_progress(job.output_dir, None, int(job.progress.get("inputs_total", 0)))
         if progress and {k: progress[k] for k in ("inputs_done", "inputs_total", "items")} != job.progress:
             self.store.update(job.id, progress={k: progress[k] for k in ("inputs_done", "inputs_total", "items")})
         if job.cancel_requested and job.id not in self.term_sent:

@@ -38,7 +38,7 @@ class JobRecord:
     id: str
     state: str
     pipeline: str
-    inputs: list
+    inputs: list | None  # None in list() results (they can be large); get() has them
     output_dir: str
     config: dict
     options: dict
@@ -70,7 +70,8 @@ class JobStore(ABC):
     def get(self, job_id: str) -> JobRecord | None: ...
 
     @abstractmethod
-    def list(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]: ...
+    def list(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+        """Jobs in queue order, without their inputs (``inputs`` is None)."""
 
     @abstractmethod
     def update(self, job_id: str, **fields) -> JobRecord: ...
@@ -128,6 +129,7 @@ class SqliteJobStore(JobStore):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
+            self._list_columns = [r[1] for r in self._db.execute("PRAGMA table_info(jobs)") if r[1] != "inputs"]
 
     def close(self) -> None:
         with self._lock:
@@ -146,6 +148,7 @@ class SqliteJobStore(JobStore):
 
     def _job(self, row) -> JobRecord:
         data = dict(row)
+        data.setdefault("inputs", None)
         for key in _JSON_JOB:
             data[key] = json.loads(data[key]) if data[key] is not None else None
         data["storage_option_keys"] = tuple(data["storage_option_keys"])
@@ -181,11 +184,13 @@ class SqliteJobStore(JobStore):
             return self._job(row) if row else None
 
     def list(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+        columns = ", ".join(self._list_columns)
         with self._lock:
             if state:
-                rows = self._db.execute("SELECT * FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?", (state, limit))
+                rows = self._db.execute(f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?",
+                                        (state, limit))
             else:
-                rows = self._db.execute("SELECT * FROM jobs ORDER BY queue_pos LIMIT ?", (limit,))
+                rows = self._db.execute(f"SELECT {columns} FROM jobs ORDER BY queue_pos LIMIT ?", (limit,))
             return [self._job(r) for r in rows.fetchall()]
 
     def update(self, job_id: str, **fields) -> JobRecord:
