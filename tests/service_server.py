@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from helpers import child_env
+from support.helpers import child_env
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "test-token-" + "x" * 24
@@ -42,7 +42,7 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> "Server":
+    def start(self, timeout: float = 30) -> Server:
         extra = {"PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env = child_env(**extra)
         if self.base_env:
@@ -55,9 +55,25 @@ class Server:
             log.write(f"--- start {self.starts}\n")
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "shardwright.cli", "serve", "--pipelines", "service_pipelines",
-                 "--db", str(self.db), "--port", str(self.port), *self.args],
-                env=env, cwd=str(self.root), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "shardwright.cli",
+                    "serve",
+                    "--pipelines",
+                    "service_pipelines",
+                    "--db",
+                    str(self.db),
+                    "--port",
+                    str(self.port),
+                    *self.args,
+                ],
+                env=env,
+                cwd=str(self.root),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -84,8 +100,9 @@ class Server:
                 self.proc.wait()
 
     def client(self, token: str | None = None) -> httpx.Client:
-        return httpx.Client(base_url=f"{self.url}/api/v1", timeout=30,
-                            headers={"Authorization": f"Bearer {token or self.token}"})
+        return httpx.Client(
+            base_url=f"{self.url}/api/v1", timeout=30, headers={"Authorization": f"Bearer {token or self.token}"}
+        )
 
     # -- conveniences ------------------------------------------------------------------------------
 
@@ -108,9 +125,11 @@ class Server:
                 return job
             time.sleep(0.1)
         logs = client.get(f"/jobs/{job_id}/logs").json().get("text", "")
-        raise AssertionError(f"timed out after {timeout}s waiting for {what or 'a job state'}: "
-                             f"{json.dumps(job, indent=1)[-3000:]}\n--- job log\n{logs[-3000:]}\n--- server log\n"
-                             f"{self.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what or 'a job state'}: "
+            f"{json.dumps(job, indent=1)[-3000:]}\n--- job log\n{logs[-3000:]}\n--- server log\n"
+            f"{self.log.read_text()[-3000:]}"
+        )
 
     def wait_state(self, client, job_id: str, *states: str, timeout: float = 60) -> dict:
         return self.wait(client, job_id, lambda j: j["state"] in states, timeout, f"state in {states}")
@@ -128,8 +147,10 @@ def assert_exactly_once(output_dir, n: int, factor: int = 1) -> None:
 
     items = list(StreamingDataset(str(output_dir)))
     ids = [int(item["i"]) for item in items]
-    assert sorted(ids) == list(range(n)), f"not every input exactly once: {len(ids)} items, " \
+    assert sorted(ids) == list(range(n)), (
+        f"not every input exactly once: {len(ids)} items, "
         f"duplicates {sorted({i for i in ids if ids.count(i) > 1})[:10]}, missing {sorted(set(range(n)) - set(ids))[:10]}"
+    )
     for item in items:
         if "sq" in item:
             assert int(item["sq"]) == int(item["i"]) ** 2 * factor

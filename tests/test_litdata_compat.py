@@ -31,6 +31,7 @@ from shardwright.format import (
     render_index,
 )
 from shardwright.reader import StreamingDataset
+from shardwright.protocol.layout import STATE_DIR
 
 torch = pytest.importorskip("torch")
 
@@ -464,6 +465,6 @@ def test_reader_copes_with_litdata_decompressed_copies(tmp_path):
         plain = out / entry.filename.replace(".zstd", "")
         plain.write_bytes(zstandard.ZstdDecompressor().decompress(stored.read_bytes()))
         stored.unlink()
-    shutil.rmtree(out / ".shardwright", ignore_errors=True)
+    shutil.rmtree(out / STATE_DIR, ignore_errors=True)
     assert [x["i"] for x in StreamingDataset(out)] == list(range(23))
     assert not any(name.endswith(".zstd.bin") for name in os.listdir(out))

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import errors_of_threads
+from support.helpers import errors_of_threads
 
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from service_server import TOKEN, Server, assert_exactly_once, pid_alive
-from helpers import child_env
 from shardwright import errors
 from shardwright.service.classify import error_class, error_info
+from support.helpers import child_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,8 +32,21 @@ pytestmark = pytest.mark.timeout(180)
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("service")
     (root / "out").mkdir()
-    srv = Server(root, "--output-root", str(root / "out"), "--max-inputs", "500", "--max-body-bytes", "100000",
-                 "--auto-retries", "1", "--retry-backoff", "0.2", "--max-running", "2")
+    srv = Server(
+        root,
+        "--output-root",
+        str(root / "out"),
+        "--max-inputs",
+        "500",
+        "--max-body-bytes",
+        "100000",
+        "--auto-retries",
+        "1",
+        "--retry-backoff",
+        "0.2",
+        "--max-running",
+        "2",
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -53,8 +66,11 @@ def out_dir(server, name: str) -> str:
 
 
 def test_every_error_class_is_classified_and_transient_ones_are_system_errors():
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(c, errors.ShardwrightError) and c.__module__ == errors.__name__]
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.ShardwrightError) and c.__module__ == errors.__name__
+    ]
     assert len(classes) >= 14
     for cls in classes:
         assert cls in errors.ERROR_CLASSIFICATION, f"{cls.__name__} is missing from errors.ERROR_CLASSIFICATION"
@@ -67,10 +83,21 @@ def test_every_error_class_is_classified_and_transient_ones_are_system_errors():
     assert error_class(errors.WorkerDiedError).transient and error_class(errors.StorageError).status == 503
     assert not error_class(errors.CorruptStateError).transient
     assert error_class(KeyError("x")).kind == "system" and not error_class(KeyError("x")).transient
-    info = error_info(errors.FnError("fn raised on input 3\n--- worker traceback ---\nTraceback...", input_index=3,
-                                     input_repr="3", worker_traceback="..."))
-    assert info == {"kind": "user", "type": "FnError", "message": "fn raised on input 3", "input_index": 3,
-                    "transient": False}
+    info = error_info(
+        errors.FnError(
+            "fn raised on input 3\n--- worker traceback ---\nTraceback...",
+            input_index=3,
+            input_repr="3",
+            worker_traceback="...",
+        )
+    )
+    assert info == {
+        "kind": "user",
+        "type": "FnError",
+        "message": "fn raised on input 3",
+        "input_index": 3,
+        "transient": False,
+    }
 
 
 # --- auth -----------------------------------------------------------------------------------------
@@ -89,8 +116,13 @@ def test_requests_without_the_token_get_401_and_a_generated_token_is_owner_only(
         import httpx
 
         for headers in ({}, {"Authorization": "Bearer wrong-token-123456789"}, {"Authorization": token}):
-            for method, path in (("GET", "/api/v1/jobs"), ("GET", "/api/v1/pipelines"), ("POST", "/api/v1/jobs"),
-                                 ("GET", "/openapi.json"), ("POST", "/api/v1/jobs/x/cancel")):
+            for method, path in (
+                ("GET", "/api/v1/jobs"),
+                ("GET", "/api/v1/pipelines"),
+                ("POST", "/api/v1/jobs"),
+                ("GET", "/openapi.json"),
+                ("POST", "/api/v1/jobs/x/cancel"),
+            ):
                 r = httpx.request(method, srv.url + path, headers=headers, json={})
                 assert r.status_code == 401, (method, path, headers, r.text)
                 assert r.json()["error"]["type"] == "Unauthorized" and r.headers["www-authenticate"] == "Bearer"
@@ -118,19 +150,38 @@ def test_a_second_server_on_the_same_store_is_refused(server, tmp_path):
         second.start(timeout=20)
     assert second.proc.returncode == 2
     lines = [line for line in second.log.read_text().splitlines() if line.startswith("shardwright serve: error")]
-    assert lines == [f"shardwright serve: error: another server (pid {server.proc.pid}) uses the job store "
-                     f"{server.db}; stop it first or give this one another --db"]
+    assert lines == [
+        f"shardwright serve: error: another server (pid {server.proc.pid}) uses the job store "
+        f"{server.db}; stop it first or give this one another --db"
+    ]
 
 
 def test_a_port_in_use_is_one_clear_line(server, tmp_path):
     env = child_env(PYTHONPATH=str(Path(__file__).parent), SHARDWRIGHT_API_TOKEN=TOKEN)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent.parent / "src"), str(Path(__file__).parent)])
-    r = subprocess.run([sys.executable, "-m", "shardwright.cli", "serve", "--pipelines", "service_pipelines",
-                        "--db", str(tmp_path / "jobs.db"), "--port", str(server.port)],
-                       env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardwright.cli",
+            "serve",
+            "--pipelines",
+            "service_pipelines",
+            "--db",
+            str(tmp_path / "jobs.db"),
+            "--port",
+            str(server.port),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
-    assert r.stderr.strip() == f"shardwright serve: error: cannot listen on 127.0.0.1:{server.port} (Address already " \
-                               "in use); choose another --port or stop what uses it"
+    assert (
+        r.stderr.strip() == f"shardwright serve: error: cannot listen on 127.0.0.1:{server.port} (Address already "
+        "in use); choose another --port or stop what uses it"
+    )
 
 
 def test_kill_stale_kills_only_the_recorded_process(tmp_path):
@@ -165,24 +216,30 @@ def test_pipelines_list_their_config_schema(client):
     assert pipelines["echo"]["config_schema"] is None
 
 
-@pytest.mark.parametrize("body, status, field", [
-    ({"config": {"factor": 0}}, 422, "config.factor"),
-    ({"config": {"factor": "many"}}, 422, "config.factor"),
-    ({"pipeline": "nope"}, 404, "pipeline"),
-    ({"options": {"chunk_size": 0}}, 422, "options.chunk_size"),
-    ({"options": {"compression": "gzip"}}, 422, "options.compression"),
-    ({"options": {"bogus": 1}}, 422, "options.bogus"),
-    ({"options": {"chunk_bytes": "64XB"}}, 400, "options"),
-    ({"inputs": []}, 422, "inputs"),
-    ({"output_dir": "relative/dir"}, 422, "output_dir"),
-    ({"output_dir": "/etc/elsewhere"}, 403, "output_dir"),
-    ({"output_dir": "gs://bucket/x"}, 422, "output_dir"),
-    ({"inputs": list(range(501))}, 413, "inputs"),
-    ({"pipeline": "echo", "config": {"factor": 2}}, 422, "config"),
-    ({"executor": {"kind": "k8s"}}, 422, "executor.kind"),
-    ({"executor": {"kind": "slurm", "array": 2}, "storage_options": {"aws_secret_access_key": "abcd1234"}},
-     422, "storage_options"),
-])
+@pytest.mark.parametrize(
+    "body, status, field",
+    [
+        ({"config": {"factor": 0}}, 422, "config.factor"),
+        ({"config": {"factor": "many"}}, 422, "config.factor"),
+        ({"pipeline": "nope"}, 404, "pipeline"),
+        ({"options": {"chunk_size": 0}}, 422, "options.chunk_size"),
+        ({"options": {"compression": "gzip"}}, 422, "options.compression"),
+        ({"options": {"bogus": 1}}, 422, "options.bogus"),
+        ({"options": {"chunk_bytes": "64XB"}}, 400, "options"),
+        ({"inputs": []}, 422, "inputs"),
+        ({"output_dir": "relative/dir"}, 422, "output_dir"),
+        ({"output_dir": "/etc/elsewhere"}, 403, "output_dir"),
+        ({"output_dir": "gs://bucket/x"}, 422, "output_dir"),
+        ({"inputs": list(range(501))}, 413, "inputs"),
+        ({"pipeline": "echo", "config": {"factor": 2}}, 422, "config"),
+        ({"executor": {"kind": "k8s"}}, 422, "executor.kind"),
+        (
+            {"executor": {"kind": "slurm", "array": 2}, "storage_options": {"aws_secret_access_key": "abcd1234"}},
+            422,
+            "storage_options",
+        ),
+    ],
+)
 def test_bad_requests_are_refused_naming_the_field(server, client, body, status, field):
     request = {"pipeline": "square", "inputs": [1, 2, 3], "output_dir": out_dir(server, "bad")}
     request.update(body)
@@ -198,8 +255,11 @@ def test_a_body_over_the_limit_is_refused_with_413(server, client):
     big = {"pipeline": "echo", "inputs": ["x" * 1000] * 150, "output_dir": out_dir(server, "big")}
     r = client.post("/jobs", json=big)
     assert r.status_code == 413 and "request body over 100,000 bytes" in r.json()["error"]["message"]
-    r = client.post("/jobs", content=b"[" + b"1," * 60000 + b"1]",
-                    headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    r = client.post(
+        "/jobs",
+        content=b"[" + b"1," * 60000 + b"1]",
+        headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+    )
     assert r.status_code == 413
     assert client.get("/jobs/nope").status_code == 404
     assert client.get("/jobs", params={"state": "DONE"}).status_code == 422
@@ -211,8 +271,14 @@ def test_a_body_over_the_limit_is_refused_with_413(server, client):
 @pytest.mark.slow
 def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, client):
     n, out = 60, out_dir(server, "lifecycle")
-    job = server.submit(client, pipeline="square", inputs=list(range(n)), output_dir=out,
-                        config={"factor": 3, "sleep": 0.1}, options={"chunk_size": 2, "num_workers": 2})
+    job = server.submit(
+        client,
+        pipeline="square",
+        inputs=list(range(n)),
+        output_dir=out,
+        config={"factor": 3, "sleep": 0.1},
+        options={"chunk_size": 2, "num_workers": 2},
+    )
     assert job["state"] == "PENDING" and job["progress"] == {"inputs_done": 0, "inputs_total": n, "items": 0}
     assert job["attempts"] == 0 and job["error"] is None and job["created_at"]
     # progress moves while it runs: seen at several values, each within 2 s of the previous
@@ -232,7 +298,8 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
     assert len(seen) >= 3 and seen == sorted(seen), seen
     r = client.post("/jobs", json={"pipeline": "echo", "inputs": [1], "output_dir": out})
     assert r.status_code == 409 and r.json()["error"]["message"].startswith(
-        f"output_dir: job {job['id']} (RUNNING) already writes {out}; ")
+        f"output_dir: job {job['id']} (RUNNING) already writes {out}; "
+    )
     r = client.post(f"/jobs/{job['id']}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"]
     canceled = server.wait_state(client, job["id"], "CANCELED", "SUCCEEDED", "FAILED")
@@ -264,8 +331,17 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
 
 @pytest.mark.slow
 def test_cancel_a_pending_job_and_jobs_start_in_fifo_order(server, client):
-    jobs = [server.submit(client, pipeline="square", inputs=list(range(8)), output_dir=out_dir(server, f"fifo{k}"),
-                          config={"sleep": 0.1}, options={"chunk_size": 4, "num_workers": 1}) for k in range(4)]
+    jobs = [
+        server.submit(
+            client,
+            pipeline="square",
+            inputs=list(range(8)),
+            output_dir=out_dir(server, f"fifo{k}"),
+            config={"sleep": 0.1},
+            options={"chunk_size": 4, "num_workers": 1},
+        )
+        for k in range(4)
+    ]
     r = client.post(f"/jobs/{jobs[3]['id']}/cancel")
     assert r.status_code == 200 and r.json()["state"] == "CANCELED"
     for job in jobs[:3]:
@@ -282,8 +358,14 @@ def test_cancel_a_pending_job_and_jobs_start_in_fifo_order(server, client):
 
 def test_fn_error_is_a_user_failure_with_the_input_then_fixed_and_retried(server, client, tmp_path):
     n, out, fix = 30, out_dir(server, "user-error"), tmp_path / "fixed"
-    job = server.submit(client, pipeline="square", inputs=list(range(n)), output_dir=out,
-                        config={"fail_on": 21, "unless_exists": str(fix)}, options={"chunk_size": 3, "num_workers": 1})
+    job = server.submit(
+        client,
+        pipeline="square",
+        inputs=list(range(n)),
+        output_dir=out,
+        config={"fail_on": 21, "unless_exists": str(fix)},
+        options={"chunk_size": 3, "num_workers": 1},
+    )
     failed = server.wait_state(client, job["id"], "FAILED", "SUCCEEDED")
     assert failed["state"] == "FAILED"
     error = failed["error"]
@@ -321,14 +403,21 @@ def test_a_killed_worker_is_a_system_failure_retried_automatically_then_failed(s
     n, out = 40, out_dir(server, "system-error")
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    job = server.submit(client, pipeline="square", inputs=list(range(n)), output_dir=out,
-                        config={"sleep": 0.1, "pid_dir": str(pid_dir)}, options={"chunk_size": 2, "num_workers": 2})
+    job = server.submit(
+        client,
+        pipeline="square",
+        inputs=list(range(n)),
+        output_dir=out,
+        config={"sleep": 0.1, "pid_dir": str(pid_dir)},
+        options={"chunk_size": 2, "num_workers": 2},
+    )
     killed: set = set()
     server.wait(client, job["id"], lambda j: j["progress"]["inputs_done"] >= 4, what="some commits")
     _kill_a_worker(pid_dir, killed)
     # the server retries it by itself (auto-retries 1): a second attempt runs, then we kill again
-    second = server.wait(client, job["id"], lambda j: j["attempts"] == 2 and j["state"] == "RUNNING",
-                         what="the automatic retry")
+    second = server.wait(
+        client, job["id"], lambda j: j["attempts"] == 2 and j["state"] == "RUNNING", what="the automatic retry"
+    )
     first = second["attempt_history"][0]
     assert first["outcome"] == "failed" and first["error"]["kind"] == "system"
     assert first["error"]["type"] == "WorkerDiedError" and "SIGKILL" in first["error"]["message"]
@@ -352,15 +441,28 @@ def _cli(server, *args, token=TOKEN):
     env.pop("SHARDWRIGHT_API_TOKEN", None)
     if token:
         env["SHARDWRIGHT_API_TOKEN"] = token
-    return subprocess.run([sys.executable, "-m", "shardwright.cli", "jobs", *args], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "shardwright.cli", "jobs", *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.slow
 def test_cli_submit_wait_list_show_logs_cancel_retry(server, tmp_path):
     out = out_dir(server, "cli")
-    r = _cli(server, "submit", "square", "--range", "12", "--output-dir", out, "--config", '{"factor": 2}',
-             "--options", '{"chunk_size": 5}', "--wait")
+    r = _cli(
+        server,
+        "submit",
+        "square",
+        "--range",
+        "12",
+        "--output-dir",
+        out,
+        "--config",
+        '{"factor": 2}',
+        "--options",
+        '{"chunk_size": 5}',
+        "--wait",
+    )
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.split()[0]
     assert "SUCCEEDED" in r.stdout and "12/12 inputs" in r.stdout
@@ -374,12 +476,24 @@ def test_cli_submit_wait_list_show_logs_cancel_retry(server, tmp_path):
     assert r.returncode == 0 and "dataset published" in r.stdout
     r = _cli(server, "cancel", job_id)
     assert r.returncode == 2 and r.stderr.strip() == (
-        f"shardwright jobs: error: 409: job {job_id} is SUCCEEDED: only PENDING or RUNNING jobs can be canceled")
+        f"shardwright jobs: error: 409: job {job_id} is SUCCEEDED: only PENDING or RUNNING jobs can be canceled"
+    )
     r = _cli(server, "retry", job_id)
     assert r.returncode == 2 and "only FAILED or CANCELED jobs can be retried" in r.stderr
 
-    slow = _cli(server, "submit", "square", "--inputs", json.dumps(list(range(30))), "--output-dir",
-                out_dir(server, "cli2"), "--config", '{"sleep": 0.1}', "--options", '{"chunk_size": 2}')
+    slow = _cli(
+        server,
+        "submit",
+        "square",
+        "--inputs",
+        json.dumps(list(range(30))),
+        "--output-dir",
+        out_dir(server, "cli2"),
+        "--config",
+        '{"sleep": 0.1}',
+        "--options",
+        '{"chunk_size": 2}',
+    )
     slow_id = slow.stdout.strip()
     r = _cli(server, "cancel", slow_id)
     assert r.returncode == 0 and slow_id in r.stdout

@@ -40,9 +40,19 @@ def browser(tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1280,800"):
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1280,800",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     driver.set_page_load_timeout(30)
@@ -87,10 +97,22 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
     n, out = 50, tmp_path / "out"
     try:
         with srv.client() as c:
-            bad = srv.submit(c, pipeline="square", inputs=list(range(10)), output_dir=str(tmp_path / "bad"),
-                             config={"fail_on": 4}, options={"chunk_size": 2, "num_workers": 1})
-            job = srv.submit(c, pipeline="square", inputs=list(range(n)), output_dir=str(out),
-                             config={"sleep": 0.1}, options={"chunk_size": 2, "num_workers": 2})
+            bad = srv.submit(
+                c,
+                pipeline="square",
+                inputs=list(range(10)),
+                output_dir=str(tmp_path / "bad"),
+                config={"fail_on": 4},
+                options={"chunk_size": 2, "num_workers": 1},
+            )
+            job = srv.submit(
+                c,
+                pipeline="square",
+                inputs=list(range(n)),
+                output_dir=str(out),
+                config={"sleep": 0.1},
+                options={"chunk_size": 2, "num_workers": 2},
+            )
         # no token yet: the sign-in form, and no job data anywhere in the page
         browser.get(srv.url + "/")
         form = browser.find_element(By.ID, "login")
@@ -111,8 +133,15 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
         _wait(lambda: _cell(browser, job["id"], ".state") == "RUNNING", 30, "RUNNING", browser)
         # the progress bar and text move while it runs
         first = _cell(browser, job["id"], ".progress-text")
-        _wait(lambda: _cell(browser, job["id"], ".progress-text") != first
-              and int(_cell(browser, job["id"], ".progress-text").split(" / ")[0]) >= 8, 20, "progress", browser)
+        _wait(
+            lambda: (
+                _cell(browser, job["id"], ".progress-text") != first
+                and int(_cell(browser, job["id"], ".progress-text").split(" / ")[0]) >= 8
+            ),
+            20,
+            "progress",
+            browser,
+        )
         width = browser.find_element(By.CSS_SELECTOR, f"#job-{job['id']} .bar > div").get_attribute("style")
         assert "width" in width and "width: 0%" not in width
 
@@ -147,10 +176,26 @@ def test_dashboard_dump_dom_with_the_token_in_the_fragment(tmp_path):
         with srv.client() as c:
             job = srv.submit(c, pipeline="echo", inputs=[1, 2, 3], output_dir=str(tmp_path / "out"))
             srv.wait_state(c, job["id"], "SUCCEEDED")
-        r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                            f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
-                            f"{srv.url}/#token={TOKEN}"], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--virtual-time-budget=5000",
+                "--dump-dom",
+                f"{srv.url}/#token={TOKEN}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert f'id="job-{job["id"]}"' in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
         assert "3 / 3 inputs, 3 items" in r.stdout and "SUCCEEDED" in r.stdout
         assert TOKEN not in srv.log.read_text()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from service_server import Server, assert_exactly_once, pid_alive
-from helpers import wait_for
+from support.helpers import wait_for
 
 SECRET = "TOPSECRETvalue-123456"
 
@@ -40,8 +40,11 @@ class RunnerWatch(threading.Thread):
                         fields = f.read().rsplit(")", 1)[1].split()
                 except OSError:
                     continue
-                if b"shardwright.service.runner" in cmd and any(self.part.encode() in a for a in cmd) \
-                        and fields[0] not in ("Z", "X"):
+                if (
+                    b"shardwright.service.runner" in cmd
+                    and any(self.part.encode() in a for a in cmd)
+                    and fields[0] not in ("Z", "X")
+                ):
                     found[int(pid)] = int(fields[1])
             runners = [pid for pid, parent in found.items() if parent not in found]
             self.most = max(self.most, len(runners))
@@ -66,23 +69,40 @@ def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_pa
     watch = None
     try:
         with srv.client() as c:
-            a = srv.submit(c, pipeline="square", inputs=list(range(n)), output_dir=str(out),
-                           config={"sleep": 0.1, "pid_dir": str(pid_dir)}, options={"chunk_size": 2, "num_workers": 2})
-            b = srv.submit(c, pipeline="echo", inputs=list(range(20)), output_dir=str(tmp_path / "out-b"),
-                           storage_options={"aws_secret_access_key": SECRET})
+            a = srv.submit(
+                c,
+                pipeline="square",
+                inputs=list(range(n)),
+                output_dir=str(out),
+                config={"sleep": 0.1, "pid_dir": str(pid_dir)},
+                options={"chunk_size": 2, "num_workers": 2},
+            )
+            b = srv.submit(
+                c,
+                pipeline="echo",
+                inputs=list(range(20)),
+                output_dir=str(tmp_path / "out-b"),
+                storage_options={"aws_secret_access_key": SECRET},
+            )
             assert b["storage_options"] == {"aws_secret_access_key": "***"} and SECRET not in str(b)
         watch = RunnerWatch(f"/jobs/{a['id']}")
         watch.start()
         for round_ in (1, 2):
             with srv.client() as c:
-                job = srv.wait(c, a["id"], lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"]
-                               >= 12 * round_, what=f"progress before kill {round_}")
+                least = 12 * round_
+                job = srv.wait(
+                    c,
+                    a["id"],
+                    lambda j, least=least: j["state"] == "RUNNING" and j["progress"]["inputs_done"] >= least,
+                    what=f"progress before kill {round_}",
+                )
             runner = job["attempt_history"][-1]["pid"]
             workers = _live_pids(pid_dir)
             assert pid_alive(runner) and workers
             srv.kill()
-            assert wait_for(lambda: not pid_alive(runner) and not _live_pids(pid_dir), 10), \
+            assert wait_for(lambda runner=runner: not pid_alive(runner) and not _live_pids(pid_dir), 10), (
                 f"job processes outlived the server: runner {runner} {pid_alive(runner)}, {_live_pids(pid_dir)}"
+            )
             before = _chunks(out)
             time.sleep(1.0)
             assert _chunks(out) == before, "something still writes the output after the server died"
@@ -128,8 +148,14 @@ def test_server_stopped_gracefully_commits_and_resumes_the_job_on_start(tmp_path
     n, out = 40, tmp_path / "out"
     try:
         with srv.client() as c:
-            job = srv.submit(c, pipeline="square", inputs=list(range(n)), output_dir=str(out),
-                             config={"sleep": 0.1}, options={"chunk_size": 2, "num_workers": 2})
+            job = srv.submit(
+                c,
+                pipeline="square",
+                inputs=list(range(n)),
+                output_dir=str(out),
+                config={"sleep": 0.1},
+                options={"chunk_size": 2, "num_workers": 2},
+            )
             srv.wait(c, job["id"], lambda j: j["progress"]["inputs_done"] >= 6, what="some progress")
         srv.stop()  # SIGTERM: uvicorn shuts down, the job gets SIGTERM, commits and goes back to PENDING
         assert srv.proc.returncode in (0, -15), srv.log.read_text()  # uvicorn re-raises SIGTERM after shutdown

@@ -30,10 +30,21 @@ def test_s3_jobs_use_their_credentials_and_never_show_or_store_them(tmp_path, s3
     srv = Server(tmp_path, "--auto-retries", "1", "--retry-backoff", "0.2").start()
     try:
         with srv.client() as c:
-            good = srv.submit(c, pipeline="echo", inputs=list(range(30)), output_dir=s3_url,
-                              storage_options=s3_storage_options, options={"chunk_size": 4, "num_workers": 2})
-            bad = srv.submit(c, pipeline="echo", inputs=list(range(5)), output_dir=s3_url + "-bad",
-                             storage_options=dict(s3_storage_options, aws_secret_access_key=wrong))
+            good = srv.submit(
+                c,
+                pipeline="echo",
+                inputs=list(range(30)),
+                output_dir=s3_url,
+                storage_options=s3_storage_options,
+                options={"chunk_size": 4, "num_workers": 2},
+            )
+            bad = srv.submit(
+                c,
+                pipeline="echo",
+                inputs=list(range(5)),
+                output_dir=s3_url + "-bad",
+                storage_options=dict(s3_storage_options, aws_secret_access_key=wrong),
+            )
             done = srv.wait_state(c, good["id"], "SUCCEEDED", "FAILED", timeout=90)
             assert done["state"] == "SUCCEEDED", done
             assert done["storage_options"] == {k: "***" for k in s3_storage_options}
@@ -42,8 +53,9 @@ def test_s3_jobs_use_their_credentials_and_never_show_or_store_them(tmp_path, s3
             # wrong credentials: a storage error is a system error, retried once automatically
             assert failed["error"]["kind"] == "system" and failed["error"]["type"] == "StorageError", failed["error"]
             assert failed["attempts"] == 2 and failed["attempt_history"][1]["trigger"] == "auto-retry"
-            texts = [c.get("/jobs").text] + [c.get(f"/jobs/{j['id']}{p}").text
-                                              for j in (good, bad) for p in ("", "/logs")]
+            texts = [c.get("/jobs").text] + [
+                c.get(f"/jobs/{j['id']}{p}").text for j in (good, bad) for p in ("", "/logs")
+            ]
             for text in texts:
                 assert secret not in text and wrong not in text
         ids = sorted(int(x["i"]) for x in StreamingDataset(s3_url, storage_options=s3_storage_options))

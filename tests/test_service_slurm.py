@@ -24,10 +24,22 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
     srv = slurm_server
     n, out = 60, tmp_path / "out"
     with srv.client() as c:
-        job = srv.submit(c, pipeline="square", inputs=list(range(n)), output_dir=str(out), config={"sleep": 0.1},
-                         options={"chunk_size": 2, "num_workers": 1}, executor={"kind": "slurm", "array": 2})
-        running = srv.wait(c, job["id"], lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"] >= 6,
-                           timeout=60, what="the array to commit some chunks")
+        job = srv.submit(
+            c,
+            pipeline="square",
+            inputs=list(range(n)),
+            output_dir=str(out),
+            config={"sleep": 0.1},
+            options={"chunk_size": 2, "num_workers": 1},
+            executor={"kind": "slurm", "array": 2},
+        )
+        running = srv.wait(
+            c,
+            job["id"],
+            lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"] >= 6,
+            timeout=60,
+            what="the array to commit some chunks",
+        )
         slurm_ids = running["attempt_history"][0]["slurm_job_ids"]
         assert len(slurm_ids) == 1
         tasks = slurm_cluster.job_states(slurm_ids[0])
@@ -40,8 +52,13 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
         assert canceled["progress"]["inputs_done"] < n and not (out / "index.json").exists()
 
         c.post(f"/jobs/{job['id']}/retry")
-        srv.wait(c, job["id"], lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"] >
-                 canceled["progress"]["inputs_done"], timeout=60, what="the retry to commit more")
+        srv.wait(
+            c,
+            job["id"],
+            lambda j: j["state"] == "RUNNING" and j["progress"]["inputs_done"] > canceled["progress"]["inputs_done"],
+            timeout=60,
+            what="the retry to commit more",
+        )
     # the server is killed while Slurm runs the job: the restarted server follows the same Slurm job
     srv.kill()
     srv.start()
@@ -64,9 +81,15 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
 def test_slurm_job_fn_error_is_a_user_failure(slurm_server, tmp_path):
     srv = slurm_server
     with srv.client() as c:
-        job = srv.submit(c, pipeline="square", inputs=list(range(20)), output_dir=str(tmp_path / "out"),
-                         config={"fail_on": 13}, options={"chunk_size": 2, "num_workers": 1},
-                         executor={"kind": "slurm", "array": 2})
+        job = srv.submit(
+            c,
+            pipeline="square",
+            inputs=list(range(20)),
+            output_dir=str(tmp_path / "out"),
+            config={"fail_on": 13},
+            options={"chunk_size": 2, "num_workers": 1},
+            executor={"kind": "slurm", "array": 2},
+        )
         failed = srv.wait_state(c, job["id"], "FAILED", "SUCCEEDED", timeout=90)
     assert failed["state"] == "FAILED", failed
     assert failed["error"]["kind"] == "user" and failed["error"]["type"] == "FnError"

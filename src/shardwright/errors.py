@@ -171,7 +171,7 @@ def classify(exc: BaseException) -> ErrorClass:
     anything that is not a ShardwrightError is a system error (500)."""
     for cls in type(exc).__mro__:
         if cls in ERROR_CLASSIFICATION:
-            return ERROR_CLASSIFICATION[cls]  # type: ignore[index]
+            return ERROR_CLASSIFICATION[cls]
     return ErrorClass("system", 500)
 
 

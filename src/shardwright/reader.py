@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import errno
 import hashlib
 import json
 import mmap
@@ -80,6 +79,7 @@ from .protocol.layout import STATE_DIR
 from .protocol.liveness import pid_alive
 from .protocol.records import count_committed_chunks
 from .storage import LocalStorage
+from .storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
 
 try:  # the base class is chosen once, when this module is imported
     from torch.utils.data import Dataset as _DatasetBase
@@ -103,8 +103,7 @@ _CACHE_MARKER = ".shardwright-cache.json"  # marks a directory eviction may touc
 _CACHE_LOCK = ".shardwright-cache.lock"  # cache-wide eviction lock, in the cache root
 _LOCK_SUFFIX = ".lock"
 _LOCK_DIR = ".locks"  # per-chunk download locks: not in the chunks' directory, whose mtime we watch
-# Storage.download_to's temp files: .{name}.tmp-{pid}-{tid}-{random}
-_TMP_RE = re.compile(r"^\.(?P<name>.*)\.tmp-(?P<pid>\d+)-\d+-[0-9a-f]+$")
+_CACHE_FULL_FIX = "free space, lower max_cache_bytes or pass another cache_dir"
 _STALE_TMP_SECONDS = 60.0
 _FETCH_ATTEMPTS = 5
 _RESCAN_SECONDS = 1.0
@@ -654,10 +653,9 @@ class _ChunkCache:
                             "restore it or rerun optimize with mode='overwrite'"
                         ) from None
                     except OSError as exc:
-                        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-                            raise StorageError(
-                                f"disk full while caching {self.url}/{entry.filename} in {self.directory}: free "
-                                f"space, lower max_cache_bytes or pass another cache_dir"
+                        if is_disk_full(exc):
+                            raise disk_full_error(
+                                exc, f"caching {self.url}/{entry.filename} in {self.directory}", _CACHE_FULL_FIX
                             ) from exc
                         raise
                     downloaded = True
@@ -713,10 +711,10 @@ class _ChunkCache:
                         st = os.stat(path)
                     except FileNotFoundError:
                         continue
-                    m = _TMP_RE.match(fname)
+                    m = TMP_NAME_RE.match(fname)  # Storage.download_to's temp files
                     if m is not None:  # a download in progress, or left by a killed process
                         if now - st.st_mtime > _STALE_TMP_SECONDS and not pid_alive(int(m.group("pid"))):
-                            _unlink_quiet(path)
+                            unlink_quiet(path)
                             continue
                         total += st.st_size
                         continue
@@ -795,17 +793,10 @@ def _try_evict(path: str, lock_path: str) -> bool:
         if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
             return False  # replaced meanwhile: a fresh download
         os.unlink(path)  # while holding the lock: a reader that opened it sees nlink == 0
-        _unlink_quiet(lock_path)  # filelock copes with a lock file unlinked under it
+        unlink_quiet(lock_path)  # filelock copes with a lock file unlinked under it
         return True
     finally:
         os.close(fd)
-
-
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 # --- checks ------------------------------------------------------------------------------------

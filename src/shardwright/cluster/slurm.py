@@ -63,18 +63,13 @@ def parse_ranks(spec: str) -> list[int]:
 
 def task_ranges(ids: list[int]) -> str:
     """[0,1,2,5,7,8] -> '0-2,5,7-8' (Slurm's --array syntax)."""
-    parts, start, prev = [], None, None
+    runs: list[list[int]] = []
     for i in ids:
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
-            prev = i
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
         else:
-            parts.append(f"{start}-{prev}" if prev > start else str(start))
-            start = prev = i
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(parts)
+            runs.append([i, i])
+    return ",".join(f"{first}-{last}" if last > first else str(first) for first, last in runs)
 
 
 @dataclass(frozen=True)

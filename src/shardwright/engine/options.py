@@ -41,6 +41,12 @@ def _require_int(name: str, value: object, minimum: int, hint: str = "") -> int:
     return value
 
 
+def _optional_int(name: str, value: object) -> int | None:
+    if value is not None and not _is_int(value):
+        raise ArgumentTypeError(f"{name} must be an int or None; got {value!r} ({type(value).__name__})")
+    return value  # type: ignore[return-value]  # checked just above
+
+
 def _require_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ArgumentTypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
@@ -103,29 +109,28 @@ class OptimizeOptions:
             workers = _require_int("num_workers", num_workers, 1, " (worker processes)")
         if num_shards is not None:
             num_shards = _require_int("num_shards", num_shards, 1)
-            if num_shards > MAX_NUM_SHARDS:  # type: ignore[operator]
+            if num_shards > MAX_NUM_SHARDS:
                 raise UsageError(f"num_shards must be at most {MAX_NUM_SHARDS:,}; got {num_shards!r}")
-        for name, value in (("num_nodes", num_nodes), ("node_rank", node_rank)):
-            if value is not None and not _is_int(value):
-                raise ArgumentTypeError(f"{name} must be an int or None; got {value!r} ({type(value).__name__})")
+        nodes = _optional_int("num_nodes", num_nodes)
+        rank = _optional_int("node_rank", node_rank)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
                 f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
             )
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
         return cls(
-            chunk_size=chunk_size,  # type: ignore[arg-type]
+            chunk_size=chunk_size,
             chunk_bytes=chunk_bytes_int,
             compression=_require_choice("compression", compression, COMPRESSIONS),
             num_workers=workers,
             mode=_require_choice("mode", mode, MODES),
             use_checkpoint=_require_bool("use_checkpoint", use_checkpoint),
             start_method=_require_choice("start_method", method, START_METHODS),
-            storage_options=storage_options,  # type: ignore[arg-type]
+            storage_options=storage_options,
             verbose=_require_bool("verbose", verbose),
-            num_nodes=num_nodes,  # type: ignore[arg-type]
-            node_rank=node_rank,  # type: ignore[arg-type]
-            num_shards=num_shards,  # type: ignore[arg-type]
+            num_nodes=nodes,
+            node_rank=rank,
+            num_shards=num_shards,
             on_error=_require_choice("on_error", on_error, ON_ERROR),
             max_retries=_require_int("max_retries", max_retries, 0),
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputsError, UsageError
@@ -46,10 +46,12 @@ def _parse_int(name: str, value: str) -> int:
         raise UsageError(f"{name}={value!r} is not an integer") from None
 
 
-def node_identity(num_nodes: int | None, node_rank: int | None, env: dict | None = None) -> NodeIdentity:
+def node_identity(num_nodes: int | None, node_rank: int | None,
+                  env: Mapping[str, str] | None = None) -> NodeIdentity:
     """Which share of the shards this process runs: explicit arguments win, then litdata's
     variables, then a Slurm array, then an srun step; a single node otherwise."""
-    env = os.environ if env is None else env
+    if env is None:
+        env = os.environ
     if (num_nodes is None) != (node_rank is None):
         raise UsageError(
             "pass both num_nodes and node_rank (or neither, to read them from the environment); "

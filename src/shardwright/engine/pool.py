@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .messages import WorkerExited, WorkerFailed
 from .worker import ShardTask, WorkerConfig, worker_main
@@ -60,7 +60,8 @@ class WorkerPool:
             on_idle: Callable[[], str | None]) -> PoolOutcome:
         """Run ``tasks``; ``on_message`` gets every Progress/Committed message, ``on_idle`` is
         called ten times a second and stops the pool at once when it returns a reason."""
-        ctx = mp.get_context(self.start_method)
+        # cast: typeshed's BaseContext lacks Process, which every concrete context has
+        ctx = cast(Any, mp.get_context(self.start_method))
         task_q, result_q = ctx.Queue(), ctx.Queue()
         stop_event = ctx.Event()
         current = ctx.Array("q", [-1] * self.num_workers, lock=False)

@@ -4,6 +4,7 @@ run this node's shards on the worker pool, and publish index.json when every sha
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import sys
 import time
@@ -36,7 +37,7 @@ log = logging.getLogger("shardwright")
 def optimize(
     fn: Callable,
     inputs: Sequence,
-    output_dir: object,
+    output_dir: str | os.PathLike[str],
     *,
     chunk_size: int | None = None,
     chunk_bytes: int | str | None = None,

@@ -107,8 +107,8 @@ class FormatGate:
             if known is None:
                 probe = ItemEncoder()
                 data = probe.encode(sample, input_index)
-                known = claim_format(self.storage, self.run_id, probe.data_format, probe.data_spec,
-                                                input_index)
+                known = claim_format(self.storage, self.run_id, list(probe.data_format or []),
+                                     probe.data_spec, input_index)
                 if known["data_format"] == probe.data_format and known["data_spec"] == probe.data_spec:
                     self.encoder = probe
                     self.encoder.format_input_index = known["input_index"]

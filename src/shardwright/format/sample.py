@@ -368,9 +368,9 @@ def _collect(node: _Node, value: Any, formats: list[str], out: list, path: str) 
         for key, child in zip(node.keys, node.children):
             _collect(child, value[key], formats, out, f"{path}[{key!r}]")
         return
-    if type(value) is not node.kind or len(value) != len(node.children):
+    if type(value) is not node.kind or len(value) != len(node.children):  # type: ignore[arg-type]
         raise _Mismatch(path, _describe_node(node), _describe(value))
-    for i, (child, item) in enumerate(zip(node.children, value)):
+    for i, (child, item) in enumerate(zip(node.children, value)):  # type: ignore[call-overload]
         _collect(child, item, formats, out, f"{path}[{i}]")
 
 

@@ -110,7 +110,7 @@ def _is_published(index_chunks: tuple[ChunkEntry, ...], manifest: Manifest) -> b
 
 
 def _same_finished_call(last_run: dict | None, request: Request) -> bool:
-    return bool(last_run) and last_run.get("inputs") == request.inputs.to_json() \
+    return last_run is not None and last_run.get("inputs") == request.inputs.to_json() \
         and last_run.get("settings") == request.settings.to_json() \
         and last_run.get("fn_name") == request.fn_name
 

@@ -102,12 +102,12 @@ def wipe(storage: Storage) -> None:
 def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgress]) -> list[ChunkEntry]:
     """Step 3: write index.json from the records of every shard. Callers hold the publish lease."""
     base = [ChunkEntry.from_json(c) for c in manifest.base_chunks]
-    records = [r for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
+    committed = [(r, r.chunk) for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
     present = set(storage.list("chunk-"))
-    for record in records:
-        if record.chunk.filename not in present:
+    for record, chunk in committed:
+        if chunk.filename not in present:
             raise CorruptStateError(
-                f"chunk {storage.url}/{record.chunk.filename}, committed by checkpoint record "
+                f"chunk {storage.url}/{chunk.filename}, committed by checkpoint record "
                 f"{record_key(record.shard, record.seq)}, is missing: it was deleted by hand. "
                 "Rerun with mode='overwrite' to start over"
             )
@@ -120,7 +120,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         compression=settings.compression,
         data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
     )
-    chunks = base + [r.chunk for r in records]
+    chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks

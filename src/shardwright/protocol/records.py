@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -146,6 +145,32 @@ def record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     return keys
 
 
+def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRecord]:
+    """The records of one record file (``{"records": [...]}``, one commit round of one shard).
+    Callers check :func:`is_torn` first; anything else unreadable is a CorruptStateError."""
+    body = loads_object(data, "checkpoint record", storage, key)
+    listed = body.get("records")
+    where = f"{storage.url}/{key}"
+    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
+        raise CorruptStateError(
+            f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return [CommitRecord.from_json(r, where) for r in listed]
+
+
+def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
+    """The records of one record file; None when it is torn (a power cut) or unreadable.
+    FileNotFoundError when it is gone (a publisher cleaning up)."""
+    data = storage.read_bytes(key)
+    if is_torn(data):
+        return None
+    try:
+        return parse_record_file(data, storage, key)
+    except CorruptStateError:
+        return None
+
+
 def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
                   repair: bool = False) -> dict[int, ShardProgress]:
     """Read the records of the given shards (parallel reads: S3 round trips dominate).
@@ -175,14 +200,7 @@ def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: 
             # (same last commit round) never committed; their chunks are simply redone.
             dropped.setdefault(shard, []).append(key)
             continue
-        body = loads_object(data, "checkpoint record", storage, key)
-        listed = body.get("records")
-        if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
-            raise CorruptStateError(
-                f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
-                "Rerun with mode='overwrite' to start over"
-            )
-        records = [CommitRecord.from_json(r, where) for r in listed]
+        records = parse_record_file(data, storage, key)
         if run_id is not None and records[0].run_id != run_id:
             dropped.setdefault(shard, []).append(key)
             continue
@@ -219,13 +237,10 @@ def count_committed_chunks(storage: Storage, limit: int = MAX_RECORD_FILES_COUNT
 
     def count(key: str) -> int:
         try:
-            document = json.loads(storage.read_bytes(key))
-        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            records = read_record_file(storage, key)
+        except FileNotFoundError:
             return 0
-        records = document.get("records") if isinstance(document, dict) else None
-        if not isinstance(records, list):
-            return 0
-        return sum(1 for r in records if isinstance(r, dict) and r.get("chunk") is not None)
+        return sum(1 for r in records or () if r.chunk is not None)
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         return sum(pool.map(count, keys))

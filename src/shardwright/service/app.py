@@ -10,9 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 
-from . import schemas
 from ..engine.options import OptimizeOptions as EngineOptions
 from ..errors import ShardwrightError
+from . import schemas
 from .auth import token_matches
 from .classify import error_class
 from .dashboard import DASHBOARD_HTML
@@ -59,9 +59,17 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
-        too_big = JSONResponse({"error": {"kind": "user", "type": "BodyTooLarge", "message":
-                                          f"request body over {self.limit:,} bytes: send fewer inputs per job "
-                                          "(or start the server with a larger --max-body-bytes)"}}, status_code=413)
+        too_big = JSONResponse(
+            {
+                "error": {
+                    "kind": "user",
+                    "type": "BodyTooLarge",
+                    "message": f"request body over {self.limit:,} bytes: send fewer inputs per job "
+                    "(or start the server with a larger --max-body-bytes)",
+                }
+            },
+            status_code=413,
+        )
         if length is not None and length.isdigit() and int(length) > self.limit:
             return await too_big(scope, receive, send)
         seen = 0
@@ -89,15 +97,23 @@ def _check_output_dir(output_dir: str, roots: tuple, executor: str) -> str:
     if "://" in output_dir:
         scheme = output_dir.split("://", 1)[0]
         if scheme != "s3":
-            raise ApiProblem(422, "InvalidOutputDir", f"output_dir: {scheme}:// is not supported; use an absolute "
-                             "local path or s3://bucket/prefix")
+            raise ApiProblem(
+                422,
+                "InvalidOutputDir",
+                f"output_dir: {scheme}:// is not supported; use an absolute local path or s3://bucket/prefix",
+            )
         normalized = output_dir.rstrip("/")
     else:
         if not os.path.isabs(output_dir):
-            raise ApiProblem(422, "InvalidOutputDir", f"output_dir: {output_dir!r} is relative; give an absolute path "
-                             "(jobs do not run in your working directory)")
+            raise ApiProblem(
+                422,
+                "InvalidOutputDir",
+                f"output_dir: {output_dir!r} is relative; give an absolute path "
+                "(jobs do not run in your working directory)",
+            )
         normalized = os.path.realpath(output_dir)
     if roots:
+
         def under(root: str) -> bool:
             if "://" in root:
                 return normalized == root.rstrip("/") or normalized.startswith(root.rstrip("/") + "/")
@@ -105,8 +121,12 @@ def _check_output_dir(output_dir: str, roots: tuple, executor: str) -> str:
             return normalized == real or normalized.startswith(real.rstrip("/") + "/")
 
         if not any(under(r) for r in roots):
-            raise ApiProblem(403, "OutputNotAllowed", f"output_dir: {output_dir} is outside the allowed output roots "
-                             f"({', '.join(roots)}); write under one of them")
+            raise ApiProblem(
+                403,
+                "OutputNotAllowed",
+                f"output_dir: {output_dir} is outside the allowed output roots "
+                f"({', '.join(roots)}); write under one of them",
+            )
     return normalized
 
 
@@ -119,8 +139,9 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
         finally:
             scheduler.stop()
 
-    app = FastAPI(title="shardwright jobs", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="shardwright jobs", version="1", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
 
     @app.exception_handler(ApiProblem)
@@ -139,8 +160,12 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
 
     def require_token(request: Request) -> None:
         if not token_matches(request.headers.get("authorization"), token):
-            raise ApiProblem(401, "Unauthorized", "missing or wrong bearer token: send `Authorization: Bearer TOKEN` "
-                             "(the operator finds it where `shardwright serve` said)")
+            raise ApiProblem(
+                401,
+                "Unauthorized",
+                "missing or wrong bearer token: send `Authorization: Bearer TOKEN` "
+                "(the operator finds it where `shardwright serve` said)",
+            )
 
     auth = [Depends(require_token)]
 
@@ -168,29 +193,56 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard():
-        return HTMLResponse(DASHBOARD_HTML, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
-                                                     "Referrer-Policy": "no-referrer"})
+        return HTMLResponse(
+            DASHBOARD_HTML,
+            headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"},
+        )
 
     @app.get(f"{API}/pipelines", response_model=schemas.PipelineList, dependencies=auth)
     def list_pipelines():
-        return {"pipelines": [{"name": p.name, "description": p.description, "config_schema": p.config_schema()}
-                              for p in sorted(pipelines.values(), key=lambda p: p.name)]}
+        return {
+            "pipelines": [
+                {"name": p.name, "description": p.description, "config_schema": p.config_schema()}
+                for p in sorted(pipelines.values(), key=lambda p: p.name)
+            ]
+        }
 
-    @app.post(f"{API}/jobs", status_code=201, response_model=schemas.Job, dependencies=auth,
-              responses={401: {"model": schemas.ApiError}, 403: {"model": schemas.ApiError},
-                         404: {"model": schemas.ApiError}, 422: {"model": schemas.ApiError}})
+    @app.post(
+        f"{API}/jobs",
+        status_code=201,
+        response_model=schemas.Job,
+        dependencies=auth,
+        responses={
+            401: {"model": schemas.ApiError},
+            403: {"model": schemas.ApiError},
+            404: {"model": schemas.ApiError},
+            422: {"model": schemas.ApiError},
+        },
+    )
     def submit(body: schemas.JobSubmit):
         pipeline = pipelines.get(body.pipeline)
         if pipeline is None:
-            raise ApiProblem(404, "UnknownPipeline", f"pipeline: no pipeline {body.pipeline!r}; the pipelines are "
-                             f"{', '.join(sorted(pipelines))} (GET {API}/pipelines)")
+            raise ApiProblem(
+                404,
+                "UnknownPipeline",
+                f"pipeline: no pipeline {body.pipeline!r}; the pipelines are "
+                f"{', '.join(sorted(pipelines))} (GET {API}/pipelines)",
+            )
         if len(body.inputs) > config.max_inputs:
-            raise ApiProblem(413, "TooManyInputs", f"inputs: {len(body.inputs):,} inputs, more than this server's "
-                             f"limit of {config.max_inputs:,}; split them into several jobs")
+            raise ApiProblem(
+                413,
+                "TooManyInputs",
+                f"inputs: {len(body.inputs):,} inputs, more than this server's "
+                f"limit of {config.max_inputs:,}; split them into several jobs",
+            )
         if pipeline.config_model is None:
             if body.config:
-                raise ApiProblem(422, "ValidationError", f"config: pipeline {pipeline.name} takes no config; "
-                                 "leave config out", detail=[{"field": "config", "message": "takes no config"}])
+                raise ApiProblem(
+                    422,
+                    "ValidationError",
+                    f"config: pipeline {pipeline.name} takes no config; leave config out",
+                    detail=[{"field": "config", "message": "takes no config"}],
+                )
             cfg = {}
         else:
             try:
@@ -200,12 +252,19 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
                 raise ApiProblem(422, "ValidationError", message, detail=detail) from None
         output_dir = _check_output_dir(body.output_dir, config.output_roots, body.executor.kind)
         if body.executor.kind == "slurm" and body.storage_options:
-            raise ApiProblem(422, "ValidationError", "storage_options: Slurm jobs cannot carry credentials (they would "
-                             "be written into the batch job); give the cluster's tasks credentials through their "
-                             "environment (AWS_* variables, ~/.aws) and leave storage_options out")
+            raise ApiProblem(
+                422,
+                "ValidationError",
+                "storage_options: Slurm jobs cannot carry credentials (they would "
+                "be written into the batch job); give the cluster's tasks credentials through their "
+                "environment (AWS_* variables, ~/.aws) and leave storage_options out",
+            )
         if body.executor.kind == "local" and body.executor.array != 1:
-            raise ApiProblem(422, "ValidationError", "executor.array: only Slurm jobs have array tasks; "
-                             "use {\"kind\": \"slurm\", \"array\": N}")
+            raise ApiProblem(
+                422,
+                "ValidationError",
+                'executor.array: only Slurm jobs have array tasks; use {"kind": "slurm", "array": N}',
+            )
         options = body.options.model_dump(exclude_none=True)
         try:  # the engine's own rules (chunk_bytes sizes, ...), before anything is queued
             EngineOptions.validate(pipeline.fn, **options)
@@ -213,8 +272,9 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
             row = error_class(exc)
             raise ApiProblem(row.status if row.kind == "user" else 422, type(exc).__name__, f"options: {exc}") from None
         try:
-            job = scheduler.submit(pipeline.name, body.inputs, output_dir, cfg, options, body.executor.model_dump(),
-                                   body.storage_options)
+            job = scheduler.submit(
+                pipeline.name, body.inputs, output_dir, cfg, options, body.executor.model_dump(), body.storage_options
+            )
         except JobStateError as exc:
             raise ApiProblem(409, "OutputBusy", str(exc)) from None
         return out(job)
@@ -222,8 +282,9 @@ def create_app(config: ServiceConfig, pipelines: dict[str, Pipeline], scheduler:
     @app.get(f"{API}/jobs", response_model=schemas.JobList, dependencies=auth)
     def list_jobs(state: str | None = None, limit: int = 1000):
         if state is not None and state.upper() not in STATES:
-            raise ApiProblem(422, "ValidationError", f"state: {state!r} is not a job state; use one of "
-                             f"{', '.join(STATES)}")
+            raise ApiProblem(
+                422, "ValidationError", f"state: {state!r} is not a job state; use one of {', '.join(STATES)}"
+            )
         jobs = scheduler.store.list(state.upper() if state else None, limit=max(1, min(limit, 10_000)))
         return {"jobs": [out(j) for j in jobs]}
 

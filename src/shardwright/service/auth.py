@@ -15,8 +15,10 @@ def load_or_create_token(path: str) -> tuple[str, str]:
     token = os.environ.get(TOKEN_ENV)
     if token:
         if len(token) < 16:
-            raise ValueError(f"{TOKEN_ENV} is too short ({len(token)} characters): use at least 16, e.g. "
-                             "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+            raise ValueError(
+                f"{TOKEN_ENV} is too short ({len(token)} characters): use at least 16, e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
         return token, f"the {TOKEN_ENV} environment variable"
     os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
     try:
@@ -39,4 +41,4 @@ def load_or_create_token(path: str) -> tuple[str, str]:
 def token_matches(header: str | None, token: str) -> bool:
     if not header or not header.startswith("Bearer "):
         return False
-    return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())

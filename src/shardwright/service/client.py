@@ -28,8 +28,12 @@ class JobsClient:
 
     def request(self, method: str, path: str, body=None):
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{self.url}/api/v1{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 text = resp.read().decode()
@@ -42,8 +46,9 @@ class JobsClient:
                 message = exc.reason
             raise ClientError(f"{exc.code}: {message}") from None
         except urllib.error.URLError as exc:
-            raise ClientError(f"cannot reach {self.url} ({exc.reason}): is `shardwright serve` running? "
-                              "Set --url or SHARDWRIGHT_URL") from None
+            raise ClientError(
+                f"cannot reach {self.url} ({exc.reason}): is `shardwright serve` running? Set --url or SHARDWRIGHT_URL"
+            ) from None
 
 
 def _token(args) -> str:
@@ -74,16 +79,19 @@ def _line(job: dict) -> str:
     p = job["progress"]
     error = job.get("error")
     where = f" on input {error['input_index']}" if error and error.get("input_index") is not None else ""
-    text = f"{job['id']}  {job['state']:<9} {job['pipeline']:<16} {p['inputs_done']}/{p['inputs_total']} inputs " \
-           f"{p['items']} items  attempts {job['attempts']}  {job['output_dir']}"
+    text = (
+        f"{job['id']}  {job['state']:<9} {job['pipeline']:<16} {p['inputs_done']}/{p['inputs_total']} inputs "
+        f"{p['items']} items  attempts {job['attempts']}  {job['output_dir']}"
+    )
     if error:
         text += f"\n    {error['kind']} error: {error['type']}{where}: {error['message'].splitlines()[0]}"
     return text
 
 
 def add_jobs_command(subparsers) -> None:
-    p = subparsers.add_parser("jobs", help="submit and follow jobs of a `shardwright serve` service",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "jobs", help="submit and follow jobs of a `shardwright serve` service", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--url", default=os.environ.get("SHARDWRIGHT_URL", DEFAULT_URL))
     p.add_argument("--token-file", help=f"file holding the API token (default {DEFAULT_TOKEN_FILE})")
     sub = p.add_subparsers(dest="jobs_command", required=True)
@@ -94,17 +102,23 @@ def add_jobs_command(subparsers) -> None:
     inputs.add_argument("--inputs", help="JSON list of inputs (or @file.json)")
     inputs.add_argument("--range", type=int, metavar="N", help="inputs 0..N-1")
     s.add_argument("--config", help="JSON object: the pipeline's config (or @file.json)")
-    s.add_argument("--options", help='JSON object of optimize() options, e.g. \'{"chunk_size": 100}\'')
-    s.add_argument("--storage-options", help="JSON object of boto3 client arguments (or @file.json: keeps them "
-                   "out of your shell history)")
+    s.add_argument("--options", help="JSON object of optimize() options, e.g. '{\"chunk_size\": 100}'")
+    s.add_argument(
+        "--storage-options",
+        help="JSON object of boto3 client arguments (or @file.json: keeps them out of your shell history)",
+    )
     s.add_argument("--slurm-array", type=int, metavar="N", help="run on Slurm as an N-task array")
     s.add_argument("--wait", action="store_true", help="wait until the job ends; exit 1 unless it SUCCEEDED")
     ls = sub.add_parser("list", help="list jobs")
     ls.add_argument("--state", help="PENDING, RUNNING, SUCCEEDED, FAILED or CANCELED")
     ls.add_argument("--json", action="store_true")
-    for name, helptext in (("show", "a job and its attempts"), ("cancel", "stop a job (committed work is kept)"),
-                           ("retry", "run a FAILED or CANCELED job again; it resumes"), ("logs", "a job's log"),
-                           ("delete", "forget a finished job (its data stays)")):
+    for name, helptext in (
+        ("show", "a job and its attempts"),
+        ("cancel", "stop a job (committed work is kept)"),
+        ("retry", "run a FAILED or CANCELED job again; it resumes"),
+        ("logs", "a job's log"),
+        ("delete", "forget a finished job (its data stays)"),
+    ):
         c = sub.add_parser(name, help=helptext)
         c.add_argument("job_id")
         if name == "show":
@@ -128,9 +142,13 @@ def run_jobs_command(args) -> int:
         cmd = args.jobs_command
         if cmd == "submit":
             inputs = list(range(args.range)) if args.range is not None else _json_arg(args.inputs, "--inputs")
-            body = {"pipeline": args.pipeline, "inputs": inputs, "output_dir": args.output_dir,
-                    "config": _json_arg(args.config, "--config") or {},
-                    "options": _json_arg(args.options, "--options") or {}}
+            body = {
+                "pipeline": args.pipeline,
+                "inputs": inputs,
+                "output_dir": args.output_dir,
+                "config": _json_arg(args.config, "--config") or {},
+                "options": _json_arg(args.options, "--options") or {},
+            }
             storage_options = _json_arg(args.storage_options, "--storage-options")
             if storage_options:
                 body["storage_options"] = storage_options
@@ -159,14 +177,16 @@ def run_jobs_command(args) -> int:
             print(_line(job))
             for a in job["attempt_history"]:
                 error = a.get("error")
-                print(f"  attempt {a['number']} ({a['trigger']}): {a['outcome']}, started {a['started_at']}"
-                      + (f"; {error['kind']} error {error['type']}: {error['message'].splitlines()[0]}" if error else ""))
+                print(
+                    f"  attempt {a['number']} ({a['trigger']}): {a['outcome']}, started {a['started_at']}"
+                    + (f"; {error['kind']} error {error['type']}: {error['message'].splitlines()[0]}" if error else "")
+                )
             return 0
         if cmd in ("cancel", "retry"):
-            body = None
+            payload: dict | None = None
             if cmd == "retry" and args.storage_options:
-                body = {"storage_options": _json_arg(args.storage_options, "--storage-options")}
-            job = client.request("POST", f"/jobs/{args.job_id}/{cmd}", body)
+                payload = {"storage_options": _json_arg(args.storage_options, "--storage-options")}
+            job = client.request("POST", f"/jobs/{args.job_id}/{cmd}", payload)
             print(_line(job))
             return 0
         if cmd == "logs":

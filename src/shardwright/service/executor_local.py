@@ -29,17 +29,36 @@ def process_start(pid: int) -> str | None:
 
 
 def is_same_process(pid: int | None, start: str | None) -> bool:
-    return bool(pid) and start is not None and process_start(pid) == start
+    if not pid or start is None:
+        return False
+    return process_start(pid) == start
 
 
-def start_runner(job_dir: str, attempt: int, storage_options: dict | None, log_path: str,
-                 env: dict) -> subprocess.Popen:
+def start_runner(
+    job_dir: str, attempt: int, storage_options: dict | None, log_path: str, env: dict
+) -> subprocess.Popen:
     """Start one attempt; storage_options reach it on stdin only."""
-    argv = [sys.executable, "-m", "shardwright.service.runner", job_dir, "--attempt", str(attempt),
-            "--parent-pid", str(os.getpid())]
+    argv = [
+        sys.executable,
+        "-m",
+        "shardwright.service.runner",
+        job_dir,
+        "--attempt",
+        str(attempt),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=job_dir, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=job_dir,
+            start_new_session=True,
+        )
+    assert proc.stdin is not None
     try:
         proc.stdin.write(json.dumps(storage_options).encode() if storage_options else b"")
         proc.stdin.close()
@@ -68,7 +87,7 @@ def kill_group(pid: int) -> None:
 def kill_stale(pid: int | None, start: str | None, timeout: float = 15.0) -> bool:
     """Kill a job process a previous server left behind (only if it is still that process).
     Returns True once it is gone."""
-    if not is_same_process(pid, start):
+    if pid is None or not is_same_process(pid, start):
         return True
     kill_group(pid)
     deadline = time.monotonic() + timeout

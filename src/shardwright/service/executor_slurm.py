@@ -23,8 +23,9 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_F
 def submit(job_dir: str, job_id: str, attempt: int, array: int, env: dict) -> list[str]:
     command = [sys.executable, "-m", "shardwright.service.runner", job_dir, "--attempt", str(attempt), "--slurm"]
     log_dir = os.path.join(job_dir, "slurm-logs")
-    script = sbatch_helper.write_sbatch_script(command, array, log_dir=log_dir, chdir=job_dir,
-                                               job_name=f"sw-job-{job_id}")
+    script = sbatch_helper.write_sbatch_script(
+        command, array, log_dir=log_dir, chdir=job_dir, job_name=f"sw-job-{job_id}"
+    )
     submissions, explicit = sbatch_helper.plan_submissions(array)
     return sbatch_helper.submit_run(script, submissions, explicit, env=env, cwd=job_dir)
 
@@ -67,7 +68,7 @@ def task_states(job_ids: list[str], env: dict) -> dict[str, str] | None:
                 state = re.search(r"\bJobState=(\S+)", line)
                 task = re.search(r"\bArrayTaskId=(\S+)", line)
                 if state:
-                    for t in (_expand(task.group(1)) if task else ["-"]):
+                    for t in _expand(task.group(1)) if task else ["-"]:
                         states[f"{job_id}_{t}"] = state.group(1)
             continue
         r = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"], env)

@@ -22,7 +22,7 @@ class Pipeline:
     name: str
     fn: typing.Callable
     description: str
-    config_model: type | None  # a pydantic BaseModel subclass, or None for fn(input)
+    config_model: type[BaseModel] | None  # None for fn(input)
 
     def config_schema(self) -> dict | None:
         return self.config_model.model_json_schema() if self.config_model else None
@@ -34,7 +34,7 @@ class Pipeline:
         return functools.partial(self.fn, config=self.config_model.model_validate(config or {}))
 
 
-def _config_model(fn) -> tuple[bool, type | None]:
+def _config_model(fn) -> tuple[bool, type[BaseModel] | None]:
     """(usable, config model) of a function's signature."""
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -60,8 +60,10 @@ def load_pipelines(module_name: str) -> dict[str, Pipeline]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--pipelines {module_name}: cannot import it ({exc}); put its directory on "
-                               "PYTHONPATH or run `shardwright serve` from there") from None
+        raise UsageError(
+            f"--pipelines {module_name}: cannot import it ({exc}); put its directory on "
+            "PYTHONPATH or run `shardwright serve` from there"
+        ) from None
     found: dict[str, Pipeline] = {}
     for name, obj in vars(module).items():
         if name.startswith("_") or not inspect.isfunction(obj) or obj.__module__ != module.__name__:
@@ -70,6 +72,8 @@ def load_pipelines(module_name: str) -> dict[str, Pipeline]:
         if usable:
             found[name] = Pipeline(name, obj, inspect.getdoc(obj) or "", model)
     if not found:
-        raise UsageError(f"--pipelines {module_name}: no pipeline in it; define public top-level functions "
-                               "fn(input) or fn(input, config: SomePydanticModel)")
+        raise UsageError(
+            f"--pipelines {module_name}: no pipeline in it; define public top-level functions "
+            "fn(input) or fn(input, config: SomePydanticModel)"
+        )
     return found

@@ -15,9 +15,17 @@ def read_progress(output_dir: str, storage_options: dict | None, inputs_total: i
         return None
     if report.state == "complete":
         last = report.last_run or {}
-        return {"inputs_done": inputs_total, "inputs_total": inputs_total, "items": int(last.get("items", 0)),
-                "published": True}
+        return {
+            "inputs_done": inputs_total,
+            "inputs_total": inputs_total,
+            "items": int(last.get("items", 0)),
+            "published": True,
+        }
     if report.state == "empty":
         return {"inputs_done": 0, "inputs_total": inputs_total, "items": 0, "published": False}
-    return {"inputs_done": report.inputs_done, "inputs_total": inputs_total, "items": report.items_committed,
-            "published": False}
+    return {
+        "inputs_done": report.inputs_done,
+        "inputs_total": inputs_total,
+        "items": report.items_committed,
+        "published": False,
+    }

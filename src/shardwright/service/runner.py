@@ -67,8 +67,14 @@ def secret_values(storage_options: dict | None) -> list[str]:
 class StatusFile:
     def __init__(self, path: str, attempt: int):
         self.path, self.lock = path, threading.Lock()
-        self.data = {"attempt": attempt, "pid": os.getpid(), "state": "running", "progress": None, "error": None,
-                     "started_at": time.time()}
+        self.data = {
+            "attempt": attempt,
+            "pid": os.getpid(),
+            "state": "running",
+            "progress": None,
+            "error": None,
+            "started_at": time.time(),
+        }
 
     def write(self, **fields) -> None:
         with self.lock:
@@ -106,9 +112,13 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
     status = StatusFile(status_path(job_dir, attempt, task), attempt)
     total = len(spec["inputs"])
     status.write(progress={"inputs_done": 0, "inputs_total": total, "items": 0})
-    print(f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
-          f"{f' task {task}' if task is not None else ''}: pid {os.getpid()}, pipeline {spec['pipeline']}, "
-          f"{total} inputs -> {spec['output_dir']}", file=sys.stderr, flush=True)
+    print(
+        f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
+        f"{f' task {task}' if task is not None else ''}: pid {os.getpid()}, pipeline {spec['pipeline']}, "
+        f"{total} inputs -> {spec['output_dir']}",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def on_signal(signum, frame):  # before/after optimize's own handlers are installed
         raise _Stop(signal.Signals(signum).name)
@@ -127,21 +137,25 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
         if spec["pipeline"] not in pipelines:
             raise LookupError(f"pipeline {spec['pipeline']!r} is no longer in module {spec['module']}")
         fn = pipelines[spec["pipeline"]].bound(spec["config"])
-        import shardwright
+        from ..engine import optimize
 
         if task is None:
-            poller = threading.Thread(target=_progress_loop, daemon=True,
-                                      args=(status, spec["output_dir"], storage_options, total, stop))
+            poller = threading.Thread(
+                target=_progress_loop, daemon=True, args=(status, spec["output_dir"], storage_options, total, stop)
+            )
             poller.start()
-        result = shardwright.optimize(fn, spec["inputs"], spec["output_dir"], storage_options=storage_options,
-                                      **spec["options"])
+        result = optimize(fn, spec["inputs"], spec["output_dir"], storage_options=storage_options, **spec["options"])
         stop.set()
         progress = read_progress(spec["output_dir"], storage_options, total) or {}
         if result.published:
             progress = {"inputs_done": total, "inputs_total": total, "items": progress.get("items", result.items)}
         print(f"[shardwright-service] done: {result}", file=sys.stderr, flush=True)
-        status.write(state="succeeded", progress=progress, finished_at=time.time(),
-                     result={"published": result.published, "items": result.items, "resumed": result.resumed})
+        status.write(
+            state="succeeded",
+            progress=progress,
+            finished_at=time.time(),
+            result={"published": result.published, "items": result.items, "resumed": result.resumed},
+        )
         return 0
     except (_Stop, KeyboardInterrupt) as exc:
         return _interrupted(status, str(exc) or "signal", stop)
@@ -149,7 +163,7 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
         if isinstance(exc.code, int) and exc.code >= 128:  # optimize() stopped on SIGTERM/SIGINT at a commit point
             return _interrupted(status, signal.Signals(exc.code - 128).name, stop)
         raise
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported, classified
+    except BaseException as exc:
         stop.set()
         info = error_info(exc)
         info["message"] = redact(info["message"], secrets)

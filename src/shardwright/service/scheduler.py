@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +52,14 @@ class JobStateError(Exception):
     """The job is not in a state that allows the action (HTTP 409)."""
 
 
+def running_attempt(job: JobRecord) -> AttemptRecord:
+    """The attempt of a RUNNING job (there always is one: a job becomes RUNNING by starting it)."""
+    attempt = job.current_attempt
+    if attempt is None:
+        raise RuntimeError(f"job {job.id} is {job.state} without an attempt")
+    return attempt
+
+
 def _error(kind: str, type_: str, message: str, transient: bool = False, input_index=None) -> dict:
     return {"kind": kind, "type": type_, "message": message, "input_index": input_index, "transient": transient}
 
@@ -60,7 +69,7 @@ class Scheduler:
         self.store, self.config = store, config
         self.lock = threading.RLock()
         self.secrets: dict[str, dict] = {}
-        self.procs: dict[str, object] = {}  # job id -> Popen of its current local attempt
+        self.procs: dict[str, subprocess.Popen] = {}  # job id -> Popen of its current local attempt
         self.term_sent: dict[str, float] = {}
         self.slurm_polled: dict[str, float] = {}
         self.slurm_forgotten: dict[str, float] = {}
@@ -88,14 +97,29 @@ class Scheduler:
 
     # -- API actions ----------------------------------------------------------------------------
 
-    def submit(self, pipeline: str, inputs: list, output_dir: str, config: dict, options: dict, executor: dict,
-               storage_options: dict | None) -> JobRecord:
+    def submit(
+        self,
+        pipeline: str,
+        inputs: list,
+        output_dir: str,
+        config: dict,
+        options: dict,
+        executor: dict,
+        storage_options: dict | None,
+    ) -> JobRecord:
         job_id = new_job_id()
         path = self.job_dir(job_id)
         os.makedirs(path, mode=0o700)
-        spec = {"job_id": job_id, "module": self.config.module, "sys_path": [self.config.module_path or os.getcwd()],
-                "pipeline": pipeline, "inputs": inputs, "output_dir": output_dir, "config": config,
-                "options": options}
+        spec = {
+            "job_id": job_id,
+            "module": self.config.module,
+            "sys_path": [self.config.module_path or os.getcwd()],
+            "pipeline": pipeline,
+            "inputs": inputs,
+            "output_dir": output_dir,
+            "config": config,
+            "options": options,
+        }
         with open(os.path.join(path, "spec.json"), "w") as f:
             json.dump(spec, f)
         with self.lock:
@@ -106,12 +130,22 @@ class Scheduler:
                 raise
             if storage_options:
                 self.secrets[job_id] = storage_options
-            job = self.store.create(JobRecord(
-                id=job_id, state="PENDING", pipeline=pipeline, inputs=inputs, output_dir=output_dir,
-                config=config, options=options, executor=executor,
-                storage_option_keys=tuple(sorted(storage_options or {})), created_at=time.time(),
-                queue_pos=self.store.next_queue_pos(),
-                progress={"inputs_done": 0, "inputs_total": len(inputs), "items": 0}))
+            job = self.store.create(
+                JobRecord(
+                    id=job_id,
+                    state="PENDING",
+                    pipeline=pipeline,
+                    inputs=inputs,
+                    output_dir=output_dir,
+                    config=config,
+                    options=options,
+                    executor=executor,
+                    storage_option_keys=tuple(sorted(storage_options or {})),
+                    created_at=time.time(),
+                    queue_pos=self.store.next_queue_pos(),
+                    progress={"inputs_done": 0, "inputs_total": len(inputs), "items": 0},
+                )
+            )
         self._wake.set()
         return job
 
@@ -120,8 +154,10 @@ class Scheduler:
         for state in ("PENDING", "RUNNING"):
             for other in self.store.list(state):
                 if other.output_dir == output_dir and other.id != except_job:
-                    raise JobStateError(f"output_dir: job {other.id} ({other.state}) already writes {output_dir}; "
-                                        "wait for it, cancel it, or choose another output_dir")
+                    raise JobStateError(
+                        f"output_dir: job {other.id} ({other.state}) already writes {output_dir}; "
+                        "wait for it, cancel it, or choose another output_dir"
+                    )
 
     def cancel(self, job_id: str) -> JobRecord:
         with self.lock:
@@ -146,9 +182,17 @@ class Scheduler:
                 keys = tuple(sorted(storage_options))
             else:
                 keys = job.storage_option_keys
-            job = self.store.update(job_id, state="PENDING", error=None, finished_at=None, cancel_requested=False,
-                                    auto_retries=0, not_before=0.0, queue_pos=self.store.next_queue_pos(),
-                                    storage_option_keys=keys)
+            job = self.store.update(
+                job_id,
+                state="PENDING",
+                error=None,
+                finished_at=None,
+                cancel_requested=False,
+                auto_retries=0,
+                not_before=0.0,
+                queue_pos=self.store.next_queue_pos(),
+                storage_option_keys=keys,
+            )
         self._wake.set()
         return job
 
@@ -180,8 +224,9 @@ class Scheduler:
             parts.append(text)
         text = "".join(parts)
         # progress bars redraw with \r: keep the last state of each line
-        text = "\n".join(line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r")
-                         for line in text.split("\n"))
+        text = "\n".join(
+            line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")
+        )
         return redact(text, secret_values(self.secrets.get(job_id)))
 
     def secrets_available(self, job: JobRecord) -> bool:
@@ -204,7 +249,9 @@ class Scheduler:
                     with self.lock:
                         self._tick()
                 except Exception as exc:  # keep following jobs; say what went wrong
-                    print(f"shardwright serve: job loop error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                    print(
+                        f"shardwright serve: job loop error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+                    )
                 self._wake.wait(self.config.poll_interval)
                 self._wake.clear()
         finally:
@@ -223,11 +270,18 @@ class Scheduler:
         now = time.time()
         for job in self.store.list("PENDING"):
             if not self.secrets_available(job):
-                self.store.update(job.id, state="FAILED", finished_at=now, error=_error(
-                    "system", "SecretsLost",
-                    f"the server restarted and this job's storage_options ({', '.join(job.storage_option_keys)}) "
-                    f"were kept only in its memory; retry with them: POST /api/v1/jobs/{job.id}/retry "
-                    "with {\"storage_options\": {...}}"))
+                self.store.update(
+                    job.id,
+                    state="FAILED",
+                    finished_at=now,
+                    error=_error(
+                        "system",
+                        "SecretsLost",
+                        f"the server restarted and this job's storage_options ({', '.join(job.storage_option_keys)}) "
+                        f"were kept only in its memory; retry with them: POST /api/v1/jobs/{job.id}/retry "
+                        'with {"storage_options": {...}}',
+                    ),
+                )
                 continue
             if running >= self.config.max_running or job.not_before > now:
                 continue
@@ -250,29 +304,41 @@ class Scheduler:
         started = time.time()
         path = self.job_dir(job.id)
         with open(self.log_path(job.id), "a") as log:
-            log.write(f"=== attempt {number} ({trigger}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))}\n")
+            log.write(
+                f"=== attempt {number} ({trigger}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))}\n"
+            )
         if job.executor.get("kind") == "slurm":
             try:
                 ids = slurm_exec.submit(path, job.id, number, int(job.executor.get("array", 1)), self._slurm_env())
             except Exception as exc:
-                self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, started, "failed",
-                                                             _error("system", type(exc).__name__, str(exc))))
-                self.store.update(job.id, state="FAILED", finished_at=started,
-                                  error=_error("system", type(exc).__name__, f"sbatch failed: {exc}"))
+                self.store.add_attempt(
+                    job.id,
+                    AttemptRecord(
+                        number, trigger, started, started, "failed", _error("system", type(exc).__name__, str(exc))
+                    ),
+                )
+                self.store.update(
+                    job.id,
+                    state="FAILED",
+                    finished_at=started,
+                    error=_error("system", type(exc).__name__, f"sbatch failed: {exc}"),
+                )
                 return
             self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, slurm_job_ids=tuple(ids)))
         else:
             try:
-                proc = local.start_runner(path, number, self.secrets.get(job.id), self.log_path(job.id),
-                                          self._job_env())
+                proc = local.start_runner(
+                    path, number, self.secrets.get(job.id), self.log_path(job.id), self._job_env()
+                )
             except OSError as exc:
                 error = _error("system", type(exc).__name__, f"cannot start the job process: {exc}")
                 self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, started, "failed", error))
                 self.store.update(job.id, state="FAILED", finished_at=started, error=error)
                 return
             self.procs[job.id] = proc
-            self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, pid=proc.pid,
-                                                         pid_start=local.process_start(proc.pid)))
+            self.store.add_attempt(
+                job.id, AttemptRecord(number, trigger, started, pid=proc.pid, pid_start=local.process_start(proc.pid))
+            )
         self.store.update(job.id, state="RUNNING", started_at=job.started_at or started, cancel_requested=False)
 
     def _job_env(self) -> dict:
@@ -292,7 +358,7 @@ class Scheduler:
     # -- following local attempts ---------------------------------------------------------------
 
     def _follow_local(self, job: JobRecord) -> None:
-        attempt = job.current_attempt
+        attempt = running_attempt(job)
         status = read_status(status_path(self.job_dir(job.id), attempt.number))
         if status and status.get("progress") and status["progress"] != job.progress:
             self.store.update(job.id, progress=status["progress"])
@@ -317,7 +383,7 @@ class Scheduler:
 
     def _finish(self, job: JobRecord, status: dict | None, how_it_ended: str, server_stop: bool) -> None:
         """An attempt ended: decide the job's next state from its status file."""
-        attempt = job.current_attempt
+        attempt = running_attempt(job)
         now = time.time()
         state = (status or {}).get("state")
         progress = (status or {}).get("progress") or job.progress
@@ -327,10 +393,14 @@ class Scheduler:
             self.secrets.pop(job.id, None)
             return
         if state == "failed":
-            error = status.get("error") or _error("system", "Unknown", "the job process reported a failure")
+            error = (status or {}).get("error") or _error("system", "Unknown", "the job process reported a failure")
         elif state == "interrupted":
-            error = _error("system", "Interrupted", f"stopped by {status.get('signal', 'a signal')}; committed work "
-                           "is kept", transient=True)
+            error = _error(
+                "system",
+                "Interrupted",
+                f"stopped by {(status or {}).get('signal', 'a signal')}; committed work is kept",
+                transient=True,
+            )
         else:
             error = _error("system", "JobProcessDied", f"the job process {how_it_ended}", transient=True)
         if job.cancel_requested:
@@ -338,15 +408,23 @@ class Scheduler:
             self.store.update(job.id, state="CANCELED", finished_at=now, progress=progress)
             return
         if server_stop and state != "failed":
-            self.store.update_attempt(job.id, attempt.number, outcome="interrupted", finished_at=now, error=_error(
-                "system", "ServerStopped", f"the server stopped while this attempt ran ({error['message']})", True))
+            self.store.update_attempt(
+                job.id,
+                attempt.number,
+                outcome="interrupted",
+                finished_at=now,
+                error=_error(
+                    "system", "ServerStopped", f"the server stopped while this attempt ran ({error['message']})", True
+                ),
+            )
             self.store.update(job.id, state="PENDING", progress=progress)
             return
         self.store.update_attempt(job.id, attempt.number, outcome="failed", finished_at=now, error=error)
         if error.get("transient") and job.auto_retries < self.config.auto_retries:
-            delay = self.config.retry_backoff * (2 ** job.auto_retries)
-            self.store.update(job.id, state="PENDING", auto_retries=job.auto_retries + 1, not_before=now + delay,
-                              progress=progress)
+            delay = self.config.retry_backoff * (2**job.auto_retries)
+            self.store.update(
+                job.id, state="PENDING", auto_retries=job.auto_retries + 1, not_before=now + delay, progress=progress
+            )
             return
         self.store.update(job.id, state="FAILED", finished_at=now, error=error, progress=progress)
 
@@ -357,7 +435,7 @@ class Scheduler:
         if now - self.slurm_polled.get(job.id, 0) < 1.0:
             return
         self.slurm_polled[job.id] = now
-        attempt = job.current_attempt
+        attempt = running_attempt(job)
         env = self._slurm_env()
         ids = list(attempt.slurm_job_ids)
         progress = read_progress(job.output_dir, None, int(job.progress.get("inputs_total", 0)))
@@ -387,16 +465,26 @@ class Scheduler:
         self.term_sent.pop(job.id, None)
         self.slurm_polled.pop(job.id, None)
         summary = ", ".join(f"{t} {s}" for t, s in sorted((states or {}).items()))
-        if published:
-            status = {"state": "succeeded", "progress": {k: progress[k] for k in ("inputs_done", "inputs_total", "items")}}
+        status: dict | None
+        if published and progress is not None:
+            status = {
+                "state": "succeeded",
+                "progress": {k: progress[k] for k in ("inputs_done", "inputs_total", "items")},
+            }
         else:
             failed = [s for s in task_files.values() if s.get("state") == "failed"]
             interrupted = [s for s in task_files.values() if s.get("state") == "interrupted"]
             status = failed[0] if failed else (interrupted[0] if interrupted else None)
             if status is None:
-                status = {"state": "failed", "error": _error(
-                    "system", "SlurmJobFailed", f"Slurm job {','.join(ids)} ended ({summary or 'unknown'}) and the "
-                    "output is not published", transient=False)}
+                status = {
+                    "state": "failed",
+                    "error": _error(
+                        "system",
+                        "SlurmJobFailed",
+                        f"Slurm job {','.join(ids)} ended ({summary or 'unknown'}) and the output is not published",
+                        transient=False,
+                    ),
+                }
         self._finish(job, status, f"ended in Slurm ({summary})", server_stop=False)
 
     def _task_statuses(self, job_id: str, attempt: int) -> dict[str, dict]:
@@ -406,7 +494,7 @@ class Scheduler:
             if name.startswith(prefix) and name.endswith(".json"):
                 status = read_status(os.path.join(self.job_dir(job_id), name))
                 if status:
-                    out[name[len(prefix):-5]] = status
+                    out[name[len(prefix) : -5]] = status
         return out
 
     # -- restart and shutdown -------------------------------------------------------------------
@@ -416,17 +504,20 @@ class Scheduler:
         for job in self.store.list("RUNNING"):
             if job.executor.get("kind") == "slurm":
                 continue  # Slurm runs it, not us: keep following it
-            attempt = job.current_attempt
+            attempt = running_attempt(job)
             if not local.kill_stale(attempt.pid, attempt.pid_start):
-                print(f"shardwright serve: job {job.id}: pid {attempt.pid} does not die; not restarting it",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"shardwright serve: job {job.id}: pid {attempt.pid} does not die; not restarting it",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             status = read_status(status_path(self.job_dir(job.id), attempt.number))
             self._finish(job, status, "was stopped by a server restart", server_stop=True)
 
     def _shutdown(self) -> None:
         with self.lock:
-            for job_id, proc in list(self.procs.items()):
+            for proc in list(self.procs.values()):
                 local.terminate(proc.pid)
             deadline = time.monotonic() + self.config.cancel_grace
             for job_id, proc in list(self.procs.items()):
@@ -437,7 +528,7 @@ class Scheduler:
                     proc.wait()
                 job = self.store.get(job_id)
                 if job is not None and job.state == "RUNNING":
-                    status = read_status(status_path(self.job_dir(job_id), job.current_attempt.number))
+                    status = read_status(status_path(self.job_dir(job_id), running_attempt(job).number))
                     self._finish(job, status, "was stopped with the server", server_stop=True)
             self.procs.clear()
 

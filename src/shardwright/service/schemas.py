@@ -39,16 +39,18 @@ class JobSubmit(BaseModel):
     inputs: list[Any] = Field(..., min_length=1)
     output_dir: str = Field(..., min_length=1, max_length=4096)
     config: dict[str, Any] = Field(default_factory=dict)
-    options: OptimizeOptions = Field(default_factory=OptimizeOptions)
+    options: OptimizeOptions = Field(default_factory=lambda: OptimizeOptions.model_validate({}))
     storage_options: dict[str, Any] | None = Field(
-        None, description="boto3 client arguments; kept in the server's memory only, never returned or stored")
-    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+        None, description="boto3 client arguments; kept in the server's memory only, never returned or stored"
+    )
+    executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec.model_validate({}))
 
 
 class RetryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     storage_options: dict[str, Any] | None = Field(
-        None, description="give them again when the job failed with SecretsLost (the server restarted)")
+        None, description="give them again when the job failed with SecretsLost (the server restarted)"
+    )
 
 
 class Progress(BaseModel):
@@ -130,16 +132,40 @@ def _time(t: float | None) -> datetime | None:
 
 
 def attempt_out(a: AttemptRecord) -> Attempt:
-    return Attempt(number=a.number, trigger=a.trigger, outcome=a.outcome, started_at=_time(a.started_at),
-                   finished_at=_time(a.finished_at), error=a.error, pid=a.pid, slurm_job_ids=list(a.slurm_job_ids))
+    return Attempt.model_validate(
+        {
+            "number": a.number,
+            "trigger": a.trigger,
+            "outcome": a.outcome,
+            "started_at": _time(a.started_at),
+            "finished_at": _time(a.finished_at),
+            "error": a.error,
+            "pid": a.pid,
+            "slurm_job_ids": list(a.slurm_job_ids),
+        }
+    )
 
 
 def job_out(job: JobRecord, secrets_available: bool) -> Job:
     progress = {k: int((job.progress or {}).get(k, 0)) for k in ("inputs_done", "inputs_total", "items")}
-    return Job(
-        id=job.id, state=job.state, pipeline=job.pipeline, output_dir=job.output_dir, progress=progress,
-        attempts=len(job.attempts), error=job.error, created_at=_time(job.created_at), started_at=_time(job.started_at),
-        finished_at=_time(job.finished_at), cancel_requested=job.cancel_requested, config=job.config,
-        options=job.options, executor=job.executor, storage_options={k: "***" for k in job.storage_option_keys},
-        secrets_available=secrets_available, attempt_history=[attempt_out(a) for a in job.attempts],
+    return Job.model_validate(
+        {
+            "id": job.id,
+            "state": job.state,
+            "pipeline": job.pipeline,
+            "output_dir": job.output_dir,
+            "progress": progress,
+            "attempts": len(job.attempts),
+            "error": job.error,
+            "created_at": _time(job.created_at),
+            "started_at": _time(job.started_at),
+            "finished_at": _time(job.finished_at),
+            "cancel_requested": job.cancel_requested,
+            "config": job.config,
+            "options": job.options,
+            "executor": job.executor,
+            "storage_options": {k: "***" for k in job.storage_option_keys},
+            "secrets_available": secrets_available,
+            "attempt_history": [attempt_out(a) for a in job.attempts],
+        }
     )

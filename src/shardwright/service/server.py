@@ -56,16 +56,30 @@ def lock_store(db_path: str):
     return fd, None
 
 
-def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
-          max_running: int = 2, auto_retries: int = 2, output_roots=(), max_inputs: int = 100_000,
-          max_body_bytes: int = 16 * 1024 * 1024, cancel_grace: float = 30.0, retry_backoff: float = 1.0) -> int:
+def serve(
+    module: str,
+    db: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    *,
+    max_running: int = 2,
+    auto_retries: int = 2,
+    output_roots=(),
+    max_inputs: int = 100_000,
+    max_body_bytes: int = 16 * 1024 * 1024,
+    cancel_grace: float = 30.0,
+    retry_backoff: float = 1.0,
+) -> int:
     try:
         import uvicorn
 
         from .app import create_app
     except ImportError as exc:
-        print(f"shardwright serve: error: {exc.name} is not installed; install the service extra: "
-              "pip install 'shardwright[service]'", file=sys.stderr)
+        print(
+            f"shardwright serve: error: {exc.name} is not installed; install the service extra: "
+            "pip install 'shardwright[service]'",
+            file=sys.stderr,
+        )
         return 2
     from .auth import load_or_create_token
     from .pipelines import load_pipelines
@@ -76,13 +90,19 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
     os.makedirs(os.path.dirname(db_path), mode=0o700, exist_ok=True)
     problem = port_problem(host, port)
     if problem:
-        print(f"shardwright serve: error: cannot listen on {host}:{port} ({problem}); choose another --port "
-              "or stop what uses it", file=sys.stderr)
+        print(
+            f"shardwright serve: error: cannot listen on {host}:{port} ({problem}); choose another --port "
+            "or stop what uses it",
+            file=sys.stderr,
+        )
         return 2
     lock, holder = lock_store(db_path)
     if lock is None:
-        print(f"shardwright serve: error: another server (pid {holder}) uses the job store {db_path}; stop it first "
-              "or give this one another --db", file=sys.stderr)
+        print(
+            f"shardwright serve: error: another server (pid {holder}) uses the job store {db_path}; stop it first "
+            "or give this one another --db",
+            file=sys.stderr,
+        )
         return 2
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # --pipelines MODULE from the current directory, like python -m
@@ -93,10 +113,17 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
         print(f"shardwright serve: error: {exc}", file=sys.stderr)
         return 2
     config = ServiceConfig(
-        db_path=db_path, state_dir=os.path.splitext(db_path)[0] + "-files", module=module,
-        module_path=module_root(sys.modules[module]), max_running=max_running, auto_retries=auto_retries,
-        output_roots=tuple(output_roots or ()), max_inputs=max_inputs, max_body_bytes=max_body_bytes,
-        cancel_grace=cancel_grace, retry_backoff=retry_backoff,
+        db_path=db_path,
+        state_dir=os.path.splitext(db_path)[0] + "-files",
+        module=module,
+        module_path=module_root(sys.modules[module]),
+        max_running=max_running,
+        auto_retries=auto_retries,
+        output_roots=tuple(output_roots or ()),
+        max_inputs=max_inputs,
+        max_body_bytes=max_body_bytes,
+        cancel_grace=cancel_grace,
+        retry_backoff=retry_backoff,
     )
     os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     store = SqliteJobStore(db_path)
@@ -105,12 +132,21 @@ def serve(module: str, db: str | None = None, host: str = "127.0.0.1", port: int
     print(f"shardwright serve: pipelines {', '.join(sorted(pipelines))} from {module}", file=sys.stderr)
     print(f"shardwright serve: job store {db_path}; {max_running} job(s) at a time", file=sys.stderr)
     print(f"shardwright serve: API token from {token_source}", file=sys.stderr)
-    print("shardwright serve: output roots: " + (", ".join(config.output_roots) if config.output_roots else
-          "any (restrict them with --output-root)"), file=sys.stderr)
+    print(
+        "shardwright serve: output roots: "
+        + (", ".join(config.output_roots) if config.output_roots else "any (restrict them with --output-root)"),
+        file=sys.stderr,
+    )
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"shardwright serve: warning: listening on {host}: the token and credentials travel in clear "
-              "unless a TLS proxy is in front", file=sys.stderr)
-    print(f"shardwright serve: http://{host}:{port}/ (dashboard), http://{host}:{port}/api/v1", file=sys.stderr,
-          flush=True)
+        print(
+            f"shardwright serve: warning: listening on {host}: the token and credentials travel in clear "
+            "unless a TLS proxy is in front",
+            file=sys.stderr,
+        )
+    print(
+        f"shardwright serve: http://{host}:{port}/ (dashboard), http://{host}:{port}/api/v1",
+        file=sys.stderr,
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     return 0

@@ -174,8 +174,9 @@ class SqliteJobStore(JobStore):
         fields = {k: v for k, v in job.__dict__.items() if k != "attempts"}
         row = self._encode(fields, _JSON_JOB)
         with self._lock:
-            self._db.execute(f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                             tuple(row.values()))
+            self._db.execute(
+                f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
+            )
             return self._job(self._db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone())
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -187,8 +188,9 @@ class SqliteJobStore(JobStore):
         columns = ", ".join(self._list_columns)
         with self._lock:
             if state:
-                rows = self._db.execute(f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?",
-                                        (state, limit))
+                rows = self._db.execute(
+                    f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?", (state, limit)
+                )
             else:
                 rows = self._db.execute(f"SELECT {columns} FROM jobs ORDER BY queue_pos LIMIT ?", (limit,))
             return [self._job(r) for r in rows.fetchall()]
@@ -212,15 +214,17 @@ class SqliteJobStore(JobStore):
     def add_attempt(self, job_id: str, attempt: AttemptRecord) -> None:
         row = {"job_id": job_id, **self._encode(attempt.__dict__, _JSON_ATTEMPT)}
         with self._lock:
-            self._db.execute(f"INSERT INTO attempts ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                             tuple(row.values()))
+            self._db.execute(
+                f"INSERT INTO attempts ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
+            )
 
     def update_attempt(self, job_id: str, number: int, **fields) -> None:
         row = self._encode(fields, _JSON_ATTEMPT)
         with self._lock:
             sets = ", ".join(f"{k} = ?" for k in row)
-            self._db.execute(f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?",
-                             (*row.values(), job_id, number))
+            self._db.execute(
+                f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?", (*row.values(), job_id, number)
+            )
 
     def next_queue_pos(self) -> int:
         with self._lock:
@@ -232,5 +236,14 @@ def now() -> float:
     return time.time()
 
 
-__all__ = ["AttemptRecord", "JobRecord", "JobStore", "SqliteJobStore", "STATES", "FINAL_STATES", "new_job_id",
-           "replace", "now"]
+__all__ = [
+    "AttemptRecord",
+    "JobRecord",
+    "JobStore",
+    "SqliteJobStore",
+    "STATES",
+    "FINAL_STATES",
+    "new_job_id",
+    "replace",
+    "now",
+]

@@ -34,16 +34,14 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-
-from shardwright import optimize  # noqa: E402
-from shardwright.engine import run as engine_run  # noqa: E402
-from shardwright.protocol import publish as publish_module  # noqa: E402
-from shardwright.protocol import records  # noqa: E402
-from shardwright.protocol.manifest import read_manifest  # noqa: E402
-from shardwright.engine.planning import node_identity  # noqa: E402
-from shardwright.protocol.shards import shards_of_node  # noqa: E402
-from shardwright.storage import open_storage  # noqa: E402
+from shardwright import optimize
+from shardwright.engine import run as engine_run
+from shardwright.protocol import publish as publish_module
+from shardwright.protocol import records
+from shardwright.protocol.manifest import read_manifest
+from shardwright.engine.planning import node_identity
+from shardwright.protocol.shards import shards_of_node
+from shardwright.storage import open_storage
 
 SLEEP = 0.0
 FAIL: set[int] = set()

@@ -17,7 +17,7 @@ CHILD = str(HERE / "crash_child.py")
 
 def child_env(**extra: str) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(HERE.parent.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -75,11 +75,6 @@ def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
     return predicate()
 
 
-def committed_records(output_dir: str) -> int:
-    root = Path(output_dir) / ".shardwright" / "shards"
-    return sum(1 for _ in root.glob("*.json")) if root.exists() else 0
-
-
 def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tuple[int, int]]:
     """(input, output ordinal) of every item, in dataset order, read with our reader."""
     from shardwright import StreamingDataset
@@ -88,33 +83,32 @@ def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tup
     return [(item["i"], item.get("j", 0)) for item in ds]
 
 
-def committed_records_at(output_dir: str, storage_options: dict | None = None) -> int:
-    """committed_records for a local path or an s3:// URL (read through shardwright's storage):
-    the number of commit record files (one per shard and commit round, holding >= 1 record)."""
+def committed_records(output_dir: str, storage_options: dict | None = None) -> int:
+    """Commit record files (one per shard and commit round, holding >= 1 record) of an output,
+    local or s3://, listed through shardwright's own protocol reader."""
+    from shardwright.protocol.records import record_keys_by_shard
     from shardwright.storage import open_storage
 
-    keys = open_storage(output_dir, storage_options).list(".shardwright/shards/")
-    return sum(1 for key in keys if key.endswith(".json"))
+    return sum(len(keys) for keys in record_keys_by_shard(open_storage(output_dir, storage_options)).values())
 
 
 def committed_chunk_names(output_dir: str, storage_options: dict | None = None) -> dict[str, list[str]]:
-    """{record file: [chunk filenames its records commit]} of an output (local or s3://).
-    Reads both record file layouts: ``{"records": [...]}`` (a commit round) and one record."""
-    import json as _json
+    """{record file: [chunk filenames its records commit]} of an output (local or s3://), parsed
+    by shardwright's own record reader (torn or unreadable files commit nothing)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from shardwright.protocol.records import read_record_file, record_keys_by_shard
     from shardwright.storage import open_storage
 
     storage = open_storage(output_dir, storage_options)
-    keys = [key for key in storage.list(".shardwright/shards/") if key.endswith(".json")]
+    keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
 
     def names(key: str) -> list[str]:
         try:
-            document = _json.loads(storage.read_bytes(key))
+            records = read_record_file(storage, key)
         except FileNotFoundError:
             return []  # deleted by a publisher cleaning up meanwhile
-        records = document["records"] if isinstance(document.get("records"), list) else [document]
-        return [r["chunk"]["filename"] for r in records if r.get("chunk") is not None]
+        return [r.chunk.filename for r in records or () if r.chunk is not None]
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         return dict(zip(keys, pool.map(names, keys)))
@@ -141,7 +135,7 @@ def finish(config: dict, **env) -> None:
 
 
 def assert_exactly_once(config: dict, storage_options: dict | None = None) -> None:
-    from crash_child import expected
+    from support.crash_child import expected
 
     options = dict(storage_options) if storage_options else None
     assert read_pairs(config["output_dir"], options) == expected(config["kind"], config["n"])
@@ -158,12 +152,12 @@ def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early:
     kills = 0
     for _attempt in range(kills_wanted * 3):
         config["num_workers"] = rng.choice([1, 2, 3])
-        before = committed_records_at(url, options)
+        before = committed_records(url, options)
         early_kill = rng.random() < 0.25
         delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
         proc = start_child(config)
         if not early_kill:
-            wait_for(lambda: proc.poll() is not None or committed_records_at(url, options) > before + 1, 30, 0.02)
+            wait_for(lambda: proc.poll() is not None or committed_records(url, options) > before + 1, 30, 0.02)
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:

@@ -1,6 +1,6 @@
 """pytest fixture for a real single-host Slurm cluster (see tests/slurm_cluster.py).
 
-Import from tests/conftest.py with ``from conftest_slurm import *``.
+Loaded by tests/conftest.py (``pytest_plugins``).
 
 * ``slurm_cluster`` (session): a running :class:`slurm_cluster.SlurmCluster` with nodes
   n1..n3 (2 CPUs each), partitions ``main`` (default) and ``urgent`` (preempts ``main``
@@ -18,13 +18,10 @@ are not root; with ``CI=true`` that is a failure, so CI cannot go green by skipp
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from slurm_cluster import SlurmCluster, missing_binaries  # noqa: E402
+from .slurm_cluster import SlurmCluster, missing_binaries
 
 __all__ = ["slurm_cluster"]
 

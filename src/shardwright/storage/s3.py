@@ -1,4 +1,4 @@
-"""The S3 backend of :class:`~shardwright.storage.Storage` (any S3-compatible store).
+"""The S3 backend of :class:`~shardwright.storage.base.Storage` (any S3-compatible store).
 
 Every guarantee of the interface maps onto one S3 feature: atomic replace is a single PUT
 (or a multipart upload, invisible until completed); create-if-absent is a conditional PUT
@@ -9,6 +9,8 @@ returned, which is what lets a commit record be written right after its chunk.
 Retries: botocore's adaptive retries plus our own bounded loop for what it does not retry
 (connection resets, truncated bodies). A client is created lazily per process, so forked
 workers never share a connection pool.
+
+Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first use.
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ import random
 import re
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from .errors import OutputDirError, StorageError
-from .storage import _DISK_FULL, Storage, _check_key, _tmp_name, _unlink_quiet
+from ..errors import OutputDirError, StorageError
+from .base import Storage, check_key
+from .files import tmp_name, unlink_quiet
+from .registry import register_backend
+
+__all__ = ["S3Storage", "open_s3"]
 
 T = TypeVar("T")
 
@@ -65,14 +72,14 @@ def _strip_userinfo(url: str) -> str:
     return (m.group(1) + m.group(2)) if m else url
 
 
-def _client_error_info(e) -> tuple[str, int | None, str]:
+def _client_error_info(e: BaseException) -> tuple[str, int | None, str]:
     resp = getattr(e, "response", None) or {}
     err = resp.get("Error", {}) or {}
     status = (resp.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
     return str(err.get("Code", "")), status, str(err.get("Message", ""))
 
 
-def _retried(e) -> bool:
+def _retried(e: BaseException) -> bool:
     resp = getattr(e, "response", None) or {}
     return bool((resp.get("ResponseMetadata", {}) or {}).get("RetryAttempts", 0))
 
@@ -106,7 +113,7 @@ class S3Storage(Storage):
     multipart_chunksize: int = 16 * _MiB
     retry_timeout: float = 60.0
 
-    def __init__(self, url: str, storage_options: dict | None = None):
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         m = re.match(r"^s3://([^/]+)/?(.*)$", url)
         if not m:
             raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
@@ -128,7 +135,7 @@ class S3Storage(Storage):
 
     # -- pickling / repr: no client, no secrets in repr ------------------------------------
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_client"] = None
         state["_client_pid"] = None
@@ -149,7 +156,7 @@ class S3Storage(Storage):
             or os.environ.get("AWS_ENDPOINT_URL")
         return _strip_userinfo(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
 
-    def _botocore_config(self):
+    def _botocore_config(self) -> Any:
         from botocore.config import Config
 
         cfg = Config(
@@ -163,7 +170,7 @@ class S3Storage(Storage):
             cfg = cfg.merge(extra if isinstance(extra, Config) else Config(**extra))
         return cfg
 
-    def client(self):
+    def client(self) -> Any:
         """The boto3 S3 client of this process (created on first use, recreated after fork)."""
         pid = os.getpid()
         client = self._client
@@ -182,7 +189,9 @@ class S3Storage(Storage):
             self._client_pid = pid
             return client
 
-    def _fail_fast_unreachable(self, attempts=0, caught_exception=None, **_kwargs):
+    def _fail_fast_unreachable(
+        self, attempts: int = 0, caught_exception: BaseException | None = None, **_kwargs: Any
+    ) -> None:
         from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
 
         if (
@@ -192,12 +201,11 @@ class S3Storage(Storage):
             and attempts >= 2
         ):
             raise caught_exception  # ends botocore's retry loop with this error
-        return None
 
     # -- retry loop and error mapping -----------------------------------------------------
 
     def _key(self, key: str) -> str:
-        _check_key(key)
+        check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
@@ -241,7 +249,9 @@ class S3Storage(Storage):
         target = f"s3://{self.bucket}/{self._key(key)}" if key else self.url
         return f"{op} {target}"
 
-    def _to_storage_error(self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float):
+    def _to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
+    ) -> StorageError | None:
         from botocore import exceptions as bce
 
         ep, bucket, where = self.endpoint, self.bucket, self._where(op, key)
@@ -312,7 +322,7 @@ class S3Storage(Storage):
 
     # -- single attempts ------------------------------------------------------------------
 
-    def _get_once(self, full_key: str):
+    def _get_once(self, full_key: str) -> tuple[bytes, str] | None:
         """One GET: (bytes, etag) or None if missing; _TruncatedBody if cut short."""
         from botocore.exceptions import ClientError
 
@@ -333,18 +343,19 @@ class S3Storage(Storage):
             raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
         return data, r.get("ETag", "")
 
-    def _head_once(self, full_key: str):
+    def _head_once(self, full_key: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
 
         try:
-            return self.client().head_object(Bucket=self.bucket, Key=full_key)
+            head: dict[str, Any] = self.client().head_object(Bucket=self.bucket, Key=full_key)
+            return head
         except ClientError as e:
             code, status, _ = _client_error_info(e)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
                 return None
             raise
 
-    def _conditional_put(self, op: str, key: str, data: bytes, **condition) -> bool:
+    def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
         """PUT with If-None-Match/If-Match; False on 412.
 
         A conditional PUT is not idempotent: if the server applied our first attempt but the
@@ -431,7 +442,11 @@ class S3Storage(Storage):
             kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = self._run("LIST", None, lambda _a, kw=kwargs: self.client().list_objects_v2(**kw))
+
+            def once(_a: int, kw: dict[str, str] = kwargs) -> Any:
+                return self.client().list_objects_v2(**kw)
+
+            page = self._run("LIST", None, once)
             keys.extend(o["Key"] for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
@@ -449,7 +464,7 @@ class S3Storage(Storage):
         for i in range(0, len(keys), 1000):
             batch = {"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True}
 
-            def once(_a: int, batch=batch) -> None:
+            def once(_a: int, batch: dict[str, Any] = batch) -> None:
                 r = self.client().delete_objects(Bucket=self.bucket, Delete=batch)
                 errors = [e for e in r.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
                 if errors:
@@ -467,7 +482,7 @@ class S3Storage(Storage):
     def local_path(self, key: str) -> str | None:
         return None
 
-    def with_short_retries(self, seconds: float = 5.0) -> "S3Storage":
+    def with_short_retries(self, seconds: float = 5.0) -> S3Storage:
         impatient = copy.copy(self)  # shares the client; only the retry budget differs
         impatient.retry_timeout = min(seconds, self.retry_timeout)
         return impatient
@@ -487,7 +502,7 @@ class S3Storage(Storage):
                 if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                     return False
                 raise
-            tmp = _tmp_name(dst)
+            tmp = tmp_name(dst)
             try:
                 n = 0
                 with open(tmp, "xb") as f:
@@ -500,16 +515,10 @@ class S3Storage(Storage):
                 if n != r.get("ContentLength", n):
                     raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
                 os.replace(tmp, dst)
-            except OSError as e:
-                _unlink_quiet(tmp)
-                if e.errno in _DISK_FULL:
-                    raise StorageError(
-                        f"disk full while writing {dst}: free space and rerun the same call to resume; "
-                        f"nothing committed was lost"
-                    ) from e
-                raise
             except BaseException:
-                _unlink_quiet(tmp)
+                # A full or unwritable local disk stays an OSError (not retried, not mapped by
+                # _run): the destination is the caller's and so is the fix.
+                unlink_quiet(tmp)
                 raise
             finally:
                 r["Body"].close()
@@ -522,3 +531,11 @@ class S3Storage(Storage):
         """One cheap HeadBucket at run start, so a wrong bucket, endpoint or credentials fail
         immediately with a message that says which and how to fix it."""
         self._run("HeadBucket", None, lambda _a: self.client().head_bucket(Bucket=self.bucket))
+
+
+def open_s3(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> S3Storage:
+    """The registry's factory for ``s3://bucket/prefix`` (nothing is created: see ``check``)."""
+    return S3Storage(url, storage_options)
+
+
+register_backend("s3", open_s3)

@@ -10,7 +10,7 @@ Brings up, as root, without systemd or cgroups:
 
 Usage from Python::
 
-    from slurm_cluster import SlurmCluster
+    from support.slurm_cluster import SlurmCluster
     with SlurmCluster() as cluster:              # start() + wait_ready()
         job = cluster.sbatch("#!/bin/bash\\nhostname\\n", "--array=0-3")
         tasks = cluster.wait_job(job, timeout=60)  # {0: TaskState(...), ...}

@@ -1,6 +1,6 @@
 """pytest fixtures for a real S3 server (SeaweedFS) and a fault-injecting proxy in front of it.
 
-Import them from tests/conftest.py with ``from conftest_s3 import *``.
+Loaded by tests/conftest.py (``pytest_plugins``).
 
 * ``s3_server`` (session): one SeaweedFS for the whole run, started on free loopback ports
   (about 1 s) or, if ``SHARDWRIGHT_TEST_S3_ENDPOINT``/``..._ACCESS_KEY``/``..._SECRET_KEY`` are
@@ -18,14 +18,11 @@ Import them from tests/conftest.py with ``from conftest_s3 import *``.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from faultproxy import FaultProxy  # noqa: E402
-from s3server import S3Server, find_weed  # noqa: E402
+from .faultproxy import FaultProxy
+from .s3server import S3Server, find_weed
 
 __all__ = ["s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_proxy"]
 
