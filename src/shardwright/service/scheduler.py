@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import executor_local as local
 from . import executor_slurm as slurm_exec
@@ -42,7 +41,6 @@ class ServiceConfig:
     output_roots: tuple = ()
     max_inputs: int = 100_000
     max_body_bytes: int = 16 * 1024 * 1024
-    slurm_env: dict | None = field(default=None, hash=False)
 
 
 SLURM_FORGOTTEN_GRACE = 300.0  # s: Slurm no longer knows the job and its tasks did not all report
@@ -350,10 +348,8 @@ class Scheduler:
         return env
 
     def _slurm_env(self) -> dict:
-        env = self._job_env()
-        env.update(self.config.slurm_env or {})
-        env.pop("SHARDWRIGHT_API_TOKEN", None)
-        return env
+        """Slurm clients need the server's SLURM_CONF etc.; sbatch passes this environment to the tasks."""
+        return self._job_env()
 
     # -- following local attempts ---------------------------------------------------------------
 
@@ -531,10 +527,6 @@ class Scheduler:
                     status = read_status(status_path(self.job_dir(job_id), running_attempt(job).number))
                     self._finish(job, status, "was stopped with the server", server_stop=True)
             self.procs.clear()
-
-
-def signal_name(sig: int) -> str:
-    return signal.Signals(sig).name
 
 
 __all__ = ["Scheduler", "ServiceConfig", "JobStateError", "FINAL_STATES"]
