@@ -428,8 +428,19 @@ def test_a_killed_worker_is_a_system_failure_retried_automatically_then_failed(s
     assert failed["error"]["kind"] == "system" and failed["error"]["type"] == "WorkerDiedError"
 
     client.post(f"/jobs/{job['id']}/retry")
+    # the job process itself SIGKILLed (the OOM killer's way): a system failure too, retried automatically
+    third = server.wait(
+        client,
+        job["id"],
+        lambda j: j["attempts"] == 3 and j["state"] == "RUNNING" and j["progress"]["inputs_done"] >= 4,
+        what="the third attempt to commit",
+    )
+    os.kill(third["attempt_history"][2]["pid"], signal.SIGKILL)
     done = server.wait_state(client, job["id"], "SUCCEEDED", "FAILED")
-    assert done["state"] == "SUCCEEDED" and done["attempts"] == 3
+    assert done["state"] == "SUCCEEDED" and done["attempts"] == 4, done
+    died = done["attempt_history"][2]["error"]
+    assert (died["kind"], died["type"]) == ("system", "JobProcessDied") and "SIGKILL" in died["message"]
+    assert [a["trigger"] for a in done["attempt_history"]] == ["submit", "auto-retry", "retry", "auto-retry"]
     assert_exactly_once(out, n)
 
 
