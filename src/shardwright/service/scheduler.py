@@ -510,6 +510,18 @@ class Scheduler:
                 continue
             status = read_status(status_path(self.job_dir(job.id), attempt.number))
             self._finish(job, status, "was stopped by a server restart", server_stop=True)
+        # the server died between starting an attempt and marking its job RUNNING
+        for job in self.store.list("PENDING"):
+            dangling = job.current_attempt
+            if dangling is not None and dangling.outcome == "running":
+                local.kill_stale(dangling.pid, dangling.pid_start)
+                self.store.update_attempt(
+                    job.id,
+                    dangling.number,
+                    outcome="interrupted",
+                    finished_at=time.time(),
+                    error=_error("system", "ServerStopped", "the server stopped while starting this attempt", True),
+                )
 
     def _shutdown(self) -> None:
         with self.lock:
