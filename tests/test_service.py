@@ -270,7 +270,7 @@ def test_a_body_over_the_limit_is_refused_with_413(server, client):
 
 @pytest.mark.slow
 def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, client):
-    n, out = 60, out_dir(server, "lifecycle")
+    n, out = 80, out_dir(server, "lifecycle")
     job = server.submit(
         client,
         pipeline="square",

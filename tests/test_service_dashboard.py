@@ -105,19 +105,11 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
                 config={"fail_on": 4},
                 options={"chunk_size": 2, "num_workers": 1},
             )
-            job = srv.submit(
-                c,
-                pipeline="square",
-                inputs=list(range(n)),
-                output_dir=str(out),
-                config={"sleep": 0.1},
-                options={"chunk_size": 2, "num_workers": 2},
-            )
         # no token yet: the sign-in form, and no job data anywhere in the page
         browser.get(srv.url + "/")
         form = browser.find_element(By.ID, "login")
         assert form.is_displayed() and not browser.find_element(By.ID, "main").is_displayed()
-        assert job["id"] not in browser.page_source
+        assert bad["id"] not in browser.page_source
         # a wrong token is refused and the form comes back
         browser.find_element(By.ID, "token").send_keys("wrong-token-0123456789")
         browser.find_element(By.ID, "login-button").click()
@@ -130,6 +122,16 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
         _wait(lambda: _cell(browser, bad["id"], ".state") == "FAILED", 30, "the failed job", browser)
         error = _cell(browser, bad["id"], ".error")
         assert error.startswith("user error: FnError on input 4: ") and "input 4 is bad" in error
+        # submitted once the browser is up (its start-up can take seconds on a loaded machine)
+        with srv.client() as c:
+            job = srv.submit(
+                c,
+                pipeline="square",
+                inputs=list(range(n)),
+                output_dir=str(out),
+                config={"sleep": 0.15},
+                options={"chunk_size": 2, "num_workers": 1},
+            )
         _wait(lambda: _cell(browser, job["id"], ".state") == "RUNNING", 30, "RUNNING", browser)
         # the progress bar and text move while it runs
         first = _cell(browser, job["id"], ".progress-text")

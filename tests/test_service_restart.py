@@ -64,7 +64,7 @@ def _chunks(out) -> int:
 def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_path):
     srv = Server(tmp_path, "--max-running", "1", "--retry-backoff", "0.2")
     srv.start()
-    n, out, pid_dir = 80, tmp_path / "out-a", tmp_path / "pids"
+    n, out, pid_dir = 100, tmp_path / "out-a", tmp_path / "pids"
     pid_dir.mkdir()
     watch = None
     try:
