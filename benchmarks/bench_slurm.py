@@ -7,7 +7,7 @@
 
 Part 1, scaling. One workload (``fn``: a numpy sort sized so one input costs ~2 ms of CPU,
 calibrated first, BLAS/OpenMP pinned to one thread) run as an array of 1, 2 and 3 tasks on
-the single-host test cluster (tests/slurm_cluster.py: nodes n1..n3, 2 "CPUs" each), with
+the single-host test cluster (tests/support/slurm_cluster.py: nodes n1..n3, 2 "CPUs" each), with
 ``--cpus-per-task=1`` and ``num_workers=1`` per task. Reported: submission to last task
 ended (``wall``), first task start to last task end as the tasks saw it (``span``: excludes
 the scheduler's latency), and the speed-up of ``span`` over 1 task. The emulated nodes share
@@ -24,7 +24,7 @@ clean up). ``--merge-s3`` repeats the in-process steps on a local SeaweedFS S3 s
 (tests/s3server.py): real S3 adds its round-trip latency to every read and delete.
 
 Needs root with slurm-wlm + munge for part 1 (a cluster is started and stopped, or set
-SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/slurm_cluster.py up``).
+SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/support/slurm_cluster.py up``).
 Part 2 needs neither.
 """
 
@@ -119,7 +119,7 @@ def _check_dataset(out: Path, inputs: int) -> None:
 
 def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: int, log) -> list[dict]:
     from shardwright.cluster.slurm import submit, write_sbatch_script
-    from slurm_cluster import SlurmCluster
+    from support.slurm_cluster import SlurmCluster
 
     existing = os.environ.get("SHARDWRIGHT_TEST_SLURM_DIR")
     cluster = SlurmCluster.attach(existing) if existing else SlurmCluster()
@@ -264,7 +264,7 @@ def run_merge(chunks: int, repeats: int, log) -> dict:
 
 def run_merge_s3(chunks: int, log) -> dict:
     """The same on a local SeaweedFS S3 server (tests/s3server.py): the in-process steps only."""
-    from s3server import S3Server
+    from support.s3server import S3Server
 
     server = S3Server().start()
     try:

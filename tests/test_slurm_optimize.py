@@ -1,12 +1,12 @@
-"""optimize() over a real Slurm job array (tests/slurm_cluster.py, three emulated nodes).
+"""optimize() over a real Slurm job array (tests/support/slurm_cluster.py, three emulated nodes).
 
-Every array task runs tests/slurm_job.py, which calls optimize() without a node identity:
+Every array task runs tests/support/slurm_job.py, which calls optimize() without a node identity:
 the engine reads SLURM_ARRAY_* (or the DATA_OPTIMIZER_* the generated script exports) itself.
 The scripts are written by ``shardwright slurm`` / :func:`shardwright.cluster.slurm.write_sbatch_script`.
 
 Checked each time: the dataset read back with shardwright.StreamingDataset holds every input
 exactly once, in input order (or with retried inputs appended), index.json was written by
-exactly one process (tests/slurm_job.py logs each ``protocol.publish.publish`` call), and no
+exactly one process (tests/support/slurm_job.py logs each ``protocol.publish.publish`` call), and no
 orphan chunk or run state is left behind.
 
 The tests without the ``slurm_cluster`` fixture (node identity, script text) need no Slurm.
@@ -32,7 +32,7 @@ from shardwright.protocol.layout import FAILED_PREFIX, MANIFEST_KEY, RUN_RECORD_
 from support import slurm_job
 
 HERE = Path(__file__).resolve().parent
-JOB = HERE / "slurm_job.py"
+JOB = HERE / "support" / "slurm_job.py"
 SRC = HERE.parent / "src"
 RUNNING = ("RUNNING",)
 

@@ -2,7 +2,7 @@
 plus what only one backend has: the memory backend's fault hooks, local and S3 errors, the
 scheme registry, the shared file helpers and the layering of the storage package.
 
-The S3 half runs against SeaweedFS (tests/s3server.py), with the fault-injecting proxy
+The S3 half runs against SeaweedFS (tests/support/s3server.py), with the fault-injecting proxy
 (tests/faultproxy.py) for the flaky-network cases.
 """
 

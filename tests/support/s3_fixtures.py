@@ -4,7 +4,7 @@ Loaded by tests/conftest.py (``pytest_plugins``).
 
 * ``s3_server`` (session): one SeaweedFS for the whole run, started on free loopback ports
   (about 1 s) or, if ``SHARDWRIGHT_TEST_S3_ENDPOINT``/``..._ACCESS_KEY``/``..._SECRET_KEY`` are
-  set (``eval "$(python tests/s3server.py start)"``), the server they name. Attributes:
+  set (``eval "$(python tests/support/s3server.py start)"``), the server they name. Attributes:
   ``endpoint``, ``access_key``, ``secret_key``, ``storage_options``, ``client()``,
   ``create_bucket()``.
 * ``s3_bucket``: a fresh, empty bucket for this test (deleted afterwards).

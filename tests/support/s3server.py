@@ -13,8 +13,8 @@ Use from Python::
 
 or from a shell (CI)::
 
-    eval "$(python tests/s3server.py start --state /tmp/s3.json)"   # prints export lines
-    python tests/s3server.py stop --state /tmp/s3.json
+    eval "$(python tests/support/s3server.py start --state /tmp/s3.json)"   # prints export lines
+    python tests/support/s3server.py stop --state /tmp/s3.json
 
 Every listener binds 127.0.0.1 only (``-ip`` and ``-ip.bind``), and every port SeaweedFS opens
 is chosen free so several servers (parallel CI jobs, other developers) can run side by side.

@@ -1,4 +1,4 @@
-"""pytest fixture for a real single-host Slurm cluster (see tests/slurm_cluster.py).
+"""pytest fixture for a real single-host Slurm cluster (see tests/support/slurm_cluster.py).
 
 Loaded by tests/conftest.py (``pytest_plugins``).
 
@@ -9,7 +9,7 @@ Loaded by tests/conftest.py (``pytest_plugins``).
   ``slurm_cluster.sbatch(text, *args)``, ``wait_job(job_id, timeout)``, ``requeue(..)``,
   ``set_node_state(..)``, ``shared_dir``.
   Set ``SHARDWRIGHT_TEST_SLURM_DIR`` to reuse a cluster started with
-  ``python tests/slurm_cluster.py up --dir DIR`` (it is then left running).
+  ``python tests/support/slurm_cluster.py up --dir DIR`` (it is then left running).
 
 Outside CI the fixture skips (with the reason) when slurm/munge are not installed or we
 are not root; with ``CI=true`` that is a failure, so CI cannot go green by skipping.

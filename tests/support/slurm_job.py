@@ -1,6 +1,6 @@
 """The prepare.py of the Slurm tests: one optimize() call, run by every task of an array.
 
-    python tests/slurm_job.py OUTPUT_DIR --inputs 240 --sleep 0.05 --chunk-size 4 \\
+    python tests/support/slurm_job.py OUTPUT_DIR --inputs 240 --sleep 0.05 --chunk-size 4 \\
         --report-dir REPORTS [--on-error skip --fail 5,17 --fixed-if PATH] [--num-shards 8]
 
 The node identity is NOT passed: optimize() reads SLURM_ARRAY_* (or DATA_OPTIMIZER_*) itself.
