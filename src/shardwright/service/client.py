@@ -133,7 +133,7 @@ def _wait(client: JobsClient, job_id: str) -> dict:
         job = client.request("GET", f"/jobs/{job_id}")
         if job["state"] in ("SUCCEEDED", "FAILED", "CANCELED"):
             return job
-        time.sleep(1.0)
+        time.sleep(0.5)
 
 
 def run_jobs_command(args) -> int:
