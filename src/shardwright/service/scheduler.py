@@ -240,8 +240,11 @@ class Scheduler:
 
     def _loop(self) -> None:
         try:
-            with self.lock:
-                self._recover()
+            try:
+                with self.lock:
+                    self._recover()
+            except Exception as exc:  # follow and start jobs anyway; say what went wrong
+                print(f"shardwright serve: recovery error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             while not self._stopping.is_set():
                 try:
                     with self.lock:
