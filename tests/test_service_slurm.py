@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service_server import Server, assert_exactly_once
+from shardwright.service.executor_slurm import find_submitted, job_name
 
 slurm = pytest.mark.slurm
 
@@ -44,6 +45,9 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
         assert len(slurm_ids) == 1
         tasks = slurm_cluster.job_states(slurm_ids[0])
         assert sorted(tasks) == [0, 1], tasks
+        # how a restarted server finds a submission it could not record
+        assert find_submitted(job_name(job["id"], 1), slurm_cluster.env) == slurm_ids
+        assert find_submitted(job_name(job["id"], 7), slurm_cluster.env) == []
 
         assert c.post(f"/jobs/{job['id']}/cancel").status_code == 200
         canceled = srv.wait_state(c, job["id"], "CANCELED", "FAILED", "SUCCEEDED", timeout=60)
@@ -71,7 +75,7 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
         assert second and second != slurm_ids
         assert all(t.state == "COMPLETED" for t in slurm_cluster.job_states(second[0]).values())
         logs = c.get(f"/jobs/{job['id']}/logs").json()["text"]
-        assert "(resumed)" in logs and f"sw-job-{job['id']}-{second[0]}_1.log" in logs
+        assert "(resumed)" in logs and f"sw-job-{job['id']}-a2-{second[0]}_1.log" in logs
     assert_exactly_once(out, n)
 
 

@@ -20,11 +20,24 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_F
 # NODE_FAIL / PREEMPTED are followed by a requeue (the helper's scripts use --requeue).
 
 
+def job_name(job_id: str, attempt: int) -> str:
+    """The Slurm job name of one attempt: how a restarted server finds a submission it did not record."""
+    return f"sw-job-{job_id}-a{attempt}"
+
+
+def find_submitted(name: str, env: dict) -> list[str]:
+    """Array job ids Slurm knows under ``name`` (pending, running or recently ended)."""
+    r = _run(["squeue", "-h", "-t", "all", "--name", name, "-o", "%F"], env)
+    if r is None or r.returncode != 0:
+        raise SlurmUnavailable(f"squeue --name {name}: {r.stderr.strip() if r else 'no answer'}")
+    return sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
+
+
 def submit(job_dir: str, job_id: str, attempt: int, array: int, env: dict) -> list[str]:
     command = [sys.executable, "-m", "shardwright.service.runner", job_dir, "--attempt", str(attempt), "--slurm"]
     log_dir = os.path.join(job_dir, "slurm-logs")
     script = sbatch_helper.write_sbatch_script(
-        command, array, log_dir=log_dir, chdir=job_dir, job_name=f"sw-job-{job_id}"
+        command, array, log_dir=log_dir, chdir=job_dir, job_name=job_name(job_id, attempt)
     )
     submissions, explicit = sbatch_helper.plan_submissions(array)
     return sbatch_helper.submit_run(script, submissions, explicit, env=env, cwd=job_dir)

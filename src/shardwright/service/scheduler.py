@@ -309,23 +309,18 @@ class Scheduler:
                 f"=== attempt {number} ({trigger}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))}\n"
             )
         if job.executor.get("kind") == "slurm":
+            # recorded first: a server that dies right after sbatch finds the submission by its name
+            self.store.add_attempt(job.id, AttemptRecord(number, trigger, started))
+            self.store.update(job.id, state="RUNNING", started_at=job.started_at or started, cancel_requested=False)
             try:
                 ids = slurm_exec.submit(path, job.id, number, int(job.executor.get("array", 1)), self._slurm_env())
             except Exception as exc:
-                self.store.add_attempt(
-                    job.id,
-                    AttemptRecord(
-                        number, trigger, started, started, "failed", _error("system", type(exc).__name__, str(exc))
-                    ),
-                )
-                self.store.update(
-                    job.id,
-                    state="FAILED",
-                    finished_at=started,
-                    error=_error("system", type(exc).__name__, f"sbatch failed: {exc}"),
-                )
+                error = _error("system", type(exc).__name__, f"sbatch failed: {exc}")
+                self.store.update_attempt(job.id, number, outcome="failed", finished_at=started, error=error)
+                self.store.update(job.id, state="FAILED", finished_at=started, error=error)
                 return
-            self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, slurm_job_ids=tuple(ids)))
+            self.store.update_attempt(job.id, number, slurm_job_ids=tuple(ids))
+            return
         else:
             try:
                 proc = local.start_runner(
@@ -437,6 +432,15 @@ class Scheduler:
         attempt = running_attempt(job)
         env = self._slurm_env()
         ids = list(attempt.slurm_job_ids)
+        if not ids:  # the server died between recording the attempt and recording sbatch's answer
+            try:
+                ids = slurm_exec.find_submitted(slurm_exec.job_name(job.id, attempt.number), env)
+            except slurm_exec.SlurmUnavailable:
+                return
+            if not ids:
+                self._finish(job, None, "was never submitted (the server stopped first)", server_stop=True)
+                return
+            self.store.update_attempt(job.id, attempt.number, slurm_job_ids=tuple(ids))
         progress = read_progress(job.output_dir, None, int(job.progress.get("inputs_total", 0)))
         if progress and {k: progress[k] for k in ("inputs_done", "inputs_total", "items")} != job.progress:
             self.store.update(job.id, progress={k: progress[k] for k in ("inputs_done", "inputs_total", "items")})
