@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from service_server import TOKEN, Server, assert_exactly_once, pid_alive
+from support.service_server import TOKEN, Server, assert_exactly_once, pid_alive
 from shardwright import errors
 from shardwright.service.classify import error_class, error_info
 from support.helpers import child_env
@@ -166,7 +166,7 @@ def test_a_port_in_use_is_one_clear_line(server, tmp_path):
             "shardwright.cli",
             "serve",
             "--pipelines",
-            "service_pipelines",
+            "support.service_pipelines",
             "--db",
             str(tmp_path / "jobs.db"),
             "--port",

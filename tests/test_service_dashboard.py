@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from service_server import TOKEN, Server, assert_exactly_once
+from support.service_server import TOKEN, Server, assert_exactly_once
 
 CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from service_server import Server, assert_exactly_once, pid_alive
+from support.service_server import Server, assert_exactly_once, pid_alive
 from support.helpers import wait_for
 
 SECRET = "TOPSECRETvalue-123456"

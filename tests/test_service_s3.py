@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from service_server import Server
+from support.service_server import Server
 
 
 def _everything_on_disk(root) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from service_server import Server, assert_exactly_once
+from support.service_server import Server, assert_exactly_once
 from shardwright.service.executor_slurm import find_submitted, job_name
 
 slurm = pytest.mark.slurm

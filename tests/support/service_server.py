@@ -43,7 +43,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> Server:
-        extra = {"PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        extra = {"PYTHONPATH": str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         env = child_env(**extra)
         if self.base_env:
             env.update({k: v for k, v in self.base_env.items() if k != "PYTHONPATH"})
@@ -61,7 +61,7 @@ class Server:
                     "shardwright.cli",
                     "serve",
                     "--pipelines",
-                    "service_pipelines",
+                    "support.service_pipelines",
                     "--db",
                     str(self.db),
                     "--port",

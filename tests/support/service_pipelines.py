@@ -1,4 +1,4 @@
-"""Pipelines for the jobs-service tests (`shardwright serve --pipelines service_pipelines`)."""
+"""Pipelines for the jobs-service tests (`shardwright serve --pipelines support.service_pipelines`)."""
 
 from __future__ import annotations
 
