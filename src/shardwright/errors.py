@@ -227,7 +227,9 @@ def secret_values(storage_options: dict | None, env: dict | None = None) -> list
     if storage_options:
         scan(storage_options)
     environ = os.environ if env is None else env
-    found.extend(v for k, v in environ.items() if any(w in k.upper() for w in _SECRET_ENV_WORDS))
+    # from the environment only values long enough to be keys: a flag like FOO_TOKEN=true must
+    # not redact the word "true" from every message
+    found.extend(v for k, v in environ.items() if any(w in k.upper() for w in _SECRET_ENV_WORDS) and len(v) >= 8)
     # longest first: a secret that contains another is replaced whole
     return sorted({s for s in found if len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import socket
 import sys
 import time
 import uuid
@@ -93,7 +94,7 @@ def optimize(
             stuck input fails like an exception in fn (a TimeoutError naming the input:
             FnError, or a failure record with ``on_error="skip"``). A SIGALRM in the worker
             interrupts Python code and sleeps; native code that never returns to Python
-            (a C loop holding the GIL) is not interrupted.
+            (a C loop holding the GIL) is not interrupted, and fn must not use SIGALRM itself.
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -228,15 +229,16 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
 
 def _input_files_json(inputs: Sequence) -> dict | None:
     files = InputFiles.of(inputs)
-    return files.to_json() if files is not None else None
+    # the host: another node may see the same inputs as node-local copies with other mtimes
+    return {**files.to_json(), "host": socket.gethostname()} if files is not None else None
 
 
 def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
     """A resume refuses inputs whose files changed since the run started (size or mtime):
     half the dataset would come from the old content."""
     recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-    if recorded is None:
-        return
+    if recorded is None or (manifest.input_files or {}).get("host") != socket.gethostname():
+        return  # stats are only comparable on the host that recorded them
     changed = recorded.first_changed(inputs, manifest.created_at)
     if changed:
         raise RunMismatchError(

@@ -141,8 +141,8 @@ class InputFiles:
     block of inputs: a resume compares them, so a file edited between a crash and the resume
     is noticed (its old outputs would otherwise be mixed with its new ones). Checked: inputs
     that are ``os.PathLike`` or a str containing '/', naming a regular file, for the first
-    :data:`MAX_FILE_CHECKS` inputs. Not checked: file contents with the same size and mtime,
-    S3 URLs, paths inside other structures."""
+    :data:`MAX_FILE_CHECKS` inputs, when resuming on the host that recorded them. Not checked:
+    file contents with the same size and mtime, S3 URLs, paths inside other structures."""
 
     block_size: int
     block_hashes: str  # 16 hex chars per block; "" when no input is a file
