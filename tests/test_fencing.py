@@ -115,3 +115,32 @@ def test_superseded_records_are_ignored(tmp_path):
         "00000-000001-20.json",
         "00000-000002-20.json",
     ]
+
+
+def test_committer_and_publisher_check_the_lease(tmp_path):
+    """A writer whose lease was taken over writes no record (its chunk is a harmless orphan
+    with its own epoch in the name), and cannot confirm its lease before publishing."""
+    from shardwright import LeaseLostError
+    from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
+    from shardwright.protocol.layout import SHARDS_PREFIX
+    from shardwright.protocol.lease import Lease
+    from shardwright.storage import open_storage
+
+    storage = open_storage(str(tmp_path), create=True)
+    lease = Lease(storage, "node-0", "the run")
+    lease.acquire(storage.url)
+    try:
+        settings = RoundSettings("run", 1, None, True, lease.epoch, lease.key, lease.owner)
+        commit_round(storage, [PendingChunk(0, 0, [b"x"], 0, 1, 0, False)], settings)
+        assert len(storage.list(SHARDS_PREFIX)) == 1
+        taken = json.loads(storage.read_bytes(lease.key))
+        storage.write_bytes(lease.key, json.dumps({**taken, "owner": "B", "epoch": lease.epoch + 1}).encode())
+        with pytest.raises(LeaseLostError):
+            commit_round(storage, [PendingChunk(0, 1, [b"y"], 1, 2, 0, True)], settings)
+        assert len(storage.list(SHARDS_PREFIX)) == 1, "a fenced writer wrote a record"
+        assert all(str(lease.epoch) in name for name in storage.list("chunk-"))
+        with pytest.raises(LeaseLostError):
+            lease.confirm()
+    finally:
+        lease.release()
+    assert json.loads(storage.read_bytes(lease.key))["owner"] == "B", "release must not delete B's lease"
