@@ -98,7 +98,7 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
     in_publish = {"on": False}
     original_pic = engine_run.publish_if_complete
 
-    def hooked_publish_if_complete(storage, manifest, known):
+    def hooked_publish_if_complete(storage, manifest, known, *rest, **options):
         if args.barrier_dir:
             barrier = Path(args.barrier_dir)
             barrier.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,7 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
             while len(list(barrier.glob("ready-*"))) < args.barrier_count and time.monotonic() < deadline:
                 time.sleep(0.01)
         in_publish["on"] = True
-        return original_pic(storage, manifest, known)
+        return original_pic(storage, manifest, known, *rest, **options)
 
     engine_run.publish_if_complete = hooked_publish_if_complete  # the name optimize() calls
 

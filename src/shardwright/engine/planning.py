@@ -54,7 +54,13 @@ def check_output_dir(output_dir: object) -> None:
 class NodeIdentity:
     rank: int
     count: int
-    source: str  # where it came from, for messages
+    source: str  # where it came from (a label)
+    variables: str = ""  # the environment variables it was read from, with their values
+
+    @property
+    def origin(self) -> str:
+        """Where it came from, for messages: a leftover export must be recognisable by name."""
+        return f"{self.source}: {self.variables}" if self.variables else self.source
 
     @property
     def is_multi_node(self) -> bool:
@@ -108,21 +114,21 @@ def node_identity(num_nodes: int | None, node_rank: int | None,
         if has_rank:
             rank = _parse_int(rank_var, env[rank_var])
             count = _parse_int(count_var, env[count_var])
-            # name the variables and their values: a leftover export must be recognisable
-            label = f"{label}: {rank_var}={env[rank_var]}, {count_var}={env[count_var]} in the environment"
+            variables = f"{rank_var}={env[rank_var]}, {count_var}={env[count_var]} in the environment"
             if rank_var == "SLURM_ARRAY_TASK_ID":
                 # --array=4-10:2 gives ids 4, 6, 8, 10: ranks 0..3
                 rank -= _parse_int("SLURM_ARRAY_TASK_MIN", env.get("SLURM_ARRAY_TASK_MIN", "0"))
                 step = _parse_int("SLURM_ARRAY_TASK_STEP", env.get("SLURM_ARRAY_TASK_STEP", "1"))
                 if step > 1 and rank % step == 0:
                     rank //= step
-            return _validated(rank, count, label)
+            return _validated(rank, count, label, variables)
     return NodeIdentity(0, 1, "a single node")
 
 
-def _validated(rank: int, count: int, source: str) -> NodeIdentity:
+def _validated(rank: int, count: int, source: str, variables: str = "") -> NodeIdentity:
+    node = NodeIdentity(rank, count, source, variables)
     if count < 1 or not 0 <= rank < count:
         raise UsageError(
-            f"node rank {rank} of {count} nodes (from {source}) is out of range: need 0 <= rank < count"
+            f"node rank {rank} of {count} nodes (from {node.origin}) is out of range: need 0 <= rank < count"
         )
-    return NodeIdentity(rank, count, source)
+    return node

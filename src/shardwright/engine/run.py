@@ -131,7 +131,7 @@ def optimize(
         check_main_guard(fn, options.start_method)
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
-        log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.source)
+        log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
     request = Request(mode=options.mode, inputs=InputsFingerprint.of(inputs),
                       settings=options.output_settings(len(inputs)), fn_name=fn_name(fn),
                       use_checkpoint=options.use_checkpoint, fn_code=fn_code(fn),
@@ -222,7 +222,7 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
             raise ConcurrentRunError(
                 f"node {holder.get('node_rank')} of {holder.get('num_nodes')} (host {holder.get('host')}, "
                 f"pid {holder.get('pid')}) is running on {storage.url}, and this call is node {node.rank} of "
-                f"{node.count}: every node of a run must use the same number of nodes ({node.source}). "
+                f"{node.count}: every node of a run must use the same number of nodes ({node.origin}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
 
@@ -318,11 +318,11 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
         seconds=time.monotonic() - started, resumed=resumed, published=published,
         inputs=manifest.num_inputs, failed=sum(len(p.failed) for p in progress.values()), pending_shards=missing,
     )
-    if missing and "environment" in node.source:
+    if missing and node.variables:
         # a leftover export makes a single-node run one node of several: say where it came from
         log.warning("this call is node %d of %d (from %s): %d shard(s) wait for the other node(s), which must run "
                     "the same call. For a single-node run, unset those variables", node.rank, node.count,
-                    node.source, len(missing))
+                    node.origin, len(missing))
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result
