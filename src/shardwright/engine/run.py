@@ -67,8 +67,9 @@ def optimize(
         fn: called once per input in a worker process. It returns one sample (any pytree of
             ints, floats, str, bytes, numpy arrays and tensors), None (no sample), or a
             generator of samples. With ``start_method="spawn"`` it must be picklable.
-        inputs: a sequence (list, tuple, range) of picklable values; its order is the
-            dataset's order.
+        inputs: a sequence that can be sliced (list, tuple, range; a collections.deque is
+            refused: pass list(d)) of picklable values; its order is the dataset's order.
+            Inputs that are paths to files are checked for changes when a run resumes.
         output_dir: a local directory or ``"s3://bucket/prefix"``.
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
