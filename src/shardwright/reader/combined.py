@@ -142,7 +142,7 @@ class CombinedStreamingDataset(_IterableBase):  # type: ignore[misc,valid-type]
         epoch = self.epoch
         lengths = []
         for d in self.datasets:
-            plan, skip = d.stream_plan(epoch, workers, worker)
+            plan, _stream, skip = d.stream_plan(epoch, workers, worker)
             lengths.append(sum(seg[3] - seg[2] for seg, _ in plan) - skip)
         stream = self.datasets[0]._rank * workers + worker
         generation = self.generation(epoch)

@@ -18,7 +18,7 @@ from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .source import MIN_CACHED_CHUNKS, ChunkSource
-from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream, rank_item_counts
+from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
 from .tokens import TOKENS_LOADER_NAME, TokenLayout, TokensLoader
 
 try:  # the base classes are chosen once, when this module is imported
@@ -286,24 +286,11 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         resume = self._resume
         return resume if resume is not None and resume.epoch == epoch else None
 
-    def stream_plan(self, epoch: int, num_workers: int, worker: int) -> tuple[StreamPlan, int]:
-        """This rank's worker ``worker``'s plan for ``epoch`` and the items it skips (resume)."""
+    def stream_plan(self, epoch: int, num_workers: int, worker: int) -> tuple[StreamPlan, int, int]:
+        """(plan, stream number, items skipped) of this rank's DataLoader worker ``worker`` in ``epoch``."""
         layout = self.layout(num_workers)
-        stream = self._rank * layout.num_workers + worker
-        plans, skip = plan_for_stream(sum(self._group_sizes), self._resume_for(epoch), layout, stream)
-        return plans[stream], skip
-
-    def rank_items(self, epoch: int, num_workers: int) -> list[int]:
-        """Items each worker of this rank reads in ``epoch`` (after any resume skip)."""
-        layout = self.layout(num_workers)
-        total = sum(self._group_sizes)
-        resume = self._resume_for(epoch)
-        out = []
-        for worker in range(layout.num_workers):
-            stream = self._rank * layout.num_workers + worker
-            plans, skip = plan_for_stream(total, resume, layout, stream)
-            out.append(rank_item_counts(plans, layout, self._rank)[worker] - skip)
-        return out
+        plans, stream, skip = plan_for_stream(sum(self._group_sizes), self._resume_for(epoch), layout, self._rank, worker)
+        return plans[stream], stream, skip
 
     def _epoch_iterator(self) -> Iterator[Any]:
         info = _worker_info()
@@ -311,11 +298,11 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         if info is None:
             self._rank, self._world = distributed_env()
         epoch = self.epoch
-        plan, skip = self.stream_plan(epoch, workers, worker)
+        plan, stream, skip = self.stream_plan(epoch, workers, worker)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # applied: the next iteration of this object starts afresh
         seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
-        progress = {"epoch": epoch, "stream": self._rank * workers + worker, "streams": self._world * workers,
+        progress = {"epoch": epoch, "stream": stream, "streams": self._world * workers,
                     "yielded": skip}
         self._progress = progress
         return self._yield_plan(seq, drop_front(plan, skip), progress)

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from .combined import CombinedStreamingDataset
 from .dataset import StreamingDataset, as_iterable
+from .partition import next_worker
 from .plan import length, remaining, stream_plans
 from .state import (
     STATE_VERSION,
@@ -137,30 +138,38 @@ class StreamingDataLoader(DataLoader):
 
 
 def _single_start(ds: StreamingDataset, epoch: int, num_workers: int) -> tuple:
-    """(base, layout, consumed per stream) of the plan ``ds`` reads in this epoch."""
+    """(base, layout, consumed per stream, rotation) of the plan ``ds`` reads in this epoch."""
     layout = ds.layout(num_workers)
     resume = ds._resume_for(epoch)
     if resume is None:
-        return None, layout, [0] * layout.streams
+        return None, layout, [0] * layout.streams, 0
     if resume.layout == layout:
-        return resume.base, layout, list(resume.consumed)
+        return resume.base, layout, list(resume.consumed), resume.rotation
     old = stream_plans(ds._plan_total(), None if resume.base is None else list(resume.base), resume.layout)
-    return tuple(remaining(old, list(resume.consumed))), layout, [0] * layout.streams
+    return tuple(remaining(old, list(resume.consumed))), layout, [0] * layout.streams, 0
 
 
 def _left(ds: StreamingDataset, start: tuple) -> list[int]:
     """Items each stream (all ranks) still had to read when the iteration started."""
-    base, layout, consumed = start
+    base, layout, consumed, _rotation = start
     plans = stream_plans(ds._plan_total(), None if base is None else list(base), layout)
     return [length([s for s, _ in plan]) - c for plan, c in zip(plans, consumed)]
 
 
-def _taken(left: list[int], layout, drop_last_batch: bool, batches: int) -> list[int]:
-    """Items each stream (all ranks) consumed once every rank yielded ``batches`` batches."""
-    k, out = layout.num_workers, []
+def _taken(left: list[int], layout, rotation: int, drop_last_batch: bool, batches: int) -> tuple[list[int], int]:
+    """Items each stream (all ranks) consumed once every rank yielded ``batches`` batches, and
+    the rotation that makes a resumed loader go on in the same order."""
+    k, out, bs = layout.num_workers, list(left), layout.batch_size
+    next_rotation = rotation
     for rank in range(layout.world_size):
-        out.extend(consumed_from_batches(left[rank * k : (rank + 1) * k], layout.batch_size, drop_last_batch, batches))
-    return out
+        streams = [rank * k + (w + rotation) % k for w in range(k)]  # in DataLoader worker order
+        items = [left[s] for s in streams]
+        for s, t in zip(streams, consumed_from_batches(items, bs, drop_last_batch, batches)):
+            out[s] = t
+        if rank == 0:
+            counts = [n // bs if drop_last_batch else -(-n // bs) for n in items]
+            next_rotation = (rotation + next_worker(counts, batches)) % k
+    return out, next_rotation
 
 
 def _start_of(view, epoch: int, num_workers: int) -> tuple:
@@ -172,17 +181,17 @@ def _start_of(view, epoch: int, num_workers: int) -> tuple:
 def _position_of(view, epoch: int, start, batches: int) -> dict:
     drop = view._loader_drop_last
     if not isinstance(view, CombinedStreamingDataset):
-        base, layout, consumed = start
-        taken = _taken(_left(view, start), layout, drop, batches)
-        point = ResumePoint(epoch, base, layout, tuple(c + t for c, t in zip(consumed, taken)))
+        base, layout, consumed, rotation = start
+        taken, rotation = _taken(_left(view, start), layout, rotation, drop, batches)
+        point = ResumePoint(epoch, base, layout, tuple(c + t for c, t in zip(consumed, taken)), rotation)
         return {"single": point.to_json()}
     starts, generation = start
     lefts = [_left(d, s) for d, s in zip(view.datasets, starts)]
     layout = starts[0][1]
-    taken = _taken([sum(col) for col in zip(*lefts)], layout, drop, batches)
+    taken, _rotation = _taken([sum(col) for col in zip(*lefts)], layout, 0, drop, batches)
     per_stream = [view.stream_mix(epoch, s, generation, [left[s] for left in lefts], taken[s]) for s in range(layout.streams)]
     points = []
-    for d, (base, lay, consumed) in enumerate(starts):
+    for d, (base, lay, consumed, _rot) in enumerate(starts):
         points.append(ResumePoint(epoch, base, lay, tuple(c + per_stream[s][d] for s, c in enumerate(consumed))).to_json())
     return {"combined": points, "generation": generation}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Layout", "batches_taken", "rank_range", "stream_ranges", "worker_batch_counts", "worker_ranges"]
+__all__ = ["Layout", "batches_taken", "next_worker", "rank_range", "stream_ranges", "worker_batch_counts", "worker_ranges"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,17 @@ def batches_taken(counts: list[int], batches: int) -> list[int]:
                 taken[i] += 1
             return taken
     return taken
+
+
+def next_worker(counts: list[int], batches: int) -> int:
+    """The worker whose batch comes next after ``batches`` batches (0 when all are done).
+
+    A resumed loader starts asking at worker 0, so a resume on the same layout rotates the
+    streams by this much: the batches then come in exactly the order of an uninterrupted run.
+    """
+    taken = batches_taken(counts, batches)
+    active = [i for i, (t, c) in enumerate(zip(taken, counts)) if t < c]
+    if not active:
+        return 0
+    low = min(taken[i] for i in active)
+    return next(i for i in active if taken[i] == low)

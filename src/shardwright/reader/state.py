@@ -20,7 +20,7 @@ from .plan import StreamPlan, length, remaining, stream_plans
 
 __all__ = [
     "STATE_VERSION", "ResumePoint", "ResumeStateError", "consumed_from_batches", "distributed_env", "fingerprint",
-    "order_json", "plan_for_stream", "rank_item_counts",
+    "order_json", "plan_for_stream",
 ]  # fmt: skip
 
 STATE_VERSION = 1
@@ -41,6 +41,7 @@ class ResumePoint:
     base: tuple[Segment, ...] | None
     layout: Layout
     consumed: tuple[int, ...]
+    rotation: int = 0  # DataLoader worker w of a rank reads its stream (w + rotation) % num_workers
 
     def to_json(self) -> dict:
         lay = self.layout
@@ -50,6 +51,7 @@ class ResumePoint:
             "layout": {"world_size": lay.world_size, "num_workers": lay.num_workers, "batch_size": lay.batch_size,
                        "drop_last": lay.drop_last, "pad": lay.pad},
             "consumed": list(self.consumed),
+            "rotation": self.rotation,
         }
 
     @classmethod
@@ -61,10 +63,13 @@ class ResumePoint:
             layout = Layout(**{k: raw_layout[k] for k in ("world_size", "num_workers", "batch_size", "drop_last", "pad")})
             consumed = tuple(data["consumed"])
             base = data["base"]
+            rotation = data.get("rotation", 0)
         except (KeyError, TypeError, ValueError) as exc:
             raise ResumeStateError(f"loader state is damaged ({exc!r}); pass a state saved by state_dict()") from None
         if type(epoch) is not int or epoch < 0:
             raise ResumeStateError(f"loader state epoch {epoch!r} is not a non-negative int")
+        if type(rotation) is not int or not 0 <= rotation < layout.num_workers:
+            raise ResumeStateError(f"loader state rotation {rotation!r} is not a worker number")
         if layout.streams > _MAX_STREAMS or len(consumed) != layout.streams:
             raise ResumeStateError(f"loader state lists {len(consumed)} streams for {layout.streams}")
         if base is not None:
@@ -81,7 +86,7 @@ class ResumePoint:
         for c, plan in zip(consumed, plans):
             if type(c) is not int or not 0 <= c <= length([s for s, _ in plan]):
                 raise ResumeStateError(f"loader state consumed count {c!r} is not valid for a stream of this epoch")
-        return cls(epoch, base, layout, consumed)
+        return cls(epoch, base, layout, consumed, rotation)
 
 
 def fingerprint(num_items: int, chunks: list) -> dict:
@@ -96,25 +101,25 @@ def order_json(spec: OrderSpec) -> dict:
     return {"shuffle": spec.shuffle, "seed": spec.seed, "window": spec.window}
 
 
-def plan_for_stream(total: int, resume: ResumePoint | None, layout: Layout, stream: int) -> tuple[list[StreamPlan], int]:
-    """All streams' plans of ``layout`` and how many items stream ``stream`` skips.
+def plan_for_stream(total: int, resume: ResumePoint | None, layout: Layout, rank: int, worker: int
+                    ) -> tuple[list[StreamPlan], int, int]:
+    """All streams' plans of ``layout``, the stream DataLoader worker ``worker`` of ``rank``
+    reads, and how many items it skips.
 
-    Same layout as the resume point: the plan is the one that was being read and each stream
-    jumps over what it consumed. Another layout: the unread rest is cut anew among the
-    streams (elastic resume), nothing skipped.
+    Same layout as the resume point: the plan is the one that was being read, each stream
+    jumps over what it consumed, and workers take the streams rotated so that batches come in
+    the uninterrupted order. Another layout: the unread rest is cut anew among the streams
+    (elastic resume), nothing skipped.
     """
+    k = layout.num_workers
     if resume is None:
-        return stream_plans(total, None, layout), 0
+        return stream_plans(total, None, layout), rank * k + worker, 0
     base = None if resume.base is None else list(resume.base)
     if resume.layout == layout:
-        return stream_plans(total, base, layout), resume.consumed[stream]
+        stream = rank * k + (worker + resume.rotation) % k
+        return stream_plans(total, base, layout), stream, resume.consumed[stream]
     old = stream_plans(total, base, resume.layout)
-    return stream_plans(total, remaining(old, list(resume.consumed)), layout), 0
-
-
-def rank_item_counts(plans: list[StreamPlan], layout: Layout, rank: int) -> list[int]:
-    k = layout.num_workers
-    return [length([s for s, _ in plan]) for plan in plans[rank * k : (rank + 1) * k]]
+    return stream_plans(total, remaining(old, list(resume.consumed)), layout), rank * k + worker, 0
 
 
 def consumed_from_batches(items: list[int], batch_size: int, drop_last_batch: bool, batches: int) -> list[int]:
