@@ -218,6 +218,11 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         return cache.directory if cache is not None else None
 
     @property
+    def _storage(self):
+        """The Storage of a remote dataset (None for a local one)."""
+        return self._source._storage
+
+    @property
     def epoch(self) -> int:
         shared = self._epoch_shared
         return int(shared.value) if shared is not None else self._epoch

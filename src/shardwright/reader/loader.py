@@ -75,6 +75,12 @@ class StreamingDataLoader(DataLoader):
     @property
     def current_epoch(self) -> int:
         """The epoch the loader is in (or will start with its next iteration)."""
+        if self._pending is not None:
+            key = "combined" if isinstance(self._view, CombinedStreamingDataset) else "single"
+            point = self._pending[key][0] if key == "combined" else self._pending[key]
+            return point["epoch"]
+        if self._started and self._finished:
+            return self._view.epoch + 1
         return self._view.epoch
 
     def __iter__(self):
