@@ -35,6 +35,7 @@ from .planning import (
     shards_of_node,
 )
 from .storage import Storage, open_storage
+from .token_format import TOKENS_LOADER, is_tokens_loader
 from .workers import PoolOutcome, ShardTask, WorkerConfig, WorkerPool, _signal_name
 
 log = logging.getLogger("shardwright")
@@ -74,10 +75,14 @@ class _Settings:
     chunk_bytes: int | None
     compression: str | None
     num_shards: int
+    item_loader: str = "PyTreeLoader"
 
     def to_json(self) -> dict:
-        return {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
-                "compression": self.compression, "num_shards": self.num_shards}
+        settings = {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
+                    "compression": self.compression, "num_shards": self.num_shards}
+        if self.item_loader != "PyTreeLoader":  # only then: runs recorded before the key existed still match
+            settings["item_loader"] = self.item_loader
+        return settings
 
 
 def _fn_name(fn) -> str:
@@ -287,11 +292,17 @@ def optimize(
     num_shards: int | None = None,
     on_error: str = "raise",
     max_retries: int = 0,
+    item_loader=None,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
     Rerunning the same call after any interruption continues where it stopped. See README.md.
+    ``item_loader=shardwright.TokensLoader()``: fn returns 1-D token arrays, written as one
+    token stream (litdata's TokensLoader layout; read it with ``StreamingDataset(out,
+    item_loader=TokensLoader(block_size=B))``).
     """
+    if item_loader is not None and not is_tokens_loader(item_loader):
+        raise ShardwrightError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
     started = time.monotonic()
     chunk_bytes_int = _validate(fn, mode, compression, chunk_size, chunk_bytes, on_error, max_retries)
     inputs = check_inputs(inputs)
@@ -304,7 +315,8 @@ def optimize(
     shards = num_shards if num_shards is not None else default_num_shards(len(inputs))
     if not isinstance(shards, int) or shards < 1:
         raise ShardwrightError(f"num_shards must be a positive int; got {num_shards!r}")
-    settings = _Settings(chunk_size, chunk_bytes_int, compression, min(shards, max(1, len(inputs))))
+    settings = _Settings(chunk_size, chunk_bytes_int, compression, min(shards, max(1, len(inputs))),
+                         TOKENS_LOADER if item_loader is not None else "PyTreeLoader")
     run = _Run(fn, inputs, output_dir, storage_options, settings, mode, use_checkpoint, node, verbose)
 
     lease = Lease(run.storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
@@ -358,6 +370,7 @@ def _drive(run: _Run, manifest: Manifest, lease: Lease, fn, num_workers, start_m
         chunk_size=manifest.settings["chunk_size"], chunk_bytes=manifest.settings["chunk_bytes"],
         compression=manifest.settings["compression"], use_checkpoint=manifest.use_checkpoint,
         on_error=on_error, max_retries=max_retries, node_rank=node.rank, run_id=manifest.run_id,
+        tokens=manifest.settings.get("item_loader") == TOKENS_LOADER,
     )
     tracker = _Tracker(run, progress)
     if pending:

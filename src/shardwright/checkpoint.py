@@ -781,6 +781,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         chunk_bytes=settings["chunk_bytes"], chunk_size=settings["chunk_size"],
         compression=settings["compression"],
         data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
+        item_loader=settings.get("item_loader", "PyTreeLoader"),
     )
     chunks = base + [r.chunk for r in records]
     storage.barrier()  # chunks written without checkpoints are made durable before being named

@@ -27,6 +27,7 @@ from . import checkpoint
 from .checkpoint import CommitRecord
 from .errors import ShardwrightError
 from .format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename, compress
+from .token_format import TokenEncoder
 from .planning import short_repr
 from .storage import Storage, open_storage
 
@@ -51,6 +52,7 @@ class WorkerConfig:
     max_retries: int
     node_rank: int
     run_id: str
+    tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,11 @@ class ChunkCommitter:
     and every later one of its shard, which only means redoing those chunks.
     """
 
-    def __init__(self, storage: Storage, cfg: WorkerConfig, report):
+    def __init__(self, storage: Storage, cfg: WorkerConfig, report, token_itemsize=None):
         self.storage = storage
         self.cfg = cfg
         self.report = report
+        self.token_itemsize = token_itemsize  # token datasets: bytes per token, once known
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue()
         self._room = threading.Condition()
@@ -163,7 +166,9 @@ class ChunkCommitter:
                 name = chunk_filename(self.cfg.generation, shard, seq, self.cfg.compression)
                 data = compress(raw, self.cfg.compression)
                 self.storage.write_bytes(name, data, durable=False)  # protocol step 1: chunk first
-                entry, stored = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw)), len(data)
+                dim = sum(len(x) for x in items) // self.token_itemsize() if self.cfg.tokens else None
+                entry = ChunkEntry(filename=name, chunk_size=len(items), chunk_bytes=len(raw), dim=dim)
+                stored = len(data)
             records.append(CommitRecord(shard, seq, entry, stored, first_input, next_input, skip_outputs, done, failed,
                                         self.cfg.run_id))
         if not records:
@@ -179,16 +184,17 @@ class ChunkCommitter:
 class FormatGate:
     """Encodes samples; the first sample anywhere in the run fixes the format (format.json)."""
 
-    def __init__(self, storage: Storage, run_id: str):
+    def __init__(self, storage: Storage, run_id: str, tokens: bool = False):
         self.storage = storage
         self.run_id = run_id
-        self.encoder: ItemEncoder | None = None
+        self.encoder_class = TokenEncoder if tokens else ItemEncoder
+        self.encoder: ItemEncoder | TokenEncoder | None = None
 
     def encode(self, sample, input_index: int) -> bytes:
         if self.encoder is None:
             known = checkpoint.read_format(self.storage, self.run_id)
             if known is None:
-                probe = ItemEncoder()
+                probe = self.encoder_class()
                 data = probe.encode(sample, input_index)
                 known = checkpoint.claim_format(self.storage, self.run_id, probe.data_format, probe.data_spec,
                                                 input_index)
@@ -196,7 +202,7 @@ class FormatGate:
                     self.encoder = probe
                     self.encoder.format_input_index = known["input_index"]
                     return data
-            self.encoder = ItemEncoder(known["data_format"], known["data_spec"])
+            self.encoder = self.encoder_class(known["data_format"], known["data_spec"])
             self.encoder.format_input_index = known["input_index"]
         return self.encoder.encode(sample, input_index)
 
@@ -264,8 +270,8 @@ class Worker:
         self.current_inputs = current_inputs
         self.signalled = False
         self.storage = open_storage(cfg.output_dir, cfg.storage_options)
-        self.committer = ChunkCommitter(self.storage, cfg, self.report)
-        self.gate = FormatGate(self.storage, cfg.run_id)
+        self.gate = FormatGate(self.storage, cfg.run_id, cfg.tokens)
+        self.committer = ChunkCommitter(self.storage, cfg, self.report, lambda: self.gate.encoder.itemsize)
         self._pending_progress = 0
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
