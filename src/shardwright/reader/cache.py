@@ -146,6 +146,7 @@ class ChunkCache:
         self.root, self.name, self.url, self.storage, self.max_bytes = root, name, url, storage, max_bytes
         self.directory = os.path.join(root, name)
         self._ready_pid: int | None = None
+        self.reader_waits = 0  # reads (not prefetches) that found their chunk missing, in this process
         self._estimate: tuple | None = None  # (pid, bytes, monotonic time of the scan, dir mtime)
 
     def check_existing(self) -> None:
@@ -222,10 +223,12 @@ class ChunkCache:
         """
         self._ensure_dir()
         path = self.path_of(entry)
-        for _attempt in range(_FETCH_ATTEMPTS):
+        for attempt in range(_FETCH_ATTEMPTS):
             pin = self._pin(path)
             if pin is not None:
                 return pin
+            if attempt == 0 and still_wanted is None:
+                self.reader_waits += 1  # a reader needs a chunk that is not here: it waits for it
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             downloaded = False
             with _filelock(self.lock_path(path)):
