@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import UnsupportedFormatError
-from ..format import decode_item, decode_plan, parse_size
+from ..format import chunk_item, decode_plan, item_decoder, parse_size
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
@@ -180,6 +180,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self._resume: ResumePoint | None = None
         self._progress: dict | None = None  # this process's current stream (StatefulDataLoader)
         self._fingerprint = fingerprint(self._length, chunks)
+        self._decode = None
 
     # --- checks at open --------------------------------------------------------------------
 
@@ -272,8 +273,14 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             return tokens.assemble(parts)
         k = bisect.bisect_right(self._starts, i) - 1
         view = self._source.item_view(k, i - self._starts[k], sequential_hint=hint)
-        config = self._source.config
-        return decode_item(view, config.data_format, config.data_spec, allow_pickle=self.allow_pickle)
+        return self._decoder()(view)
+
+    def _decoder(self):
+        decode = self._decode
+        if decode is None:  # built per process: closures do not pickle
+            config = self._source.config
+            decode = self._decode = item_decoder(config.data_format, config.data_spec, allow_pickle=self.allow_pickle)
+        return decode
 
     def _chunks_of_groups(self, groups: list[int]) -> list[int]:
         if self._tokens is None:
@@ -315,6 +322,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
     def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
         windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
         remote = self._source.cache is not None
+        read = self._get if self._tokens is not None or not self._length else self._item_reader()
         current = next(windows, None)
         while current is not None:
             groups, items = current
@@ -323,10 +331,33 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
                 # The next window's chunks download while this window is read.
                 self._source.prefetch(self._chunks_of_groups(following[0]))
             for i in items.tolist():
-                item = self._get(i, hint=False)
+                item = read(i, False)
                 progress["yielded"] += 1
                 yield item
             current = following
+
+    def _item_reader(self):
+        """``read(i, hint)`` for iteration: the decoder bound once, the chunks of the current
+        window looked up once (``_get`` pays both per item)."""
+        decode, starts, source = self._decoder(), self._starts, self._source
+        held: dict[int, Any] = {}
+        find = bisect.bisect_right
+
+        def read(i: int, _hint: bool) -> Any:
+            k = find(starts, i) - 1
+            buf = held.get(k)
+            if buf is None:
+                if len(held) > source.keep_chunks:
+                    held.clear()
+                buf = held[k] = source.chunk(k, sequential_hint=False)
+            try:
+                view = chunk_item(buf, i - starts[k])
+            except ValueError:  # released: another thread of this process pushed it out of the LRU
+                buf = held[k] = source.chunk(k, sequential_hint=False)
+                view = chunk_item(buf, i - starts[k])
+            return decode(view)
+
+        return read
 
     def _plan_total(self) -> int:
         return sum(self._group_sizes)
@@ -360,6 +391,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
             state["_epoch_shared"] = None
             state["_epoch"] = int(shared.value)
         state["_progress"] = None
+        state["_decode"] = None
         return state
 
 
