@@ -160,9 +160,9 @@ def read_raw(src: str, options: dict | None, client=None) -> int:
 READERS = {"shardwright": read_shardwright, "litdata": read_litdata, "mosaic": read_mosaic}
 
 
-def timed(run, expected: int) -> float:
+def timed(run, args: tuple, expected: int) -> float:
     started = time.perf_counter()
-    got = run()
+    got = run(*args)
     seconds = time.perf_counter() - started
     if got != expected:
         raise RuntimeError(f"read {got} items, expected {expected}")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
                 places.append(("s3", remote, dict(server.storage_options)))
             for place, srcs, options in places:
                 raw_s = statistics.median(
-                    timed(lambda: read_raw(srcs["shardwright"], options, server.client() if options else None), n)
+                    timed(read_raw, (srcs["shardwright"], options, server.client() if options else None), n)
                     for _ in range(repeats))
                 results.append({"workload": workload, "place": place, "way": "raw", "lib": "raw", "seconds": raw_s,
                                 "items_per_s": n / raw_s, "mb_per_s": n * payload / raw_s / 1e6})
@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                         for r in range(repeats):
                             cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
                             try:
-                                seconds.append(timed(lambda: reader(srcs[lib], way, options, cache), n))
-                            except Exception:  # noqa: BLE001 - reported, the others go on
+                                seconds.append(timed(reader, (srcs[lib], way, options, cache), n))
+                            except Exception:
                                 failures += 1
                                 print(f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
                                       file=sys.stderr)
@@ -262,18 +262,17 @@ def print_table(results: list[dict]) -> None:
         row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == key}
         raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], "raw")), None)
         sw = row.get("shardwright")
+        first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
+              f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |")
 
-        def rate(lib: str) -> str:
-            return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "failed"
 
-        def ratio(other) -> str:
-            return f"{sw['items_per_s'] / other['items_per_s']:.2f}" if sw and other else "-"
+def _rate(row: dict, lib: str) -> str:
+    return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "failed"
 
-        print(f"| {key[0]} | {key[1]} | {key[2]} | "
-              f"{rate('shardwright')} ({sw['mb_per_s']:,.0f})" if sw else f"| {key[0]} | {key[1]} | {key[2]} | failed",
-              end="")
-        print(f" | {rate('litdata')} | {rate('mosaic')} | {ratio(row.get('litdata'))} | {ratio(row.get('mosaic'))} | "
-              f"{ratio(raw)} |")
+
+def _ratio(ours: dict | None, other: dict | None) -> str:
+    return f"{ours['items_per_s'] / other['items_per_s']:.2f}" if ours and other else "-"
 
 
 if __name__ == "__main__":

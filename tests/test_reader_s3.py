@@ -31,7 +31,7 @@ def remote(s3_server):
     yield url
     try:
         s3_server.delete_bucket(bucket)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from helpers import child_env, kill_group  # noqa: E402
-
 from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, optimize  # noqa: E402
 from shardwright.reader import ResumeStateError  # noqa: E402
 

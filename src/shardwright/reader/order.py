@@ -22,9 +22,8 @@ machine and numpy version that keeps PCG64 (numpy guarantees that stream).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

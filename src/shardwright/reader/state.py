@@ -55,7 +55,7 @@ class ResumePoint:
         }
 
     @classmethod
-    def from_json(cls, data: dict, total: int) -> "ResumePoint":
+    def from_json(cls, data: dict, total: int) -> ResumePoint:
         """Raises ResumeStateError naming the bad field; every number is bounded."""
         try:
             epoch = data["epoch"]
