@@ -50,7 +50,7 @@ class TokenEncoder:
                 self.format_input_index = input_index
         elif [fmt] != self.data_format:
             raise SampleFormatError(
-                f"input {input_index}: tokens of type {fmt} but {self._origin()} gave {self.data_format[0]}; every "
+                f"input {input_index}: tokens of type {fmt} but {self._origin()} gave {self.data_format}; every "
                 "sample of a token dataset must have the same dtype (convert in fn, e.g. .astype(np.int32))"
             )
         self.itemsize = sample.dtype.itemsize if hasattr(sample.dtype, "itemsize") else sample.element_size()

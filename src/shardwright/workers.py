@@ -271,7 +271,7 @@ class Worker:
         self.signalled = False
         self.storage = open_storage(cfg.output_dir, cfg.storage_options)
         self.gate = FormatGate(self.storage, cfg.run_id, cfg.tokens)
-        self.committer = ChunkCommitter(self.storage, cfg, self.report, lambda: self.gate.encoder.itemsize)
+        self.committer = ChunkCommitter(self.storage, cfg, self.report, lambda: getattr(self.gate.encoder, "itemsize", None))
         self._pending_progress = 0
         self._last_progress = time.monotonic()
         self._parent = os.getppid()

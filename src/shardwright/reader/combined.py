@@ -24,7 +24,7 @@ try:
 except ImportError:  # torch is optional: a plain object then
     _IterableBase = object  # type: ignore[assignment,misc]
 
-    def _worker_info():  # type: ignore[no-redef]
+    def _worker_info():
         return None
 
 __all__ = ["CombinedStreamingDataset", "mix_choices", "mix_counts"]
@@ -71,7 +71,7 @@ def mix_counts(lengths: list[int], weights: list[float], rng: np.random.Generato
     return counts.tolist()
 
 
-class CombinedStreamingDataset(_IterableBase):  # type: ignore[misc,valid-type]
+class CombinedStreamingDataset(_IterableBase):
     """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
 
     Deterministic (the same seed and epoch give the same mix on every machine) and resumable

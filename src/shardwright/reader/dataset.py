@@ -8,8 +8,8 @@ import copy
 import multiprocessing
 import operator
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from ..errors import UnsupportedFormatError
 from ..format import chunk_item, decode_plan, item_decoder, parse_size
@@ -29,7 +29,7 @@ except ImportError:  # torch is optional: plain objects then
     _DatasetBase = object  # type: ignore[assignment,misc]
     _IterableBase = object  # type: ignore[assignment,misc]
 
-    def _worker_info():  # type: ignore[no-redef]
+    def _worker_info():
         return None
 
 
@@ -45,7 +45,7 @@ def _wants_iterable(kwargs: dict) -> bool:
     return bool(kwargs.get("shuffle")) or distributed_env()[1] > 1
 
 
-class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
+class StreamingDataset(_DatasetBase):
     """A dataset written by shardwright (or litdata) in a local directory or on S3.
 
     ``len(ds)``, ``ds[i]`` (negative indices too) and ``ds[a:b:c]`` (a list) read any item;
@@ -159,6 +159,8 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self._num_items = total
         self._tokens: TokenLayout | None = None
         if item_loader is not None:
+            if item_loader.block_size is None:
+                raise ValueError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
             self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
             self._group_sizes = self._tokens.group_sizes
             self._length = self._tokens.num_blocks
@@ -180,7 +182,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         self._resume: ResumePoint | None = None
         self._progress: dict | None = None  # this process's current stream (StatefulDataLoader)
         self._fingerprint = fingerprint(self._length, chunks)
-        self._decode = None
+        self._decode: Callable[[Any], Any] | None = None
 
     # --- checks at open --------------------------------------------------------------------
 
@@ -279,6 +281,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         decode = self._decode
         if decode is None:  # built per process: closures do not pickle
             config = self._source.config
+            assert config.data_spec is not None  # a dataset with items has a spec
             decode = self._decode = item_decoder(config.data_format, config.data_spec, allow_pickle=self.allow_pickle)
         return decode
 
@@ -395,7 +398,7 @@ class StreamingDataset(_DatasetBase):  # type: ignore[valid-type,misc]
         return state
 
 
-class IterableStreamingDataset(StreamingDataset, _IterableBase):  # type: ignore[misc,valid-type]
+class IterableStreamingDataset(StreamingDataset, _IterableBase):
     """A :class:`StreamingDataset` that a DataLoader iterates (it orders and splits epochs
     itself). ``len()`` is this rank's share of an epoch; ``ds[i]`` still reads any item."""
 
@@ -415,7 +418,7 @@ def as_iterable(dataset: StreamingDataset) -> IterableStreamingDataset:
         return dataset
     view = copy.copy(dataset)
     view.__class__ = IterableStreamingDataset
-    return view
+    return cast(IterableStreamingDataset, view)
 
 
 def _shared_int():

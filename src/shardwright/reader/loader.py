@@ -88,8 +88,9 @@ class StreamingDataLoader(DataLoader):
         if self._pending is not None:
             _apply(view, self._pending)
             self._pending = None
-            if getattr(self, "_iterator", None) is not None:  # persistent workers hold old copies
-                self._iterator._shutdown_workers()
+            old = getattr(self, "_iterator", None)
+            if old is not None:  # persistent workers hold copies of the dataset from before the resume
+                old._shutdown_workers()
                 self._iterator = None
         elif self._started:
             view.set_epoch(view.epoch + 1)

@@ -115,6 +115,7 @@ class ChunkSource:
 
     def _read_remote_index(self) -> bytes:
         storage = self._storage
+        assert storage is not None
         try:
             return storage.read_bytes(INDEX_NAME)
         except FileNotFoundError:
@@ -279,6 +280,7 @@ class ChunkSource:
         compressed = self.config.compression is not None
         for attempt in range(2):
             pin = cache.open(entry)
+            assert pin is not None  # None only when a prefetch's still_wanted says no
             try:
                 stored = pin.map() if not compressed else pin.read()
             except BaseException:

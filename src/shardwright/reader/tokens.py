@@ -114,6 +114,7 @@ class TokenLayout:
     def tokens(self, chunk, entry: ChunkEntry, first: int, count: int) -> np.ndarray:
         """``count`` tokens of a chunk's decoded bytes, from token ``first`` (validated)."""
         n = chunk_num_items(chunk)
+        assert entry.dim is not None  # checked when the layout was built
         header = 4 * (n + 2)
         itemsize = self.dtype.itemsize
         if header + entry.dim * itemsize > len(chunk):
