@@ -42,7 +42,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "stand_in"))  # torchvision stand-in, for mosaicml-streaming
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # s3server.py
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))  # s3server.py
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 import numpy as np  # noqa: E402
@@ -79,10 +79,17 @@ def write_all(workload: str, n: int, root: str) -> dict[str, str]:
     fn, _ = WORKLOADS[workload]
     dirs = {lib: os.path.join(root, f"{workload}-{lib}") for lib in ("shardwright", "litdata", "mosaic")}
     chunk_bytes = "8MB" if workload == "small" else "16MB"
-    shardwright.optimize(fn, list(range(n)), dirs["shardwright"], chunk_bytes=chunk_bytes, num_workers=WORKERS,
-                         verbose=False)
-    litdata.optimize(fn=fn, inputs=list(range(n)), output_dir=dirs["litdata"], chunk_bytes=chunk_bytes,
-                     num_workers=WORKERS, start_method="fork")
+    shardwright.optimize(
+        fn, list(range(n)), dirs["shardwright"], chunk_bytes=chunk_bytes, num_workers=WORKERS, verbose=False
+    )
+    litdata.optimize(
+        fn=fn,
+        inputs=list(range(n)),
+        output_dir=dirs["litdata"],
+        chunk_bytes=chunk_bytes,
+        num_workers=WORKERS,
+        start_method="fork",
+    )
     columns = {"i": "int64", "x": "int64"} if workload == "small" else {"i": "int64", "x": "ndarray:uint8"}
     with MDSWriter(out=dirs["mosaic"], columns=columns, size_limit=chunk_bytes) as writer:
         for i in range(n):
@@ -192,8 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             import litdata.streaming.downloader as downloader
 
             downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # plain-http loopback endpoint
-            os.environ.update({"S3_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": server.access_key,
-                               "AWS_SECRET_ACCESS_KEY": server.secret_key, "AWS_DEFAULT_REGION": "us-east-1"})
+            os.environ.update(
+                {
+                    "S3_ENDPOINT_URL": server.endpoint,
+                    "AWS_ACCESS_KEY_ID": server.access_key,
+                    "AWS_SECRET_ACCESS_KEY": server.secret_key,
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                }
+            )
         log = open(os.path.join(root, "writers.log"), "w")
         for workload in workloads:
             n = sizes[workload]
@@ -213,9 +226,19 @@ def main(argv: list[str] | None = None) -> int:
             for place, srcs, options in places:
                 raw_s = statistics.median(
                     timed(read_raw, (srcs["shardwright"], options, server.client() if options else None), n)
-                    for _ in range(repeats))
-                results.append({"workload": workload, "place": place, "way": "raw", "lib": "raw", "seconds": raw_s,
-                                "items_per_s": n / raw_s, "mb_per_s": n * payload / raw_s / 1e6})
+                    for _ in range(repeats)
+                )
+                results.append(
+                    {
+                        "workload": workload,
+                        "place": place,
+                        "way": "raw",
+                        "lib": "raw",
+                        "seconds": raw_s,
+                        "items_per_s": n / raw_s,
+                        "mb_per_s": n * payload / raw_s / 1e6,
+                    }
+                )
                 for way in ("inproc", "seq", "shuffle"):
                     for lib, reader in READERS.items():
                         seconds = []
@@ -225,15 +248,26 @@ def main(argv: list[str] | None = None) -> int:
                                 seconds.append(timed(reader, (srcs[lib], way, options, cache), n))
                             except Exception:
                                 failures += 1
-                                print(f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
-                                      file=sys.stderr)
+                                print(
+                                    f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
+                                    file=sys.stderr,
+                                )
                                 break
                             finally:
                                 shutil.rmtree(cache, ignore_errors=True)
                         if seconds:
                             s = statistics.median(seconds)
-                            results.append({"workload": workload, "place": place, "way": way, "lib": lib,
-                                            "seconds": s, "items_per_s": n / s, "mb_per_s": n * payload / s / 1e6})
+                            results.append(
+                                {
+                                    "workload": workload,
+                                    "place": place,
+                                    "way": way,
+                                    "lib": lib,
+                                    "seconds": s,
+                                    "items_per_s": n / s,
+                                    "mb_per_s": n * payload / s / 1e6,
+                                }
+                            )
                     report(results, workload, place, way)
     finally:
         if server is not None:
@@ -253,18 +287,24 @@ def report(results: list[dict], workload: str, place: str, way: str) -> None:
 
 
 def print_table(results: list[dict]) -> None:
-    print("\n| workload | from | way | shardwright items/s (MB/s) | litdata items/s | mosaic items/s | "
-          "sw/litdata | sw/mosaic | sw/raw |")
+    print(
+        "\n| workload | from | way | shardwright items/s (MB/s) | litdata items/s | mosaic items/s | "
+        "sw/litdata | sw/mosaic | sw/raw |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
-    keys = sorted({(r["workload"], r["place"], r["way"]) for r in results if r["way"] != "raw"},
-                  key=lambda k: (k[0], k[1], ["inproc", "seq", "shuffle"].index(k[2])))
+    keys = sorted(
+        {(r["workload"], r["place"], r["way"]) for r in results if r["way"] != "raw"},
+        key=lambda k: (k[0], k[1], ["inproc", "seq", "shuffle"].index(k[2])),
+    )
     for key in keys:
         row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == key}
         raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], "raw")), None)
         sw = row.get("shardwright")
         first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
-              f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |")
+        print(
+            f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
+            f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |"
+        )
 
 
 def _rate(row: dict, lib: str) -> str:

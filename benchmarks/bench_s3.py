@@ -47,7 +47,7 @@ from bench_optimize import redirected  # noqa: E402  (same folder)
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # s3server.py
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # the test support package (a real S3 server)
 
 NUM_WORKERS = 2
 MIB = 1 << 20
@@ -64,7 +64,7 @@ def mib_array(i: int) -> np.ndarray:
 
 class Bench:
     def __init__(self, items: int, root: str, log_path: str):
-        from s3server import S3Server
+        from support.s3server import S3Server
 
         self.items = items
         self.root = root

@@ -7,7 +7,7 @@
 
 Part 1, scaling. One workload (``fn``: a numpy sort sized so one input costs ~2 ms of CPU,
 calibrated first, BLAS/OpenMP pinned to one thread) run as an array of 1, 2 and 3 tasks on
-the single-host test cluster (tests/slurm_cluster.py: nodes n1..n3, 2 "CPUs" each), with
+the single-host test cluster (tests/support/slurm_cluster.py: nodes n1..n3, 2 "CPUs" each), with
 ``--cpus-per-task=1`` and ``num_workers=1`` per task. Reported: submission to last task
 ended (``wall``), first task start to last task end as the tasks saw it (``span``: excludes
 the scheduler's latency), and the speed-up of ``span`` over 1 task. The emulated nodes share
@@ -19,12 +19,12 @@ published: node 0 and node 1 of ``num_nodes=2`` each commit their half (``chunk_
 node 1's own publishing is switched off in this process, so the run is left complete but
 unpublished. Then timed alone: ``shardwright status``, ``shardwright merge`` (a fresh
 process: what a merge job costs, interpreter start included) and, on an identical copy, the
-steps of ``checkpoint.publish_if_complete`` in-process (read every record, write index.json,
+steps of ``protocol.publish.publish_if_complete`` in-process (read every record, write index.json,
 clean up). ``--merge-s3`` repeats the in-process steps on a local SeaweedFS S3 server
 (tests/s3server.py): real S3 adds its round-trip latency to every read and delete.
 
 Needs root with slurm-wlm + munge for part 1 (a cluster is started and stopped, or set
-SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/slurm_cluster.py up``).
+SHARDWRIGHT_TEST_SLURM_DIR to use one started with ``python tests/support/slurm_cluster.py up``).
 Part 2 needs neither.
 """
 
@@ -118,8 +118,8 @@ def _check_dataset(out: Path, inputs: int) -> None:
 
 
 def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: int, log) -> list[dict]:
-    from shardwright.slurm import submit, write_sbatch_script
-    from slurm_cluster import SlurmCluster
+    from shardwright.cluster.slurm import submit, write_sbatch_script
+    from support.slurm_cluster import SlurmCluster
 
     existing = os.environ.get("SHARDWRIGHT_TEST_SLURM_DIR")
     cluster = SlurmCluster.attach(existing) if existing else SlurmCluster()
@@ -173,41 +173,44 @@ def _sample(i):
 
 def build_unpublished(out: str, chunks: int, storage_options: dict | None = None) -> float:
     """A complete, unpublished run of ``chunks`` one-item chunks (2 nodes' worth of records)."""
-    from shardwright import checkpoint, optimize
+    from shardwright import optimize
+    from shardwright.engine import run as engine_run
     from shardwright.storage import open_storage
 
     t = time.perf_counter()
     inputs = list(range(chunks))
     kw = dict(chunk_size=1, num_workers=2, num_nodes=2, verbose=False, storage_options=storage_options)
     optimize(_sample, inputs, out, node_rank=0, **kw)
-    original = checkpoint.publish_if_complete
-    checkpoint.publish_if_complete = lambda storage, manifest, known: (False, [])  # node 1 leaves it unpublished
+    original = engine_run.publish_if_complete
+    engine_run.publish_if_complete = lambda storage, manifest, known: (False, [])  # node 1 leaves it unpublished
     try:
         optimize(_sample, inputs, out, node_rank=1, **kw)
     finally:
-        checkpoint.publish_if_complete = original
+        engine_run.publish_if_complete = original
     if open_storage(out, storage_options).exists("index.json"):
         raise SystemExit("BROKEN SETUP: the run was published while building it")
     return time.perf_counter() - t
 
 
 def _timed_publish(url: str, storage_options: dict | None, chunks: int) -> dict:
-    """The steps of checkpoint.publish_if_complete, timed one by one, in this process."""
-    from shardwright import checkpoint
+    """The steps of protocol.publish.publish_if_complete, timed one by one, in this process."""
     from shardwright.format import parse_index
-    from slurm_job import load_progress  # tests/slurm_job.py: passes the run id if the engine takes one
+    from shardwright.protocol.layout import SHARDS_PREFIX
+    from shardwright.protocol.manifest import read_manifest
+    from shardwright.protocol.publish import cleanup_after_publish, publish
+    from shardwright.protocol.records import load_progress
     from shardwright.storage import open_storage
 
     storage = open_storage(url, storage_options)
-    record_files = len(storage.list(checkpoint.SHARDS_PREFIX))
+    record_files = len(storage.list(SHARDS_PREFIX))
     t0 = time.perf_counter()
-    manifest = checkpoint.read_manifest(storage)
-    progress = load_progress(storage, manifest.shard_bounds(), manifest)
+    manifest = read_manifest(storage)
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     t1 = time.perf_counter()
-    chunk_list = checkpoint.publish(storage, manifest, progress)
+    chunk_list = publish(storage, manifest, progress)
     t2 = time.perf_counter()
     failed = [f for s in sorted(progress) for f in progress[s].failed]
-    checkpoint.cleanup_after_publish(storage, manifest, chunk_list, failed)
+    cleanup_after_publish(storage, manifest, chunk_list, failed)
     t3 = time.perf_counter()
     entries, _ = parse_index(storage.read_bytes("index.json"), url)
     if sum(e.chunk_size for e in entries) != chunks or len(entries) != chunks:
@@ -261,7 +264,7 @@ def run_merge(chunks: int, repeats: int, log) -> dict:
 
 def run_merge_s3(chunks: int, log) -> dict:
     """The same on a local SeaweedFS S3 server (tests/s3server.py): the in-process steps only."""
-    from s3server import S3Server
+    from support.s3server import S3Server
 
     server = S3Server().start()
     try:

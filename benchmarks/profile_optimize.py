@@ -6,7 +6,7 @@ its chunk-committer thread, each profiled separately (num_workers=1, start_metho
     .venv/bin/python benchmarks/profile_optimize.py --workload 4    # 200k items, chunk_size=100
     .venv/bin/python benchmarks/profile_optimize.py --workload 4 --no-checkpoint --top 30
 
-The worker is profiled by wrapping ``shardwright.workers.worker_main`` and
+The worker is profiled by wrapping ``shardwright.engine.worker.worker_main`` and
 ``ChunkCommitter._run`` before the pool forks (fork keeps the patched module), so this
 uses shardwright's internals on purpose: it is a diagnostic, not a benchmark (cProfile
 roughly doubles the cost of small Python calls).
@@ -37,10 +37,11 @@ WORKLOADS = {
 
 
 def install_worker_profilers(prof_dir: str) -> None:
-    import shardwright.workers as workers
+    import shardwright.engine.committer as committer
+    import shardwright.engine.pool as pool
 
-    original_main = workers.worker_main
-    original_run = workers.ChunkCommitter._run
+    original_main = pool.worker_main
+    original_run = committer.ChunkCommitter._run
 
     def profiled_main(wid, *args, **kwargs):
         prof = cProfile.Profile()
@@ -60,8 +61,8 @@ def install_worker_profilers(prof_dir: str) -> None:
             prof.disable()
             prof.dump_stats(os.path.join(prof_dir, f"committer-{os.getpid()}.prof"))
 
-    workers.worker_main = profiled_main
-    workers.ChunkCommitter._run = profiled_run
+    pool.worker_main = profiled_main  # the name the pool starts
+    committer.ChunkCommitter._run = profiled_run
 
 
 def report(title: str, paths: list[str], top: int, sort: str) -> str:

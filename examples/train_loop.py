@@ -74,11 +74,24 @@ def main() -> None:
                 f.write(json.dumps([epoch, batch["i"].tolist()]) + "\n")
             step += 1
             if step % 20 == 0:
-                save_atomically(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                       "loader": json.dumps(loader.state_dict()),
-                                       "seen_bytes": os.path.getsize(seen_log)})
-        save_atomically(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                               "loader": json.dumps(loader.state_dict()), "seen_bytes": os.path.getsize(seen_log)})
+                save_atomically(
+                    ckpt,
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "loader": json.dumps(loader.state_dict()),
+                        "seen_bytes": os.path.getsize(seen_log),
+                    },
+                )
+        save_atomically(
+            ckpt,
+            {
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "loader": json.dumps(loader.state_dict()),
+                "seen_bytes": os.path.getsize(seen_log),
+            },
+        )
         print(f"epoch {epoch} done, loss {loss.item():.4f}, weights {model.weight.data.numpy().round(2)}")
 
     counts: dict[int, list[int]] = {}

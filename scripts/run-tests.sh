@@ -6,6 +6,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup-env.sh --slurm
 
+bash scripts/lint.sh
+
 echo "[run-tests] $(.venv/bin/python --version), pytest $(.venv/bin/python -m pytest --version 2>&1 | awk '{print $2}')"
 set +e
 .venv/bin/python -m pytest tests -q -p no:cacheprovider --timeout="${PYTEST_TIMEOUT:-300}" --durations=15 "$@"

@@ -1,7 +1,23 @@
-import os
-import sys
+"""Fixtures live in tests/support/ (s3_server, s3_bucket, s3_url, s3_storage_options, fault_proxy,
+slurm_cluster); tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
-sys.path.insert(0, os.path.dirname(__file__))
+Tests that use the S3 server or the Slurm cluster are marked ``s3`` / ``slurm`` here, from the
+fixtures they ask for, so ``pytest -m "not s3 and not slurm"`` is the fast local loop."""
 
-from conftest_s3 import *  # noqa: E402,F401,F403  (s3_server, s3_bucket, s3_url, fault_proxy, ...)
-from conftest_slurm import *  # noqa: E402,F401,F403  (slurm_cluster)
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ("support.s3_fixtures", "support.slurm_fixtures")
+
+S3_FIXTURES = {"s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_proxy"}
+SLURM_FIXTURES = {"slurm_cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & S3_FIXTURES:
+            item.add_marker(pytest.mark.s3)
+        if used & SLURM_FIXTURES:
+            item.add_marker(pytest.mark.slurm)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import (
+from shardwright.protocol.layout import MANIFEST_KEY
+from support.helpers import (
     assert_exactly_once,
     children_of,
     committed_records,
@@ -22,6 +23,8 @@ from helpers import (
     start_child,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow  # real processes, kill loops: minutes, not seconds
 
 
 @pytest.mark.parametrize("kind", ["plain", "filtering", "generator"])
@@ -35,7 +38,7 @@ def test_random_sigkill_loop(tmp_path, kind):
     config["num_workers"] = 2
     finish(config)
     assert_exactly_once(config)
-    assert not (Path(config["output_dir"]) / ".shardwright" / "manifest.json").exists()
+    assert not (Path(config["output_dir"]) / MANIFEST_KEY).exists()
 
 
 @pytest.mark.parametrize("point", ["after_chunk", "after_index", "after_run_record"])

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from shardwright.errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
+from shardwright.protocol.layout import chunk_filename
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
     ItemEncoder,
     build_chunk,
-    chunk_filename,
     chunk_item,
     chunk_num_items,
     compress,

@@ -18,17 +18,20 @@ import pytest
 import zstandard
 
 from shardwright.errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
+from shardwright.protocol.layout import chunk_filename
+from shardwright.protocol.records import CommitRecord, write_records
+from shardwright.storage import LocalStorage
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
     ItemEncoder,
     build_chunk,
-    chunk_filename,
     compress,
     flatten_sample,
     render_index,
 )
 from shardwright.reader import StreamingDataset
+from shardwright.protocol.layout import STATE_DIR
 
 torch = pytest.importorskip("torch")
 
@@ -381,11 +384,11 @@ def test_reader_missing_dir(tmp_path):
 
 def test_reader_no_index_is_incomplete(tmp_path):
     out = tmp_path / "half"
-    records = out / ".shardwright" / "shards"
-    records.mkdir(parents=True)
-    for shard, seqs in ((0, 3), (1, 2)):
+    storage = LocalStorage(out)
+    for shard, seqs in ((0, 3), (1, 2)):  # one commit round per record, as the engine may write them
         for seq in range(seqs):
-            (records / f"{shard:05d}-{seq:06d}.json").write_text("{}")
+            entry = ChunkEntry(chunk_filename(0, shard, seq, None), chunk_size=1, chunk_bytes=8)
+            write_records(storage, [CommitRecord(shard, seq, entry, 8, seq, seq + 1, 0, False, (), "run")])
     with pytest.raises(IncompleteDatasetError) as err:
         StreamingDataset(out)
     message = str(err.value)
@@ -474,6 +477,6 @@ def test_reader_copes_with_litdata_decompressed_copies(tmp_path):
         plain = out / entry.filename.replace(".zstd", "")
         plain.write_bytes(zstandard.ZstdDecompressor().decompress(stored.read_bytes()))
         stored.unlink()
-    shutil.rmtree(out / ".shardwright", ignore_errors=True)
+    shutil.rmtree(out / STATE_DIR, ignore_errors=True)
     assert [x["i"] for x in StreamingDataset(out)] == list(range(23))
     assert not any(name.endswith(".zstd.bin") for name in os.listdir(out))

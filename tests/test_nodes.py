@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crash_child import expected
-from helpers import committed_records, kill_group, read_pairs, run_child, start_child, wait_for
+from support.crash_child import expected
+from support.helpers import committed_records, kill_group, read_pairs, run_child, start_child, wait_for
 from shardwright import ConcurrentRunError, optimize
 
 

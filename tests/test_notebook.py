@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX
+
+pytestmark = pytest.mark.slow  # real Jupyter kernels
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -76,7 +80,7 @@ def test_notebook_with_fn_defined_in_it(tmp_path, kernel_name):
     text = _text_outputs(nb)
     assert f"count={EXPECTED_COUNT}" in text, text[-3000:]
     assert (out / "index.json").exists()
-    assert not (out / ".shardwright" / "manifest.json").exists()
+    assert not (out / MANIFEST_KEY).exists()
 
     # Rerunning the notebook (same call) is a no-op, not an error, and adds nothing.
     nb2 = nbformat.read(NOTEBOOK, as_version=4)
@@ -129,7 +133,7 @@ def test_interrupting_the_kernel_raises_keyboardinterrupt_and_resumes(tmp_path, 
     try:
         kc.execute_interactive(f"OUTPUT_DIR = {str(out)!r}", timeout=60)
         msg_id = kc.execute(INTERRUPTED_CELL)
-        shards = out / ".shardwright" / "shards"
+        shards = out / SHARDS_PREFIX
         deadline = time.monotonic() + 60
         while not (shards.exists() and any(shards.iterdir())):
             assert time.monotonic() < deadline, "nothing was committed"

@@ -8,15 +8,11 @@ from pathlib import Path
 import pytest
 
 from shardwright.errors import InputsError, RunMismatchError, ShardwrightError
-from shardwright.planning import (
-    InputsFingerprint,
-    check_inputs,
-    check_settings_match,
-    default_num_shards,
-    node_identity,
-    shard_bounds,
-    shards_of_node,
-)
+from shardwright.engine.planning import check_inputs, node_identity
+from shardwright.protocol.decide import Request, check_same_run
+from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.shards import default_num_shards, shard_bounds, shards_of_node
 
 
 @pytest.mark.parametrize("n,shards", [(0, 1), (1, 1), (10, 10), (1000, 64), (1001, 7)])
@@ -78,8 +74,14 @@ def test_inputs_must_be_a_sequence(bad):
 
 
 def test_settings_change_names_the_setting_and_the_fix():
+    inputs = InputsFingerprint.of([1, 2, 3])
+    recorded = Manifest(run_id="r", generation=0, mode="create", num_inputs=3, num_shards=1, inputs=inputs.to_json(),
+                        settings=OutputSettings(100, None, None, 1), use_checkpoint=True, base_chunks=[],
+                        base_config=None, fn_name="f", created_at=0.0)
+    request = Request(mode=None, inputs=inputs, settings=OutputSettings(200, None, None, 1), fn_name="f",
+                      use_checkpoint=True)
     with pytest.raises(RunMismatchError, match=r"chunk_size was 100, now 200; rerun with chunk_size=100"):
-        check_settings_match({"chunk_size": 100}, {"chunk_size": 200})
+        check_same_run(recorded, request, "out")
 
 
 def test_node_identity_sources_and_precedence():

@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import errors_of_threads
+from support.helpers import errors_of_threads
 
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
-from shardwright.format import ChunkEntry, ItemEncoder, build_chunk, chunk_filename
+from shardwright.format import ChunkEntry, ItemEncoder, build_chunk
+from shardwright.protocol.layout import chunk_filename
 from shardwright.reader import _CACHE_MARKER, _ChunkCache, _try_evict
 from shardwright.storage import LocalStorage
 

@@ -26,8 +26,16 @@ def array_item(i: int) -> dict:
 def remote(s3_server):
     bucket = s3_server.create_bucket()
     url = f"s3://{bucket}/train"
-    optimize(array_item, list(range(CHUNKS * 20)), url, chunk_size=20, num_shards=4, num_workers=2,
-             storage_options=s3_server.storage_options, verbose=False)
+    optimize(
+        array_item,
+        list(range(CHUNKS * 20)),
+        url,
+        chunk_size=20,
+        num_shards=4,
+        num_workers=2,
+        storage_options=s3_server.storage_options,
+        verbose=False,
+    )
     yield url
     try:
         s3_server.delete_bucket(bucket)
@@ -43,8 +51,17 @@ def test_prefetch_from_the_plan_hides_latency(remote, fault_proxy, tmp_path):
     fault_proxy.configure(latency=0.05)  # every S3 request takes 50 ms more
     chunk = 20 * (ROWS + 100)
     limit = 16 * chunk
-    ds = StreamingDataset(remote, storage_options=fault_proxy.storage_options, cache_dir=tmp_path / "cache",
-                          max_cache_bytes=limit, shuffle=True, seed=2, shuffle_window=4, prefetch=4, iterable=True)
+    ds = StreamingDataset(
+        remote,
+        storage_options=fault_proxy.storage_options,
+        cache_dir=tmp_path / "cache",
+        max_cache_bytes=limit,
+        shuffle=True,
+        seed=2,
+        shuffle_window=4,
+        prefetch=4,
+        iterable=True,
+    )
     seen = []
     for item in ds:
         seen.append(item["i"])
@@ -58,8 +75,15 @@ def test_prefetch_from_the_plan_hides_latency(remote, fault_proxy, tmp_path):
 
 def test_without_prefetch_every_chunk_is_waited_for(remote, fault_proxy, tmp_path):
     """The control: the test above could not pass without the prefetcher."""
-    ds = StreamingDataset(remote, storage_options=fault_proxy.storage_options, cache_dir=tmp_path / "cache",
-                          shuffle=True, seed=2, prefetch=False, iterable=True)
+    ds = StreamingDataset(
+        remote,
+        storage_options=fault_proxy.storage_options,
+        cache_dir=tmp_path / "cache",
+        shuffle=True,
+        seed=2,
+        prefetch=False,
+        iterable=True,
+    )
     assert len(list(ds)) == CHUNKS * 20
     assert ds._source.cache.reader_waits == CHUNKS
 
@@ -70,8 +94,9 @@ def test_each_rank_downloads_its_share(remote, fault_proxy, tmp_path, monkeypatc
     for rank in range(2):
         monkeypatch.setenv("RANK", str(rank))
         before = fault_proxy.stats["requests"]
-        ds = StreamingDataset(remote, storage_options=fault_proxy.storage_options, cache_dir=tmp_path / f"c{rank}",
-                              shuffle=True, seed=5)
+        ds = StreamingDataset(
+            remote, storage_options=fault_proxy.storage_options, cache_dir=tmp_path / f"c{rank}", shuffle=True, seed=5
+        )
         items = [x["i"] for x in ds]
         assert len(items) == CHUNKS * 10
         downloaded.append(fault_proxy.stats["requests"] - before - 1)  # minus index.json

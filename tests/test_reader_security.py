@@ -42,7 +42,9 @@ def test_pickle_leaf_that_runs_code_is_refused_by_default(tmp_path):
     out = tmp_path / "evil"
     write(out, [{"x": 1, "p": Evil(str(target))}])
     ds = StreamingDataset(out)
-    with pytest.raises(UnsupportedFormatError, match=r"refers to \w+\.open: unpickling it runs code.*allow_pickle=True"):
+    with pytest.raises(
+        UnsupportedFormatError, match=r"refers to \w+\.open: unpickling it runs code.*allow_pickle=True"
+    ):
         ds[0]
     assert not target.exists(), "nothing of the pickle may run by default"
     assert StreamingDataset(out, allow_pickle=True)[0]["x"] == 1

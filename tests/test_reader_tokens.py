@@ -29,8 +29,16 @@ STREAM = np.concatenate([doc(i) for i in range(60)])
 @pytest.fixture(scope="module")
 def tokens_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tok") / "ds"
-    optimize(doc, list(range(60)), str(out), chunk_size=7, num_workers=2, num_shards=3, item_loader=TokensLoader(),
-             verbose=False)
+    optimize(
+        doc,
+        list(range(60)),
+        str(out),
+        chunk_size=7,
+        num_workers=2,
+        num_shards=3,
+        item_loader=TokensLoader(),
+        verbose=False,
+    )
     return out
 
 
@@ -62,8 +70,9 @@ def test_token_dataset_needs_the_loader_and_bad_samples_are_clear(tokens_dir, tm
     with pytest.raises(ValueError, match="block_size must be a positive int"):
         TokensLoader(block_size=0)
     with pytest.raises(SampleFormatError, match="1-D numpy arrays or torch tensors of tokens"):
-        optimize(lambda i: {"x": i}, [1, 2], str(tmp_path / "bad"), num_workers=1, item_loader=TokensLoader(),
-                 verbose=False)
+        optimize(
+            lambda i: {"x": i}, [1, 2], str(tmp_path / "bad"), num_workers=1, item_loader=TokensLoader(), verbose=False
+        )
 
 
 def test_litdata_reads_ours(tokens_dir):
@@ -71,8 +80,9 @@ def test_litdata_reads_ours(tokens_dir):
     theirs = ld.StreamingDataset(str(tokens_dir), item_loader=ld.TokensLoader(block_size=8))
     ours = StreamingDataset(tokens_dir, item_loader=TokensLoader(block_size=8))
     starts = np.concatenate([[0], np.cumsum([c.dim for c in ours.chunks])])
-    expected = [STREAM[s + j * 8 : s + (j + 1) * 8] for c, s in enumerate(starts[:-1])
-                for j in range(ours.chunks[c].dim // 8)]  # litdata cuts blocks inside each chunk
+    expected = [
+        STREAM[s + j * 8 : s + (j + 1) * 8] for c, s in enumerate(starts[:-1]) for j in range(ours.chunks[c].dim // 8)
+    ]  # litdata cuts blocks inside each chunk
     got = [np.asarray(theirs[i]) for i in range(len(theirs))]
     assert len(got) == len(expected) and all(np.array_equal(g, e) for g, e in zip(got, expected))
     assert len(ours) >= len(theirs)
@@ -81,8 +91,15 @@ def test_litdata_reads_ours(tokens_dir):
 def test_we_read_litdatas(tmp_path):
     ld = pytest.importorskip("litdata")
     out = tmp_path / "lit"
-    ld.optimize(fn=tensor_doc, inputs=list(range(40)), output_dir=str(out), chunk_size=6, num_workers=1,
-                item_loader=ld.TokensLoader(), start_method="fork")
+    ld.optimize(
+        fn=tensor_doc,
+        inputs=list(range(40)),
+        output_dir=str(out),
+        chunk_size=6,
+        num_workers=1,
+        item_loader=ld.TokensLoader(),
+        start_method="fork",
+    )
     stream = torch.cat([tensor_doc(i) for i in range(40)])
     ds = StreamingDataset(out, item_loader=TokensLoader(block_size=10))
     assert len(ds) == len(stream) // 10

@@ -21,9 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import child_env, kill_group  # noqa: E402
 from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, optimize  # noqa: E402
 from shardwright.reader import ResumeStateError  # noqa: E402
+from support.helpers import child_env, kill_group  # noqa: E402
 
 N, PER_CHUNK = 1200, 50  # 24 chunks
 
@@ -70,8 +70,14 @@ def chunk_loads(ids: list[int], keep: int) -> int:
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_shuffle_with_locality_and_epochs(data, context):
     ds = StreamingDataset(data, shuffle=True, seed=3, shuffle_window=4)
-    loader = StreamingDataLoader(ds, batch_size=10, num_workers=2, collate_fn=ids_collate,
-                                 multiprocessing_context=context, persistent_workers=True)
+    loader = StreamingDataLoader(
+        ds,
+        batch_size=10,
+        num_workers=2,
+        collate_fn=ids_collate,
+        multiprocessing_context=context,
+        persistent_workers=True,
+    )
     orders = []
     for _epoch in range(2):
         batches = read_epoch(loader)
@@ -95,7 +101,9 @@ def test_shuffle_with_locality_and_epochs(data, context):
 def test_plain_dataloader_and_set_epoch(data):
     ds = StreamingDataset(data, shuffle=True, seed=5)
     assert isinstance(ds, torch.utils.data.IterableDataset)
-    loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=ids_collate, persistent_workers=True)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=8, num_workers=2, collate_fn=ids_collate, persistent_workers=True
+    )
     seen = []
     for epoch in range(3):
         ds.set_epoch(epoch)
@@ -167,14 +175,26 @@ def test_resume_mid_epoch_in_a_new_loader(data, workers_before, workers_after, b
     seen = consume(first, 37)
     state = json.loads(json.dumps(first.state_dict()))
     assert len(json.dumps(state)) < 2000
-    again = StreamingDataLoader(StreamingDataset(data, shuffle=True, seed=11), batch_size=batch_after,
-                                num_workers=workers_after, collate_fn=ids_collate)
+    again = StreamingDataLoader(
+        StreamingDataset(data, shuffle=True, seed=11),
+        batch_size=batch_after,
+        num_workers=workers_after,
+        collate_fn=ids_collate,
+    )
     again.load_state_dict(state)
     rest = [i for b in again for i in b["ids"]]
     assert sorted(seen + rest) == list(range(N))
     if workers_before == workers_after and batch_after == 10:  # same layout: the very same order
-        full = [i for b in StreamingDataLoader(StreamingDataset(data, shuffle=True, seed=11), batch_size=10,
-                                               num_workers=workers_before, collate_fn=ids_collate) for i in b["ids"]]
+        full = [
+            i
+            for b in StreamingDataLoader(
+                StreamingDataset(data, shuffle=True, seed=11),
+                batch_size=10,
+                num_workers=workers_before,
+                collate_fn=ids_collate,
+            )
+            for i in b["ids"]
+        ]
         assert seen + rest == full
     # The next epoch after the resumed one is a whole new epoch.
     assert sorted(i for b in again for i in b["ids"]) == list(range(N))
@@ -199,15 +219,17 @@ def test_elastic_resume_two_ranks_to_one(data, monkeypatch):
     for rank in range(2):  # two ranks in lockstep: 9 batches each, then the job stops
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        loader = StreamingDataLoader(StreamingDataset(data, shuffle=True, seed=4), batch_size=10, num_workers=2,
-                                     collate_fn=ids_collate)
+        loader = StreamingDataLoader(
+            StreamingDataset(data, shuffle=True, seed=4), batch_size=10, num_workers=2, collate_fn=ids_collate
+        )
         seen += consume(loader, 9)
         state = state or loader.state_dict()
         assert loader.state_dict() == state, "every rank's state is the same"
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
-    resumed = StreamingDataLoader(StreamingDataset(data, shuffle=True, seed=4, iterable=True), batch_size=7,
-                                  num_workers=3, collate_fn=ids_collate)
+    resumed = StreamingDataLoader(
+        StreamingDataset(data, shuffle=True, seed=4, iterable=True), batch_size=7, num_workers=3, collate_fn=ids_collate
+    )
     resumed.load_state_dict(state)
     rest = [i for b in resumed for i in b["ids"]]
     assert len(seen) + len(rest) == N and sorted(seen + rest) == list(range(N))
@@ -273,9 +295,14 @@ def test_sigkill_and_resume_loop(data, tmp_path):
     progress = []
     for run in range(5):  # four runs killed at random points, then one that finishes
         workers = rng.choice([0, 1, 2])
-        proc = subprocess.Popen([sys.executable, str(script), str(data), state, log, "2", str(workers)],
-                                env=child_env(), start_new_session=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(data), state, log, "2", str(workers)],
+            env=child_env(),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             out, err = proc.communicate(timeout=rng.uniform(2.0, 3.5) if run < 4 else 120)
         except subprocess.TimeoutExpired:
@@ -359,8 +386,9 @@ def test_combined_mix_is_deterministic_and_resumable(tmp_path):
     optimize(make, list(range(1000, 1100)), str(b), chunk_size=20, num_workers=1, verbose=False)
 
     def loader(workers: int, batch: int = 8):
-        mix = CombinedStreamingDataset([StreamingDataset(a, shuffle=True), StreamingDataset(b, shuffle=True)],
-                                       weights=[0.5, 0.5], seed=3)
+        mix = CombinedStreamingDataset(
+            [StreamingDataset(a, shuffle=True), StreamingDataset(b, shuffle=True)], weights=[0.5, 0.5], seed=3
+        )
         return StreamingDataLoader(mix, batch_size=batch, num_workers=workers, collate_fn=ids_collate)
 
     full = [i for bt in loader(2) for i in bt["ids"]]

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from crash_child import expected, generator, plain
-from helpers import (
+from support.crash_child import expected, generator, plain
+from support.helpers import (
     errors_of_threads,
     CHILD,
     child_env,
     chunks_named_but_missing,
     committed_chunk_names,
     assert_exactly_once,
-    committed_records_at,
+    committed_records,
     finish,
     group_pids,
     kill_group,
@@ -45,6 +45,7 @@ from shardwright import (
     optimize,
 )
 from shardwright.storage import open_storage
+from shardwright.protocol.layout import RUN_RECORD_KEY, STATE_DIR
 
 # botocore's adaptive retry mode crawls under constant 503s: tests that inject faults use this.
 STANDARD_RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
@@ -64,7 +65,7 @@ def assert_clean_finish(url: str, storage_options: dict) -> None:
     named = {c["filename"] for c in index["chunks"]}
     chunks = {k for k in keys if k.startswith("chunk-")}
     assert chunks == named, f"orphan chunks {sorted(chunks - named)[:5]}, missing {sorted(named - chunks)[:5]}"
-    state = [k for k in keys if k.startswith(".shardwright/") and k != ".shardwright/run.json"]
+    state = [k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY]
     assert state == [], state
 
 
@@ -188,7 +189,7 @@ def test_persistent_503_fails_clearly_then_resumes(s3_server, s3_bucket, s3_url,
               "storage_options": opts, "num_workers": 2}
     direct = s3_server.storage_options
     proc = start_child(config)
-    assert wait_for(lambda: committed_records_at(s3_url, direct) >= 3, 30)
+    assert wait_for(lambda: committed_records(s3_url, direct) >= 3, 30)
     fault_proxy.configure(p_503=1.0)
     started = time.monotonic()
     _, err = proc.communicate(timeout=90)
@@ -233,7 +234,7 @@ def test_missing_bucket_clear_error(s3_server):
 
 
 def test_unreachable_endpoint_fails_in_seconds(s3_server, s3_url):
-    port = __import__("s3server").free_ports(1)[0]  # nothing listens there
+    port = __import__("support.s3server", fromlist=["free_ports"]).free_ports(1)[0]  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
     opts = dict(s3_server.storage_options, endpoint_url=endpoint)
     started = time.monotonic()
@@ -254,7 +255,7 @@ def test_concurrent_run_refused_then_takeover_after_kill(s3_url, s3_storage_opti
               "storage_options": s3_storage_options, "num_workers": 2}
     proc = start_child(config)
     try:
-        assert wait_for(lambda: committed_records_at(s3_url, s3_storage_options) >= 2, 30)
+        assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 2, 30)
         with pytest.raises(ConcurrentRunError) as err:
             optimize(plain, list(range(config["n"])), s3_url, chunk_size=10, num_workers=2,
                      storage_options=s3_storage_options, verbose=False)
@@ -294,7 +295,7 @@ def test_optimize_to_s3_leaves_no_local_files(s3_url, s3_storage_options, tmp_pa
                                 start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     proc = start()
-    assert wait_for(lambda: committed_records_at(s3_url, s3_storage_options) >= 3, 30)
+    assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 3, 30)
     kill_group(proc)
     proc.communicate()
     assert wait_for(lambda: not group_pids(proc.pid), 5)
@@ -557,7 +558,7 @@ def test_reader_missing_index_is_incomplete(s3_url, s3_storage_options):
               "storage_options": s3_storage_options, "num_workers": 2}
     proc = start_child(config)
     try:
-        assert wait_for(lambda: committed_records_at(s3_url, s3_storage_options) >= 2, 30)
+        assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 2, 30)
     finally:
         kill_group(proc)
         proc.wait()

@@ -1,12 +1,12 @@
-"""optimize() over a real Slurm job array (tests/slurm_cluster.py, three emulated nodes).
+"""optimize() over a real Slurm job array (tests/support/slurm_cluster.py, three emulated nodes).
 
-Every array task runs tests/slurm_job.py, which calls optimize() without a node identity:
+Every array task runs tests/support/slurm_job.py, which calls optimize() without a node identity:
 the engine reads SLURM_ARRAY_* (or the DATA_OPTIMIZER_* the generated script exports) itself.
-The scripts are written by ``shardwright slurm`` / :func:`shardwright.slurm.write_sbatch_script`.
+The scripts are written by ``shardwright slurm`` / :func:`shardwright.cluster.slurm.write_sbatch_script`.
 
 Checked each time: the dataset read back with shardwright.StreamingDataset holds every input
 exactly once, in input order (or with retried inputs appended), index.json was written by
-exactly one process (tests/slurm_job.py logs each ``checkpoint.publish`` call), and no
+exactly one process (tests/support/slurm_job.py logs each ``protocol.publish.publish`` call), and no
 orphan chunk or run state is left behind.
 
 The tests without the ``slurm_cluster`` fixture (node identity, script text) need no Slurm.
@@ -23,14 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from shardwright import slurm as sw_slurm
+from shardwright.cluster import slurm as sw_slurm
 from shardwright.errors import ShardwrightError
-from shardwright.planning import node_identity, shard_bounds, shards_of_node
+from shardwright.engine.planning import node_identity
+from shardwright.protocol.shards import shard_bounds, shards_of_node
+from shardwright.protocol.layout import FAILED_PREFIX, MANIFEST_KEY, RUN_RECORD_KEY, SHARDS_PREFIX
 
-import slurm_job  # tests/slurm_job.py (tests/ is on sys.path: conftest.py)
+from support import slurm_job
 
 HERE = Path(__file__).resolve().parent
-JOB = HERE / "slurm_job.py"
+JOB = HERE / "support" / "slurm_job.py"
 SRC = HERE.parent / "src"
 RUNNING = ("RUNNING",)
 
@@ -134,8 +136,8 @@ def assert_dataset(run: Run, expected: list[int], publishes: int = 1) -> None:
     names = [c["filename"] for c in index["chunks"]]
     assert len(names) == len(set(names)), "a chunk is listed twice in index.json"
     assert sorted(p.name for p in out.glob("chunk-*.bin")) == sorted(names), "orphan or missing chunk files"
-    assert not (out / ".shardwright" / "manifest.json").exists()
-    assert not (out / ".shardwright" / "shards").exists()
+    assert not (out / MANIFEST_KEY).exists()
+    assert not (out / SHARDS_PREFIX).exists()
     assert len(run.publishes()) == publishes, f"index.json written {len(run.publishes())} times: {run.publishes()}"
 
 
@@ -189,7 +191,7 @@ def test_four_tasks_over_three_nodes_write_every_input_exactly_once(slurm_cluste
     assert all(r["source"] == "the Slurm job array" and r["ok"] for r in reports)
     assert all(r["items"] == share(inputs, 64, r["rank"], 4) for r in reports), reports
     assert sum(r["published"] for r in reports) >= 1
-    record = json.loads((run.out / ".shardwright" / "run.json").read_text())
+    record = json.loads((run.out / RUN_RECORD_KEY).read_text())
     assert record["items"] == inputs and failed_ids(record) == []
 
 
@@ -252,7 +254,7 @@ def test_two_tasks_over_eight_logical_shards_and_array_min_offset(slurm_cluster,
     assert all(r["items"] == inputs // 2 for r in reports)  # 4 shards of 10 each
     shards = {int(p.name.split("-")[2]) for p in run.out.glob("chunk-*.bin")}
     assert shards == set(range(8))
-    record = json.loads((run.out / ".shardwright" / "run.json").read_text())
+    record = json.loads((run.out / RUN_RECORD_KEY).read_text())
     assert record["settings"]["num_shards"] == 8
 
 
@@ -299,7 +301,7 @@ def test_failed_items_are_recorded_then_retried_by_a_second_submission(slurm_clu
     good = [i for i in range(inputs) if i not in bad]
     assert_dataset(run, good)
     assert sum(r["failed"] for r in run.task_reports()) == len(bad)
-    failed_dir = run.out / ".shardwright" / "failed"
+    failed_dir = run.out / FAILED_PREFIX
     records = sorted((json.loads(p.read_text()) for p in failed_dir.glob("*.json")), key=lambda r: r["input_index"])
     assert [r["input_index"] for r in records] == bad
     for rec in records:
@@ -310,7 +312,7 @@ def test_failed_items_are_recorded_then_retried_by_a_second_submission(slurm_clu
         assert rec["host"] and isinstance(rec["pid"], int) and rec["pid"] > 0
         assert rec["node"] == shard_of(i, inputs, shards) % nodes
         assert rec["attempts"] == 2  # max_retries=1
-    record = json.loads((run.out / ".shardwright" / "run.json").read_text())
+    record = json.loads((run.out / RUN_RECORD_KEY).read_text())
     assert failed_ids(record) == bad
     status = shardwright_cli(slurm_cluster, "status", str(run.out), "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["failed_records"] == len(bad)
@@ -323,7 +325,7 @@ def test_failed_items_are_recorded_then_retried_by_a_second_submission(slurm_clu
     second = [r for r in run.task_reports() if r["job"] == job2]
     assert sum(r["items"] for r in second) == len(bad) and all(r["failed"] == 0 for r in second)
     assert not list(failed_dir.glob("*.json")), "failure records of inputs that now succeeded remain"
-    record = json.loads((run.out / ".shardwright" / "run.json").read_text())
+    record = json.loads((run.out / RUN_RECORD_KEY).read_text())
     assert failed_ids(record) == [] and record["mode"] == "retry" and record["items"] == inputs
 
 

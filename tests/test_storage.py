@@ -1,13 +1,17 @@
-"""One behaviour suite for both storage backends (local disk and a real S3 server).
+"""One behaviour suite for every storage backend (memory, local disk and a real S3 server),
+plus what only one backend has: the memory backend's fault hooks, local and S3 errors, the
+scheme registry, the shared file helpers and the layering of the storage package.
 
-The S3 half runs against SeaweedFS (tests/s3server.py), with the fault-injecting proxy
+The S3 half runs against SeaweedFS (tests/support/s3server.py), with the fault-injecting proxy
 (tests/faultproxy.py) for the flaky-network cases.
 """
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import errno
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -16,17 +20,36 @@ import shutil
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import shardwright.storage as storage_package
 from shardwright.errors import OutputDirError, StorageError
-from shardwright.s3 import S3Storage
-from shardwright.storage import LocalStorage, Storage, open_storage
+from shardwright.storage import LocalStorage, MemoryStorage, S3Storage, Storage, open_storage, register_backend
+from shardwright.storage.files import TMP_NAME_RE, disk_full_error, raising_disk_full, tmp_name
 
 MiB = 1024 * 1024
+_memory_names = itertools.count()
+
+ALL_BACKENDS = ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)]
+# Backends a second process can share (MemoryStorage is single-process by design).
+PROCESS_BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
 
 
-@pytest.fixture(params=["local", "s3"])
+def _make(backend: str, tmp_path: Path, request: pytest.FixtureRequest, extra_options: dict | None = None) -> Storage:
+    if backend == "memory":
+        name = f"test-{os.getpid()}-{next(_memory_names)}"
+        request.addfinalizer(lambda: MemoryStorage.drop(name))
+        return open_storage(f"memory://{name}")
+    if backend == "local":
+        return open_storage(tmp_path / "out", create=True)
+    url = request.getfixturevalue("s3_url")
+    options = dict(request.getfixturevalue("s3_storage_options"), **(extra_options or {}))
+    return open_storage(url, options)
+
+
+@pytest.fixture(params=ALL_BACKENDS)
 def backend(request):
     return request.param
 
@@ -36,11 +59,7 @@ def make_storage(backend, tmp_path, request):
     """Factory: open_storage(...) on a fresh location of the current backend."""
 
     def make(extra_options: dict | None = None) -> Storage:
-        if backend == "local":
-            return open_storage(tmp_path / "out", create=True)
-        url = request.getfixturevalue("s3_url")
-        options = dict(request.getfixturevalue("s3_storage_options"), **(extra_options or {}))
-        return open_storage(url, options)
+        return _make(backend, tmp_path, request, extra_options)
 
     return make
 
@@ -50,8 +69,21 @@ def storage(make_storage) -> Storage:
     return make_storage()
 
 
+@pytest.fixture(params=PROCESS_BACKENDS)
+def shared_storage(request, tmp_path) -> Storage:
+    """A fresh location of a backend that several processes can use at once."""
+    return _make(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def memory(request) -> MemoryStorage:
+    storage = _make("memory", Path("/nonexistent"), request)
+    assert isinstance(storage, MemoryStorage)
+    return storage
+
+
 # --------------------------------------------------------------------------------------
-# Basic behaviour (both backends)
+# Basic behaviour (every backend)
 # --------------------------------------------------------------------------------------
 
 
@@ -85,17 +117,18 @@ def test_roundtrip_and_missing_keys(storage):
         assert open(storage.local_path("a/b/c.bin"), "rb").read() == b"replaced"
     else:
         assert storage.local_path("a/b/c.bin") is None
+    if isinstance(storage, S3Storage):
         assert storage._client_kwargs["aws_secret_access_key"] not in repr(storage)
 
 
 @pytest.mark.parametrize("has_syncfs", [True, False])
 def test_deferred_durability_and_barrier(storage, monkeypatch, has_syncfs):
-    import shardwright.storage as storage_module
+    import shardwright.storage.local as local_module
 
     synced, syncfs_calls = [], []
-    real_fsync, real_syncfs = os.fsync, storage_module._syncfs
+    real_fsync, real_syncfs = os.fsync, local_module.syncfs
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    monkeypatch.setattr(storage_module, "_syncfs",
+    monkeypatch.setattr(local_module, "syncfs",
                         lambda path: (syncfs_calls.append(path), real_syncfs(path) if has_syncfs else False)[1])
     for i in range(3):
         storage.write_bytes(f"chunks/c{i}", b"x" * i, durable=False)
@@ -193,8 +226,47 @@ def test_list_paginates_beyond_1000(storage):
 
 
 # --------------------------------------------------------------------------------------
-# create_exclusive and compare-and-swap, raced by real processes
+# create_exclusive and compare-and-swap, raced by threads (every backend) and by real
+# processes (the backends processes can share)
 # --------------------------------------------------------------------------------------
+
+
+def test_create_exclusive_race_between_threads(storage):
+    keys = [f"claims/{i}" for i in range(40)]
+    nthreads = 8
+    start = threading.Barrier(nthreads)
+
+    def race(worker: int) -> list[str]:
+        start.wait()
+        return [k for k in keys if storage.create_exclusive(k, f"thread-{worker}".encode())]
+
+    with concurrent.futures.ThreadPoolExecutor(nthreads) as ex:
+        results = list(ex.map(race, range(nthreads)))
+    winners = [(k, w) for w, won in enumerate(results) for k in won]
+    assert sorted(k for k, _ in winners) == sorted(keys)  # every key won exactly once
+    for k, w in winners:
+        assert storage.read_bytes(k) == f"thread-{w}".encode()
+
+
+def test_compare_and_swap_race_between_threads_loses_no_update(storage):
+    storage.write_bytes("counter", b"0")
+    nthreads, n = 6, 10
+    start = threading.Barrier(nthreads)
+
+    def bump(_worker: int) -> int:
+        start.wait()
+        done = conflicts = 0
+        while done < n:
+            data, version = storage.read_versioned("counter")
+            if storage.replace_if_version("counter", str(int(data) + 1).encode(), version):
+                done += 1
+            else:
+                conflicts += 1
+        return conflicts
+
+    with concurrent.futures.ThreadPoolExecutor(nthreads) as ex:
+        list(ex.map(bump, range(nthreads)))
+    assert storage.read_bytes("counter") == str(nthreads * n).encode()
 
 
 def _race_create(storage, worker, keys, barrier, out):
@@ -230,7 +302,8 @@ def _run_procs(target, nprocs, *args):
     return results
 
 
-def test_create_exclusive_race_exactly_one_winner(storage):
+def test_create_exclusive_race_exactly_one_winner(shared_storage):
+    storage = shared_storage
     storage.check()  # the parent has a live client before forking
     keys = [f"claims/{i}" for i in range(60)]
     assert storage.create_exclusive("claims/pre", b"parent") is True
@@ -265,7 +338,8 @@ def test_compare_and_swap(storage):
     assert not storage.exists("lease")
 
 
-def test_compare_and_swap_race_loses_no_update(storage):
+def test_compare_and_swap_race_loses_no_update(shared_storage):
+    storage = shared_storage
     storage.write_bytes("counter", b"0")
     nprocs, n = 4, 8
     _run_procs(_race_cas, nprocs, storage, n)
@@ -345,6 +419,7 @@ def test_local_list_ignores_foreign_temp_files(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.s3
 def test_s3_bad_credentials(s3_server, s3_bucket):
     secret = "not-the-right-secret-" + "z" * 20
     opts = dict(s3_server.storage_options, aws_secret_access_key=secret)
@@ -362,6 +437,7 @@ def test_s3_bad_credentials(s3_server, s3_bucket):
         open_storage(f"s3://{s3_bucket}/p", opts).list()
 
 
+@pytest.mark.s3
 def test_s3_missing_bucket(s3_server):
     s = open_storage("s3://sw-no-such-bucket-4242/p", s3_server.storage_options)
     for call in (s.check, lambda: s.write_bytes("k", b"x"), lambda: s.read_bytes("k")):
@@ -372,6 +448,7 @@ def test_s3_missing_bucket(s3_server):
         assert "create it or fix the URL" in msg
 
 
+@pytest.mark.s3
 def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
     port = __import__("s3server").free_ports(1)[0]  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
@@ -383,6 +460,7 @@ def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
         assert time.monotonic() - t < 10
 
 
+@pytest.mark.s3
 def test_s3_endpoint_from_environment(s3_server, s3_bucket, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
@@ -400,6 +478,7 @@ def test_s3_endpoint_from_environment(s3_server, s3_bucket, monkeypatch):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.s3
 def test_s3_through_faults_completes_with_correct_bytes(fault_proxy, s3_bucket, s3_server):
     # Default client settings (botocore adaptive retries). Kept small on purpose: adaptive mode's
     # client-side rate limiter slows a client down to ~0.5 requests/s under persistent 503s.
@@ -426,6 +505,7 @@ def test_s3_through_faults_completes_with_correct_bytes(fault_proxy, s3_bucket, 
     assert st["503"] and st["truncate"] and (st["reset"] + st["reset_after"]), dict(st)
 
 
+@pytest.mark.s3
 def test_s3_lost_response_of_conditional_put_is_not_a_lost_race(fault_proxy, s3_bucket):
     """The server applies our create but the reply is lost: the retry's 412 must count as a win."""
     s = open_storage(f"s3://{s3_bucket}/p", fault_proxy.storage_options)
@@ -438,6 +518,7 @@ def test_s3_lost_response_of_conditional_put_is_not_a_lost_race(fault_proxy, s3_
     assert s.create_exclusive("claim", b"run-2") is False
 
 
+@pytest.mark.s3
 def test_s3_truncated_body_and_hang_are_retried(fault_proxy, s3_bucket):
     opts = dict(fault_proxy.storage_options, config={"read_timeout": 1})
     s = open_storage(f"s3://{s3_bucket}/p", opts)
@@ -448,6 +529,7 @@ def test_s3_truncated_body_and_hang_are_retried(fault_proxy, s3_bucket):
     assert fault_proxy.stats["truncate"] == 2 and fault_proxy.stats["hang"] == 1
 
 
+@pytest.mark.s3
 def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_bucket):
     opts = dict(fault_proxy.storage_options, retry_timeout=2, config={"retries": {"max_attempts": 2, "mode": "standard"}})
     s = open_storage(f"s3://{s3_bucket}/p", opts)
@@ -459,3 +541,288 @@ def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_
     assert time.monotonic() - t < 15
     msg = str(ei.value)
     assert "SlowDown" in msg and s3_bucket in msg and fault_proxy.endpoint in msg and "rerun" in msg, msg
+
+
+# --------------------------------------------------------------------------------------
+# Memory backend: durability model and fault hooks
+# --------------------------------------------------------------------------------------
+
+
+def test_memory_crash_loses_writes_without_a_later_barrier(memory):
+    memory.write_bytes("durable", b"d1")
+    memory.write_bytes("replaced", b"old")  # durable content the crash falls back to
+    memory.write_bytes("replaced", b"new", durable=False)
+    memory.write_bytes("fresh", b"f", durable=False)
+    memory.write_bytes("flushed", b"x", durable=False)
+    assert memory.read_bytes("replaced") == b"new" and memory.exists("fresh")  # visible at once
+    memory.barrier()
+    memory.write_bytes("late", b"l", durable=False)  # after the barrier: not covered by it
+    assert memory.crash() == ["late"]
+    assert memory.list() == ["durable", "flushed", "fresh", "replaced"]
+    assert memory.read_bytes("replaced") == b"new" and memory.read_bytes("flushed") == b"x"
+
+    memory.write_bytes("replaced", b"newer", durable=False)
+    memory.write_bytes("gone", b"g", durable=False)
+    assert memory.crash() == ["gone", "replaced"]
+    assert memory.read_bytes("replaced") == b"new" and not memory.exists("gone")
+
+
+def test_memory_barrier_covers_only_its_own_handles_writes(memory):
+    other = open_storage(memory.url)  # same store, another handle (another "process's" writes)
+    assert isinstance(other, MemoryStorage) and other is not memory
+    memory.write_bytes("mine", b"1", durable=False)
+    other.write_bytes("theirs", b"2", durable=False)
+    assert other.read_bytes("mine") == b"1"  # one store: each handle sees the other's writes
+    memory.barrier()
+    assert memory.crash() == ["theirs"]
+    assert memory.list() == ["mine"]
+
+
+def test_memory_versions_are_never_reused_and_deletes_are_durable(memory):
+    memory.write_bytes("lease", b"a")
+    _, v1 = memory.read_versioned("lease")
+    memory.write_bytes("lease", b"b", durable=False)
+    _, lost_version = memory.read_versioned("lease")
+    memory.crash()  # back to b"a" under its own version: a holder of v1 may still swap
+    data, v2 = memory.read_versioned("lease")
+    assert data == b"a" and v2 == v1 != lost_version
+    assert memory.replace_if_version("lease", b"c", v1) is True  # CAS writes are durable
+    memory.crash()
+    assert memory.read_bytes("lease") == b"c"
+    memory.write_bytes("x", b"x", durable=False)
+    memory.delete("x")
+    memory.delete_prefix("lease")
+    assert memory.crash() == [] and memory.list() == []
+    memory.write_bytes("lease", b"d")  # a version lost in the crash is not handed out again
+    assert memory.read_versioned("lease")[1] not in (v1, lost_version)
+
+
+def test_memory_fail_next_before_and_after_taking_effect(memory):
+    memory.fail_next("write_bytes", OSError(errno.EIO, "injected"))
+    with pytest.raises(OSError, match="injected"):
+        memory.write_bytes("k", b"1")
+    assert not memory.exists("k")  # failed before taking effect
+    memory.write_bytes("k", b"1")  # only the next call failed
+
+    memory.fail_next("create_exclusive", after=True)  # applied, then the reply is "lost"
+    with pytest.raises(StorageError, match="injected failure of create_exclusive on memory://"):
+        memory.create_exclusive("claim", b"run-1")
+    assert memory.read_bytes("claim") == b"run-1"
+    assert memory.create_exclusive("claim", b"run-2") is False
+
+    memory.fail_next("read_bytes", times=2)
+    for _ in range(2):
+        with pytest.raises(StorageError):
+            memory.read_bytes("k")
+    assert memory.read_bytes("k") == b"1"
+    with pytest.raises(ValueError, match="unknown operation 'write'"):
+        memory.fail_next("write")
+
+
+def test_memory_fail_when_predicate_and_clear(memory):
+    seen: list[tuple[str, str | None]] = []
+
+    def manifest_deletes_fail(op: str, key: str | None) -> BaseException | None:
+        seen.append((op, key))
+        return StorageError("no deleting the manifest") if op == "delete" and key == "manifest" else None
+
+    memory.write_bytes("manifest", b"m")
+    memory.write_bytes("chunk", b"c")
+    memory.fail_when(manifest_deletes_fail)
+    memory.delete("chunk")
+    with pytest.raises(StorageError, match="no deleting the manifest"):
+        memory.delete("manifest")
+    assert memory.list() == ["manifest"]
+    assert ("delete", "chunk") in seen and ("delete", "manifest") in seen
+    assert memory.list("ma") == ["manifest"] and seen[-1] == ("list", "ma")  # prefix is the key
+    memory.clear_faults()
+    memory.delete("manifest")
+    assert memory.operations() == [("write_bytes", "manifest"), ("write_bytes", "chunk"), ("delete", "chunk"),
+                                   ("delete", "manifest")]
+
+
+def _use_inherited_memory_store(storage: MemoryStorage, out) -> None:
+    try:
+        storage.write_bytes("from-child", b"x")
+        out.put("no error")
+    except StorageError as e:
+        out.put(str(e))
+
+
+def test_memory_is_single_process(memory):
+    memory.write_bytes("k", b"v")
+    clone = pickle.loads(pickle.dumps(memory))  # same process: the same store
+    assert clone.read_bytes("k") == b"v" and clone.url == memory.url
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_use_inherited_memory_store, args=(memory, out))
+    child.start()
+    message = out.get(timeout=30)
+    child.join(30)
+    assert "MemoryStorage is single-process; use a local directory" in message, message
+    assert memory.list() == ["k"]
+
+
+# --------------------------------------------------------------------------------------
+# Registry: scheme -> backend, and clear errors for everything else
+# --------------------------------------------------------------------------------------
+
+
+def test_registry_chooses_backend_by_scheme(tmp_path):
+    assert isinstance(open_storage(tmp_path / "a"), LocalStorage)
+    local = open_storage(f"file://{tmp_path}/b", create=True)
+    assert isinstance(local, LocalStorage) and local.root == str(tmp_path / "b") and (tmp_path / "b").is_dir()
+    s3 = open_storage("S3://bucket/some/prefix/")  # scheme is case-insensitive; nothing is contacted
+    assert isinstance(s3, S3Storage) and s3.url == "s3://bucket/some/prefix"
+    memory = open_storage("memory://registry-test")
+    try:
+        assert isinstance(memory, MemoryStorage) and memory.url == "memory://registry-test"
+    finally:
+        MemoryStorage.drop("registry-test")
+    assert isinstance(open_storage(tmp_path / "data:v1"), LocalStorage)  # a colon in a local name
+
+
+@pytest.mark.parametrize("location, message", [
+    ("", "output_dir is empty: pass a local directory or a URL such as s3://bucket/prefix"),
+    ("   ", "output_dir is empty"),
+    ("s3:/bucket/p", "malformed URL 's3:/bucket/p': write s3://bucket/p (two slashes), or ./s3:/bucket/p"),
+    ("s3:bucket", "malformed URL 's3:bucket': write s3://bucket"),
+    ("gs://bucket/p", "unsupported URL scheme 'gs' in 'gs://bucket/p': use a local path or one of file://, memory://, s3://"),
+    ("https://user:hunter2@example.com/x", "unsupported URL scheme 'https'"),
+    ("s3://", "invalid S3 URL 's3://': use s3://bucket/prefix"),
+    ("memory://", "invalid memory URL"),
+])
+def test_registry_rejects_bad_locations_with_the_fix(location, message):
+    with pytest.raises(OutputDirError) as info:
+        open_storage(location)
+    text = str(info.value)
+    assert message in text and "\n" not in text and "hunter2" not in text, text
+
+
+def test_register_backend_adds_a_scheme():
+    opened: list[tuple[str, dict | None, bool]] = []
+
+    def factory(url: str, storage_options: dict | None, *, create: bool) -> Storage:
+        opened.append((url, storage_options, create))
+        return MemoryStorage("custom-scheme-test")
+
+    register_backend("sw-test", factory)
+    try:
+        s = open_storage("SW-TEST://anything", {"opt": 1}, create=True)
+        assert isinstance(s, MemoryStorage) and opened == [("sw-test://anything", {"opt": 1}, True)]
+        assert "sw-test" in storage_package.registered_schemes()
+        with pytest.raises(ValueError, match="already registered"):
+            register_backend("sw-test", lambda url, opts, *, create: MemoryStorage())
+    finally:
+        from shardwright.storage import registry
+
+        registry._BACKENDS.pop("sw-test", None)
+        MemoryStorage.drop("custom-scheme-test")
+
+
+# --------------------------------------------------------------------------------------
+# Shared file helpers and the package's layering
+# --------------------------------------------------------------------------------------
+
+
+def test_disk_full_mapping_carries_each_callers_fix(tmp_path):
+    full = OSError(errno.ENOSPC, "No space left on device")
+    err = disk_full_error(full, "caching x in /c", "lower max_cache_bytes or pass another cache_dir")
+    assert isinstance(err, StorageError)
+    assert str(err) == "disk full while caching x in /c: lower max_cache_bytes or pass another cache_dir"
+    with pytest.raises(StorageError, match="^disk full while writing y: rerun$") as info, \
+            raising_disk_full("writing y", "rerun"):
+        raise OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert info.value.__cause__.errno == errno.EDQUOT
+    with pytest.raises(PermissionError), raising_disk_full("writing y", "rerun"):  # others pass unchanged
+        raise PermissionError(errno.EACCES, "denied")
+    name = os.path.basename(tmp_name(str(tmp_path / ("n" * 300))))
+    m = TMP_NAME_RE.match(name)
+    assert m and int(m.group("pid")) == os.getpid() and len(name) < 255
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module imported, names imported) of every import in ``path``, relative ones resolved."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "shardwright.storage" if node.level == 1 else "shardwright" if node.level == 2 else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            found.append((module, [a.name for a in node.names]))
+    return found
+
+
+def test_storage_package_layering():
+    """storage is a low layer: it imports only shardwright.errors from the rest of shardwright,
+    no module imports another's underscore names, the imports inside form no cycle, and no
+    file is over 600 lines."""
+    package = Path(storage_package.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package.glob("*.py")):
+        assert len(path.read_text().splitlines()) <= 600, path
+        me = "shardwright.storage" + ("" if path.stem == "__init__" else f".{path.stem}")
+        graph[me] = set()
+        for module, names in _imports(path):
+            if not module.startswith("shardwright"):
+                continue
+            assert module == "shardwright.errors" or module.startswith("shardwright.storage"), (me, module)
+            assert not [n for n in names if n.startswith("_")], (me, module, names)
+            if module.startswith("shardwright.storage.") and path.stem != "__init__":
+                graph[me].add(module)
+
+    def visit(node: str, stack: tuple[str, ...]) -> None:
+        assert node not in stack, f"import cycle: {' -> '.join(stack + (node,))}"
+        for nxt in graph.get(node, ()):
+            visit(nxt, stack + (node,))
+
+    for module in graph:
+        visit(module, ())
+    assert graph["shardwright.storage.base"] == set() and graph["shardwright.storage.files"] == set()
+
+
+# --------------------------------------------------------------------------------------
+# The reader cache's own disk-full message (a real, small tmpfs as cache_dir)
+# --------------------------------------------------------------------------------------
+
+
+def _big_item(i: int) -> dict:
+    return {"i": i, "b": bytes([i]) * (3 * MiB)}
+
+
+@pytest.mark.s3
+def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage_options):
+    from shardwright import StreamingDataset, optimize
+
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI must run as root: this test mounts a tmpfs")
+        pytest.skip("mounting a small tmpfs needs root")
+    optimize(_big_item, [0, 1], s3_url, chunk_size=1, num_workers=1, storage_options=s3_storage_options,
+             verbose=False)  # two chunks of 3 MB each: neither fits in the 2 MB cache
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(cache)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"mount -t tmpfs failed: {done.stderr.strip()}")
+        pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.strip()}")
+    try:
+        ds = StreamingDataset(s3_url, storage_options=s3_storage_options, cache_dir=cache, prefetch=False)
+        with pytest.raises(StorageError) as info:
+            ds[0]
+        message = str(info.value)
+        assert message.startswith("disk full while caching ") and str(cache) in message, message
+        assert "lower max_cache_bytes or pass another cache_dir" in message, message
+        assert "rerun the same call" not in message, message
+        assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+        leftovers = [p.name for p in cache.rglob("*") if TMP_NAME_RE.match(p.name)]
+        assert leftovers == [], leftovers  # the failed download's temp file was removed
+    finally:
+        import gc
+
+        gc.collect()
+        if subprocess.run(["umount", str(cache)], capture_output=True, check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(cache)], capture_output=True, check=False)

@@ -1,54 +1,101 @@
-"""Every error shardwright raises on purpose.
+"""Every error shardwright raises on purpose, and how each is classified.
 
-Each message names the problem and the fix in one or two sentences; callers can catch
-``ShardwrightError`` to handle them all.
+Each message names the problem and the fix in one or two sentences. Catch
+``ShardwrightError`` to handle them all, or the Python way: a usage mistake is also a
+``ValueError`` (``TypeError`` for a wrong type), a missing dataset also a
+``FileNotFoundError``, a storage failure also an ``OSError``.
+
+Every class is either a **user** error (the caller can fix it: arguments, inputs, fn, the
+output's contents) or a **system** error (the machine, the network, the storage, a dead
+worker: retrying may help). :data:`ERROR_CLASSIFICATION` says which, with the HTTP status
+the jobs API answers with; :func:`classify` looks an exception up.
+
+::
+
+    ShardwrightError
+    ├── UsageError (ValueError)                user  400  a bad argument
+    │   ├── ArgumentTypeError (TypeError)      user  400  an argument of the wrong type
+    │   ├── InputsError (TypeError)            user  400  inputs not a sequence / not picklable
+    │   ├── OutputDirError                     user  400  output_dir unusable or holds foreign files
+    │   │   └── OutputIsAFileError (NotADirectoryError)  a file where a directory must be
+    │   ├── RunMismatchError                   user  409  resume refused: inputs/settings changed
+    │   ├── DatasetExistsError                 user  409  a finished dataset is there, mode=None
+    │   └── SampleFormatError                  user  422  fn returned a sample that cannot be written
+    ├── DatasetNotFoundError (FileNotFoundError) user 404 no dataset at that location
+    │   └── IncompleteDatasetError             user  409  a run is writing it; no index.json yet
+    ├── IncompleteRunError                     user  409  merge: some shards are not finished
+    ├── ConcurrentRunError                     user  409  another live run holds the lease
+    ├── FnError                                user  422  fn raised on an input
+    ├── UnsupportedFormatError                 user  415  a litdata-only feature or a pickle leaf
+    ├── CorruptStateError                      system 500 a state file or chunk is damaged
+    ├── StorageError (OSError)                 system 503 credentials, bucket, network, disk full
+    ├── WorkerDiedError                        system 500 a worker died (OOM killer, segfault)
+    └── LeaseLostError                         system 409 another run took this run's lease
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class ShardwrightError(Exception):
     """Base class of every error shardwright raises on purpose."""
 
+    def __str__(self) -> str:
+        # OSError subclasses would otherwise print "(errno, strerror)" tuples
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
-class OutputDirError(ShardwrightError):
-    """output_dir cannot be used: a file, not writable, or holds something we must not touch."""
+
+class UsageError(ShardwrightError, ValueError):
+    """An argument is not usable; the message names it and the value to pass instead."""
 
 
-class InputsError(ShardwrightError):
+class ArgumentTypeError(UsageError, TypeError):
+    """An argument has the wrong type (``num_workers="4"``, ``chunk_size=True``)."""
+
+
+class InputsError(UsageError, TypeError):
     """``inputs`` is not usable (not a sequence, not picklable, ...)."""
 
 
-class RunMismatchError(ShardwrightError):
+class OutputDirError(UsageError):
+    """output_dir cannot be used: a file, not writable, a typo'd URL, or holds something we must not touch."""
+
+
+class OutputIsAFileError(OutputDirError, NotADirectoryError):
+    """output_dir (or a dataset path given to the reader) is a file, not a directory."""
+
+
+class RunMismatchError(UsageError):
     """Resuming was refused: inputs or output-shaping settings changed since the interrupted run."""
 
 
-class DatasetExistsError(ShardwrightError):
+class DatasetExistsError(UsageError):
     """output_dir already holds a finished dataset and mode=None was given."""
 
 
-class SampleFormatError(ShardwrightError):
+class SampleFormatError(UsageError):
     """A sample cannot be written: structure/leaf types differ from the first sample, int overflow, ..."""
 
 
-class CorruptStateError(ShardwrightError):
-    """A checkpoint, run record or index.json is unreadable or was edited by hand."""
+class DatasetNotFoundError(ShardwrightError, FileNotFoundError):
+    """There is no dataset at that location (no directory, no index.json, no run)."""
 
 
-class IncompleteDatasetError(ShardwrightError):
+class IncompleteDatasetError(DatasetNotFoundError):
     """The output has no index.json yet: the run that writes it has not finished."""
 
 
-class StorageError(ShardwrightError):
-    """Reading or writing the output location failed (credentials, bucket, network, disk full)."""
+class IncompleteRunError(ShardwrightError):
+    """Some shards are not finished (e.g. another node's share), so the index cannot be published."""
+
+    def __init__(self, message: str, *, missing_shards: list[int] | None = None):
+        super().__init__(message)
+        self.missing_shards = list(missing_shards or [])
 
 
 class ConcurrentRunError(ShardwrightError):
     """Another live run holds the lease on this output (or on this node's share of it)."""
-
-
-class WorkerDiedError(ShardwrightError):
-    """A worker process ended without reporting (OOM killer, segfault, os._exit in fn)."""
 
 
 class FnError(ShardwrightError):
@@ -60,10 +107,85 @@ class FnError(ShardwrightError):
         self.input_repr = input_repr
         self.worker_traceback = worker_traceback
 
+    def __reduce__(self):  # picklable across processes (keyword-only arguments)
+        return (_rebuild_fn_error, (self.args[0], self.input_index, self.input_repr, self.worker_traceback))
 
-class IncompleteRunError(ShardwrightError):
-    """Some shards are not finished (e.g. another node's share), so the index cannot be published."""
+
+def _rebuild_fn_error(message: str, input_index: int, input_repr: str, worker_traceback: str) -> FnError:
+    return FnError(message, input_index=input_index, input_repr=input_repr, worker_traceback=worker_traceback)
 
 
 class UnsupportedFormatError(ShardwrightError):
-    """The dataset uses a litdata-only feature shardwright does not read (in-file zstd frames, encryption, Arrow rows, media/json leaves)."""
+    """The dataset uses a feature shardwright does not read (in-file zstd frames, encryption, Arrow rows,
+    media/json leaves), or one it does not read by default (pickle leaves)."""
+
+
+class CorruptStateError(ShardwrightError):
+    """A checkpoint, run record, index.json or chunk is unreadable or was edited by hand."""
+
+
+class StorageError(ShardwrightError, OSError):
+    """Reading or writing the output location failed (credentials, bucket, network, disk full)."""
+
+
+class WorkerDiedError(ShardwrightError):
+    """A worker process ended without reporting (OOM killer, segfault, os._exit in fn)."""
+
+
+class LeaseLostError(ShardwrightError):
+    """Another run took over this run's lease (this one was paused or cut off too long): it stopped."""
+
+
+@dataclass(frozen=True)
+class ErrorClass:
+    kind: str  # "user" or "system"
+    http_status: int
+
+
+#: The one place that says whether an error is the caller's to fix, and its HTTP status.
+ERROR_CLASSIFICATION: dict[type[ShardwrightError], ErrorClass] = {
+    ArgumentTypeError: ErrorClass("user", 400),
+    InputsError: ErrorClass("user", 400),
+    OutputIsAFileError: ErrorClass("user", 400),
+    OutputDirError: ErrorClass("user", 400),
+    RunMismatchError: ErrorClass("user", 409),
+    DatasetExistsError: ErrorClass("user", 409),
+    SampleFormatError: ErrorClass("user", 422),
+    UsageError: ErrorClass("user", 400),
+    IncompleteDatasetError: ErrorClass("user", 409),
+    DatasetNotFoundError: ErrorClass("user", 404),
+    IncompleteRunError: ErrorClass("user", 409),
+    ConcurrentRunError: ErrorClass("user", 409),
+    FnError: ErrorClass("user", 422),
+    UnsupportedFormatError: ErrorClass("user", 415),
+    CorruptStateError: ErrorClass("system", 500),
+    StorageError: ErrorClass("system", 503),
+    WorkerDiedError: ErrorClass("system", 500),
+    LeaseLostError: ErrorClass("system", 409),
+    ShardwrightError: ErrorClass("system", 500),
+}
+
+
+def classify(exc: BaseException) -> ErrorClass:
+    """The classification of ``exc``: its nearest class in :data:`ERROR_CLASSIFICATION`;
+    anything that is not a ShardwrightError is a system error (500)."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_CLASSIFICATION:
+            return ERROR_CLASSIFICATION[cls]
+    return ErrorClass("system", 500)
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for a message: never raises, at most ``limit`` characters."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` cut to at most about ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit:,} more characters not shown]"

@@ -24,9 +24,11 @@ import stat
 import threading
 import time
 
-from ..checkpoint import pid_alive
 from ..errors import CorruptStateError, StorageError
 from ..format import ChunkEntry
+from ..protocol.layout import INDEX_KEY
+from ..protocol.liveness import pid_alive
+from ..storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
 
 try:
     import fcntl
@@ -38,15 +40,14 @@ __all__ = [
     "check_private_dir", "default_cache_root", "try_evict",
 ]  # fmt: skip
 
-INDEX_NAME = "index.json"
+INDEX_NAME = INDEX_KEY
 DEFAULT_MAX_CACHE_BYTES = 10 * 1000**3
 CACHE_DIR_ENV = "SHARDWRIGHT_CACHE_DIR"
 CACHE_MARKER = ".shardwright-cache.json"  # marks a directory eviction may touch
 _CACHE_LOCK = ".shardwright-cache.lock"  # cache-wide eviction lock, in the cache root
 _LOCK_SUFFIX = ".lock"
 _LOCK_DIR = ".locks"  # per-chunk download locks: not in the chunks' directory, whose mtime we watch
-# Storage.download_to's temp files: .{name}.tmp-{pid}-{tid}-{random}
-_TMP_RE = re.compile(r"^\.(?P<name>.*)\.tmp-(?P<pid>\d+)-\d+-[0-9a-f]+$")
+_CACHE_FULL_FIX = "free space, lower max_cache_bytes or pass another cache_dir"
 _STALE_TMP_SECONDS = 60.0
 _FETCH_ATTEMPTS = 5
 _RESCAN_SECONDS = 1.0
@@ -54,8 +55,10 @@ _RESCAN_SECONDS = 1.0
 
 def default_cache_root(cache_dir: str | os.PathLike | None) -> str:
     """``cache_dir``, else ``$SHARDWRIGHT_CACHE_DIR``, else ``~/.cache/shardwright`` (absolute)."""
-    root = os.fspath(cache_dir) if cache_dir is not None else (
-        os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "shardwright")
+    root = (
+        os.fspath(cache_dir)
+        if cache_dir is not None
+        else (os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "shardwright"))
     )
     return os.path.abspath(os.path.expanduser(root))
 
@@ -194,7 +197,9 @@ class ChunkCache:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StorageError(f"{path} in the chunk cache is a symbolic link; refusing to read through it") from None
+                raise StorageError(
+                    f"{path} in the chunk cache is a symbolic link; refusing to read through it"
+                ) from None
             raise
         try:
             if fcntl is not None:
@@ -245,10 +250,9 @@ class ChunkCache:
                             "restore it or rerun optimize with mode='overwrite'"
                         ) from None
                     except OSError as exc:
-                        if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-                            raise StorageError(
-                                f"disk full while caching {self.url}/{entry.filename} in {self.directory}: free "
-                                f"space, lower max_cache_bytes or pass another cache_dir"
+                        if is_disk_full(exc):
+                            raise disk_full_error(
+                                exc, f"caching {self.url}/{entry.filename} in {self.directory}", _CACHE_FULL_FIX
                             ) from exc
                         raise
                     downloaded = True
@@ -311,10 +315,10 @@ class ChunkCache:
                         continue
                     if not stat.S_ISREG(st.st_mode):
                         continue  # only files this cache wrote (regular files) are counted or evicted
-                    m = _TMP_RE.match(fname)
+                    m = TMP_NAME_RE.match(fname)  # Storage.download_to's temp files
                     if m is not None:  # a download in progress, or left by a killed process
                         if now - st.st_mtime > _STALE_TMP_SECONDS and not pid_alive(int(m.group("pid"))):
-                            _unlink_quiet(path)
+                            unlink_quiet(path)
                             continue
                         total += st.st_size
                         continue
@@ -393,16 +397,7 @@ def try_evict(path: str, lock_path: str) -> bool:
         if (now.st_ino, now.st_dev) != (st.st_ino, st.st_dev):
             return False  # replaced meanwhile: a fresh download
         os.unlink(path)  # while holding the lock: a reader that opened it sees nlink == 0
-        _unlink_quiet(lock_path)  # filelock copes with a lock file unlinked under it
+        unlink_quiet(lock_path)  # filelock copes with a lock file unlinked under it
         return True
     finally:
         os.close(fd)
-
-
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-

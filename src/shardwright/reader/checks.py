@@ -3,21 +3,17 @@ messages for a dataset whose optimize run has not finished."""
 
 from __future__ import annotations
 
-import json
 import mmap
-import os
 
 from ..errors import CorruptStateError, UnsupportedFormatError
 from ..format import ChunkEntry, chunk_num_items
+from ..protocol.layout import STATE_DIR
 
-__all__ = [
-    "STATE_DIR", "check_chunk", "check_exact_size", "count_checkpointed_chunks", "count_remote_chunks",
-    "incomplete_message", "release_buffer",
-]  # fmt: skip
+__all__ = ["check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
 
-STATE_DIR = ".shardwright"
 # litdata 0.2.76 marks chunks whose rows live in an Arrow IPC footer instead of pytree items.
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
+
 
 def release_buffer(buffer: bytes | memoryview) -> None:
     if isinstance(buffer, memoryview):
@@ -77,53 +73,3 @@ def check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None:
         )
     if first != header or not first <= last <= len(data):
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")
-
-
-def _chunks_in_record_file(data: bytes) -> int:
-    """Chunks committed by one record file: ``{"records": [...]}`` (a commit round) or a
-    single record; a torn or unreadable file commits nothing."""
-    try:
-        document = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return 0
-    if not isinstance(document, dict):
-        return 0
-    records = document.get("records")
-    if isinstance(records, list):
-        return sum(1 for r in records if isinstance(r, dict) and r.get("chunk") is not None)
-    return 0 if document.get("chunk", True) is None else 1
-
-
-def count_checkpointed_chunks(output_dir: str) -> int:
-    """Chunks committed by the record files under .shardwright/shards/."""
-    shards = os.path.join(output_dir, STATE_DIR, "shards")
-    count = 0
-    for root, _dirs, files in os.walk(shards):
-        for name in files:
-            if name.endswith(".json"):
-                try:
-                    with open(os.path.join(root, name), "rb") as f:
-                        count += _chunks_in_record_file(f.read())
-                except OSError:
-                    pass
-    return count
-
-
-_MAX_RECORD_FILES_READ = 2000
-
-
-def count_remote_chunks(storage, keys: list[str]) -> int | str:
-    """Like count_checkpointed_chunks, for a Storage (parallel GETs; an error message should
-    not take long: beyond _MAX_RECORD_FILES_READ files, a lower bound)."""
-    if len(keys) > _MAX_RECORD_FILES_READ:
-        return f"at least {len(keys)}"
-    from concurrent.futures import ThreadPoolExecutor
-
-    def count(key: str) -> int:
-        try:
-            return _chunks_in_record_file(storage.read_bytes(key))
-        except FileNotFoundError:
-            return 0
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        return sum(pool.map(count, keys))

@@ -27,6 +27,7 @@ except ImportError:  # torch is optional: a plain object then
     def _worker_info():
         return None
 
+
 __all__ = ["CombinedStreamingDataset", "mix_choices", "mix_counts"]
 
 
@@ -34,7 +35,9 @@ def _draws(seed: int, epoch: int, stream: int, generation: int) -> np.random.Gen
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, 3, stream, generation])))
 
 
-def mix_choices(lengths: list[int], weights: list[float], rng: np.random.Generator, block: int = 4096) -> Iterator[np.ndarray]:
+def mix_choices(
+    lengths: list[int], weights: list[float], rng: np.random.Generator, block: int = 4096
+) -> Iterator[np.ndarray]:
     """The dataset index of every step, block by block, until every share is used up.
 
     A dataset leaves the draw when its share is exhausted; the others keep their relative
@@ -161,7 +164,9 @@ class CombinedStreamingDataset(_IterableBase):
         """Items taken from each dataset by ``stream`` in its first ``steps`` steps."""
         return mix_counts(lengths, self.weights, _draws(self.seed, epoch, stream, generation), steps)
 
-    def _interleave(self, iterators: list[Iterator[Any]], lengths: list[int], rng: np.random.Generator) -> Iterator[Any]:
+    def _interleave(
+        self, iterators: list[Iterator[Any]], lengths: list[int], rng: np.random.Generator
+    ) -> Iterator[Any]:
         for picks in mix_choices(lengths, self.weights, rng):
             for d in picks.tolist():
                 yield next(iterators[d])

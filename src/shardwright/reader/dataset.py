@@ -89,7 +89,8 @@ class StreamingDataset(_DatasetBase):
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
 
     Raises:
-        FileNotFoundError, NotADirectoryError: nothing readable at ``output_dir``.
+        DatasetNotFoundError, OutputIsAFileError: nothing readable at ``output_dir`` (subclasses of
+            FileNotFoundError and NotADirectoryError).
         IncompleteDatasetError: the optimize run writing it has not finished.
         CorruptStateError: index.json is damaged, nested absurdly deep, or names chunks that
             cannot be the dataset's (NUL bytes, paths outside it); later, a chunk file that is
@@ -128,7 +129,9 @@ class StreamingDataset(_DatasetBase):
         except ValueError as exc:
             raise ValueError(f"max_cache_bytes: {exc}") from None
         if item_loader is not None and not isinstance(item_loader, TokensLoader):
-            raise ValueError(f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}")
+            raise ValueError(
+                f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
+            )
         if type(prefetch) is bool:
             depth = DEFAULT_PREFETCH_DEPTH if prefetch else 0
         elif type(prefetch) is int and prefetch >= 0:
@@ -146,8 +149,14 @@ class StreamingDataset(_DatasetBase):
         self.item_loader = item_loader
         self.storage_options = dict(storage_options or {})
         self.prefetch = depth > 0
-        self._source = ChunkSource(os.fspath(output_dir), self.storage_options, cache_dir, limit, depth,
-                                   keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2))
+        self._source = ChunkSource(
+            os.fspath(output_dir),
+            self.storage_options,
+            cache_dir,
+            limit,
+            depth,
+            keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+        )
         self.output_dir = self._source.output_dir
         config, chunks = self._source.config, self._source.chunks
         self._check_loader(config.item_loader)
@@ -270,8 +279,10 @@ class StreamingDataset(_DatasetBase):
     def _get(self, i: int, hint: bool = True) -> Any:
         tokens = self._tokens
         if tokens is not None:
-            parts = [tokens.tokens(self._source.chunk(k, sequential_hint=hint), self._source.chunks[k], first, n)
-                     for k, first, n in tokens.pieces(i)]
+            parts = [
+                tokens.tokens(self._source.chunk(k, sequential_hint=hint), self._source.chunks[k], first, n)
+                for k, first, n in tokens.pieces(i)
+            ]
             return tokens.assemble(parts)
         k = bisect.bisect_right(self._starts, i) - 1
         view = self._source.item_view(k, i - self._starts[k], sequential_hint=hint)
@@ -304,7 +315,9 @@ class StreamingDataset(_DatasetBase):
     def stream_plan(self, epoch: int, num_workers: int, worker: int) -> tuple[StreamPlan, int, int]:
         """(plan, stream number, items skipped) of this rank's DataLoader worker ``worker`` in ``epoch``."""
         layout = self.layout(num_workers)
-        plans, stream, skip = plan_for_stream(sum(self._group_sizes), self._resume_for(epoch), layout, self._rank, worker)
+        plans, stream, skip = plan_for_stream(
+            sum(self._group_sizes), self._resume_for(epoch), layout, self._rank, worker
+        )
         return plans[stream], stream, skip
 
     def _epoch_iterator(self) -> Iterator[Any]:
@@ -317,8 +330,7 @@ class StreamingDataset(_DatasetBase):
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # applied: the next iteration of this object starts afresh
         seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
-        progress = {"epoch": epoch, "stream": stream, "streams": self._world * workers,
-                    "yielded": skip}
+        progress = {"epoch": epoch, "stream": stream, "streams": self._world * workers, "yielded": skip}
         self._progress = progress
         return self._yield_plan(seq, drop_front(plan, skip), progress)
 
@@ -375,8 +387,11 @@ class StreamingDataset(_DatasetBase):
         """This process's position in its stream (torchdata's StatefulDataLoader calls it in
         each worker); JSON-serialisable."""
         progress = self._progress or {"epoch": self.epoch, "stream": None, "streams": None, "yielded": 0}
-        return {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window],
-                **progress}
+        return {
+            "dataset": self._fingerprint,
+            "order": [self.order_spec.shuffle, self.seed, self.order_spec.window],
+            **progress,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume this process's stream where :meth:`state_dict` left it (same layout only;
@@ -426,4 +441,3 @@ def _shared_int():
         return multiprocessing.RawValue("q", 0)
     except (OSError, ImportError):  # no shared memory here: workers see the epoch of their start
         return None
-

@@ -49,15 +49,20 @@ class StreamingDataLoader(DataLoader):
         ValueError: shuffle, sampler or batch_sampler was given.
     """
 
-    def __init__(self, dataset: Any, batch_size: int = 1, num_workers: int = 0, *, drop_last: bool = False,
-                 **kwargs: Any):
+    def __init__(
+        self, dataset: Any, batch_size: int = 1, num_workers: int = 0, *, drop_last: bool = False, **kwargs: Any
+    ):
         if not isinstance(dataset, (StreamingDataset, CombinedStreamingDataset)):
-            raise TypeError(f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
-                            f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets")
+            raise TypeError(
+                f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
+                f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
+            )
         for refused in ("shuffle", "sampler", "batch_sampler"):
             if kwargs.get(refused) not in (None, False):
-                raise ValueError(f"StreamingDataLoader does not take {refused}=: pass shuffle=True (and seed=) to "
-                                 "the StreamingDataset, which shuffles chunk-aware and per epoch")
+                raise ValueError(
+                    f"StreamingDataLoader does not take {refused}=: pass shuffle=True (and seed=) to "
+                    "the StreamingDataset, which shuffles chunk-aware and per epoch"
+                )
             kwargs.pop(refused, None)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -129,12 +134,16 @@ class StreamingDataLoader(DataLoader):
                 order options (shuffle, seed, window, mixing weights).
         """
         if not isinstance(state, dict) or state.get("shardwright_loader") != STATE_VERSION:
-            raise ResumeStateError("not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
-                                   "StreamingDataLoader.state_dict() returned")
+            raise ResumeStateError(
+                "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
+                "StreamingDataLoader.state_dict() returned"
+            )
         mine = self._view.identity()
         if state.get("dataset") != mine:
-            raise ResumeStateError(f"the state belongs to another dataset or other order options: {state.get('dataset')!r:.300} "
-                                   f"vs this loader's {mine!r:.300}; resume with the same dataset, shuffle, seed and weights")
+            raise ResumeStateError(
+                f"the state belongs to another dataset or other order options: {state.get('dataset')!r:.300} "
+                f"vs this loader's {mine!r:.300}; resume with the same dataset, shuffle, seed and weights"
+            )
         position = state.get("position")
         _validate(self._view, position)
         self._pending = position
@@ -196,10 +205,14 @@ def _position_of(view, epoch: int, start, batches: int) -> dict:
     lefts = [_left(d, s) for d, s in zip(view.datasets, starts)]
     layout = starts[0][1]
     taken, _rotation = _taken([sum(col) for col in zip(*lefts)], layout, 0, drop, batches)
-    per_stream = [view.stream_mix(epoch, s, generation, [left[s] for left in lefts], taken[s]) for s in range(layout.streams)]
+    per_stream = [
+        view.stream_mix(epoch, s, generation, [left[s] for left in lefts], taken[s]) for s in range(layout.streams)
+    ]
     points = []
     for d, (base, lay, consumed, _rot) in enumerate(starts):
-        points.append(ResumePoint(epoch, base, lay, tuple(c + per_stream[s][d] for s, c in enumerate(consumed))).to_json())
+        points.append(
+            ResumePoint(epoch, base, lay, tuple(c + per_stream[s][d] for s, c in enumerate(consumed))).to_json()
+        )
     return {"combined": points, "generation": generation}
 
 
@@ -218,10 +231,17 @@ def _validate(view, position: Any) -> None:
     combined = isinstance(view, CombinedStreamingDataset)
     key = "combined" if combined else "single"
     if not isinstance(position, dict) or key not in position:
-        raise ResumeStateError(f"the state has no {key!r} position; pass what StreamingDataLoader.state_dict() returned")
+        raise ResumeStateError(
+            f"the state has no {key!r} position; pass what StreamingDataLoader.state_dict() returned"
+        )
     if combined:
         points, generation = position[key], position.get("generation")
-        if not isinstance(points, list) or len(points) != len(view.datasets) or type(generation) is not int or generation < 0:
+        if (
+            not isinstance(points, list)
+            or len(points) != len(view.datasets)
+            or type(generation) is not int
+            or generation < 0
+        ):
             raise ResumeStateError("the combined position does not match this CombinedStreamingDataset")
         parsed = [ResumePoint.from_json(p, d._plan_total()) for p, d in zip(points, view.datasets)]
         if len({p.epoch for p in parsed}) != 1:
@@ -262,12 +282,16 @@ def worker_resume(dataset: StreamingDataset, state: dict) -> None:
     dataset.set_epoch(epoch)
     if stream is None:  # saved before any iteration started
         return
-    if not (type(streams) is int and type(stream) is int and 0 <= stream < streams and type(yielded) is int and yielded >= 0):
+    if not (
+        type(streams) is int and type(stream) is int and 0 <= stream < streams and type(yielded) is int and yielded >= 0
+    ):
         raise ResumeStateError("the state's stream position is damaged")
     _rank, world = distributed_env()
     if streams % world:
-        raise ResumeStateError(f"the state was saved by {streams} readers, which {world} ranks cannot share; "
-                               "use StreamingDataLoader to resume on another layout")
+        raise ResumeStateError(
+            f"the state was saved by {streams} readers, which {world} ranks cannot share; "
+            "use StreamingDataLoader to resume on another layout"
+        )
     layout = dataset.layout(streams // world)
     consumed = [0] * layout.streams
     consumed[stream] = yielded

@@ -18,7 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Layout", "batches_taken", "next_worker", "rank_range", "stream_ranges", "worker_batch_counts", "worker_ranges"]
+__all__ = [
+    "Layout",
+    "batches_taken",
+    "next_worker",
+    "rank_range",
+    "stream_ranges",
+    "worker_batch_counts",
+    "worker_ranges",
+]
 
 
 @dataclass(frozen=True)

@@ -9,23 +9,24 @@ import mmap
 import os
 import stat
 
-from ..errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
-from ..format import ChunkEntry, chunk_item, decompress, parse_index
-from .cache import ChunkCache, cache_name, default_cache_root
-from .checks import (
-    STATE_DIR,
-    check_chunk,
-    check_exact_size,
-    count_checkpointed_chunks,
-    count_remote_chunks,
-    incomplete_message,
-    release_buffer,
+from ..errors import (
+    CorruptStateError,
+    DatasetNotFoundError,
+    IncompleteDatasetError,
+    OutputIsAFileError,
+    UnsupportedFormatError,
 )
+from ..format import ChunkEntry, chunk_item, decompress, parse_index
+from ..protocol.layout import INDEX_KEY
+from ..protocol.records import count_committed_chunks
+from ..storage import LocalStorage
+from .cache import ChunkCache, cache_name, default_cache_root
+from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
 from .prefetch import Loaded, ProcState
 
 __all__ = ["INDEX_NAME", "ChunkSource"]
 
-INDEX_NAME = "index.json"
+INDEX_NAME = INDEX_KEY
 MIN_CACHED_CHUNKS = 4  # decoded chunks kept per process (more when a shuffle window needs them)
 _FIX = "restore it or rerun optimize with mode='overwrite'"
 
@@ -43,14 +44,21 @@ class ChunkSource:
         keep_chunks: decoded chunks kept per process.
 
     Raises:
-        FileNotFoundError, NotADirectoryError, ValueError: no dataset at ``output_dir``.
+        DatasetNotFoundError, OutputIsAFileError, ValueError: no dataset at ``output_dir``.
         IncompleteDatasetError: the optimize run writing it has not finished.
         CorruptStateError: index.json is damaged or names chunks that cannot be ours.
         StorageError: the cache directory is unsafe or unusable.
     """
 
-    def __init__(self, output_dir: str, storage_options: dict, cache_dir, max_cache_bytes: int,
-                 prefetch_depth: int, keep_chunks: int = MIN_CACHED_CHUNKS):
+    def __init__(
+        self,
+        output_dir: str,
+        storage_options: dict,
+        cache_dir,
+        max_cache_bytes: int,
+        prefetch_depth: int,
+        keep_chunks: int = MIN_CACHED_CHUNKS,
+    ):
         self.output_dir = output_dir
         self.prefetch_depth = prefetch_depth
         self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
@@ -58,7 +66,9 @@ class ChunkSource:
         self.cache: ChunkCache | None = None
         self.remote = output_dir.startswith("s3://")
         if "://" in output_dir and not self.remote and not output_dir.startswith("file://"):
-            raise ValueError(f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix")
+            raise ValueError(
+                f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
+            )
         if self.remote:
             from ..storage import open_storage
 
@@ -72,17 +82,23 @@ class ChunkSource:
         try:
             self.chunks, self.config = parse_index(self.index_bytes, self.index_source)
         except RecursionError:  # a data_spec nested deeper than Python recurses
-            raise CorruptStateError(f"index.json at {self.index_source} nests its data_spec absurdly deep; {_FIX}") from None
+            raise CorruptStateError(
+                f"index.json at {self.index_source} nests its data_spec absurdly deep; {_FIX}"
+            ) from None
         for entry in self.chunks:
             if "\0" in entry.filename:
-                raise CorruptStateError(f"index.json at {self.index_source} names a chunk with a NUL byte in it; {_FIX}")
+                raise CorruptStateError(
+                    f"index.json at {self.index_source} names a chunk with a NUL byte in it; {_FIX}"
+                )
         if self.config.encryption is not None:
             raise UnsupportedFormatError(
                 f"{self.index_source}: the dataset is encrypted (litdata encryption), which shardwright does "
                 "not read; read it with litdata.StreamingDataset"
             )
         if self.config.compression is not None and not self.config.compression.partition(":")[0] == "zstd":
-            raise UnsupportedFormatError(f"{self.index_source}: compression {self.config.compression!r} is not supported (only zstd)")
+            raise UnsupportedFormatError(
+                f"{self.index_source}: compression {self.config.compression!r} is not supported (only zstd)"
+            )
         if self.remote:
             self.cache = ChunkCache(
                 root=default_cache_root(cache_dir),
@@ -100,17 +116,19 @@ class ChunkSource:
         if self.remote:
             return self._read_remote_index()
         if not os.path.exists(self.output_dir):
-            raise FileNotFoundError(
+            raise DatasetNotFoundError(
                 f"{self.output_dir} does not exist: there is no dataset there. Check the path, or "
                 "run optimize(..., output_dir=...) to create it"
             )
         if not os.path.isdir(self.output_dir):
-            raise NotADirectoryError(f"{self.output_dir} is a file, not a dataset directory")
+            raise OutputIsAFileError(
+                f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote"
+            )
         try:
             with open(self.index_source, "rb") as f:
                 return f.read()
         except FileNotFoundError:
-            pending = count_checkpointed_chunks(self.output_dir)
+            pending = count_committed_chunks(LocalStorage(self.output_dir))
             raise IncompleteDatasetError(incomplete_message(self.output_dir, pending)) from None
 
     def _read_remote_index(self) -> bytes:
@@ -120,9 +138,8 @@ class ChunkSource:
             return storage.read_bytes(INDEX_NAME)
         except FileNotFoundError:
             pass
-        records = [k for k in storage.list(f"{STATE_DIR}/shards/") if k.endswith(".json")]
-        message = incomplete_message(self.output_dir, count_remote_chunks(storage, records))
-        if not records and not storage.list(""):
+        message = incomplete_message(self.output_dir, count_committed_chunks(storage))
+        if not storage.list(""):
             message += f"; nothing at all is stored under {self.output_dir}: check the URL"
         raise IncompleteDatasetError(message) from None
 
@@ -189,7 +206,8 @@ class ChunkSource:
         limit = self.cache.max_bytes if self.cache is not None else None
         keep_one = incoming is None  # the chunk just loaded stays, whatever its size
         while len(lru) > room or (
-            limit is not None and len(lru) > keep_one
+            limit is not None
+            and len(lru) > keep_one
             and sum(x.pinned_bytes for x in lru.values()) + (incoming or 0) > limit
         ):
             _, old = lru.popitem(last=False)
@@ -208,8 +226,9 @@ class ChunkSource:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise CorruptStateError(f"chunk file {path} is a symbolic link; a dataset's chunks are regular files "
-                                        f"inside it. {_FIX}") from None
+                raise CorruptStateError(
+                    f"chunk file {path} is a symbolic link; a dataset's chunks are regular files inside it. {_FIX}"
+                ) from None
             raise
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
@@ -316,4 +335,3 @@ class ChunkSource:
             self.close()
         except Exception:
             pass
-

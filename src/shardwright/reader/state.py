@@ -48,8 +48,13 @@ class ResumePoint:
         return {
             "epoch": self.epoch,
             "base": None if self.base is None else [list(s) for s in self.base],
-            "layout": {"world_size": lay.world_size, "num_workers": lay.num_workers, "batch_size": lay.batch_size,
-                       "drop_last": lay.drop_last, "pad": lay.pad},
+            "layout": {
+                "world_size": lay.world_size,
+                "num_workers": lay.num_workers,
+                "batch_size": lay.batch_size,
+                "drop_last": lay.drop_last,
+                "pad": lay.pad,
+            },
             "consumed": list(self.consumed),
             "rotation": self.rotation,
         }
@@ -60,7 +65,9 @@ class ResumePoint:
         try:
             epoch = data["epoch"]
             raw_layout = data["layout"]
-            layout = Layout(**{k: raw_layout[k] for k in ("world_size", "num_workers", "batch_size", "drop_last", "pad")})
+            layout = Layout(
+                **{k: raw_layout[k] for k in ("world_size", "num_workers", "batch_size", "drop_last", "pad")}
+            )
             consumed = tuple(data["consumed"])
             base = data["base"]
             rotation = data.get("rotation", 0)
@@ -77,8 +84,13 @@ class ResumePoint:
                 raise ResumeStateError("loader state base is not a list of segments")
             segs = []
             for seg in base:
-                if (not isinstance(seg, list) or len(seg) != 4 or not all(type(v) is int for v in seg)
-                        or not 0 <= seg[0] <= seg[1] <= total or not 0 <= seg[2] <= seg[3] <= seg[1] - seg[0]):
+                if (
+                    not isinstance(seg, list)
+                    or len(seg) != 4
+                    or not all(type(v) is int for v in seg)
+                    or not 0 <= seg[0] <= seg[1] <= total
+                    or not 0 <= seg[2] <= seg[3] <= seg[1] - seg[0]
+                ):
                     raise ResumeStateError(f"loader state base segment {seg!r:.60} is not valid for {total} items")
                 segs.append(tuple(seg))
             base = tuple(segs)
@@ -101,8 +113,9 @@ def order_json(spec: OrderSpec) -> dict:
     return {"shuffle": spec.shuffle, "seed": spec.seed, "window": spec.window}
 
 
-def plan_for_stream(total: int, resume: ResumePoint | None, layout: Layout, rank: int, worker: int
-                    ) -> tuple[list[StreamPlan], int, int]:
+def plan_for_stream(
+    total: int, resume: ResumePoint | None, layout: Layout, rank: int, worker: int
+) -> tuple[list[StreamPlan], int, int]:
     """All streams' plans of ``layout``, the stream DataLoader worker ``worker`` of ``rank``
     reads, and how many items it skips.
 
@@ -149,8 +162,9 @@ def distributed_env() -> tuple[int, int]:
     try:
         world, rank = int(raw_world), int(raw_rank or 0)
     except ValueError:
-        raise ValueError(f"RANK={raw_rank!r} / WORLD_SIZE={raw_world!r} are not integers; fix the environment") from None
+        raise ValueError(
+            f"RANK={raw_rank!r} / WORLD_SIZE={raw_world!r} are not integers; fix the environment"
+        ) from None
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} is not within WORLD_SIZE={world}; fix the environment")
     return rank, world
-

@@ -26,11 +26,40 @@ from ..format import ChunkEntry, chunk_num_items
 __all__ = ["TOKENS_LOADER_NAME", "TokenLayout", "TokensLoader"]
 
 TOKENS_LOADER_NAME = "TokensLoader"
-_NUMPY_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32",
-                 "float64", "complex64", "complex128", "bool"]  # litdata's numpy codes, in order
-_TORCH_DTYPES = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 8: "float16", 9: "float16", 11: "uint8",
-                 12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32", 17: "int64", 18: "int64",
-                 19: "bool", 20: "uint16"}  # litdata's torch dtype codes (constants._TORCH_DTYPES_MAPPING)
+_NUMPY_DTYPES = [
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "bool",
+]  # litdata's numpy codes, in order
+_TORCH_DTYPES = {
+    0: "float32",
+    1: "float32",
+    2: "float64",
+    3: "float64",
+    8: "float16",
+    9: "float16",
+    11: "uint8",
+    12: "int8",
+    13: "int16",
+    14: "int16",
+    15: "int32",
+    16: "int32",
+    17: "int64",
+    18: "int64",
+    19: "bool",
+    20: "uint16",
+}  # litdata's torch dtype codes (constants._TORCH_DTYPES_MAPPING)
 
 
 @dataclass(frozen=True)
@@ -69,26 +98,36 @@ class TokenLayout:
 
     def __init__(self, chunks: list[ChunkEntry], data_format: list[str], block_size: int, source: str):
         if len(data_format) != 1:
-            raise UnsupportedFormatError(f"{source}: a token dataset has one leaf per item, this one has {len(data_format)}")
+            raise UnsupportedFormatError(
+                f"{source}: a token dataset has one leaf per item, this one has {len(data_format)}"
+            )
         name, _, code = data_format[0].partition(":")
         table = {"no_header_numpy": dict(enumerate(_NUMPY_DTYPES)), "no_header_tensor": _TORCH_DTYPES}.get(name)
         if table is None or not code.isdigit() or int(code) not in table:
-            raise UnsupportedFormatError(f"{source}: token leaves must be 1-D numpy arrays or tensors, not {data_format[0]!r}")
+            raise UnsupportedFormatError(
+                f"{source}: token leaves must be 1-D numpy arrays or tensors, not {data_format[0]!r}"
+            )
         self.as_tensor = name == "no_header_tensor"
         self.dtype = np.dtype(table[int(code)])
         self.block_size = block_size
         tokens = []
         for entry in chunks:
             if type(entry.dim) is not int or entry.dim < 0:
-                raise CorruptStateError(f"{source}: chunk {entry.filename} has no token count (dim); it was not "
-                                        "written with TokensLoader. Restore index.json or rewrite the dataset")
+                raise CorruptStateError(
+                    f"{source}: chunk {entry.filename} has no token count (dim); it was not "
+                    "written with TokensLoader. Restore index.json or rewrite the dataset"
+                )
             tokens.append(entry.dim)
         self.token_starts = np.concatenate([[0], np.cumsum(tokens, dtype=np.int64)]).tolist()
         self.num_blocks = self.token_starts[-1] // block_size
         first_token = [self.token_starts[c] for c in range(len(chunks))]
         # Blocks whose first token lies in chunk c: ceil(start/B) .. ceil(end/B), within num_blocks.
         self.group_sizes = [
-            max(0, min(-(-self.token_starts[c + 1] // block_size), self.num_blocks) - min(-(-first_token[c] // block_size), self.num_blocks))
+            max(
+                0,
+                min(-(-self.token_starts[c + 1] // block_size), self.num_blocks)
+                - min(-(-first_token[c] // block_size), self.num_blocks),
+            )
             for c in range(len(chunks))
         ]
 
@@ -118,7 +157,9 @@ class TokenLayout:
         header = 4 * (n + 2)
         itemsize = self.dtype.itemsize
         if header + entry.dim * itemsize > len(chunk):
-            raise CorruptStateError(f"chunk file {entry.filename} is too short for the {entry.dim} tokens index.json gives")
+            raise CorruptStateError(
+                f"chunk file {entry.filename} is too short for the {entry.dim} tokens index.json gives"
+            )
         return np.frombuffer(chunk, dtype=self.dtype, count=count, offset=header + first * itemsize)
 
     def assemble(self, parts: list[np.ndarray]):

@@ -1,0 +1,5 @@
+"""The ``shardwright`` command line (see :func:`shardwright.cli.main.main`)."""
+
+from .main import main
+
+__all__ = ["main"]

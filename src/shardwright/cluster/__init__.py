@@ -1,0 +1,1 @@
+"""Running one optimize() over several machines with Slurm: sbatch scripts and submission."""

@@ -1,0 +1,48 @@
+"""Typed messages between worker processes and the main process (frozen, picklable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..protocol.records import CommitRecord
+
+
+@dataclass(frozen=True)
+class Progress:
+    """``inputs`` more inputs finished since the worker's previous Progress."""
+
+    wid: int
+    inputs: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A commit record of this worker became the commit point of its chunk."""
+
+    wid: int
+    record: CommitRecord
+
+
+@dataclass(frozen=True)
+class WorkerFailed:
+    """The worker stops because of an error. ``kind``: "fn" (fn raised on ``input_index``),
+    "setup" (the worker could not start), "storage" (a commit failed), "shardwright" (one of
+    our errors, e.g. a sample that cannot be written) or "internal" (a bug)."""
+
+    wid: int
+    kind: str
+    message: str
+    input_index: int
+    traceback: str
+    pickled_exception: bytes | None  # the original exception, when it pickles
+
+
+@dataclass(frozen=True)
+class WorkerExited:
+    """The worker's last message. ``stopped``: it stopped early because it was asked to."""
+
+    wid: int
+    stopped: bool
+
+
+WorkerMessage = Progress | Committed | WorkerFailed | WorkerExited

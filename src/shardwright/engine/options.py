@@ -1,0 +1,146 @@
+"""optimize()'s arguments, validated once into a frozen object that is passed down.
+
+Every check runs before anything is created or written, and each mistake is one line that
+names the argument, what was given, and what to pass instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import ArgumentTypeError, UsageError
+from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
+from ..protocol.manifest import OutputSettings
+from ..protocol.shards import MAX_NUM_SHARDS, default_num_shards
+
+DEFAULT_CHUNK_BYTES = "64MB"
+MODES = (None, "overwrite", "append")
+COMPRESSIONS = (None, "zstd")
+ON_ERROR = ("raise", "skip")
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
+def fn_name(fn: Callable) -> str:
+    """How a run records its fn: module and qualified name."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require_int(name: str, value: object, minimum: int, hint: str = "") -> int:
+    if not _is_int(value):
+        raise ArgumentTypeError(f"{name} must be an int{hint}; got {value!r} ({type(value).__name__})")
+    assert isinstance(value, int)
+    if value < minimum:
+        raise UsageError(f"{name} must be at least {minimum}{hint}; got {value!r}")
+    return value
+
+
+def _optional_int(name: str, value: object) -> int | None:
+    if value is not None and not _is_int(value):
+        raise ArgumentTypeError(f"{name} must be an int or None; got {value!r} ({type(value).__name__})")
+    return value  # type: ignore[return-value]  # checked just above
+
+
+def _require_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _require_choice(name: str, value: object, choices: tuple) -> Any:
+    if value not in choices or (value is not None and not isinstance(value, str)):
+        listed = ", ".join(repr(c) for c in choices)
+        raise UsageError(f"{name} must be one of {listed}; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    """Everything about an optimize() call except fn, inputs and output_dir, validated."""
+
+    chunk_size: int | None
+    chunk_bytes: int | None
+    compression: str | None
+    num_workers: int  # resolved: os.cpu_count() when not given
+    mode: str | None
+    use_checkpoint: bool
+    start_method: str
+    storage_options: dict | None
+    verbose: bool
+    num_nodes: int | None
+    node_rank: int | None
+    num_shards: int | None  # None: default_num_shards(len(inputs))
+    on_error: str
+    max_retries: int
+    item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
+
+    @classmethod
+    def validate(cls, fn: object, *, chunk_size: object = None, chunk_bytes: object = None,
+                 compression: object = None, num_workers: object = None, mode: object = None,
+                 use_checkpoint: object = True, start_method: object = None, storage_options: object = None,
+                 verbose: object = True, num_nodes: object = None, node_rank: object = None,
+                 num_shards: object = None, on_error: object = "raise", max_retries: object = 0,
+                 item_loader: object = None) -> "OptimizeOptions":
+        if not callable(fn):
+            raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
+        if chunk_size is not None:
+            chunk_size = _require_int("chunk_size", chunk_size, 1, " (items per chunk)")
+        if chunk_size is None and chunk_bytes is None:
+            chunk_bytes = DEFAULT_CHUNK_BYTES
+        chunk_bytes_int = None
+        if chunk_bytes is not None:
+            if isinstance(chunk_bytes, bool):
+                raise ArgumentTypeError(f"chunk_bytes must be a size in bytes (int) or e.g. '64MB'; got {chunk_bytes!r}")
+            try:
+                chunk_bytes_int = parse_size(chunk_bytes)  # type: ignore[arg-type]
+            except (ValueError, TypeError) as exc:
+                raise UsageError(
+                    f"chunk_bytes={chunk_bytes!r} is not a size: {exc}; pass bytes (int) or e.g. '64MB'"
+                ) from None
+            if chunk_bytes_int < 1:
+                raise UsageError(f"chunk_bytes must be at least 1 byte; got {chunk_bytes!r}")
+        if num_workers is None:
+            workers = os.cpu_count() or 1
+        else:
+            workers = _require_int("num_workers", num_workers, 1, " (worker processes)")
+        if num_shards is not None:
+            num_shards = _require_int("num_shards", num_shards, 1)
+            if num_shards > MAX_NUM_SHARDS:
+                raise UsageError(f"num_shards must be at most {MAX_NUM_SHARDS:,}; got {num_shards!r}")
+        nodes = _optional_int("num_nodes", num_nodes)
+        rank = _optional_int("node_rank", node_rank)
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise ArgumentTypeError(
+                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+            )
+        if item_loader is not None and not is_tokens_loader(item_loader):
+            raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
+        method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
+        return cls(
+            chunk_size=chunk_size,
+            chunk_bytes=chunk_bytes_int,
+            compression=_require_choice("compression", compression, COMPRESSIONS),
+            num_workers=workers,
+            mode=_require_choice("mode", mode, MODES),
+            use_checkpoint=_require_bool("use_checkpoint", use_checkpoint),
+            start_method=_require_choice("start_method", method, START_METHODS),
+            storage_options=storage_options,
+            verbose=_require_bool("verbose", verbose),
+            num_nodes=nodes,
+            node_rank=rank,
+            num_shards=num_shards,
+            on_error=_require_choice("on_error", on_error, ON_ERROR),
+            max_retries=_require_int("max_retries", max_retries, 0),
+            item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
+        )
+
+    def output_settings(self, num_inputs: int) -> OutputSettings:
+        shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
+        return OutputSettings(self.chunk_size, self.chunk_bytes, self.compression, min(shards, max(1, num_inputs)),
+                              self.item_loader)

@@ -1,0 +1,96 @@
+"""Planning a call: the inputs it was given, and which share of the shards this node runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import InputsError, UsageError
+
+
+def check_inputs(inputs: object) -> Sequence:
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        kind = type(inputs).__name__
+        raise InputsError(
+            f"inputs must be a sequence with len() and indexing (list, tuple, range); got {kind}. "
+            "Wrap an iterator or generator in list(...) first."
+        )
+    return inputs
+
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    rank: int
+    count: int
+    source: str  # where it came from, for messages
+
+    @property
+    def is_multi_node(self) -> bool:
+        return self.count > 1
+
+
+_ENV_PAIRS = (
+    # (rank variable, count variable, label); the first pair that is set wins.
+    ("DATA_OPTIMIZER_NODE_RANK", "DATA_OPTIMIZER_NUM_NODES", "litdata's DATA_OPTIMIZER_* variables"),
+    ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "the Slurm job array"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "the Slurm step (srun)"),
+)
+
+
+def _parse_int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r} is not an integer") from None
+
+
+def node_identity(num_nodes: int | None, node_rank: int | None,
+                  env: Mapping[str, str] | None = None) -> NodeIdentity:
+    """Which share of the shards this process runs: explicit arguments win, then litdata's
+    variables, then a Slurm array, then an srun step; a single node otherwise."""
+    if env is None:
+        env = os.environ
+    if (num_nodes is None) != (node_rank is None):
+        raise UsageError(
+            "pass both num_nodes and node_rank (or neither, to read them from the environment); "
+            f"got num_nodes={num_nodes}, node_rank={node_rank}"
+        )
+    if num_nodes is not None and node_rank is not None:
+        return _validated(node_rank, num_nodes, "the num_nodes/node_rank arguments")
+    for rank_var, count_var, label in _ENV_PAIRS:
+        if rank_var == "SLURM_PROCID":
+            if "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env:
+                # A batch script itself, not an srun step: Slurm sets SLURM_PROCID=0 there, and
+                # SLURM_NTASKS only with -n (the allocation's size, not processes running this
+                # code). One process runs here, so it is the whole run.
+                continue
+            if "SLURM_STEP_NUM_TASKS" in env:
+                count_var = "SLURM_STEP_NUM_TASKS"  # `srun -n K` in a larger allocation
+        has_rank, has_count = rank_var in env, count_var in env
+        if has_rank != has_count:
+            present, missing = (rank_var, count_var) if has_rank else (count_var, rank_var)
+            raise UsageError(
+                f"{present} is set but {missing} is not, so this node cannot know its share of the work; "
+                f"set both, or pass num_nodes= and node_rank= to optimize()"
+            )
+        if has_rank:
+            rank = _parse_int(rank_var, env[rank_var])
+            count = _parse_int(count_var, env[count_var])
+            if rank_var == "SLURM_ARRAY_TASK_ID":
+                # --array=4-10:2 gives ids 4, 6, 8, 10: ranks 0..3
+                rank -= _parse_int("SLURM_ARRAY_TASK_MIN", env.get("SLURM_ARRAY_TASK_MIN", "0"))
+                step = _parse_int("SLURM_ARRAY_TASK_STEP", env.get("SLURM_ARRAY_TASK_STEP", "1"))
+                if step > 1 and rank % step == 0:
+                    rank //= step
+            return _validated(rank, count, label)
+    return NodeIdentity(0, 1, "a single node")
+
+
+def _validated(rank: int, count: int, source: str) -> NodeIdentity:
+    if count < 1 or not 0 <= rank < count:
+        raise UsageError(
+            f"node rank {rank} of {count} nodes (from {source}) is out of range: need 0 <= rank < count"
+        )
+    return NodeIdentity(rank, count, source)

@@ -1,0 +1,162 @@
+"""The worker pool, as seen from the main process: start workers, watch them, stop them."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, cast
+
+from .messages import WorkerExited, WorkerFailed
+from .worker import ShardTask, WorkerConfig, worker_main
+
+STOP_GRACE_SECONDS = float(os.environ.get("SHARDWRIGHT_STOP_GRACE", "5"))
+DEATH_GRACE_SECONDS = 1.0  # a worker's last messages may still be in the pipe when it exits
+
+
+@dataclass(frozen=True)
+class DeadWorker:
+    """A worker that ended without its exit message."""
+
+    wid: int
+    pid: int | None
+    exitcode: int | None
+    input_index: int  # the input it was on, -1 before its first
+
+
+@dataclass
+class PoolOutcome:
+    interrupted_by: int | None = None  # signal number
+    aborted: str | None = None  # on_idle() asked to stop at once (the node's lease was taken over)
+    error: WorkerFailed | None = None  # the first failure a worker reported
+    dead_worker: DeadWorker | None = None
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, for a message: "was killed by SIGKILL (...)", "exited with code 3 ..."."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (what the OOM killer sends)" if exitcode == -signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {exitcode} without reporting (os._exit or a crash in native code)"
+
+
+class WorkerPool:
+    """Runs shard tasks on worker processes and watches them until each has exited."""
+
+    def __init__(self, fn: Callable, cfg: WorkerConfig, num_workers: int, start_method: str):
+        self.fn, self.cfg, self.num_workers, self.start_method = fn, cfg, num_workers, start_method
+
+    def run(self, tasks: list[ShardTask], on_message: Callable[[Any], None],
+            on_idle: Callable[[], str | None]) -> PoolOutcome:
+        """Run ``tasks``; ``on_message`` gets every Progress/Committed message, ``on_idle`` is
+        called ten times a second and stops the pool at once when it returns a reason."""
+        # cast: typeshed's BaseContext lacks Process, which every concrete context has
+        ctx = cast(Any, mp.get_context(self.start_method))
+        task_q, result_q = ctx.Queue(), ctx.Queue()
+        stop_event = ctx.Event()
+        current = ctx.Array("q", [-1] * self.num_workers, lock=False)
+        procs = [
+            ctx.Process(target=worker_main, name=f"shardwright-worker-{wid}", daemon=True,
+                        args=(wid, self.fn, self.cfg, task_q, result_q, stop_event, current))
+            for wid in range(self.num_workers)
+        ]
+        for proc in procs:
+            proc.start()
+        for task in tasks:
+            task_q.put(task)
+        for _ in procs:
+            task_q.put(None)
+
+        outcome = PoolOutcome()
+        exited = [False] * len(procs)
+        found_dead_at: dict[int, float] = {}
+        stop_deadline: float | None = None
+        signals_seen: list[int] = []
+        last_check = time.monotonic()
+
+        def on_signal(signum, frame):
+            signals_seen.append(signum)
+
+        previous = _install_handlers(on_signal)
+        try:
+            while not all(exited):
+                try:
+                    message = result_q.get(timeout=0.1)
+                except queue.Empty:
+                    message = None
+                if isinstance(message, WorkerExited):
+                    exited[message.wid] = True
+                elif isinstance(message, WorkerFailed):
+                    if outcome.error is None and outcome.dead_worker is None:
+                        outcome.error = message
+                    stop_event.set()
+                elif message is not None:
+                    on_message(message)
+                now = time.monotonic()
+                if message is not None and now - last_check < 0.1 and not signals_seen:
+                    continue  # busy: drain messages, but still check on workers ten times a second
+                last_check = now
+                abort = on_idle()
+                if abort:  # another process owns these shards now: commit nothing more
+                    outcome.aborted = abort
+                    _kill_all(procs)
+                    break
+                if signals_seen and outcome.interrupted_by is None:
+                    outcome.interrupted_by = signals_seen[0]
+                    stop_event.set()
+                if len(signals_seen) >= 2:  # second Ctrl-C: abort now; commits already made stay
+                    _kill_all(procs)
+                    break
+                for wid, proc in enumerate(procs):
+                    if exited[wid] or proc.is_alive():
+                        continue
+                    first_seen = found_dead_at.setdefault(wid, now)
+                    if now - first_seen >= DEATH_GRACE_SECONDS:
+                        exited[wid] = True
+                        if outcome.dead_worker is None and outcome.interrupted_by is None:
+                            outcome.dead_worker = DeadWorker(wid, proc.pid, proc.exitcode, current[wid])
+                        stop_event.set()
+                if stop_event.is_set() and stop_deadline is None:
+                    stop_deadline = now + STOP_GRACE_SECONDS
+                if stop_deadline is not None and now > stop_deadline:
+                    _kill_all(procs)  # fn is stuck; committed chunks are safe
+                    break
+        finally:
+            _restore_handlers(previous)
+            for proc in procs:
+                proc.join(timeout=2)
+            _kill_all(procs)
+            for q in (task_q, result_q):
+                q.cancel_join_thread()
+                q.close()
+        return outcome
+
+
+def _kill_all(procs) -> None:
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+def _install_handlers(handler):
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_handlers(previous) -> None:
+    if previous:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,85 @@
+"""What optimize() returns, and the error it raises for a pool that did not finish."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError, short_repr
+from ..protocol.layout import FAILED_PREFIX
+from .pool import PoolOutcome, describe_exit
+from .progress import Tracker
+
+
+@dataclass
+class OptimizeResult:
+    """What one optimize() call did (on this node)."""
+
+    output_dir: str
+    items: int  # samples written by this call (this node)
+    chunks: int  # chunks written by this call
+    bytes: int  # bytes of chunk files written by this call (as stored)
+    seconds: float
+    resumed: bool  # continued an interrupted run
+    published: bool  # index.json written (False: other nodes' shards still pending)
+    inputs: int = 0  # inputs of the whole run
+    failed: int = 0  # inputs that failed and were skipped (on_error="skip")
+    pending_shards: list = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if self.published:
+            state = "published"
+        elif self.pending_shards:
+            state = f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
+        else:
+            state = "being published by another node that finished at the same moment"
+        failed = (f"; {self.failed:,} input(s) failed and were skipped (records under "
+                  f"{self.output_dir}/{FAILED_PREFIX}; rerun the same call to retry them)") if self.failed else ""
+        return (f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
+                f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}")
+
+
+def _input_text(inputs: Sequence, index: int) -> str:
+    return short_repr(inputs[index]) if 0 <= index < len(inputs) else "?"
+
+
+def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) -> None:
+    """Raise what the user must see when the pool stopped early; return when it finished."""
+    total = tracker.inputs_total
+    if outcome.error is not None:
+        failure = outcome.error
+        original = pickle.loads(failure.pickled_exception) if failure.pickled_exception else None
+        if failure.kind == "fn":
+            index = failure.input_index
+            value = _input_text(inputs, index)
+            tb = failure.traceback
+            raise FnError(
+                f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {failure.message}. Committed work "
+                f"is kept: fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
+                input_index=index, input_repr=value, worker_traceback=tb,
+            ) from original
+        if isinstance(original, ShardwrightError):
+            raise original
+        raise ShardwrightError(
+            f"worker {failure.wid} failed: {failure.message}\n--- worker traceback ---\n{failure.traceback}"
+        ) from original
+    if outcome.dead_worker is not None:
+        dead = outcome.dead_worker
+        index = dead.input_index
+        where = f"input {index:,} ({_input_text(inputs, index)})" if 0 <= index < len(inputs) else "start-up"
+        raise WorkerDiedError(
+            f"worker {dead.wid} (pid {dead.pid}) {describe_exit(dead.exitcode)} while processing {where}; the other "
+            f"workers were stopped and committed work is kept ({tracker.inputs_done():,} of {total:,} inputs done). "
+            "Fix the cause (memory? a crash in fn?) and rerun the same call to resume"
+        )
+    if outcome.aborted is not None:
+        raise LeaseLostError(f"stopped: {outcome.aborted}")
+    if outcome.interrupted_by is not None:
+        line = (f"Interrupted: {tracker.inputs_done():,} of {total:,} inputs done. "
+                "Rerun the same call to resume.")
+        print(line, file=sys.stderr, flush=True)
+        if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
+            raise KeyboardInterrupt(line)
+        raise SystemExit(128 + outcome.interrupted_by)

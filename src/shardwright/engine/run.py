@@ -1,0 +1,273 @@
+"""``optimize()``: validate the call, decide what to do with the output (protocol.decide),
+run this node's shards on the worker pool, and publish index.json when every shard is done."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Callable
+
+from ..errors import ConcurrentRunError, LeaseLostError, UsageError
+from ..format import ChunkEntry, IndexConfig
+from ..protocol.claim import claim_format
+from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
+from ..protocol.fingerprint import InputsFingerprint
+from ..protocol.lease import Lease, live_leases
+from ..protocol.manifest import Manifest, create_manifest
+from ..protocol.observe import observe
+from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
+from ..protocol.records import ShardProgress, load_progress
+from ..protocol.shards import shards_of_node
+from ..storage import Storage, open_storage
+from .options import OptimizeOptions, fn_name
+from .planning import NodeIdentity, check_inputs, node_identity
+from .pool import WorkerPool
+from .progress import Tracker
+from .result import OptimizeResult, raise_for_outcome
+from .worker import ShardTask, WorkerConfig
+
+log = logging.getLogger("shardwright")
+
+
+def optimize(
+    fn: Callable,
+    inputs: Sequence,
+    output_dir: str | os.PathLike[str],
+    *,
+    chunk_size: int | None = None,
+    chunk_bytes: int | str | None = None,
+    compression: str | None = None,
+    num_workers: int | None = None,
+    mode: str | None = None,
+    use_checkpoint: bool = True,
+    start_method: str | None = None,
+    storage_options: dict | None = None,
+    verbose: bool = True,
+    num_nodes: int | None = None,
+    node_rank: int | None = None,
+    num_shards: int | None = None,
+    on_error: str = "raise",
+    max_retries: int = 0,
+    item_loader: object = None,
+) -> OptimizeResult:
+    """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
+
+    Rerunning the same call after any interruption (Ctrl-C, SIGTERM, SIGKILL, a dead worker,
+    a power cut) continues where it stopped; a resume may use another ``num_workers``.
+
+    Args:
+        fn: called once per input in a worker process. It returns one sample (any pytree of
+            ints, floats, str, bytes, numpy arrays and tensors), None (no sample), or a
+            generator of samples. With ``start_method="spawn"`` it must be picklable.
+        inputs: a sequence (list, tuple, range) of picklable values; its order is the
+            dataset's order.
+        output_dir: a local directory or ``"s3://bucket/prefix"``.
+        chunk_size: items per chunk. Give this or ``chunk_bytes``.
+        chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
+            ``"64MB"`` when neither is given).
+        compression: None or ``"zstd"``.
+        num_workers: worker processes (default: the number of CPUs).
+        mode: None to start, resume, or do nothing when this same call already finished;
+            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it.
+        use_checkpoint: False keeps no resume state (a killed run starts over).
+        start_method: ``"fork"`` (default on Linux), ``"spawn"`` or ``"forkserver"``.
+        storage_options: boto3 client arguments for S3 (``endpoint_url``,
+            ``aws_access_key_id``, ...). Never stored or printed.
+        verbose: show a progress bar and print the result line.
+        num_nodes: number of machines sharing this run (default: from litdata's
+            ``DATA_OPTIMIZER_*`` variables or Slurm, else 1). Give with ``node_rank``.
+        node_rank: this machine's rank in ``0 .. num_nodes-1``.
+        num_shards: how many contiguous input ranges the run is cut into (default
+            ``min(len(inputs), 64)``); fixed for the life of the run.
+        on_error: ``"raise"`` stops at the first input whose fn raises (FnError);
+            ``"skip"`` records the failure under ``.shardwright/failed/`` and goes on.
+        max_retries: extra attempts of a failing input before it counts as failed.
+        item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
+            (numpy or torch), written as one token stream in litdata's TokensLoader layout;
+            read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+
+    Returns:
+        An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
+        is published.
+
+    Raises:
+        UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
+        InputsError: inputs is not a sequence, or an input cannot be pickled.
+        OutputDirError: output_dir cannot be used.
+        DatasetExistsError: a finished dataset of another call is there and mode is None.
+        RunMismatchError: the interrupted run had other inputs or settings.
+        ConcurrentRunError: another live run is writing the same output.
+        FnError: fn raised on an input (its index, repr and traceback are attached).
+        WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
+        StorageError: the storage failed (credentials, bucket, network, disk full).
+        CorruptStateError: the run's state was damaged or edited by hand.
+        SystemExit: Ctrl-C or SIGTERM (exit code 130/143) after committing what is done;
+            KeyboardInterrupt in a notebook.
+    """
+    started = time.monotonic()
+    options = OptimizeOptions.validate(
+        fn, chunk_size=chunk_size, chunk_bytes=chunk_bytes, compression=compression, num_workers=num_workers,
+        mode=mode, use_checkpoint=use_checkpoint, start_method=start_method, storage_options=storage_options,
+        verbose=verbose, num_nodes=num_nodes, node_rank=node_rank, num_shards=num_shards, on_error=on_error,
+        max_retries=max_retries, item_loader=item_loader,
+    )
+    inputs = check_inputs(inputs)
+    node = node_identity(options.num_nodes, options.node_rank)
+    if node.is_multi_node and not options.use_checkpoint:
+        raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
+    if options.start_method != "fork":
+        _check_picklable(fn, options.start_method)
+    request = Request(mode=options.mode, inputs=InputsFingerprint.of(inputs),
+                      settings=options.output_settings(len(inputs)), fn_name=fn_name(fn),
+                      use_checkpoint=options.use_checkpoint)
+    storage = open_storage(output_dir, options.storage_options, create=True)
+    storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
+
+    lease = Lease(storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
+                  extra={"node_rank": node.rank, "num_nodes": node.count})
+    lease.acquire(storage.url)
+    try:
+        _check_peers_agree(storage, lease, node)
+        opened = open_run(storage, request)
+        if opened is None:
+            return OptimizeResult(storage.url, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
+        manifest, resumed = opened
+        return _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started)
+    finally:
+        lease.release()
+
+
+def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None:
+    """Carry out :func:`decide`'s plan: returns (the manifest to run, whether it is a resume),
+    or None when the same call already finished."""
+    while True:
+        seen = observe(storage, read_records=request.mode == "overwrite")
+        plan = decide(seen, request)
+        if plan.kind is not PlanKind.FINISH_PUBLISH:
+            break
+        # a crash during publishing: index.json is out, the cleanup was not finished
+        assert plan.manifest is not None and seen.index_chunks is not None
+        finish_published(storage, plan.manifest, list(seen.index_chunks))
+    if plan.kind is PlanKind.NOOP:
+        log.info("%s already holds the output of this same call; nothing to do", storage.url)
+        return None
+    if plan.kind is PlanKind.RESUME:
+        assert plan.manifest is not None
+        if plan.fn_changed_from:
+            log.warning("fn changed since the interrupted run (%s, now %s); resuming with the new fn",
+                        plan.fn_changed_from, request.fn_name)
+        if plan.manifest.mode == "overwrite":
+            log.info("resuming the interrupted overwrite of %s", storage.url)
+        return plan.manifest, True
+    if plan.kind is PlanKind.RESTART:  # a run without checkpoints can't be resumed: start it over
+        assert plan.manifest is not None
+        discard_run_state(storage, plan.manifest.generation)
+    elif plan.kind is PlanKind.OVERWRITE:
+        wipe(storage)
+    elif plan.kind is PlanKind.RETRY:
+        log.warning("retrying %d input(s) that failed in the previous run of this call", len(plan.input_ids or ()))
+    return _create(storage, request, plan)
+
+
+def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest, bool]:
+    base_chunks: tuple[ChunkEntry, ...] = plan.base[0] if plan.base else ()
+    base_config: IndexConfig | None = plan.base[1] if plan.base else None
+    count = len(plan.input_ids) if plan.input_ids is not None else request.inputs.count
+    wanted = Manifest(
+        run_id=uuid.uuid4().hex, generation=plan.generation, mode=plan.manifest_mode, num_inputs=count,
+        num_shards=max(1, min(request.settings.num_shards, count)), inputs=request.inputs.to_json(),
+        input_ids=list(plan.input_ids) if plan.input_ids is not None else None,
+        input_skips=list(plan.input_skips) if plan.input_skips is not None else None,
+        settings=request.settings, use_checkpoint=request.use_checkpoint,
+        base_chunks=[c.to_json() for c in base_chunks],
+        base_config=base_config.to_json() if base_config else None,
+        fn_name=request.fn_name, created_at=time.time(),
+    )
+    manifest = create_manifest(storage, wanted)
+    resumed = False
+    if manifest.run_id != wanted.run_id:  # another node created it first
+        check_same_run(manifest, request, storage.url)
+        resumed = True
+    if manifest.base_config and manifest.base_config.get("data_format"):
+        # appended samples must match the existing dataset's format (idempotent across nodes)
+        config = manifest.base_config
+        claim_format(storage, manifest.run_id, config["data_format"], config["data_spec"], -1)
+    return manifest, resumed
+
+
+def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> None:
+    """Live nodes with another num_nodes would own overlapping shards: refuse, never race."""
+    for _name, holder in live_leases(storage):
+        if holder.get("owner") != lease.owner and holder.get("num_nodes", node.count) != node.count:
+            raise ConcurrentRunError(
+                f"node {holder.get('node_rank')} of {holder.get('num_nodes')} (host {holder.get('host')}, "
+                f"pid {holder.get('pid')}) is running on {storage.url}, and this call is node {node.rank} of "
+                f"{node.count}: every node of a run must use the same number of nodes ({node.source}). "
+                "Wait for it to finish, or stop it and rerun with the same count"
+            )
+
+
+def _check_picklable(fn: Callable, start_method: str) -> None:
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise UsageError(
+            f"fn {fn_name(fn)} cannot be pickled, which start_method={start_method!r} needs ({exc}). "
+            "Define fn at the top level of an importable .py file (not in a notebook, not a lambda or closure), "
+            "or use start_method='fork' (the default on Linux)"
+        ) from None
+
+
+def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
+    ids, skips = manifest.input_ids, manifest.input_skips
+    tasks = []
+    for p in progress.values():
+        if p.done:
+            continue
+        values = [inputs[i] for i in ids[p.next_input:p.end]] if ids else list(inputs[p.next_input:p.end])
+        tasks.append(ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq, values,
+                               ids[p.next_input:p.end] if ids else None,
+                               skips[p.next_input:p.end] if skips else None))
+    return tasks
+
+
+def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, inputs: Sequence,
+           options: OptimizeOptions, node: NodeIdentity, lease: Lease, started: float) -> OptimizeResult:
+    all_bounds = manifest.shard_bounds()
+    mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
+    if manifest.use_checkpoint and resumed:
+        progress = load_progress(storage, mine, manifest.run_id, repair=True)
+    else:
+        progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
+    tracker = Tracker(progress, options.verbose)
+    tasks = _tasks(progress, inputs, manifest)
+    if tasks:
+        cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank)
+        workers = max(1, min(options.num_workers, len(tasks)))
+        tracker.open_bar()
+
+        def on_idle() -> str | None:
+            tracker.on_idle()
+            return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
+
+        try:
+            outcome = WorkerPool(fn, cfg, workers, options.start_method).run(tasks, tracker.on_message, on_idle)
+        finally:
+            tracker.close_bar()
+        raise_for_outcome(outcome, inputs, tracker)
+    if lease.lost:
+        raise LeaseLostError(f"stopped: {lease.lost}")
+    published, missing = publish_if_complete(storage, manifest, progress)
+    result = OptimizeResult(
+        output_dir=storage.url, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,
+        seconds=time.monotonic() - started, resumed=resumed, published=published,
+        inputs=manifest.num_inputs, failed=sum(len(p.failed) for p in progress.values()), pending_shards=missing,
+    )
+    if options.verbose:
+        print(f"shardwright: {result}", file=sys.stderr)
+    return result

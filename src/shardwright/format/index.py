@@ -1,0 +1,211 @@
+"""index.json: the list of chunks and the config that says how to decode their items."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import CorruptStateError, UnsupportedFormatError
+from .sample import parse_spec
+
+
+# --- index.json -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkEntry:
+    filename: str
+    chunk_size: int  # items in the chunk
+    chunk_bytes: int  # size of the uncompressed chunk
+    dim: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chunk_bytes": self.chunk_bytes, "chunk_size": self.chunk_size, "dim": self.dim, "filename": self.filename}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ChunkEntry":
+        """Raises ValueError naming the bad field."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a chunk entry must be an object, got {type(data).__name__}")
+        for key in ("filename", "chunk_size", "chunk_bytes"):
+            if key not in data:
+                raise ValueError(f"chunk entry has no {key!r}")
+        filename, size, nbytes, dim = data["filename"], data["chunk_size"], data["chunk_bytes"], data.get("dim")
+        if not isinstance(filename, str) or not _safe_filename(filename):
+            raise ValueError(f"chunk filename {filename!r} is not a relative path inside the dataset")
+        for key, value in (("chunk_size", size), ("chunk_bytes", nbytes)):
+            if type(value) is not int or value < 0:
+                raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
+        if dim is not None and type(dim) is not int:
+            raise ValueError(f"chunk {filename!r} has dim {dim!r}, not an int or null")
+        return cls(filename=filename, chunk_size=size, chunk_bytes=nbytes, dim=dim)
+
+
+def _safe_filename(name: str) -> bool:
+    # Filenames are joined to the dataset dir: never let one point outside it.
+    parts = name.replace("\\", "/").split("/")
+    return bool(name) and not name.startswith(("/", "\\")) and ".." not in parts and "" not in parts
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    chunk_bytes: int | None
+    chunk_size: int | None
+    compression: str | None
+    data_format: list[str]
+    data_spec: str | None
+    encryption: Any = None
+    item_loader: str = "PyTreeLoader"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chunk_bytes": self.chunk_bytes,
+            "chunk_size": self.chunk_size,
+            "compression": self.compression,
+            # litdata 0.2.76 keys; null = whole-file compression, no Arrow/batch frames. Its
+            # reader only .get()s them, but its writer compares configs when merging.
+            "compression_batch_size": None,
+            "compression_level": None,
+            "data_format": list(self.data_format),
+            "data_spec": self.data_spec,
+            "encryption": self.encryption,
+            "ipc_compression": None,
+            "item_loader": self.item_loader,
+            "types": None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> "IndexConfig":
+        """Raises ValueError naming the bad field (UnsupportedFormatError for litdata-only modes)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"config must be an object, got {type(data).__name__}")
+        for key in ("data_format", "data_spec", "compression"):
+            if key not in data:
+                raise ValueError(f"config has no {key!r}")
+        data_format = data["data_format"]
+        if data_format is None:  # litdata writes null when no sample was ever written
+            data_format = []
+        if not isinstance(data_format, list) or not all(isinstance(f, str) for f in data_format):
+            raise ValueError(f"config data_format {data_format!r:.80} is not a list of strings")
+        data_spec = data["data_spec"]
+        if data_spec is not None and not isinstance(data_spec, str):
+            raise ValueError("config data_spec is not a string or null")
+        if data_spec is None and data_format:
+            raise ValueError("config has a data_format but no data_spec")
+        if data_spec is not None:
+            num_leaves = parse_spec(data_spec).num_leaves  # ValueError when malformed
+            if num_leaves != len(data_format):
+                raise ValueError(f"data_spec has {num_leaves} leaves but data_format has {len(data_format)} names")
+        compression = data["compression"]
+        if compression is not None and not isinstance(compression, str):
+            raise ValueError(f"config compression {compression!r} is not a string or null")
+        level = data.get("compression_level")
+        if compression is not None and level not in (None, "", "chunk"):
+            raise UnsupportedFormatError(
+                f"chunks use litdata's in-file compression_level={level!r} (zstd frames inside .bin), "
+                "which shardwright does not read; read them with litdata, or rewrite the dataset with "
+                "whole-file compression (litdata: compression_level='chunk')"
+            )
+        chunk_bytes, chunk_size = data.get("chunk_bytes"), data.get("chunk_size")
+        if isinstance(chunk_bytes, str):
+            chunk_bytes = parse_size(chunk_bytes)
+        for key, value in (("chunk_bytes", chunk_bytes), ("chunk_size", chunk_size)):
+            if value is not None and type(value) is not int:
+                raise ValueError(f"config {key} {value!r} is not an int or null")
+        item_loader = data.get("item_loader", "PyTreeLoader")
+        if not isinstance(item_loader, str):
+            raise ValueError(f"config item_loader {item_loader!r} is not a string")
+        return cls(
+            chunk_bytes=chunk_bytes,
+            chunk_size=chunk_size,
+            compression=compression,
+            data_format=list(data_format),
+            data_spec=data_spec,
+            encryption=data.get("encryption"),
+            item_loader=item_loader,
+        )
+
+
+def render_index(chunks: list[ChunkEntry], config: IndexConfig, updated_at: str | None = None) -> bytes:
+    """index.json bytes, read by litdata 0.2.58 and 0.2.76 alike."""
+    document = {
+        "chunks": [chunk.to_json() for chunk in chunks],
+        "config": config.to_json(),
+        # Remote litdata readers key their cache on this value.
+        "updated_at": updated_at if updated_at is not None else str(time.time()),
+    }
+    return json.dumps(document, sort_keys=True).encode("utf-8")
+
+
+def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig]:
+    """Chunks and config of an index.json (ours or litdata's). Raises CorruptStateError."""
+
+    def corrupt(what: str) -> CorruptStateError:
+        return CorruptStateError(
+            f"index.json at {source} is not valid {what}; restore it or rerun optimize with mode='overwrite'"
+        )
+
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise corrupt(f"JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise corrupt(f"dataset index: the top level is a {type(document).__name__}, not an object")
+    for key in ("chunks", "config"):
+        if key not in document:
+            raise corrupt(f"dataset index: it has no {key!r} key")
+    if not isinstance(document["chunks"], list):
+        raise corrupt("dataset index: 'chunks' is not a list")
+    chunks = []
+    for position, raw in enumerate(document["chunks"]):
+        try:
+            chunks.append(ChunkEntry.from_json(raw))
+        except ValueError as exc:
+            raise corrupt(f"dataset index: chunk {position}: {exc}") from None
+    try:
+        config = IndexConfig.from_json(document["config"])
+    except UnsupportedFormatError:
+        raise
+    except ValueError as exc:
+        raise corrupt(f"dataset index: {exc}") from None
+    return chunks, config
+
+
+# --- sizes ------------------------------------------------------------------------------------
+
+# Decimal units, as litdata's chunk_bytes="64MB" (1 MB = 1000**2 bytes); the binary "MiB"
+# spellings are accepted too and mean powers of 1024.
+_SIZE_UNITS: dict[str, int] = {
+    "tib": 1024**4, "gib": 1024**3, "mib": 1024**2, "kib": 1024,
+    "tb": 1000**4, "gb": 1000**3, "mb": 1000**2, "kb": 1000,
+    "t": 1000**4, "g": 1000**3, "m": 1000**2, "k": 1000, "b": 1,
+}  # fmt: skip
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes in ``value``: an int, or a string like ``"64MB"`` (decimal, as litdata), ``"1.5 GiB"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"size {value!r} is not a number of bytes")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size {value} is negative")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"size {value!r} must be an int or a string like '64MB'")
+    raw = value.strip().lower().replace(" ", "")
+    for suffix, factor in _SIZE_UNITS.items():  # longest suffixes first
+        if raw.endswith(suffix):
+            number = raw[: -len(suffix)]
+            break
+    else:
+        number, factor = raw, 1
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError(f"size {value!r} is not understood: use e.g. 64MB, 512KB, 1GB or a number of bytes") from None
+    if not math.isfinite(amount) or amount < 0:
+        raise ValueError(f"size {value!r} must be a non-negative number of bytes")
+    return int(amount * factor)

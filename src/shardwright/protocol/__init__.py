@@ -1,0 +1,96 @@
+"""The commit protocol: what a run writes, in which order, and why a crash anywhere loses
+nothing and repeats nothing. This docstring is THE specification; docs/design.md explains
+the rest of the system and points here.
+
+Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
+identity), ``manifest``, ``records``, ``claim`` (sample format), ``lease``, ``failures``,
+``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
+(what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
+(fault injection for tests).
+
+Terms
+=====
+An *output* is a local directory or an S3 prefix, reached only through
+:class:`shardwright.storage.Storage`. A *run* is one manifest's life: fresh, append, retry
+or overwrite. Its inputs are cut into ``num_shards`` contiguous *shards*; a shard is worked
+on by one worker at a time, in input order, and its chunks hold only its own inputs. The
+dataset is the shards' chunks in shard order. A run's chunk files carry its *generation*
+(``chunk-{gen}-{shard}-{seq}.bin``), so runs never write each other's names.
+
+Steps and the state on disk after each
+======================================
+0. **Claim.** The caller takes the lease ``.shardwright/leases/node-{rank}.json`` (conditional
+   create, or compare-and-swap over a stale one) and renews it every TTL/4.
+   *After:* a lease; nothing else changed.
+1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
+   run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
+   start together, and all of them use the winner's (after checking it is the same call).
+   *After:* a manifest, no records: a rerun resumes every shard from its start.
+2. **Chunk** (per chunk, in a worker's commit round): the chunk file is written
+   (``durable=False``); when the round's files are written, one ``storage.barrier()``
+   makes them (and the previous round's records) durable.
+   *After:* a chunk file no record names (an orphan): invisible, and rewritten under the
+   same name by the rerun (atomic replace); publishing deletes orphans of its generation.
+3. **Record** (the commit point): one file per shard per round,
+   ``.shardwright/shards/{shard}-{first seq}.json``, holds the round's consecutive records
+   of that shard. Each record names its chunk (filename, items, bytes), carries the run id,
+   and says where the shard resumes: ``next_input`` and ``skip_outputs`` (outputs of
+   ``next_input`` already committed: a chunk may end inside a generator's outputs). The
+   shard's last record has ``done: true``; ``failed`` lists inputs skipped with
+   ``on_error="skip"``. The record file becomes durable at the next barrier.
+   *After:* the chunk is committed; a rerun starts right after it.
+4. **Publish** (whoever holds the ``publish`` lease once every shard is done): index.json
+   = the base chunks (append/retry: the dataset as the run found it, copied into the
+   manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
+   exists only for a complete dataset.
+   *After:* the dataset is readable; the manifest and records are still there.
+5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
+6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
+   orphan chunks of the generation, the records, the format claim, and the manifest LAST.
+   *After:* only index.json, chunks, run.json and failure details remain.
+
+Crash points
+============
+===================  =====================================  ==========================================
+crash                state                                  the rerun
+===================  =====================================  ==========================================
+before 1             a lease at most                        takes the lease over (dead pid/TTL), fresh
+during 2             a temp file                            temp files are never read; chunk redone
+between 2 and 3      an orphan chunk                        recomputed, same name replaced
+during 3             a temp record file                     the record does not exist; as above
+after 3              the record                             resumes after it: nothing repeated
+power cut in 3       a torn (empty/NUL) last-round record   dropped with the shard's later records
+between 4 and 6      index.json names this generation       ``decide`` -> FINISH_PUBLISH: steps 5-6
+during 6             some state gone, manifest still there  step 6 again (each step is idempotent)
+===================  =====================================  ==========================================
+
+Exactly once: a sample is in the dataset iff its chunk is named by a committed record; a
+resume starts right after the last committed record of each shard, so no committed sample
+is produced again and every uncommitted one is produced again. Records are numbered
+0..n-1 per shard; a gap, garbage or a record after the shard's last is a
+CorruptStateError naming the file, never skipped. A record of another run id is a leftover
+of a cleanup cut short and is dropped like a torn one.
+
+Assumptions
+===========
+- **Clocks agree within the lease TTL** (default 30 s, ``SHARDWRIGHT_LEASE_TTL``): a lease
+  is stale when its heartbeat is older than the TTL by the reader's clock.
+- **Rename is atomic** and a directory fsync makes it durable (local disk); an S3 PUT or a
+  completed multipart upload is atomic and durable when it returns.
+- **fsync is honest**: after ``barrier()`` (``syncfs``, or an fsync per file) the bytes
+  survive a power cut.
+- **The object store honours conditional writes**: ``If-None-Match: *`` (create) and
+  ``If-Match: etag`` (compare-and-swap) are atomic; exactly one of racing writers wins.
+- **A torn file reads as empty or NUL bytes** after a power cut (what ext4/xfs leave of
+  data that never reached the disk), never as a valid older record.
+- A process whose lease was taken over notices at its next heartbeat and stops; until then
+  it may still write (see the lease module for how its writes are kept out).
+
+Versioning: see ``layout`` for the rule and history of :data:`PROTOCOL_VERSION`.
+"""
+
+from __future__ import annotations
+
+from .layout import PROTOCOL_VERSION
+
+__all__ = ["PROTOCOL_VERSION"]

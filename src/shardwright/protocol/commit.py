@@ -1,0 +1,72 @@
+"""The commit order of one round of chunks (protocol steps 1 and 2, see the package docstring)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..format import ChunkEntry, build_chunk, compress
+from ..storage import Storage
+from .crash import crash_point
+from .layout import chunk_filename
+from .records import CommitRecord, write_records
+
+
+@dataclass(frozen=True)
+class PendingChunk:
+    """A chunk (or a shard's end, with no items) waiting to be committed, and where its shard
+    resumes once it is: what its commit record will say."""
+
+    shard: int
+    seq: int
+    items: list[bytes]
+    first_input: int
+    next_input: int
+    skip_outputs: int
+    done: bool
+    failed: tuple = ()  # [input id, outputs committed] pairs skipped since the previous record
+    dim: int | None = None  # token datasets: tokens in the chunk (index.json's "dim")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(x) for x in self.items)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """What a commit round needs to know about its run."""
+
+    run_id: str
+    generation: int
+    compression: str | None
+    use_checkpoint: bool
+
+
+def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings) -> list[CommitRecord]:
+    """Commit a batch of chunks; returns their records, in batch order.
+
+    1. write every chunk file (not yet durable);
+    2. ``storage.barrier()``: those chunks, and the records of earlier rounds, become durable;
+    3. write one record file per shard for the round (made durable by the next round's
+       barrier, or the worker's final one).
+    So a durable record never names a chunk that is not durable, and one barrier serves the
+    whole round instead of an fsync per file.
+    """
+    records = []
+    for job in batch:
+        entry, stored = None, 0
+        if job.items:
+            raw = build_chunk(job.items)
+            name = chunk_filename(run.generation, job.shard, job.seq, run.compression)
+            data = compress(raw, run.compression)
+            storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
+            entry = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw), dim=job.dim)
+            stored = len(data)
+        records.append(CommitRecord(job.shard, job.seq, entry, stored, job.first_input, job.next_input,
+                                    job.skip_outputs, job.done, job.failed, run.run_id))
+    if not records:
+        return records
+    storage.barrier()
+    crash_point("after_chunk")
+    if run.use_checkpoint:
+        write_records(storage, records)  # step 2: the commit point
+    return records

@@ -1,0 +1,181 @@
+"""What a call to ``optimize()`` does with the output it finds: a pure decision table.
+
+``decide(observed, request)`` looks only at its arguments (what :func:`observe` read from the
+output, and what the call asks for) and returns a :class:`RunPlan`, or raises the error the
+user must see. The engine carries the plan out. Keeping the decision pure makes every case
+a row of a test table (tests/test_decide.py) instead of a path through I/O code.
+
+=================================  ===========  ===============================================
+output holds                       mode         plan
+=================================  ===========  ===============================================
+nothing (or only our state dir)    None/append  FRESH
+an unfinished run (manifest)       None/append  RESUME if the same inputs and settings, else
+                                                RunMismatchError naming the difference
+... run without checkpoints        None/append  RESTART (discard its chunks, start it again)
+... published but not cleaned up   any but ow.  FINISH_PUBLISH, then decide again
+a dataset, from this same call     None/append  NOOP, or RETRY of its failed inputs
+a dataset, from another call       None         DatasetExistsError
+a dataset                          append       APPEND
+foreign chunk/index files only     None/append  OutputDirError
+an unfinished overwrite, same call overwrite    RESUME (a requeued array task keeps its peers' work)
+anything else                      overwrite    OVERWRITE (wipe what we wrote, start fresh)
+unreadable state or index          None/append  CorruptStateError; overwrite: OVERWRITE
+=================================  ===========  ===============================================
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
+from ..format import ChunkEntry, IndexConfig
+from .fingerprint import InputsFingerprint
+from .layout import chunk_generation
+from .manifest import Manifest, OutputSettings
+
+
+class PlanKind(enum.Enum):
+    NOOP = "noop"  # the same call already finished: nothing to do
+    FRESH = "fresh"  # a new run on an empty output
+    RESUME = "resume"  # continue the interrupted run
+    RESTART = "restart"  # discard an interrupted run that kept no checkpoints, and run it again
+    RETRY = "retry"  # rerun the inputs the same call's finished run skipped (on_error="skip")
+    APPEND = "append"  # a new run whose outputs follow the existing dataset's
+    OVERWRITE = "overwrite"  # wipe what shardwright wrote, then a new run
+    FINISH_PUBLISH = "finish_publish"  # a crash cut publishing short: finish its cleanup, decide again
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the output holds, as read by :func:`shardwright.protocol.observe.observe`."""
+
+    url: str
+    manifest: Manifest | None = None
+    manifest_error: CorruptStateError | None = None  # the manifest, index or run record cannot be used
+    index_chunks: tuple[ChunkEntry, ...] | None = None  # None: no index.json
+    index_config: IndexConfig | None = None
+    last_run: dict | None = None  # run.json of the last finished run
+    foreign_files: tuple[str, ...] = ()  # top-level chunk/index files with no run of ours
+    records_readable: bool = True  # the manifest's records parse (only read for mode="overwrite")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What this optimize() call asks for."""
+
+    mode: str | None  # None, "append" or "overwrite"
+    inputs: InputsFingerprint
+    settings: OutputSettings
+    fn_name: str
+    use_checkpoint: bool
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    kind: PlanKind
+    manifest: Manifest | None = None  # RESUME / FINISH_PUBLISH: that run; RESTART: the run to discard
+    generation: int = 0  # new runs: the generation of their chunk names
+    manifest_mode: str = "create"  # new runs: the mode their manifest records
+    base: tuple[tuple[ChunkEntry, ...], IndexConfig] | None = None  # new runs appending to a dataset
+    input_ids: tuple[int, ...] | None = None  # RETRY (and its RESTART): the run-wide ids redone
+    input_skips: tuple[int, ...] | None = None  # ... and their outputs committed before
+    fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
+
+
+def next_generation(chunks: tuple[ChunkEntry, ...]) -> int:
+    return 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0)
+
+
+def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
+    """Refuse to continue ``manifest``'s run with other inputs or output-shaping settings."""
+    difference = InputsFingerprint.from_json(manifest.inputs).first_difference(request.inputs)
+    if difference:
+        raise RunMismatchError(
+            f"inputs changed since the interrupted run in {url}: {difference}; "
+            "pass the same inputs to resume, or mode='overwrite' to start over"
+        )
+    changed = manifest.settings.first_difference(request.settings)
+    if changed is not None:
+        key, was, now = changed
+        raise RunMismatchError(
+            f"settings changed since the interrupted run: {key} was {was!r}, now {now!r}; "
+            f"rerun with {key}={was!r} to resume, or pass mode='overwrite' to start over"
+        )
+
+
+def _is_published(index_chunks: tuple[ChunkEntry, ...], manifest: Manifest) -> bool:
+    # index.json already names this run's chunks: a crash between publishing and cleanup
+    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
+
+
+def _same_finished_call(last_run: dict | None, request: Request) -> bool:
+    return last_run is not None and last_run.get("inputs") == request.inputs.to_json() \
+        and last_run.get("settings") == request.settings.to_json() \
+        and last_run.get("fn_name") == request.fn_name
+
+
+def decide(seen: Observed, request: Request) -> RunPlan:
+    """The plan for ``request`` on an output in state ``seen`` (see the module's table)."""
+    if request.mode == "overwrite":
+        return _decide_overwrite(seen, request)
+    if seen.manifest_error is not None:
+        raise seen.manifest_error
+    manifest, index = seen.manifest, seen.index_chunks
+    if manifest is not None and index is not None and _is_published(index, manifest):
+        return RunPlan(PlanKind.FINISH_PUBLISH, manifest=manifest)
+    if manifest is not None:
+        if not manifest.use_checkpoint or not request.use_checkpoint:
+            base = None
+            if manifest.base_config:
+                base = (tuple(ChunkEntry.from_json(c) for c in manifest.base_chunks),
+                        IndexConfig.from_json(manifest.base_config))
+            return RunPlan(PlanKind.RESTART, manifest=manifest, generation=manifest.generation,
+                           manifest_mode=manifest.mode, base=base,
+                           input_ids=tuple(manifest.input_ids) if manifest.input_ids is not None else None,
+                           input_skips=tuple(manifest.input_skips) if manifest.input_skips is not None else None)
+        check_same_run(manifest, request, seen.url)
+        changed = manifest.fn_name if manifest.fn_name != request.fn_name else None
+        return RunPlan(PlanKind.RESUME, manifest=manifest, fn_changed_from=changed)
+    if index is not None:
+        assert seen.index_config is not None
+        base_dataset = (index, seen.index_config)
+        if _same_finished_call(seen.last_run, request):
+            # The same call already finished (perhaps killed just after publishing): rerunning
+            # it must not fail, and an append must not add its inputs twice. Inputs it skipped
+            # (on_error="skip") are retried, their outputs appended.
+            failed = (seen.last_run or {}).get("failed_inputs") or []
+            if failed:
+                return RunPlan(PlanKind.RETRY, generation=next_generation(index), manifest_mode="retry",
+                               base=base_dataset, input_ids=tuple(p[0] for p in failed),
+                               input_skips=tuple(p[1] for p in failed))
+            return RunPlan(PlanKind.NOOP)
+        if request.mode == "append":
+            return RunPlan(PlanKind.APPEND, generation=next_generation(index), manifest_mode="append",
+                           base=base_dataset)
+        raise DatasetExistsError(
+            f"{seen.url} already holds a finished dataset ({sum(c.chunk_size for c in index):,} items); "
+            "pass mode='append' to add to it or mode='overwrite' to replace it"
+        )
+    if seen.foreign_files:
+        listed = ", ".join(seen.foreign_files)
+        raise OutputDirError(
+            f"{seen.url} holds {listed} but no index.json and no shardwright run: a partial output of another "
+            "tool? Pass mode='overwrite' to replace it"
+        )
+    return RunPlan(PlanKind.FRESH)
+
+
+def _decide_overwrite(seen: Observed, request: Request) -> RunPlan:
+    """Wipe and start over, except to resume an interrupted overwrite of this same call (a
+    requeued array task must not wipe its peers' work). Corrupt state is wiped too."""
+    manifest = seen.manifest
+    if manifest is not None and seen.manifest_error is None and seen.records_readable \
+            and manifest.mode == "overwrite" and manifest.use_checkpoint and request.use_checkpoint:
+        try:
+            check_same_run(manifest, request, seen.url)
+        except RunMismatchError:
+            pass
+        else:
+            return RunPlan(PlanKind.RESUME, manifest=manifest)
+    return RunPlan(PlanKind.OVERWRITE, manifest_mode="overwrite")

@@ -1,0 +1,99 @@
+"""Every file and key name of a shardwright output, in one place.
+
+The engine, the reader, the CLI and the tests build names only through this module, so a
+layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rule below).
+
+::
+
+    index.json                                  the published dataset (litdata's format)
+    chunk-{gen}-{shard:05d}-{seq:06d}.bin       chunk files (``.zstd.bin`` when compressed)
+    .shardwright/manifest.json                  the run in progress
+    .shardwright/format.json                    the sample format claimed by the run's first sample
+    .shardwright/shards/{shard:05d}-{seq:06d}.json   one commit round's records of one shard
+    .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish)
+    .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
+    .shardwright/run.json                       the last finished run
+
+Versioning rule: :data:`PROTOCOL_VERSION` is written into every manifest and checked when a
+run is resumed. Bump it whenever a name here, a record field, or the meaning of a file
+changes, so that a shardwright of another version refuses to resume a run it would misread
+(finishing the run with the version that started it, or ``mode="overwrite"``, is the way
+out). A published dataset (index.json + chunks) is litdata's format and does not depend on it.
+
+History: 1 = first release; 2 = records carry the run id; 3 = one record file per shard per
+commit round, flat under ``shards/``.
+"""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 3
+
+INDEX_KEY = "index.json"
+STATE_DIR = ".shardwright"
+MANIFEST_KEY = f"{STATE_DIR}/manifest.json"
+FORMAT_KEY = f"{STATE_DIR}/format.json"
+RUN_RECORD_KEY = f"{STATE_DIR}/run.json"
+SHARDS_PREFIX = f"{STATE_DIR}/shards/"
+LEASES_PREFIX = f"{STATE_DIR}/leases/"
+FAILED_PREFIX = f"{STATE_DIR}/failed/"
+CHUNK_PREFIX = "chunk-"
+
+
+def chunk_filename(generation: int, shard: int, seq: int, compression: str | None) -> str:
+    """Name of chunk ``seq`` of ``shard`` written by run generation ``generation``."""
+    # litdata's reader finds the decompressed file by removing f".{compression}" from the name,
+    # so a compressed chunk must be named *.zstd.bin while the index says "zstd".
+    suffix = ".zstd.bin" if compression is not None and compression.startswith("zstd") else ".bin"
+    return f"{CHUNK_PREFIX}{generation}-{shard:05d}-{seq:06d}{suffix}"
+
+
+def chunk_generation(filename: str) -> int | None:
+    """Generation of one of our chunk names (chunk-{gen}-{shard}-{seq}...), None for others."""
+    parts = filename.split("-")
+    if len(parts) >= 4 and parts[0] == "chunk":
+        try:
+            return int(parts[1])
+        except ValueError:
+            return None
+    return None
+
+
+def is_top_level_chunk(key: str) -> bool:
+    """A key that could be one of our chunk files (top level, our prefix)."""
+    return "/" not in key and key.startswith(CHUNK_PREFIX)
+
+
+def record_key(shard: int, seq: int) -> str:
+    """The record file of the commit round of ``shard`` whose first record is ``seq``."""
+    return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}.json"
+
+
+def parse_record_key(key: str) -> tuple[int, int] | None:
+    """(shard, first seq) of a record file key, None for anything else under shards/."""
+    if not key.startswith(SHARDS_PREFIX):
+        return None
+    name = key[len(SHARDS_PREFIX):]
+    if "/" in name or not name.endswith(".json"):
+        return None
+    parts = name[: -len(".json")].split("-")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def lease_key(name: str) -> str:
+    return f"{LEASES_PREFIX}{name}.json"
+
+
+def lease_name(key: str) -> str:
+    return key[len(LEASES_PREFIX):-len(".json")]
+
+
+def failure_key(input_index: int, generation: int) -> str:
+    return f"{FAILED_PREFIX}{input_index:012d}-g{generation}.json"
+
+
+def parse_failure_key(key: str) -> int | None:
+    """The input index of a failure record key, None for anything else."""
+    head = key[len(FAILED_PREFIX):].split("-", 1)[0]
+    return int(head) if key.startswith(FAILED_PREFIX) and head.isdigit() else None

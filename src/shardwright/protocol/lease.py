@@ -1,0 +1,187 @@
+"""Leases: one live owner per node share of a run, and one publisher."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+from ..errors import ConcurrentRunError
+from ..storage import Storage
+from .jsonio import dumps
+from .layout import LEASES_PREFIX, lease_key, lease_name
+from .liveness import pid_alive
+
+
+# Owners of the leases this process holds right now. A lease record with this host and pid
+# but another owner is a leftover of an earlier call that did not release it; one whose owner
+# is here belongs to a live call in another thread of this process, and must be refused.
+_held_here: set[str] = set()
+_held_lock = threading.Lock()
+
+
+def lease_ttl() -> float:
+    return float(os.environ.get("SHARDWRIGHT_LEASE_TTL", "30"))
+
+
+def dead_reason(holder: dict) -> str | None:
+    """Why a lease holder is certainly gone (whoever looks), or None."""
+    age = time.time() - float(holder.get("heartbeat", 0))
+    if age > float(holder.get("ttl", lease_ttl())):
+        return f"its last heartbeat was {age:.0f} s ago"
+    if holder.get("host") == socket.gethostname() and not pid_alive(int(holder.get("pid", -1))):
+        return "its process is gone"
+    return None
+
+
+def slurm_identity() -> str | None:
+    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}_{os.environ.get('SLURM_PROCID', '0')}"
+
+
+class Lease:
+    """A heartbeat-renewed claim on ``leases/{name}.json``, taken with conditional writes.
+
+    A lease is stale (and may be taken over) when its heartbeat is older than the TTL, when
+    its holder was on this host and its pid is gone, or when it was held by this same Slurm
+    array task before a requeue (Slurm only restarts a task after killing the old one).
+    """
+
+    def __init__(self, storage: Storage, name: str, what: str, extra: dict | None = None):
+        self.storage = storage
+        self.key = lease_key(name)
+        self.extra = extra or {}
+        self.what = what
+        self.owner = uuid.uuid4().hex
+        self._version: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost: str | None = None  # set by the heartbeat when another run took the lease
+
+    def _body(self) -> bytes:
+        return dumps(
+            {
+                "owner": self.owner,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "slurm": slurm_identity(),
+                "heartbeat": time.time(),
+                "ttl": lease_ttl(),
+                **self.extra,
+            }
+        )
+
+    def _stale_reason(self, holder: dict) -> str | None:
+        dead = dead_reason(holder)
+        if dead is not None:
+            return dead
+        if holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid():
+            with _held_lock:
+                if holder.get("owner") in _held_here:
+                    return None  # a live call in another thread of this process
+            return "it is this process's own (an earlier call that did not release it)"
+        slurm = slurm_identity()
+        if slurm is not None and holder.get("slurm") == slurm:
+            return "it belongs to this same Slurm task before its requeue"
+        return None
+
+    def try_acquire(self) -> dict | None:
+        """Take the lease; None on success, else the live holder's record."""
+        while True:
+            if self.storage.create_exclusive(self.key, self._body()):
+                self._version = self._current_version()
+                self._mark_held()
+                return None
+            current = self.storage.read_versioned(self.key)
+            if current is None:
+                continue  # released between our two calls
+            data, version = current
+            try:
+                holder = json.loads(data)
+            except ValueError:
+                holder = {}
+            if holder and self._stale_reason(holder) is None:
+                return holder
+            if self.storage.replace_if_version(self.key, self._body(), version):
+                self._version = self._current_version()
+                self._mark_held()
+                return None
+
+    def _mark_held(self) -> None:
+        with _held_lock:
+            _held_here.add(self.owner)
+
+    def acquire(self, output_url: str) -> None:
+        holder = self.try_acquire()
+        if holder is not None:
+            age = time.time() - float(holder.get("heartbeat", 0))
+            raise ConcurrentRunError(
+                f"another run is already writing {self.what} of {output_url} (host {holder.get('host')}, "
+                f"pid {holder.get('pid')}, heartbeat {age:.0f} s ago); two runs must not interleave. "
+                "Wait for it to finish or stop it; a dead run's lease expires "
+                f"{float(holder.get('ttl', lease_ttl())):.0f} s after its last heartbeat"
+            )
+        self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.key}", daemon=True)
+        self._thread.start()
+
+    def _current_version(self) -> str | None:
+        current = self.storage.read_versioned(self.key)
+        return current[1] if current else None
+
+    def _heartbeat(self) -> None:
+        interval = max(0.5, lease_ttl() / 4)
+        while not self._stop.wait(interval):
+            try:
+                renewed = self._version is not None and self.storage.replace_if_version(
+                    self.key, self._body(), self._version
+                )
+            except Exception:  # a flaky network must not kill the run; the next beat retries
+                continue
+            if renewed:
+                self._version = self._current_version()
+            else:
+                self.lost = f"the lease on {self.what} was taken over by another run"
+                return
+
+    def release(self) -> None:
+        """Stop the heartbeat and delete the lease if it is still ours. Idempotent."""
+        with _held_lock:
+            _held_here.discard(self.owner)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.lost is None and self._version is not None:
+            storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
+            try:
+                current = storage.read_versioned(self.key)
+                if current is not None and json.loads(current[0]).get("owner") == self.owner:
+                    storage.delete(self.key)
+            except Exception:
+                pass  # the lease expires on its own
+        self._version = None  # released: a second call does nothing
+
+
+def lease_is_live(holder: dict) -> bool:
+    """Heartbeat within its TTL, and not a process of this host that is gone."""
+    return dead_reason(holder) is None
+
+
+def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, dict]]:
+    """(name, holder) of every readable lease."""
+    found = []
+    for key in storage.list(LEASES_PREFIX + prefix):
+        try:
+            holder = json.loads(storage.read_bytes(key))
+        except (FileNotFoundError, ValueError):
+            continue
+        found.append((lease_name(key), holder))
+    return found
+
+
+def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, dict]]:
+    return [(name, holder) for name, holder in read_leases(storage, prefix) if lease_is_live(holder)]

@@ -1,0 +1,173 @@
+"""The run manifest (identity of the run in progress) and the run record (the last finished run)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import CorruptStateError
+from ..storage import Storage
+from .jsonio import dumps, loads_object, require_field
+from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RUN_RECORD_KEY
+from .shards import MAX_NUM_SHARDS, shard_bounds
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """The settings that shape the output: a resume must use the same ones."""
+
+    chunk_size: int | None
+    chunk_bytes: int | None
+    compression: str | None
+    num_shards: int
+    item_loader: str = "PyTreeLoader"  # or "TokensLoader": raw token items, chunk entries with dim
+
+    def to_json(self) -> dict:
+        settings = {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
+                    "compression": self.compression, "num_shards": self.num_shards}
+        if self.item_loader != "PyTreeLoader":  # only then: runs recorded before the key existed still match
+            settings["item_loader"] = self.item_loader
+        return settings
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "OutputSettings":
+        def optional_int(name: str) -> int | None:
+            value = data.get(name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise CorruptStateError(f"run settings in {where} have an invalid {name!r} ({value!r}); "
+                                        "it was edited by hand. Rerun with mode='overwrite' to start over")
+            return value
+
+        compression = data.get("compression")
+        num_shards = data.get("num_shards")
+        if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
+                or not all(k in data for k in ("chunk_size", "chunk_bytes")):
+            raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
+                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+        item_loader = data.get("item_loader", "PyTreeLoader")
+        if item_loader not in ("PyTreeLoader", "TokensLoader"):
+            raise CorruptStateError(f"run settings in {where} have an invalid item_loader ({item_loader!r:.40}); "
+                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+        return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards, item_loader)
+
+    def first_difference(self, other: "OutputSettings") -> tuple[str, object, object] | None:
+        """(name, recorded value, current value) of the first setting that differs, or None."""
+        mine, theirs = self.to_json(), other.to_json()
+        for key in sorted(mine):
+            if mine[key] != theirs[key]:
+                return key, mine[key], theirs[key]
+        return None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Identity of the run in progress; created once, never rewritten while the run lives."""
+
+    run_id: str
+    generation: int  # chunk files of this run are chunk-{generation}-*
+    mode: str  # "create" or "append"
+    num_inputs: int
+    num_shards: int
+    inputs: dict  # InputsFingerprint.to_json()
+    settings: OutputSettings  # what shapes the output; compared on resume
+    use_checkpoint: bool
+    base_chunks: list  # append mode: ChunkEntry json of the dataset as it was
+    base_config: dict | None
+    fn_name: str
+    created_at: float
+    input_ids: list | None = None  # a retry run: the run-wide ids of the inputs it redoes
+    input_skips: list | None = None  # ... and how many outputs of each were committed before
+    protocol: int = PROTOCOL_VERSION
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["settings"] = self.settings.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "Manifest":
+        what = "run manifest"
+        if data.get("protocol") != PROTOCOL_VERSION:
+            raise CorruptStateError(
+                f"{what} {where} has protocol {data.get('protocol')!r}, this shardwright writes {PROTOCOL_VERSION}; "
+                "finish the run with the shardwright version that started it, or rerun with mode='overwrite'"
+            )
+        return cls(
+            run_id=require_field(data, "run_id", str, what, where),
+            generation=require_field(data, "generation", int, what, where),
+            mode=require_field(data, "mode", str, what, where),
+            num_inputs=require_field(data, "num_inputs", int, what, where),
+            num_shards=require_field(data, "num_shards", int, what, where),
+            inputs=require_field(data, "inputs", dict, what, where),
+            settings=OutputSettings.from_json(require_field(data, "settings", dict, what, where), where),
+            use_checkpoint=require_field(data, "use_checkpoint", bool, what, where),
+            base_chunks=require_field(data, "base_chunks", list, what, where),
+            base_config=data.get("base_config"),
+            fn_name=require_field(data, "fn_name", str, what, where),
+            created_at=float(require_field(data, "created_at", (int, float), what, where)),
+            input_ids=data.get("input_ids"),
+            input_skips=data.get("input_skips"),
+        ).validated(where)
+
+    def validated(self, where: str) -> "Manifest":
+        """Catch hand edits that parse but would publish a wrong dataset."""
+        problem = None
+        inputs = self.inputs
+        if not (isinstance(inputs.get("count"), int) and isinstance(inputs.get("block_size"), int)
+                and isinstance(inputs.get("block_hashes"), str)):
+            problem = "its inputs fingerprint is incomplete"
+        elif self.generation < 0:
+            problem = f"generation {self.generation} is negative"
+        elif self.input_ids is None and self.num_inputs != inputs["count"]:
+            problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
+        elif not 1 <= self.num_shards <= max(1, self.num_inputs):
+            problem = f"num_shards {self.num_shards} is out of range for {self.num_inputs} inputs"
+        elif self.input_ids is not None and not (
+            isinstance(self.input_ids, list) and len(self.input_ids) == self.num_inputs
+            and all(isinstance(i, int) and 0 <= i < inputs["count"] for i in self.input_ids)
+            and isinstance(self.input_skips, list) and len(self.input_skips) == self.num_inputs
+        ):
+            problem = "its retry input list is invalid"
+        elif self.num_shards > MAX_NUM_SHARDS:
+            problem = f"num_shards {self.num_shards:,} is over the limit of {MAX_NUM_SHARDS:,}"
+        elif len(inputs["block_hashes"]) != 16 * -(-inputs["count"] // max(1, inputs["block_size"])):
+            problem = "its inputs fingerprint does not match its input count"
+        if problem:
+            raise CorruptStateError(
+                f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. "
+                "Rerun with mode='overwrite' to start over"
+            )
+        return self
+
+    def shard_bounds(self) -> dict[int, tuple[int, int]]:
+        return {s: shard_bounds(self.num_inputs, self.num_shards, s) for s in range(self.num_shards)}
+
+
+def read_manifest(storage: Storage) -> Manifest | None:
+    try:
+        data = storage.read_bytes(MANIFEST_KEY)
+    except FileNotFoundError:
+        return None
+    return Manifest.from_json(loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}")
+
+
+def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
+    """Create the manifest unless one exists (several nodes may start at once): returns the one
+    that won, which callers compare with theirs."""
+    if storage.create_exclusive(MANIFEST_KEY, dumps(manifest.to_json())):
+        return manifest
+    existing = read_manifest(storage)
+    if existing is None:  # deleted between our attempt and the read: a finished run; try again
+        return create_manifest(storage, manifest)
+    return existing
+
+
+def read_run_record(storage: Storage) -> dict | None:
+    try:
+        data = storage.read_bytes(RUN_RECORD_KEY)
+    except FileNotFoundError:
+        return None
+    return loads_object(data, "run record", storage, RUN_RECORD_KEY)
+
+
+def write_run_record(storage: Storage, record: dict) -> None:
+    storage.write_bytes(RUN_RECORD_KEY, dumps(record))

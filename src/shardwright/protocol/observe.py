@@ -1,0 +1,52 @@
+"""Read what an output holds, for :func:`shardwright.protocol.decide.decide`."""
+
+from __future__ import annotations
+
+from ..errors import CorruptStateError
+from ..format import parse_index
+from ..storage import Storage
+from .decide import Observed
+from .layout import INDEX_KEY
+from .manifest import read_manifest, read_run_record
+from .records import load_progress
+
+
+def foreign_files(storage: Storage) -> list[str]:
+    """Top-level files that look like a dataset's (chunks, index) when no run of ours is there."""
+    return [k for k in storage.list("") if "/" not in k and (k.endswith(".bin") or k.endswith("index.json"))]
+
+
+def observe(storage: Storage, *, read_records: bool = False) -> Observed:
+    """The state of ``storage`` as :func:`decide` needs it. An unreadable manifest, index or
+    run record is recorded, not raised (mode="overwrite" wipes it); ``read_records`` also checks that the run's
+    records parse (only an overwrite needs to know, to resume or wipe)."""
+    manifest, manifest_error = None, None
+    try:
+        manifest = read_manifest(storage)
+    except CorruptStateError as exc:
+        manifest_error = exc
+    records_readable = True
+    if manifest is not None and read_records:
+        try:
+            load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+        except CorruptStateError:
+            records_readable = False
+    index, last_run = None, None
+    try:
+        data = storage.read_bytes(INDEX_KEY)
+    except FileNotFoundError:
+        pass
+    else:
+        try:
+            index = parse_index(data, f"{storage.url}/{INDEX_KEY}")
+            last_run = read_run_record(storage)
+        except CorruptStateError as exc:
+            manifest_error = manifest_error or exc
+    return Observed(
+        url=storage.url, manifest=manifest, manifest_error=manifest_error,
+        index_chunks=tuple(index[0]) if index is not None else None,
+        index_config=index[1] if index is not None else None,
+        last_run=last_run,
+        foreign_files=tuple(foreign_files(storage)) if manifest is None and index is None else (),
+        records_readable=records_readable,
+    )

@@ -1,0 +1,177 @@
+"""Publishing: index.json from every shard's records (the publication point), then ONE cleanup."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from ..errors import CorruptStateError
+from ..format import ChunkEntry, IndexConfig, render_index
+from ..storage import Storage
+from .claim import read_format
+from .crash import crash_point
+from .failures import forget_resolved_failures
+from .layout import (
+    FORMAT_KEY,
+    INDEX_KEY,
+    LEASES_PREFIX,
+    MANIFEST_KEY,
+    SHARDS_PREFIX,
+    STATE_DIR,
+    chunk_generation,
+    is_top_level_chunk,
+    record_key,
+)
+from .lease import Lease
+from .manifest import Manifest, read_manifest, read_run_record, write_run_record
+from .records import ShardProgress, load_progress
+
+
+def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
+    """True when index.json already holds this run's chunks (a crash between steps 3 and 5).
+    A run that produced no chunk can't be told apart, but publishing it again is harmless."""
+    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
+
+
+def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]]) -> dict:
+    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
+    new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
+    now = time.time()
+    return {
+        "failed_inputs": sorted(failed),
+        "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
+        "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
+        "settings": manifest.settings.to_json(), "items": sum(c.chunk_size for c in chunks),
+        "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
+        "started_at": manifest.created_at, "finished_at": now, "seconds": now - manifest.created_at,
+        "published_by": socket.gethostname(), "fn_name": manifest.fn_name,
+    }
+
+
+def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry]) -> None:
+    """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
+    (step 4), records may be partly deleted already, so it is not rewritten from them."""
+    previous = read_run_record(storage)
+    if previous is not None and previous.get("run_id") == manifest.run_id:
+        cleanup_after_publish(storage, manifest, index_chunks, None)
+        return
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    failed = [i for s in sorted(progress) for i in progress[s].failed]
+    cleanup_after_publish(storage, manifest, index_chunks, failed)
+
+
+def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
+                          failed: list[list[int]] | None) -> None:
+    """Steps 4-5. Safe to repeat: each step is idempotent. ``failed`` holds [input id, outputs
+    committed] pairs of inputs skipped by the run; None when run.json of this run is already
+    written (step 4 done before a crash)."""
+    if failed is not None:
+        write_run_record(storage, run_record(manifest, index_chunks, failed))
+        forget_resolved_failures(storage, {pair[0] for pair in failed})
+    crash_point("after_run_record")
+    discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
+
+
+def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | set[str] = frozenset()) -> None:
+    """THE cleanup of a run's state, used after publishing and when a run is abandoned: chunk
+    files of its generation not in ``keep`` (unpublished ones), its records and format claim,
+    and the manifest last: until the manifest is gone, a rerun finds the run and finishes
+    this cleanup."""
+    for key in storage.list("chunk-"):
+        if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
+            storage.delete(key)
+    storage.delete_prefix(SHARDS_PREFIX)
+    storage.delete(FORMAT_KEY)
+    storage.delete(MANIFEST_KEY)  # last
+
+
+def wipe(storage: Storage) -> None:
+    """mode='overwrite': remove the dataset and every piece of run state (but not other files
+    the user keeps in the folder, nor live leases)."""
+    storage.delete(INDEX_KEY)
+    for key in storage.list(""):
+        name = key.rsplit("/", 1)[-1]
+        top = key.split("/", 1)[0]
+        if "/" not in key and (name.startswith("chunk-") and name.endswith(".bin") or name.endswith("index.json")):
+            storage.delete(key)
+        elif top == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
+            storage.delete(key)
+    storage.delete(MANIFEST_KEY)  # last, as in every cleanup
+
+
+def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgress]) -> list[ChunkEntry]:
+    """Step 3: write index.json from the records of every shard. Callers hold the publish lease."""
+    base = [ChunkEntry.from_json(c) for c in manifest.base_chunks]
+    committed = [(r, r.chunk) for s in sorted(progress) for r in progress[s].records if r.chunk is not None]
+    present = set(storage.list("chunk-"))
+    for record, chunk in committed:
+        if chunk.filename not in present:
+            raise CorruptStateError(
+                f"chunk {storage.url}/{chunk.filename}, committed by checkpoint record "
+                f"{record_key(record.shard, record.seq)}, is missing: it was deleted by hand. "
+                "Rerun with mode='overwrite' to start over"
+            )
+    fmt = read_format(storage, manifest.run_id)
+    if fmt is None and manifest.base_config:
+        fmt = manifest.base_config
+    settings = manifest.settings
+    config = IndexConfig(
+        chunk_bytes=settings.chunk_bytes, chunk_size=settings.chunk_size,
+        compression=settings.compression,
+        data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
+        item_loader=settings.item_loader,
+    )
+    chunks = base + [chunk for _, chunk in committed]
+    storage.barrier()  # chunks written without checkpoints are made durable before being named
+    storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
+    return chunks
+
+
+def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
+    """Publishing writes index.json, then run.json (with the run's id), and only then deletes
+    records (the manifest last): whoever sees records vanish sees one of these."""
+    previous = read_run_record(storage)
+    if previous is not None and previous.get("run_id") == manifest.run_id:
+        return True
+    current = read_manifest(storage)
+    return current is None or current.run_id != manifest.run_id
+
+
+def publish_if_complete(storage: Storage, manifest: Manifest,
+                        known: dict[int, ShardProgress]) -> tuple[bool, list[int]]:
+    """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
+
+    ``known`` is what this process already knows (its own shards); the other shards' records
+    are read. Whoever gets the ``publish`` lease publishes; a node finishing at the same moment
+    sees the lease taken (or the manifest gone) and leaves it to the winner.
+    """
+    everything = dict(known)
+    others = {s: b for s, b in manifest.shard_bounds().items() if s not in known}
+    if others:
+        try:
+            everything.update(load_progress(storage, others, manifest.run_id))
+        except (FileNotFoundError, CorruptStateError):
+            # A record listed a moment ago is gone (or seems to leave a gap): another node
+            # published and its cleanup is deleting the records we are reading.
+            if _published_by_another(storage, manifest):
+                return True, []
+            raise
+    missing = sorted(s for s, p in everything.items() if not p.done)
+    if missing:
+        if _published_by_another(storage, manifest):  # listed after that cleanup deleted them
+            return True, []
+        return False, missing
+    publisher = Lease(storage, "publish", "the final merge")
+    if publisher.try_acquire() is not None:
+        return False, []
+    try:
+        current = read_manifest(storage)
+        if current is None or current.run_id != manifest.run_id:
+            return True, []  # published by a node that finished at the same moment
+        chunks = publish(storage, manifest, everything)
+        crash_point("after_index")
+        failed = [i for s in sorted(everything) for i in everything[s].failed]
+        cleanup_after_publish(storage, manifest, chunks, failed)
+    finally:
+        publisher.release()
+    return True, []

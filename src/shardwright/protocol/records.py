@@ -1,0 +1,246 @@
+"""Commit records: the commit point of each chunk, and what they say about each shard's progress."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..errors import CorruptStateError
+from ..format import ChunkEntry
+from ..storage import Storage
+from .jsonio import dumps, loads_object, require_field
+from .layout import SHARDS_PREFIX, parse_record_key, record_key
+
+
+def failed_pairs(value: object, what: str, where: str) -> tuple:
+    """The ``failed`` list of a record: [input id, outputs already committed] pairs."""
+    if not isinstance(value, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and x >= 0 for x in p) for p in value
+    ):
+        raise CorruptStateError(
+            f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return tuple(tuple(p) for p in value)
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """The commit of one chunk (or of a shard's end) of one shard."""
+
+    shard: int
+    seq: int
+    chunk: ChunkEntry | None
+    stored_bytes: int  # size of the chunk file as stored (compressed), 0 without a chunk
+    first_input: int  # input that produced the chunk's first item (for messages)
+    next_input: int
+    skip_outputs: int
+    done: bool
+    failed: tuple = ()  # [input id, outputs already committed] of inputs skipped since the previous record
+    run_id: str = ""  # the manifest's: a record of another run is a leftover, never a commit of this one
+
+    def to_json(self) -> dict:
+        # by hand: dataclasses.asdict deep-copies, and this runs once per chunk
+        return {
+            "shard": self.shard, "seq": self.seq, "chunk": self.chunk.to_json() if self.chunk else None,
+            "stored_bytes": self.stored_bytes, "first_input": self.first_input, "next_input": self.next_input,
+            "skip_outputs": self.skip_outputs, "done": self.done, "failed": [list(p) for p in self.failed],
+            "run_id": self.run_id,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "CommitRecord":
+        what = "checkpoint record"
+        chunk = data.get("chunk")
+        try:
+            entry = ChunkEntry.from_json(chunk) if chunk is not None else None
+        except Exception:
+            raise CorruptStateError(
+                f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. "
+                "Rerun with mode='overwrite' to start over"
+            ) from None
+        return cls(
+            shard=require_field(data, "shard", int, what, where),
+            seq=require_field(data, "seq", int, what, where),
+            chunk=entry,
+            stored_bytes=require_field(data, "stored_bytes", int, what, where),
+            first_input=require_field(data, "first_input", int, what, where),
+            next_input=require_field(data, "next_input", int, what, where),
+            skip_outputs=require_field(data, "skip_outputs", int, what, where),
+            done=require_field(data, "done", bool, what, where),
+            failed=failed_pairs(data.get("failed", []), what, where),
+            run_id=require_field(data, "run_id", str, what, where),
+        )
+
+
+def write_records(storage: Storage, records: list[CommitRecord]) -> None:
+    """Step 2 of the protocol for one commit round: one file per shard holding the round's
+    consecutive records of that shard, named by the first one's seq. Callers must have made
+    the records' chunks durable first (``storage.barrier()``); the files become durable at
+    the next barrier. A round of many small chunks costs one file, not one per chunk."""
+    runs: list[list[CommitRecord]] = []
+    for record in records:
+        if runs and runs[-1][-1].shard == record.shard and runs[-1][-1].seq + 1 == record.seq:
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    for run in runs:
+        body = dumps({"records": [r.to_json() for r in run]})
+        storage.write_bytes(record_key(run[0].shard, run[0].seq), body, durable=False)
+
+
+def is_torn(data: bytes) -> bool:
+    """What a power cut leaves of a file whose data never reached the disk."""
+    return not data.strip(b"\0")
+
+
+@dataclass
+class ShardProgress:
+    """What the records of one shard say: its chunks so far and where to resume."""
+
+    shard: int
+    start: int
+    end: int
+    records: list[CommitRecord] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.records) and self.records[-1].done
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.records)
+
+    @property
+    def next_input(self) -> int:
+        return self.records[-1].next_input if self.records else self.start
+
+    @property
+    def skip_outputs(self) -> int:
+        return self.records[-1].skip_outputs if self.records else 0
+
+    @property
+    def inputs_done(self) -> int:
+        return self.end - self.start if self.done else self.next_input - self.start
+
+    def add(self, record: CommitRecord) -> None:
+        self.records.append(record)
+
+    @property
+    def chunks(self) -> list[ChunkEntry]:
+        return [r.chunk for r in self.records if r.chunk is not None]
+
+    @property
+    def failed(self) -> list[list[int]]:
+        return [list(pair) for r in self.records for pair in r.failed]
+
+
+def record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
+    """Record file keys under shards/, grouped by shard (foreign names are ignored)."""
+    keys: dict[int, list[str]] = {}
+    for key in storage.list(SHARDS_PREFIX):
+        parsed = parse_record_key(key)
+        if parsed is not None:
+            keys.setdefault(parsed[0], []).append(key)
+    return keys
+
+
+def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRecord]:
+    """The records of one record file (``{"records": [...]}``, one commit round of one shard).
+    Callers check :func:`is_torn` first; anything else unreadable is a CorruptStateError."""
+    body = loads_object(data, "checkpoint record", storage, key)
+    listed = body.get("records")
+    where = f"{storage.url}/{key}"
+    if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
+        raise CorruptStateError(
+            f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
+            "Rerun with mode='overwrite' to start over"
+        )
+    return [CommitRecord.from_json(r, where) for r in listed]
+
+
+def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
+    """The records of one record file; None when it is torn (a power cut) or unreadable.
+    FileNotFoundError when it is gone (a publisher cleaning up)."""
+    data = storage.read_bytes(key)
+    if is_torn(data):
+        return None
+    try:
+        return parse_record_file(data, storage, key)
+    except CorruptStateError:
+        return None
+
+
+def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
+                  repair: bool = False) -> dict[int, ShardProgress]:
+    """Read the records of the given shards (parallel reads: S3 round trips dominate).
+
+    ``repair=True`` (the process about to resume these shards) deletes torn records and
+    every later record of their shard, so that a later run can never mistake one of those
+    for a commit after new records with other chunk boundaries are written.
+
+    Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short:
+    they can only follow this run's records of the shard (this run rewrote the keys before
+    them), and are dropped like torn records."""
+    keys_by_shard = record_keys_by_shard(storage)
+    wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
+
+    def read(item: tuple[int, str]) -> tuple[int, str, bytes]:
+        shard, key = item
+        return shard, key, storage.read_bytes(key)
+
+    progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(read, wanted))
+    dropped: dict[int, list[str]] = {}
+    for shard, key, data in results:
+        where = f"{storage.url}/{key}"
+        if shard in dropped or is_torn(data):
+            # A power cut before this record was durable: it and the shard's later records
+            # (same last commit round) never committed; their chunks are simply redone.
+            dropped.setdefault(shard, []).append(key)
+            continue
+        records = parse_record_file(data, storage, key)
+        if run_id is not None and records[0].run_id != run_id:
+            dropped.setdefault(shard, []).append(key)
+            continue
+        shard_progress = progress[shard]
+        for record in records:
+            if record.shard != shard or record.seq != shard_progress.next_seq or record.run_id != records[0].run_id:
+                raise CorruptStateError(
+                    f"checkpoint records of shard {shard} are not numbered 0..n-1 without gaps (at {where}); "
+                    "a record was deleted or edited by hand. Rerun with mode='overwrite' to start over"
+                )
+            if not shard_progress.start <= record.next_input <= shard_progress.end or shard_progress.done:
+                raise CorruptStateError(
+                    f"checkpoint record {where} points outside its shard or follows the shard's last record; "
+                    "it was edited by hand. Rerun with mode='overwrite' to start over"
+                )
+            shard_progress.add(record)
+    if repair:
+        for keys in dropped.values():
+            for key in reversed(keys):  # highest first: a crash here leaves a prefix, still valid
+                storage.delete(key)
+    return progress
+
+
+MAX_RECORD_FILES_COUNTED = 2000
+
+
+def count_committed_chunks(storage: Storage, limit: int = MAX_RECORD_FILES_COUNTED) -> int | str:
+    """Chunks committed by the record files of an unfinished run, for messages ("N chunks are
+    checkpointed"). Torn or unreadable files count as nothing; beyond ``limit`` files it says
+    "at least N" instead of reading them all."""
+    keys = [k for keys in record_keys_by_shard(storage).values() for k in keys]
+    if len(keys) > limit:
+        return f"at least {len(keys)}"
+
+    def count(key: str) -> int:
+        try:
+            records = read_record_file(storage, key)
+        except FileNotFoundError:
+            return 0
+        return sum(1 for r in records or () if r.chunk is not None)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return sum(pool.map(count, keys))

@@ -1,0 +1,107 @@
+"""A typed report of an output's run state (what ``shardwright status`` prints and the jobs
+service serves), and ``merge`` (publish once every shard is done)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..errors import IncompleteRunError, DatasetNotFoundError
+from ..storage import Storage
+from .layout import FAILED_PREFIX, INDEX_KEY
+from .lease import lease_is_live, read_leases
+from .manifest import read_manifest, read_run_record
+from .publish import publish_if_complete
+from .records import load_progress
+
+STATES = ("empty", "complete", "running", "interrupted")
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    name: str
+    host: str | None
+    pid: int | None
+    heartbeat_age_s: float
+    live: bool
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """The state of an output: ``empty`` (nothing written), ``complete`` (published, no run in
+    progress), ``running`` (a live lease) or ``interrupted`` (a run that can be resumed)."""
+
+    output_dir: str
+    state: str
+    published: bool
+    last_run: dict | None
+    failed_records: int
+    # the run in progress (None / empty when there is none)
+    run_id: str | None = None
+    mode: str | None = None
+    generation: int | None = None
+    inputs: int = 0
+    inputs_done: int = 0
+    items_committed: int = 0
+    chunks_committed: int = 0
+    shards: int = 0
+    shards_done: list[int] = field(default_factory=list)
+    shards_in_progress: list[int] = field(default_factory=list)
+    shards_pending: list[int] = field(default_factory=list)
+    leases: list[LeaseStatus] = field(default_factory=list)
+    fn: str | None = None
+    started_at: float | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def read_status(storage: Storage) -> RunStatus:
+    """What is done, in progress, pending and failed in ``storage``'s output."""
+    published = storage.exists(INDEX_KEY)
+    manifest = read_manifest(storage)
+    last_run = read_run_record(storage)
+    failed = len([k for k in storage.list(FAILED_PREFIX) if k.endswith(".json")])
+    if manifest is None:
+        return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    now = time.time()
+    leases = [
+        LeaseStatus(name, holder.get("host"), holder.get("pid"),
+                    round(now - float(holder.get("heartbeat", 0)), 1), lease_is_live(holder))
+        for name, holder in read_leases(storage)
+    ]
+    return RunStatus(
+        output_dir=storage.url, state="running" if any(lease.live for lease in leases) else "interrupted",
+        published=published, last_run=last_run, failed_records=failed,
+        run_id=manifest.run_id, mode=manifest.mode, generation=manifest.generation,
+        inputs=manifest.num_inputs, inputs_done=sum(p.inputs_done for p in progress.values()),
+        items_committed=sum(c.chunk_size for p in progress.values() for c in p.chunks),
+        chunks_committed=sum(len(p.chunks) for p in progress.values()),
+        shards=manifest.num_shards,
+        shards_done=[s for s, p in progress.items() if p.done],
+        shards_in_progress=[s for s, p in progress.items() if p.records and not p.done],
+        shards_pending=[s for s, p in progress.items() if not p.records],
+        leases=leases, fn=manifest.fn_name, started_at=manifest.created_at,
+    )
+
+
+def merge(storage: Storage) -> None:
+    """Publish index.json if every shard is done (a no-op when it is published already).
+
+    Raises:
+        IncompleteRunError: some shards are not finished (``missing_shards`` lists them).
+        DatasetNotFoundError: there is neither a run nor a dataset.
+    """
+    manifest = read_manifest(storage)
+    if manifest is None:
+        if storage.exists(INDEX_KEY):
+            return
+        raise DatasetNotFoundError(f"{storage.url} has no run to merge (no manifest) and no dataset")
+    published, missing = publish_if_complete(storage, manifest, {})
+    if missing:
+        raise IncompleteRunError(
+            f"not merged: {len(missing)} shard(s) are not finished: {missing[:20]}"
+            f"{' ...' if len(missing) > 20 else ''}; rerun the array tasks that own them",
+            missing_shards=missing,
+        )

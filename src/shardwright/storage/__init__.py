@@ -1,0 +1,37 @@
+"""Where a dataset's bytes live: one small interface, several backends, chosen by URL.
+
+========================  ===================================================================
+module                    its one job
+========================  ===================================================================
+:mod:`.base`              the :class:`Storage` interface and its guarantees; ``check_key``
+:mod:`.files`             local-file helpers: temp names, fsync of dirs, syncfs, quiet unlink,
+                          the one disk-full mapping (each caller gives its own fix)
+:mod:`.local`             :class:`LocalStorage`, a directory (and its CAS side-lock ``FileLock``)
+:mod:`.s3`                :class:`S3Storage`, any S3-compatible store (boto3, imported lazily)
+:mod:`.memory`            :class:`MemoryStorage`, in-process, with fault and crash hooks (tests)
+:mod:`.registry`          URL scheme -> backend; :func:`open_storage`, :func:`register_backend`
+========================  ===================================================================
+
+Layering: this package imports only :mod:`shardwright.errors` from the rest of shardwright;
+``base`` and ``files`` import nothing of the package, ``registry`` only ``base``, and each
+backend ``base``, ``files`` and ``registry`` (the registry imports backends by name on
+first use of their scheme, so there is no import cycle).
+"""
+
+from __future__ import annotations
+
+from .base import Storage
+from .local import LocalStorage
+from .memory import MemoryStorage
+from .registry import open_storage, register_backend, registered_schemes
+from .s3 import S3Storage  # cheap: boto3 itself is imported on first use
+
+__all__ = [
+    "LocalStorage",
+    "MemoryStorage",
+    "S3Storage",
+    "Storage",
+    "open_storage",
+    "register_backend",
+    "registered_schemes",
+]

@@ -1,0 +1,166 @@
+"""The :class:`Storage` interface: the few operations the engine and the reader need, each
+with the guarantee "write once, resume after any crash" relies on.
+
+* ``write_bytes`` is an **atomic replace**: a reader (or a resuming run after a crash) sees
+  either the old object or the new one, never a torn half-written file.
+* ``create_exclusive`` is **create-if-absent**: of several callers racing to create the same
+  key, exactly one gets ``True`` — provided their ``data`` differ (see the method: on a
+  flaky network a retried request is recognised as ours by its bytes). It is what lets
+  exactly one run create the manifest, claim the on-disk format or take a free lease.
+* ``read_versioned`` + ``replace_if_version`` are **compare-and-swap**. They exist for leases:
+  a run holds a lease object that it renews (heartbeats) and that another run may take over
+  only when it has expired. Renewing or stealing must be conditional on the lease still
+  being the one we read, otherwise two runs could both believe they own the output.
+* ``barrier`` ends a batch of ``durable=False`` writes: after it returns they survive a
+  crash; before, any of them may be lost.
+
+Keys are ``'/'``-separated paths relative to the root (the ``output_dir``), e.g.
+``"index.json"``, ``"chunk-0-00003-000001.bin"`` or ``".shardwright/manifest.json"``.
+Backends: :mod:`.local`, :mod:`.s3`, :mod:`.memory`; :func:`~shardwright.storage.open_storage`
+picks one by URL scheme.
+"""
+
+from __future__ import annotations
+
+import abc
+
+__all__ = ["Storage", "check_key"]
+
+
+def check_key(key: str) -> str:
+    """Return ``key``; ValueError if it could escape the root or alias another key
+    ('a//b', '../x', '/x', '')."""
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"storage key must be a non-empty str, got {key!r}")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"invalid storage key {key!r}: use '/'-separated names without '.', '..' or empty parts")
+    return key
+
+
+class Storage(abc.ABC):
+    """The operations the engine and the reader need, with their atomicity guarantees.
+
+    Implementations must be safe to use from several threads. The local and S3 backends are
+    picklable, so worker processes (forked or spawned) can get a copy that opens its own
+    connections; :class:`~shardwright.storage.memory.MemoryStorage` is single-process.
+
+    Subclasses implement the abstract operations; the other methods have defaults a backend
+    may override (as fsspec's ``AbstractFileSystem`` does).
+    """
+
+    #: What to show users for this location (never contains secrets).
+    url: str
+
+    # -- abstract operations -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        """Create or atomically replace ``key`` with ``data``.
+
+        Readers see the old content or the new, never a mix. With ``durable=True`` the data
+        survives a crash of this process or machine once this returns. ``durable=False``
+        defers the (expensive, local-disk) flush to the next :meth:`barrier`, so one flush
+        serves many writes; until then a power cut may lose what was written, so nothing
+        durable may name such a key before the barrier.
+        """
+
+    @abc.abstractmethod
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` (durably) only if it does not exist yet.
+
+        Returns True if this call created it, False if the key already existed. Of
+        concurrent callers (threads, processes, machines) passing different ``data``,
+        exactly one gets True. Callers passing *identical* bytes may both get True on S3:
+        a conditional PUT whose reply was lost is retried, and the retry's "already exists"
+        counts as our own success when the object holds exactly our bytes. So put something
+        unique to the caller in ``data`` (e.g. a run id) whenever the winner matters.
+        """
+
+    @abc.abstractmethod
+    def read_bytes(self, key: str) -> bytes:
+        """Return the whole content of ``key``; raise FileNotFoundError if it is missing."""
+
+    @abc.abstractmethod
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """Return ``(content, version)`` or None if missing.
+
+        ``version`` is an opaque token that changes on every replace; pass it to
+        :meth:`replace_if_version`.
+        """
+
+    @abc.abstractmethod
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        """Compare-and-swap: replace ``key`` with ``data`` (durably) only if it is still at
+        ``version``.
+
+        Returns False (and changes nothing) if someone replaced it since it was read, or it
+        was deleted. This is what makes lease renewal and lease takeover safe.
+        """
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool:
+        """True if ``key`` exists."""
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """Size of ``key`` in bytes; FileNotFoundError if missing."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """All keys starting with ``prefix`` (recursively), sorted, relative to the root.
+
+        ``prefix`` is a plain string prefix (".shardwright/shards/" lists a directory,
+        "chunk-1-" lists the keys starting so). Scratch files of in-progress writes are
+        never listed.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key`` (durably); a missing key is fine."""
+
+    @abc.abstractmethod
+    def delete_prefix(self, prefix: str) -> None:
+        """Delete every key starting with ``prefix`` ("" empties the whole output)."""
+
+    @abc.abstractmethod
+    def local_path(self, key: str) -> str | None:
+        """Filesystem path of ``key`` when it is on local disk (so readers can mmap it), else None."""
+
+    @abc.abstractmethod
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
+        """Copy ``key`` to the file ``local_path`` atomically (temp file + rename).
+
+        Meant for a reader's cache: a crash mid-download never leaves a partial file at
+        ``local_path``. FileNotFoundError if ``key`` is missing. ``durable=False`` skips the
+        fsync, for copies that are checked on use and can be fetched again.
+
+        Errors of the *destination* (a full disk, no permission) propagate as the OSError
+        they are: ``local_path`` belongs to the caller, and only the caller knows the fix
+        (map it with :func:`shardwright.storage.files.disk_full_error`).
+        """
+
+    # -- defaults a backend may override -------------------------------------------------
+
+    def barrier(self) -> None:
+        """Make every earlier ``durable=False`` write of this object (this process) durable.
+
+        The default is a no-op, right for backends where every write is durable (S3).
+        """
+
+    def with_short_retries(self, seconds: float = 5.0) -> Storage:
+        """This storage, giving up on a failing operation after about ``seconds`` (for
+        best-effort calls such as releasing a lease, which expires on its own anyway).
+
+        The default returns ``self``: a backend without retries already gives up at once.
+        """
+        return self
+
+    def check(self) -> None:
+        """Cheap sanity check at run start; raises a StorageError/OutputDirError with the fix.
+
+        The default checks nothing (nothing can be wrong before the first operation).
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

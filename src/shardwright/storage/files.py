@@ -1,0 +1,132 @@
+"""Local-file helpers shared by the local backend, the S3 backend's downloads and the reader's
+chunk cache: scratch names, durable renames, quiet cleanup and the one disk-full mapping.
+
+Every function here is about *this machine's* file system; none knows about keys or backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import random
+import re
+import sys
+import threading
+from collections.abc import Iterator
+
+from ..errors import StorageError
+
+__all__ = [
+    "DISK_FULL_ERRNOS",
+    "NOT_WRITABLE_ERRNOS",
+    "TMP_NAME_RE",
+    "disk_full_error",
+    "fsync_dir",
+    "is_disk_full",
+    "raising_disk_full",
+    "syncfs",
+    "tmp_name",
+    "unlink_quiet",
+]
+
+#: errno values that mean "no space left" (a full device, or the user's quota).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+#: errno values that mean "this user may not write here".
+NOT_WRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+#: Names made by :func:`tmp_name`: ``.{name}.tmp-{pid}-{tid}-{random}``. Groups ``name`` (the
+#: final file's name, possibly shortened) and ``pid`` (the writer, to tell a crash leftover
+#: from a write in progress).
+TMP_NAME_RE = re.compile(r"^\.(?P<name>.*)\.tmp-(?P<pid>\d+)-\d+-[0-9a-f]+$")
+
+
+def tmp_name(path: str) -> str:
+    """A scratch name next to ``path`` that no other process or thread can pick.
+
+    pid + thread id + random: two runs writing the same key at the same time (which the
+    leases should prevent, but a stale run may still be alive) never share a temp file. It is
+    in the same directory as ``path`` so that the final rename stays within one file system
+    (atomic) and it starts with a dot so listings can skip it (see :data:`TMP_NAME_RE`).
+    """
+    d, name = os.path.split(path)
+    # 180 characters of the name keep the whole scratch name under NAME_MAX (255).
+    return os.path.join(d, f".{name[:180]}.tmp-{os.getpid()}-{threading.get_ident()}-{random.getrandbits(40):010x}")
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename/link/unlink in directory ``path`` durable (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; their renames are durable anyway
+    finally:
+        os.close(fd)
+
+
+_LIBC: ctypes.CDLL | None = None
+
+
+def syncfs(path: str) -> bool:
+    """Linux syncfs(2) on the file system holding ``path``.
+
+    One journal commit makes every earlier write on it durable, far cheaper than an fsync per
+    file for many small chunks. Returns False where unavailable (callers then fsync per
+    file); raises OSError when the flush itself failed (the data is not durable).
+    """
+    global _LIBC
+    if sys.platform != "linux":
+        return False
+    try:
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        if _LIBC.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+        return True
+    finally:
+        os.close(fd)
+
+
+def unlink_quiet(path: str) -> None:
+    """Remove ``path`` if possible; cleanup must never hide the error that caused it."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True if ``exc`` is an OSError saying the device or the quota is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_error(exc: OSError, where: str, fix: str) -> StorageError:
+    """The StorageError for a full disk: ``disk full while {where}: {fix}``.
+
+    Only the caller knows the fix (a writer resumes by rerunning the call; the reader's
+    cache can be bounded lower or moved), so each caller passes its own. Raise it ``from
+    exc`` to keep the errno.
+    """
+    return StorageError(f"disk full while {where}: {fix}")
+
+
+@contextlib.contextmanager
+def raising_disk_full(where: str, fix: str) -> Iterator[None]:
+    """Turn a disk-full OSError raised in the block into :func:`disk_full_error`; other
+    errors pass through unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(exc, where, fix) from exc
+        raise

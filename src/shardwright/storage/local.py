@@ -1,0 +1,453 @@
+"""The local backend: a directory on a local (or network) file system.
+
+Durability: every write goes to a unique temp file in the target's directory, is
+``fsync``-ed, then renamed (or hard-linked, for create-if-absent) into place, and the
+directory is ``fsync``-ed so the new name itself survives a power loss. Rename and link within
+one directory are atomic on POSIX file systems, so readers never see a torn file.
+Compare-and-swap serialises on a side lock file (:class:`FileLock`).
+
+Registers the ``file`` scheme (and plain paths) with :mod:`.registry`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import IO, Any, NoReturn
+
+from ..errors import OutputDirError, OutputIsAFileError
+from .base import Storage, check_key
+from .files import (
+    NOT_WRITABLE_ERRNOS,
+    TMP_NAME_RE,
+    disk_full_error,
+    fsync_dir,
+    is_disk_full,
+    syncfs,
+    tmp_name,
+    unlink_quiet,
+)
+from .registry import register_backend
+
+__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "open_local"]
+
+#: The fix for a full disk under output_dir: every commit is durable, so rerunning resumes.
+RESUME_FIX = "free space and rerun the same call to resume; nothing committed was lost"
+
+# Names of our own scratch files next to real keys (never reported by ``list``):
+#   .{name}.tmp-{pid}-{tid}-{random}   a write in progress (or left by a crash), files.tmp_name
+#   .{name}.cas-lock                   the side lock that serialises compare-and-swap
+_LOCK_SUFFIX = ".cas-lock"
+
+
+def _is_internal_name(name: str) -> bool:
+    return name.startswith(".") and (bool(TMP_NAME_RE.match(name)) or name.endswith(_LOCK_SUFFIX))
+
+
+class LocalStorage(Storage):
+    """A directory on a local (or network) file system; the module docstring says how its
+    writes stay atomic and durable. Picklable: a copy starts with no pending writes."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        self.url = self.root
+        self._pending_pid: int | None = None  # durable=False writes awaiting barrier()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_pending_pid", "_pending", "_pending_lock"):
+            state.pop(k, None)
+        state["_pending_pid"] = None
+        return state
+
+    def _pending_set(self) -> tuple[threading.Lock, set[str]]:
+        # Per process: a forked child starts with no pending writes and a fresh lock.
+        if self._pending_pid != os.getpid():
+            self._pending_lock = threading.Lock()
+            self._pending: set[str] = set()
+            self._pending_pid = os.getpid()
+        return self._pending_lock, self._pending
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def _mkdirs(self, directory: str) -> None:
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except (NotADirectoryError, FileExistsError) as e:
+            raise OutputDirError(
+                f"cannot create directory {directory}: a parent path is a file, not a directory; "
+                f"remove or rename that file, or choose another output_dir"
+            ) from e
+        except OSError as e:
+            self._raise_os_error(e, directory)
+
+    def _raise_os_error(self, e: OSError, path: str) -> NoReturn:
+        if is_disk_full(e):
+            raise disk_full_error(e, f"writing {path}", RESUME_FIX) from e
+        if e.errno in NOT_WRITABLE_ERRNOS:
+            raise OutputDirError(
+                f"cannot write {path}: {e.strerror}; make {self.root} writable for this user "
+                f"or choose another output_dir"
+            ) from e
+        raise e
+
+    def _write_tmp(self, path: str, data: bytes, fsync: bool = True) -> str:
+        """Write ``data`` to a fresh (fsync-ed) temp file next to ``path``; return its name."""
+        tmp = tmp_name(path)
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileNotFoundError:  # first write into this directory (no stat per write)
+                self._mkdirs(os.path.dirname(path))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            self._raise_os_error(e, path)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException as e:
+            unlink_quiet(tmp)
+            if isinstance(e, OSError):
+                self._raise_os_error(e, path)
+            raise
+        return tmp
+
+    # -- Storage API ---------------------------------------------------------------------
+
+    def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data, fsync=durable)
+        try:
+            os.replace(tmp, path)
+        except BaseException as e:
+            unlink_quiet(tmp)
+            if isinstance(e, OSError):
+                self._raise_os_error(e, path)
+            raise
+        if durable:
+            fsync_dir(os.path.dirname(path))
+        else:
+            lock, pending = self._pending_set()
+            with lock:
+                pending.add(path)
+
+    def barrier(self) -> None:
+        """fsync every file written with ``durable=False`` since the last barrier, then their
+        directories (so the names survive too). One barrier per batch of chunks replaces an
+        fsync per file and per directory entry."""
+        lock, pending = self._pending_set()
+        with lock:
+            paths = sorted(pending)
+            pending.clear()
+        if not paths:
+            return
+        try:
+            if syncfs(self.root):
+                return  # one flush of the filesystem: every file, its data and its name
+        except OSError as e:
+            with lock:  # not durable: a later barrier must try again
+                pending.update(paths)
+            self._raise_os_error(e, self.root)
+        dirs = set()
+        i, path = 0, self.root
+        try:
+            for i, path in enumerate(paths):
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue  # deleted or replaced since: whoever did that owns durability
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                dirs.add(os.path.dirname(path))
+            for d in sorted(dirs):
+                fsync_dir(d)
+        except OSError as e:
+            with lock:  # not durable: a later barrier must try again
+                pending.update(paths[i:])
+            self._raise_os_error(e, path)
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        # Write the full content first, then hard-link it into place: link() fails with
+        # EEXIST if the name exists, atomically, so exactly one racer wins and the winner's
+        # file is complete from the moment it becomes visible.
+        path = self._path(key)
+        if os.path.lexists(path):
+            return False
+        tmp = self._write_tmp(path, data)
+        try:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                    self._raise_os_error(e, path)
+                # Filesystem without hard links: serialise through the side lock instead.
+                with self._cas_lock(path):
+                    if os.path.lexists(path):
+                        return False
+                    os.replace(tmp, path)
+            fsync_dir(os.path.dirname(path))
+            return True
+        finally:
+            unlink_quiet(tmp)
+
+    def read_bytes(self, key: str) -> bytes:
+        with open(self._path(key), "rb") as f:
+            return f.read()
+
+    @staticmethod
+    def _version_of(f: IO[bytes], data: bytes) -> str:
+        # Inode + mtime change on every atomic replace (the new content is a new inode);
+        # the content hash guards against inode reuse with an equal mtime.
+        st = os.fstat(f.fileno())
+        return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{hashlib.sha1(data).hexdigest()}"
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                data = f.read()
+                return data, self._version_of(f, data)
+        except FileNotFoundError:
+            return None
+
+    def _cas_lock(self, path: str) -> FileLock:
+        d, name = os.path.split(path)
+        return FileLock(os.path.join(d, f".{name}{_LOCK_SUFFIX}"))
+
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        # All compare-and-swaps of one key serialise on a side lock file, so "read the
+        # current version, compare, replace" is one step for every CAS caller. (Plain
+        # write_bytes does not take the lock: leases are only ever written through CAS or
+        # create_exclusive.)
+        path = self._path(key)
+        if not os.path.isdir(os.path.dirname(path)):
+            return False
+        try:
+            lock = self._cas_lock(path)
+            lock.acquire()
+        except OSError as e:
+            self._raise_os_error(e, path)
+        try:
+            try:
+                with open(path, "rb") as f:
+                    current = self._version_of(f, f.read())
+            except FileNotFoundError:
+                return False
+            if current != version:
+                return False
+            self.write_bytes(key, data)
+            return True
+        finally:
+            lock.release()
+
+    def exists(self, key: str) -> bool:
+        return os.path.isfile(self._path(key))
+
+    def size(self, key: str) -> int:
+        path = self._path(key)
+        st = os.stat(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(errno.ENOENT, "not a file", path)
+        return st.st_size
+
+    def _walk(self, prefix: str, include_internal: bool = False) -> Iterator[tuple[str, str]]:
+        """Yield (key, path) of files whose key starts with ``prefix``."""
+        # Start walking at the deepest directory the prefix fully names.
+        head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = os.path.join(self.root, *head.split("/")) if head else self.root
+        if not os.path.isdir(start):
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            # Prune directories that cannot contain matching keys.
+            dirnames[:] = [
+                d for d in dirnames if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")
+            ]
+            for name in filenames:
+                key = rel + name
+                if key.startswith(prefix) and (include_internal or not _is_internal_name(name)):
+                    yield key, os.path.join(dirpath, name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(k for k, _ in self._walk(prefix))
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self._raise_os_error(e, path)
+        fsync_dir(os.path.dirname(path))
+
+    def delete_prefix(self, prefix: str) -> None:
+        # Also removes our scratch files (crash leftovers) and then empty directories, but
+        # never the root itself.
+        dirs = set()
+        for _key, path in list(self._walk(prefix, include_internal=True)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._raise_os_error(e, path)
+            dirs.add(os.path.dirname(path))
+        for d in sorted(dirs, key=len, reverse=True):
+            while d != self.root and d.startswith(self.root + os.sep):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+                d = os.path.dirname(d)
+        for d in dirs:
+            if os.path.isdir(d):
+                fsync_dir(d)
+        fsync_dir(self.root)
+
+    def local_path(self, key: str) -> str | None:
+        return self._path(key)
+
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
+        src = self._path(key)
+        dst = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = tmp_name(dst)
+        try:
+            with open(src, "rb") as fin, open(tmp, "xb") as fout:
+                while True:
+                    buf = fin.read(8 << 20)
+                    if not buf:
+                        break
+                    fout.write(buf)
+                fout.flush()
+                if durable:
+                    os.fsync(fout.fileno())
+            os.replace(tmp, dst)
+        except BaseException:
+            unlink_quiet(tmp)  # a full disk stays an OSError: the caller's directory, the caller's fix
+            raise
+
+    def check(self) -> None:
+        """Raise OutputDirError unless the root is a directory we can create files in."""
+        check_local_dir(self.root, create=False)
+
+
+class FileLock:
+    """An exclusive lock on a side file; excludes other processes and other threads.
+
+    ``flock`` locks belong to the open file description, so two opens in one process also
+    exclude each other (unlike ``fcntl``/POSIX record locks).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+        self._fallback: Any = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - non-POSIX
+            os.close(fd)
+            import filelock
+
+            self._fallback = filelock.FileLock(self.path + ".filelock")
+            self._fallback.acquire()
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+        elif self._fallback is not None:  # pragma: no cover
+            self._fallback.release()
+
+    def __enter__(self) -> FileLock:  # noqa: PYI034 - final class in practice; Self needs 3.11
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def check_local_dir(path: str, *, create: bool) -> None:
+    """Make sure ``path`` is (or, with ``create``, becomes) a directory we can write into."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputIsAFileError(
+            f"output_dir {path} is a file, not a directory: remove it or choose another output_dir"
+        )
+    if not os.path.isdir(path):
+        if not create:
+            return
+        try:
+            os.makedirs(path, exist_ok=True)
+        except (NotADirectoryError, FileExistsError) as e:
+            raise OutputDirError(
+                f"cannot create output_dir {path}: a parent path is a file, not a directory; "
+                f"remove or rename that file, or choose another output_dir"
+            ) from e
+        except OSError as e:
+            if e.errno in NOT_WRITABLE_ERRNOS:
+                raise OutputDirError(
+                    f"cannot create output_dir {path}: {e.strerror}; create it yourself or choose "
+                    f"a location this user can write to"
+                ) from e
+            if is_disk_full(e):
+                raise disk_full_error(e, f"creating {path}", RESUME_FIX) from e
+            raise
+    # os.access lies for root and on some network filesystems: really create a file.
+    probe = tmp_name(os.path.join(path, "shardwright-probe"))  # a scratch name: never listed
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full_error(e, f"creating a file in output_dir {path}", RESUME_FIX) from e
+        raise OutputDirError(
+            f"output_dir {path} is not writable ({e.strerror}): fix its permissions "
+            f"(e.g. chmod u+w, or a read-only mount) or choose another output_dir"
+        ) from e
+    finally:
+        unlink_quiet(probe)
+
+
+def open_local(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> LocalStorage:
+    """The registry's factory for plain paths and ``file://`` URLs (``storage_options`` is
+    ignored). ``create=True`` makes the directory and checks it is writable."""
+    path = url.removeprefix("file://")
+    storage = LocalStorage(path)
+    if create:
+        check_local_dir(storage.root, create=True)
+    elif os.path.exists(storage.root) and not os.path.isdir(storage.root):
+        raise OutputDirError(
+            f"output_dir {storage.root} is a file, not a directory: remove it or choose another output_dir"
+        )
+    return storage
+
+
+register_backend("file", open_local)

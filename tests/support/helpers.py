@@ -1,0 +1,195 @@
+"""Shared test helpers: run crash_child.py as a real process, signal it, read datasets back."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CHILD = str(HERE / "crash_child.py")
+
+
+def child_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(HERE.parent.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def start_child(config: dict, **env: str) -> subprocess.Popen:
+    """Start the child in its own session, so killpg reaches it and its workers only."""
+    return subprocess.Popen(
+        [sys.executable, CHILD, json.dumps(config)], env=child_env(**env), start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def run_child(config: dict, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    proc = start_child(config, **env)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _live_processes():
+    """(pid, parent pid, process group) of every live (non-zombie) process, from /proc."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            yield int(entry), int(fields[1]), int(fields[2])
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies excluded)."""
+    return [pid for pid, _, pgrp in _live_processes() if pgrp == pgid]
+
+
+def children_of(pid: int) -> list[int]:
+    return sorted(child for child, parent, _ in _live_processes() if parent == pid)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tuple[int, int]]:
+    """(input, output ordinal) of every item, in dataset order, read with our reader."""
+    from shardwright import StreamingDataset
+
+    ds = StreamingDataset(output_dir, storage_options=storage_options)
+    return [(item["i"], item.get("j", 0)) for item in ds]
+
+
+def committed_records(output_dir: str, storage_options: dict | None = None) -> int:
+    """Commit record files (one per shard and commit round, holding >= 1 record) of an output,
+    local or s3://, listed through shardwright's own protocol reader."""
+    from shardwright.protocol.records import record_keys_by_shard
+    from shardwright.storage import open_storage
+
+    return sum(len(keys) for keys in record_keys_by_shard(open_storage(output_dir, storage_options)).values())
+
+
+def committed_chunk_names(output_dir: str, storage_options: dict | None = None) -> dict[str, list[str]]:
+    """{record file: [chunk filenames its records commit]} of an output (local or s3://), parsed
+    by shardwright's own record reader (torn or unreadable files commit nothing)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardwright.protocol.records import read_record_file, record_keys_by_shard
+    from shardwright.storage import open_storage
+
+    storage = open_storage(output_dir, storage_options)
+    keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
+
+    def names(key: str) -> list[str]:
+        try:
+            records = read_record_file(storage, key)
+        except FileNotFoundError:
+            return []  # deleted by a publisher cleaning up meanwhile
+        return [r.chunk.filename for r in records or () if r.chunk is not None]
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return dict(zip(keys, pool.map(names, keys)))
+
+
+def chunks_named_but_missing(output_dir: str, storage_options: dict | None = None) -> tuple[int, list[str]]:
+    """(number of committed chunks, "record file -> chunk" for every committed chunk that does
+    not exist) of an output. Call it while nothing writes there (after a kill)."""
+    from shardwright.storage import open_storage
+
+    present = set(open_storage(output_dir, storage_options).list(""))
+    named = committed_chunk_names(output_dir, storage_options)
+    missing = [f"{key} -> {name}" for key, names in named.items() for name in names if name not in present]
+    return sum(len(names) for names in named.values()), missing
+
+
+# --- kill loops and their checks (local and S3) --------------------------------------------------
+
+
+def finish(config: dict, **env) -> None:
+    """Run the same call to completion (a no-op if the last run already finished)."""
+    done = run_child(config, **env)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def assert_exactly_once(config: dict, storage_options: dict | None = None) -> None:
+    from support.crash_child import expected
+
+    options = dict(storage_options) if storage_options else None
+    assert read_pairs(config["output_dir"], options) == expected(config["kind"], config["n"])
+
+
+def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early: tuple[float, float] = (0.1, 0.8),
+              records_options: dict | None = None) -> int:
+    """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
+
+    A quarter of the kills land early (start-up, lease takeover, resume); the others a random
+    moment after the run has committed something new, so every round makes progress."""
+    url = config["output_dir"]
+    options = records_options if records_options is not None else config.get("storage_options")
+    kills = 0
+    for _attempt in range(kills_wanted * 3):
+        config["num_workers"] = rng.choice([1, 2, 3])
+        before = committed_records(url, options)
+        early_kill = rng.random() < 0.25
+        delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
+        proc = start_child(config)
+        if not early_kill:
+            wait_for(lambda: proc.poll() is not None or committed_records(url, options) > before + 1, 30, 0.02)
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.wait()
+            kills += 1
+            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
+            check()
+            if kills >= kills_wanted:
+                break
+            continue
+        assert proc.returncode == 0, proc.stderr.read()[-3000:]
+        break
+    return kills
+
+
+def errors_of_threads(target, seeds) -> list[BaseException]:
+    """Run ``target(seed)`` on one thread per seed; return what they raised."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run(seed):
+        try:
+            target(seed)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+

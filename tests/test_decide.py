@@ -1,0 +1,123 @@
+"""protocol.decide as a decision table: every row is (what the output holds, what the call asks)
+-> the plan, or the error the user sees. Pure: no storage, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardwright.errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
+from shardwright.format import ChunkEntry, IndexConfig
+from shardwright.protocol.decide import Observed, PlanKind, Request, decide
+from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.manifest import Manifest, OutputSettings
+
+INPUTS = InputsFingerprint.of(list(range(10)))
+OTHER_INPUTS = InputsFingerprint.of(list(range(11)))
+SETTINGS = OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=2)
+OTHER_SETTINGS = OutputSettings(chunk_size=3, chunk_bytes=None, compression=None, num_shards=2)
+CONFIG = IndexConfig(chunk_bytes=None, chunk_size=2, compression=None, data_format=["int"], data_spec=None)
+GEN0 = (ChunkEntry("chunk-0-00000-000000.bin", 2, 24), ChunkEntry("chunk-0-00001-000000.bin", 2, 24))
+GEN1 = GEN0 + (ChunkEntry("chunk-1-00000-000000.bin", 2, 24),)
+
+
+def manifest(*, generation=0, mode="create", inputs=INPUTS, settings=SETTINGS, use_checkpoint=True, fn="m.f"):
+    return Manifest(run_id="run", generation=generation, mode=mode, num_inputs=inputs.count, num_shards=2,
+                    inputs=inputs.to_json(), settings=settings, use_checkpoint=use_checkpoint, base_chunks=[],
+                    base_config=None, fn_name=fn, created_at=0.0)
+
+
+def finished(*, inputs=INPUTS, settings=SETTINGS, fn="m.f", failed=()):
+    return {"inputs": inputs.to_json(), "settings": settings.to_json(), "fn_name": fn,
+            "failed_inputs": [list(p) for p in failed]}
+
+
+def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True):
+    return Request(mode=mode, inputs=inputs, settings=settings, fn_name=fn, use_checkpoint=use_checkpoint)
+
+
+def seen(**kw):
+    if "index_chunks" in kw:
+        kw.setdefault("index_config", CONFIG)
+    return Observed(url="out", **kw)
+
+
+CORRUPT = CorruptStateError("run manifest out/.shardwright/manifest.json is not valid JSON")
+
+TABLE = [
+    # (row id, observed, request, expected plan kind or error class)
+    ("empty", seen(), request(), PlanKind.FRESH),
+    ("empty append", seen(), request("append"), PlanKind.FRESH),
+    ("empty overwrite", seen(), request("overwrite"), PlanKind.OVERWRITE),
+    ("interrupted, same call", seen(manifest=manifest()), request(), PlanKind.RESUME),
+    ("interrupted, same call, append", seen(manifest=manifest()), request("append"), PlanKind.RESUME),
+    ("interrupted, other fn", seen(manifest=manifest(fn="m.old")), request(), PlanKind.RESUME),
+    ("interrupted, other inputs", seen(manifest=manifest()), request(inputs=OTHER_INPUTS), RunMismatchError),
+    ("interrupted, other settings", seen(manifest=manifest()), request(settings=OTHER_SETTINGS), RunMismatchError),
+    ("interrupted without checkpoints", seen(manifest=manifest(use_checkpoint=False)), request(), PlanKind.RESTART),
+    ("interrupted, call without checkpoints", seen(manifest=manifest()), request(use_checkpoint=False),
+     PlanKind.RESTART),
+    ("interrupted, overwrite", seen(manifest=manifest()), request("overwrite"), PlanKind.OVERWRITE),
+    ("interrupted overwrite, same call", seen(manifest=manifest(mode="overwrite")), request("overwrite"),
+     PlanKind.RESUME),
+    ("interrupted overwrite, other inputs", seen(manifest=manifest(mode="overwrite")),
+     request("overwrite", inputs=OTHER_INPUTS), PlanKind.OVERWRITE),
+    ("interrupted overwrite, unreadable records", seen(manifest=manifest(mode="overwrite"), records_readable=False),
+     request("overwrite"), PlanKind.OVERWRITE),
+    ("published, cleanup cut short", seen(manifest=manifest(generation=1), index_chunks=GEN1), request(),
+     PlanKind.FINISH_PUBLISH),
+    ("dataset of the same call", seen(index_chunks=GEN0, last_run=finished()), request(), PlanKind.NOOP),
+    ("dataset of the same call, append", seen(index_chunks=GEN0, last_run=finished()), request("append"),
+     PlanKind.NOOP),
+    ("dataset of the same call with failures", seen(index_chunks=GEN0, last_run=finished(failed=[(3, 0)])),
+     request(), PlanKind.RETRY),
+    ("dataset of another call", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request(),
+     DatasetExistsError),
+    ("dataset without run record", seen(index_chunks=GEN0), request(), DatasetExistsError),
+    ("dataset, append", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request("append"),
+     PlanKind.APPEND),
+    ("dataset, overwrite", seen(index_chunks=GEN0, last_run=finished()), request("overwrite"), PlanKind.OVERWRITE),
+    ("foreign files", seen(foreign_files=("chunk-0-0.bin",)), request(), OutputDirError),
+    ("foreign files, overwrite", seen(foreign_files=("chunk-0-0.bin",)), request("overwrite"), PlanKind.OVERWRITE),
+    ("unreadable state", seen(manifest_error=CORRUPT), request(), CorruptStateError),
+    ("unreadable state, append", seen(manifest_error=CORRUPT), request("append"), CorruptStateError),
+    ("unreadable state, overwrite", seen(manifest_error=CORRUPT), request("overwrite"), PlanKind.OVERWRITE),
+]
+
+
+@pytest.mark.parametrize("observed,req,expected", [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])
+def test_decision_table(observed, req, expected):
+    if isinstance(expected, PlanKind):
+        assert decide(observed, req).kind is expected
+    else:
+        with pytest.raises(expected):
+            decide(observed, req)
+
+
+def test_table_covers_every_plan_kind():
+    assert {row[3] for row in TABLE if isinstance(row[3], PlanKind)} == set(PlanKind)
+
+
+def test_new_runs_get_a_generation_after_the_dataset():
+    plan = decide(seen(index_chunks=GEN1, last_run=finished(fn="m.other")), request("append"))
+    assert (plan.kind, plan.generation, plan.manifest_mode) == (PlanKind.APPEND, 2, "append")
+    assert plan.base is not None and plan.base[0] == GEN1
+
+
+def test_retry_lists_the_failed_inputs_and_their_committed_outputs():
+    plan = decide(seen(index_chunks=GEN0, last_run=finished(failed=[(3, 0), (7, 2)])), request())
+    assert (plan.input_ids, plan.input_skips, plan.manifest_mode) == ((3, 7), (0, 2), "retry")
+
+
+def test_resume_with_another_fn_says_which():
+    plan = decide(seen(manifest=manifest(fn="m.old")), request(fn="m.new"))
+    assert plan.fn_changed_from == "m.old"
+
+
+def test_mismatch_names_the_setting_and_the_fix():
+    with pytest.raises(RunMismatchError, match=r"chunk_size was 2, now 3; rerun with chunk_size=2"):
+        decide(seen(manifest=manifest()), request(settings=OTHER_SETTINGS))
+
+
+def test_dataset_exists_suggests_append_and_overwrite():
+    with pytest.raises(DatasetExistsError, match="append.*overwrite"):
+        decide(seen(index_chunks=GEN0), request())

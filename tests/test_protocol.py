@@ -1,0 +1,166 @@
+"""The commit protocol against the in-memory backend: every step's crash point, in
+milliseconds, with simulated power cuts (MemoryStorage.crash drops writes no barrier covered)
+and injected storage faults. The same protocol runs on local disk and S3 in test_crash.py and
+test_s3.py with real processes and real signals."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import pytest
+
+from shardwright.errors import CorruptStateError, StorageError
+from shardwright.format import ItemEncoder, parse_index
+from shardwright.protocol.claim import claim_format
+from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
+from shardwright.protocol.decide import PlanKind, Request, decide
+from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.layout import FORMAT_KEY, INDEX_KEY, MANIFEST_KEY, SHARDS_PREFIX, STATE_DIR
+from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest, read_manifest
+from shardwright.protocol.observe import observe
+from shardwright.protocol.publish import publish_if_complete
+from shardwright.protocol.records import load_progress
+from shardwright.protocol.status import read_status
+from shardwright.storage import MemoryStorage, open_storage
+
+N = 12  # inputs 0..11, two shards of 6, chunks of 2 items
+SETTINGS = OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=2)
+ENCODER = ItemEncoder()
+ITEM = {i: ENCODER.encode({"i": i}, i) for i in range(N)}
+
+
+@pytest.fixture
+def storage():
+    name = f"proto-{uuid.uuid4().hex[:8]}"
+    yield open_storage(f"memory://{name}")
+    MemoryStorage.drop(name)
+
+
+def new_run(storage) -> Manifest:
+    inputs = InputsFingerprint.of(list(range(N)))
+    manifest = create_manifest(storage, Manifest(
+        run_id=uuid.uuid4().hex, generation=0, mode="create", num_inputs=N, num_shards=2, inputs=inputs.to_json(),
+        settings=SETTINGS, use_checkpoint=True, base_chunks=[], base_config=None, fn_name="m.f", created_at=0.0))
+    claim_format(storage, manifest.run_id, ENCODER.data_format, ENCODER.data_spec, 0)
+    return manifest
+
+
+def chunk_job(manifest: Manifest, shard: int, seq: int) -> PendingChunk:
+    start = manifest.shard_bounds()[shard][0]
+    first = start + 2 * seq
+    end = manifest.shard_bounds()[shard][1]
+    return PendingChunk(shard, seq, [ITEM[first], ITEM[first + 1]], first, first + 2, 0, first + 2 == end)
+
+
+def round_settings(manifest: Manifest) -> RoundSettings:
+    return RoundSettings(manifest.run_id, manifest.generation, None, True)
+
+
+def committed(storage, manifest) -> dict[int, int]:
+    """Inputs done per shard, as a resume would see them."""
+    return {s: p.inputs_done for s, p in load_progress(storage, manifest.shard_bounds(), manifest.run_id).items()}
+
+
+def test_a_round_without_its_closing_barrier_is_lost_on_a_power_cut(storage):
+    manifest = new_run(storage)
+    commit_round(storage, [chunk_job(manifest, 0, 0), chunk_job(manifest, 1, 0)], round_settings(manifest))
+    lost = storage.crash()
+    assert any(k.startswith(SHARDS_PREFIX) for k in lost), lost  # the records were never made durable
+    assert committed(storage, manifest) == {0: 0, 1: 0}  # nothing committed: the rerun redoes both chunks
+
+
+def test_the_next_rounds_barrier_makes_the_previous_records_durable(storage):
+    manifest = new_run(storage)
+    settings = round_settings(manifest)
+    commit_round(storage, [chunk_job(manifest, 0, 0)], settings)
+    commit_round(storage, [chunk_job(manifest, 0, 1)], settings)  # its barrier covers round 1's record
+    storage.crash()
+    assert committed(storage, manifest) == {0: 2, 1: 0}
+    # every record that survived names a chunk that survived
+    present = set(storage.list(""))
+    for progress in load_progress(storage, manifest.shard_bounds(), manifest.run_id).values():
+        assert all(c.filename in present for c in progress.chunks)
+
+
+def test_a_failed_chunk_write_commits_nothing_of_its_round(storage):
+    manifest = new_run(storage)
+    storage.fail_next("write_bytes", StorageError("injected: disk full"))
+    with pytest.raises(StorageError, match="injected"):
+        commit_round(storage, [chunk_job(manifest, 0, 0), chunk_job(manifest, 1, 0)], round_settings(manifest))
+    storage.barrier()
+    assert committed(storage, manifest) == {0: 0, 1: 0}
+
+
+def test_a_record_write_whose_reply_is_lost_still_commits_once(storage):
+    """The record write took effect but the caller saw an error (a lost reply): the chunk is
+    committed exactly once, and a resume starts after it."""
+    manifest = new_run(storage)
+
+    def lose_the_reply_of_record_writes(op, key):
+        if op == "write_bytes" and key is not None and key.startswith(SHARDS_PREFIX):
+            storage.fail_next("write_bytes", StorageError("injected: reply lost"), after=True)
+        return None
+
+    storage.fail_when(lose_the_reply_of_record_writes)
+    with pytest.raises(StorageError, match="reply lost"):
+        commit_round(storage, [chunk_job(manifest, 0, 0)], round_settings(manifest))
+    storage.clear_faults()
+    storage.barrier()
+    assert committed(storage, manifest) == {0: 2, 1: 0}
+
+
+def finish_every_shard(storage, manifest) -> None:
+    settings = round_settings(manifest)
+    jobs = [chunk_job(manifest, shard, seq) for shard, seq in itertools.product(range(2), range(3))]
+    commit_round(storage, jobs, settings)
+    storage.barrier()
+
+
+def test_publish_names_every_chunk_once_in_shard_order_then_cleans_up(storage):
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    published, missing = publish_if_complete(storage, manifest, {})
+    assert (published, missing) == (True, [])
+    chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
+    assert [c.filename for c in chunks] == sorted(c.filename for c in chunks)
+    assert sum(c.chunk_size for c in chunks) == N
+    assert [k for k in storage.list(STATE_DIR + "/") if not k.endswith("run.json")] == []
+    assert read_status(storage).state == "complete"
+
+
+def test_unfinished_shards_are_named_and_nothing_is_published(storage):
+    manifest = new_run(storage)
+    commit_round(storage, [chunk_job(manifest, 0, s) for s in range(3)], round_settings(manifest))
+    storage.barrier()
+    assert publish_if_complete(storage, manifest, {}) == (False, [1])
+    assert not storage.exists(INDEX_KEY)
+
+
+def test_a_crash_between_index_and_cleanup_is_finished_by_the_next_call(storage):
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    storage.fail_when(lambda op, key: StorageError("injected: run.json write")
+                      if op == "write_bytes" and key is not None and key.endswith("run.json") else None)
+    with pytest.raises(StorageError):
+        publish_if_complete(storage, manifest, {})
+    storage.clear_faults()
+    assert storage.exists(INDEX_KEY) and storage.exists(MANIFEST_KEY)  # published, not cleaned up
+    request = Request(mode=None, inputs=InputsFingerprint.of(list(range(N))), settings=SETTINGS, fn_name="m.f",
+                      use_checkpoint=True)
+    assert decide(observe(storage), request).kind is PlanKind.FINISH_PUBLISH
+
+
+def test_a_record_that_names_a_deleted_chunk_refuses_to_publish(storage):
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    storage.delete(next(k for k in storage.list("chunk-")))
+    with pytest.raises(CorruptStateError, match="missing"):
+        publish_if_complete(storage, manifest, {})
+    assert not storage.exists(INDEX_KEY)
+
+
+def test_the_manifest_is_created_once_whoever_races(storage):
+    winners = {new_run(storage).run_id for _ in range(5)}
+    assert len(winners) == 1 and read_manifest(storage).run_id in winners
+    assert storage.exists(FORMAT_KEY)
