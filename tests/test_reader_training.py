@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 
@@ -23,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, optimize  # noqa: E402
 from shardwright.reader import ResumeStateError  # noqa: E402
-from support.helpers import child_env, kill_group  # noqa: E402
+from support.helpers import child_env, kill_group, wait_for  # noqa: E402
 
 N, PER_CHUNK = 1200, 50  # 24 chunks
 
@@ -293,8 +294,9 @@ def test_sigkill_and_resume_loop(data, tmp_path):
     Path(log).write_text("")
     rng = random.Random(7)
     progress = []
-    for run in range(5):  # four runs killed at random points, then one that finishes
+    for run in range(5):  # four runs killed at random points of their training, then one that finishes
         workers = rng.choice([0, 1, 2])
+        before = os.path.getsize(log)
         proc = subprocess.Popen(
             [sys.executable, str(script), str(data), state, log, "2", str(workers)],
             env=child_env(),
@@ -303,18 +305,22 @@ def test_sigkill_and_resume_loop(data, tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        try:
-            out, err = proc.communicate(timeout=rng.uniform(2.0, 3.5) if run < 4 else 120)
-        except subprocess.TimeoutExpired:
-            kill_group(proc, signal.SIGKILL)
-            proc.communicate()
-            progress.append(os.path.getsize(log))
-            continue
+        if run < 4:
+            # Kill only once this run has trained a little (start-up time varies with the load),
+            # then at a random point.
+            wait_for(lambda p=proc, b=before: p.poll() is not None or os.path.getsize(log) > b, 60)
+            time.sleep(rng.uniform(0.0, 0.8))
+            if proc.poll() is None:
+                kill_group(proc, signal.SIGKILL)
+                proc.communicate()
+                progress.append(os.path.getsize(log))
+                continue
+        out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0 and "done" in out, err[-3000:]
         break
     else:
         pytest.fail("training never finished")
-    assert len(progress) >= 3 and progress[-1] > 0, "the loop must really kill the trainer mid-training"
+    assert len(progress) >= 3 and progress[0] > 0, "the loop must really kill the trainer mid-training"
     per_epoch: dict = {0: Counter(), 1: Counter()}
     with open(state) as f:
         size = json.load(f)["log_bytes"]
@@ -342,7 +348,7 @@ def _ddp_rank(rank: int, world: int, port: int, data: str, out_dir: str) -> None
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         ds = StreamingDataset(data, shuffle=True, seed=9)
-        loader = StreamingDataLoader(ds, batch_size=12, num_workers=2, collate_fn=ids_collate)
+        loader = StreamingDataLoader(ds, batch_size=12, num_workers=2, collate_fn=ids_collate, persistent_workers=True)
         record = {"epochs": [], "states": []}
         for _epoch in range(2):
             batches = []
