@@ -101,3 +101,71 @@ def test_each_rank_downloads_its_share(remote, fault_proxy, tmp_path, monkeypatc
         assert len(items) == CHUNKS * 10
         downloaded.append(fault_proxy.stats["requests"] - before - 1)  # minus index.json
     assert all(n <= CHUNKS // 2 + 1 for n in downloaded), downloaded
+
+
+KILLED_READER = """
+import sys, time
+from shardwright import StreamingDataset
+url, endpoint, key, secret, cache, limit, seed = sys.argv[1:8]
+opts = {"endpoint_url": endpoint, "aws_access_key_id": key, "aws_secret_access_key": secret}
+ds = StreamingDataset(url, storage_options=opts, cache_dir=cache, max_cache_bytes=int(limit), shuffle=True,
+                      seed=int(seed), iterable=True)
+n = 0
+for item in ds:
+    n += 1
+    time.sleep(0.002)
+print(n)
+"""
+
+
+@pytest.mark.slow
+def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault_proxy, tmp_path):
+    """Three readers share one small cache (latency makes downloads overlap the kills); two are
+    SIGKILLed mid-read, with no cleanup. The survivors and a later reader read everything and
+    the cache stays within its bound (temp files of the killed count against it)."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from support.helpers import child_env, kill_group
+
+    fault_proxy.configure(latency=0.02)
+    chunk = 20 * (ROWS + 100)
+    limit = 8 * chunk
+    cache = tmp_path / "cache"
+    script = tmp_path / "reader.py"
+    script.write_text(KILLED_READER)
+    opts = fault_proxy.storage_options
+
+    def start(seed: int) -> subprocess.Popen:
+        args = [
+            remote,
+            opts["endpoint_url"],
+            opts["aws_access_key_id"],
+            opts["aws_secret_access_key"],
+            str(cache),
+            str(limit),
+            str(seed),
+        ]
+        return subprocess.Popen(
+            [sys.executable, str(script), *args],
+            env=child_env(),
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    rng = random.Random(3)
+    procs = [start(seed) for seed in range(3)]
+    time.sleep(rng.uniform(2.0, 3.0))
+    for proc in procs[:2]:
+        kill_group(proc, signal.SIGKILL)
+        proc.communicate()
+    out, err = procs[2].communicate(timeout=120)
+    assert procs[2].returncode == 0 and out.strip() == str(CHUNKS * 20), err[-2000:]
+    later = start(7)
+    out, err = later.communicate(timeout=120)
+    assert later.returncode == 0 and out.strip() == str(CHUNKS * 20), err[-2000:]
+    assert dir_bytes(cache) <= limit + 3 * chunk, f"{dir_bytes(cache)} bytes cached for a bound of {limit}"
