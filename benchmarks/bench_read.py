@@ -15,8 +15,8 @@ streaming.MDSWriter), the same samples, in these ways:
 
 from local disk, and (unless --no-s3) from a real S3 server (SeaweedFS on loopback, started
 here) with a cold cache each time. Workloads: 100k small dicts ``{"i", "x"}`` and 400 x 256 KiB
-uint8 arrays. The loaders' collate returns the batch size only, so what is timed is reading
-and decoding in the workers, not pickling items back.
+uint8 arrays, about 50 chunks (shards) each. The loaders' collate returns the batch size only,
+so what is timed is reading and decoding in the workers, not pickling items back.
 
 Reported: items/s and payload MB/s of each, the ratios shardwright / litdata and shardwright /
 mosaicml-streaming (> 1: shardwright faster), and ``raw``: reading the shardwright chunk files
@@ -78,20 +78,22 @@ def write_all(workload: str, n: int, root: str) -> dict[str, str]:
 
     fn, _ = WORKLOADS[workload]
     dirs = {lib: os.path.join(root, f"{workload}-{lib}") for lib in ("shardwright", "litdata", "mosaic")}
-    chunk_bytes = "8MB" if workload == "small" else "16MB"
+    # About 50 chunks (shards) for every library, so that shuffling has chunks to shuffle.
+    per_chunk = max(1, n // 50)
     shardwright.optimize(
-        fn, list(range(n)), dirs["shardwright"], chunk_bytes=chunk_bytes, num_workers=WORKERS, verbose=False
+        fn, list(range(n)), dirs["shardwright"], chunk_size=per_chunk, num_workers=WORKERS, verbose=False
     )
     litdata.optimize(
         fn=fn,
         inputs=list(range(n)),
         output_dir=dirs["litdata"],
-        chunk_bytes=chunk_bytes,
+        chunk_size=per_chunk,
         num_workers=WORKERS,
         start_method="fork",
     )
     columns = {"i": "int64", "x": "int64"} if workload == "small" else {"i": "int64", "x": "ndarray:uint8"}
-    with MDSWriter(out=dirs["mosaic"], columns=columns, size_limit=chunk_bytes) as writer:
+    sample_bytes = 24 if workload == "small" else ARRAY_BYTES + 64
+    with MDSWriter(out=dirs["mosaic"], columns=columns, size_limit=per_chunk * sample_bytes) as writer:
         for i in range(n):
             writer.write(fn(i))
     return dirs
