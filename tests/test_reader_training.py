@@ -409,3 +409,30 @@ def test_combined_mix_is_deterministic_and_resumable(tmp_path):
     resumed.load_state_dict(state)
     rest = [i for bt in resumed for i in bt["ids"]]
     assert sorted(seen + rest) == sorted(full)
+
+
+def test_combined_resume_on_another_world_size(tmp_path, monkeypatch):
+    """litdata refuses this (a combined dataset's state only resumes on the same world size)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    optimize(make, list(range(200)), str(a), chunk_size=20, num_workers=1, verbose=False)
+    optimize(make, list(range(1000, 1160)), str(b), chunk_size=20, num_workers=1, verbose=False)
+
+    def loader(workers: int):
+        mix = CombinedStreamingDataset(
+            [StreamingDataset(a, shuffle=True), StreamingDataset(b, shuffle=True)], weights=[2, 1], seed=5
+        )
+        return StreamingDataLoader(mix, batch_size=6, num_workers=workers, collate_fn=ids_collate)
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    seen, state = [], None
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        first = loader(2)
+        seen += consume(first, 7)
+        state = state or first.state_dict()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    resumed = loader(1)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    rest = [i for bt in resumed for i in bt["ids"]]
+    assert len(seen) + len(rest) == 360 and sorted(seen + rest) == list(range(200)) + list(range(1000, 1160))
