@@ -65,7 +65,7 @@ def test_prefetch_from_the_plan_hides_latency(remote, fault_proxy, tmp_path):
     seen = []
     for item in ds:
         seen.append(item["i"])
-        time.sleep(0.001)  # a training step: the downloads of the next window overlap it
+        time.sleep(0.003)  # a training step: the downloads of the next window overlap it
     assert sorted(seen) == list(range(CHUNKS * 20))
     waits = ds._source.cache.reader_waits
     # Warm-up: the first window's chunks (4) are waited for; after that, reads find their chunk.
