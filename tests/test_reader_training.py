@@ -436,3 +436,26 @@ def test_combined_resume_on_another_world_size(tmp_path, monkeypatch):
     resumed.load_state_dict(json.loads(json.dumps(state)))
     rest = [i for bt in resumed for i in bt["ids"]]
     assert len(seen) + len(rest) == 360 and sorted(seen + rest) == list(range(200)) + list(range(1000, 1160))
+
+
+def test_resume_jumps_without_reading_what_was_read(data, tmp_path):
+    """After the resume point, chunks whose items were all read are deleted: a resume that
+    replayed (read and discarded) would fail on them."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(data, copy)
+    first = StreamingDataLoader(StreamingDataset(copy, shuffle=True, seed=13), batch_size=10, collate_fn=ids_collate)
+    seen = consume(first, 45)
+    state = first.state_dict()
+    left = set(range(N)) - set(seen)
+    ds = StreamingDataset(copy, shuffle=True, seed=13)
+    needed = {i // PER_CHUNK for i in left}
+    gone = [c for k, c in enumerate(ds.chunks) if k not in needed]
+    assert len(gone) >= 4, "the test must delete chunks that a replay would read"
+    for c in gone:
+        (copy / c.filename).unlink()
+    again = StreamingDataLoader(ds, batch_size=10, num_workers=2, collate_fn=ids_collate)
+    again.load_state_dict(state)
+    rest = [i for b in again for i in b["ids"]]
+    assert sorted(rest) == sorted(left)
