@@ -185,9 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--only", default="", help="workloads, e.g. small")
     parser.add_argument("--json", default="")
+    parser.add_argument("--items", default="", help="sizes, e.g. small=200000,arrays=2000")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     sizes = {"small": 20_000, "arrays": 80} if args.quick else {"small": 100_000, "arrays": 400}
+    for pair in filter(None, args.items.split(",")):
+        name, _, value = pair.partition("=")
+        sizes[name] = int(value)
     workloads = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
     root = tempfile.mkdtemp(prefix="bench-read-")
     results: list[dict] = []
