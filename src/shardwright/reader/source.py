@@ -85,6 +85,7 @@ class ChunkSource:
             raise CorruptStateError(
                 f"index.json at {self.index_source} nests its data_spec absurdly deep; {_FIX}"
             ) from None
+        self.largest_chunk = max((entry.chunk_bytes for entry in self.chunks), default=0)
         for entry in self.chunks:
             if "\0" in entry.filename:
                 raise CorruptStateError(
@@ -200,10 +201,14 @@ class ChunkSource:
 
     def _trim(self, state: ProcState, incoming: int | None = None) -> None:
         """Keep a few decoded chunks; remote: the cache files they pin (plus ``incoming``, a
-        chunk about to be loaded) stay within the cache bound, down to a single chunk."""
+        chunk about to be loaded, plus room for prefetched chunks) stay within the cache bound,
+        down to a single chunk."""
         lru = state.lru
         room = self.keep_chunks - (incoming is not None)
-        limit = self.cache.max_bytes if self.cache is not None else None
+        limit = None
+        if self.cache is not None:
+            # Room is kept for the chunks the prefetcher brings in: pinned + prefetched stay in the bound.
+            limit = max(0, self.cache.max_bytes - self.prefetch_depth * self.largest_chunk)
         keep_one = incoming is None  # the chunk just loaded stays, whatever its size
         while len(lru) > room or (
             limit is not None
