@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/setup-env.sh --slurm
+bash scripts/setup-env.sh --slurm --browser
 
 bash scripts/lint.sh
 

@@ -3,14 +3,17 @@
 # test requirements. Idempotent: a second run is a quick no-op.
 #   scripts/setup-env.sh            # Python side only
 #   scripts/setup-env.sh --slurm    # also Debian's slurm-wlm + munge (needs root) for Slurm tests
+#   scripts/setup-env.sh --browser  # also Debian's chromium + chromium-driver (needs root) for the dashboard test
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 want_slurm=0
+want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --slurm) want_slurm=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    --browser) want_browser=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "setup-env.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -40,7 +43,7 @@ else
   # -c constraints.txt is essential: without it torchvision (via litdata) drags in a CUDA torch.
   set +e
   .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
-      -c constraints.txt -e '.[torch]' -r requirements-test.txt > .venv/pip-install.log 2>&1
+      -c constraints.txt -e '.[torch,service]' -r requirements-test.txt > .venv/pip-install.log 2>&1
   pip_rc=$?
   set -e
   if [ "$pip_rc" != 0 ]; then
@@ -89,6 +92,33 @@ if [ "$want_slurm" = 1 ]; then
       exit "$apt_rc"
     fi
     log "installed slurm-wlm + munge in $((SECONDS - t0))s ($(dpkg-query -W -f='${Version}' slurm-wlm))"
+  fi
+fi
+# --- chromium + chromium-driver (Debian packages) for the dashboard test --------------------
+if [ "$want_browser" = 1 ]; then
+  need=""
+  for pkg in chromium chromium-driver; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
+  done
+  if [ -z "$need" ]; then
+    log "chromium and chromium-driver already installed"
+  elif [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    log "NOT installing$need (not root, or no apt-get). The dashboard test will be skipped (it fails under CI=true)."
+  else
+    log "installing Debian packages:$need (log: .venv/apt-browser.log)"
+    t0=$SECONDS
+    set +e
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; } \
+      > .venv/apt-browser.log 2>&1
+    apt_rc=$?
+    set -e
+    if [ "$apt_rc" != 0 ]; then
+      tail -n 40 .venv/apt-browser.log >&2
+      echo "setup-env.sh: apt-get install chromium chromium-driver failed ($apt_rc)" >&2
+      exit "$apt_rc"
+    fi
+    log "installed chromium + chromium-driver in $((SECONDS - t0))s"
   fi
 fi
 log "done"

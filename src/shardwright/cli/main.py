@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     merge_cmd.add_argument("output_dir")
     merge_cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
     add_slurm_command(sub)
+    from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
+
+    add_service_commands(sub)
     return parser
 
 

@@ -1,0 +1,202 @@
+"""One attempt of one job, as its own process: ``python -m shardwright.service.runner JOB_DIR --attempt N``.
+
+Reads the job from ``JOB_DIR/spec.json`` (no secrets in it) and its storage_options from
+stdin (never argv or the environment), calls ``shardwright.optimize(...)`` (rerunning the
+same call resumes), and reports through a status file written atomically every second:
+``{"state": running|succeeded|failed|interrupted, "progress": {...}, "error": {...}}``. The
+server polls it; a status file survives the server being killed, so a restarted server
+still learns how an attempt ended.
+
+Started by the local executor with ``--parent-pid``: the process then dies with the server
+(PR_SET_PDEATHSIG) and its optimize() workers die with it, so nothing orphaned keeps writing.
+SIGTERM/SIGINT stop it gracefully: optimize() commits what is done and returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+from .classify import error_info
+from .progress import read_progress
+
+
+def status_path(job_dir: str, attempt: int, task: str | None = None) -> str:
+    return os.path.join(job_dir, f"attempt-{attempt}.json" if task is None else f"attempt-{attempt}-task-{task}.json")
+
+
+def read_status(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def secret_values(storage_options: dict | None) -> list[str]:
+    """Every string value of storage_options long enough to be worth hiding."""
+    out: list[str] = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and len(value) >= 4:
+            out.append(value)
+
+    walk(storage_options or {})
+    return sorted(set(out), key=len, reverse=True)
+
+
+class StatusFile:
+    def __init__(self, path: str, attempt: int):
+        self.path, self.lock = path, threading.Lock()
+        self.data = {
+            "attempt": attempt,
+            "pid": os.getpid(),
+            "state": "running",
+            "progress": None,
+            "error": None,
+            "started_at": time.time(),
+        }
+
+    def write(self, **fields) -> None:
+        with self.lock:
+            self.data.update(fields, updated_at=time.time())
+            tmp = f"{self.path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(self.data, f)
+            os.replace(tmp, self.path)
+
+
+class _Stop(Exception):
+    pass
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent_pid:  # the server died before prctl took effect
+        os._exit(70)
+
+
+def _progress_loop(status: StatusFile, output_dir, storage_options, total: int, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        progress = read_progress(output_dir, storage_options, total)
+        if progress is not None:
+            status.write(progress=progress)
+
+
+def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | None) -> int:
+    with open(os.path.join(job_dir, "spec.json")) as f:
+        spec = json.load(f)
+    secrets = secret_values(storage_options)
+    status = StatusFile(status_path(job_dir, attempt, task), attempt)
+    total = len(spec["inputs"])
+    status.write(progress={"inputs_done": 0, "inputs_total": total, "items": 0})
+    print(
+        f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
+        f"{f' task {task}' if task is not None else ''}: pid {os.getpid()}, pipeline {spec['pipeline']}, "
+        f"{total} inputs -> {spec['output_dir']}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def on_signal(signum, frame):  # before/after optimize's own handlers are installed
+        raise _Stop(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop = threading.Event()
+    poller = None
+    try:
+        for entry in reversed(spec.get("sys_path") or []):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        from .pipelines import load_pipelines
+
+        pipelines = load_pipelines(spec["module"])
+        if spec["pipeline"] not in pipelines:
+            raise LookupError(f"pipeline {spec['pipeline']!r} is no longer in module {spec['module']}")
+        fn = pipelines[spec["pipeline"]].bound(spec["config"])
+        from ..engine import optimize
+
+        if task is None:
+            poller = threading.Thread(
+                target=_progress_loop, daemon=True, args=(status, spec["output_dir"], storage_options, total, stop)
+            )
+            poller.start()
+        result = optimize(fn, spec["inputs"], spec["output_dir"], storage_options=storage_options, **spec["options"])
+        stop.set()
+        progress = read_progress(spec["output_dir"], storage_options, total) or {}
+        if result.published:
+            progress = {"inputs_done": total, "inputs_total": total, "items": progress.get("items", result.items)}
+        print(f"[shardwright-service] done: {result}", file=sys.stderr, flush=True)
+        status.write(
+            state="succeeded",
+            progress=progress,
+            finished_at=time.time(),
+            result={"published": result.published, "items": result.items, "resumed": result.resumed},
+        )
+        return 0
+    except (_Stop, KeyboardInterrupt) as exc:
+        return _interrupted(status, str(exc) or "signal", stop)
+    except SystemExit as exc:
+        if isinstance(exc.code, int) and exc.code >= 128:  # optimize() stopped on SIGTERM/SIGINT at a commit point
+            return _interrupted(status, signal.Signals(exc.code - 128).name, stop)
+        raise
+    except BaseException as exc:
+        stop.set()
+        info = error_info(exc)
+        info["message"] = redact(info["message"], secrets)
+        print(redact("".join(traceback.format_exception(exc)), secrets), file=sys.stderr, flush=True)
+        status.write(state="failed", error=info, finished_at=time.time())
+        return 1
+
+
+def _interrupted(status: StatusFile, how: str, stop: threading.Event) -> int:
+    stop.set()
+    print(f"[shardwright-service] stopped by {how}; committed work is kept", file=sys.stderr, flush=True)
+    status.write(state="interrupted", signal=how, finished_at=time.time())
+    return 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardwright.service.runner")
+    parser.add_argument("job_dir")
+    parser.add_argument("--attempt", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, help="die with this process (the server)")
+    parser.add_argument("--slurm", action="store_true", help="one task of a Slurm array (no stdin)")
+    args = parser.parse_args(argv)
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid)
+    storage_options = None
+    task = None
+    if args.slurm:
+        task = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
+    else:
+        text = sys.stdin.read()
+        storage_options = json.loads(text) if text.strip() else None
+    return run(args.job_dir, args.attempt, storage_options, task)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

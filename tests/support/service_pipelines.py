@@ -1,0 +1,45 @@
+"""Pipelines for the jobs-service tests (`shardwright serve --pipelines support.service_pipelines`)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pydantic import BaseModel, Field
+
+
+class SquareConfig(BaseModel):
+    """How to square."""
+
+    factor: int = Field(1, ge=1, le=1000, description="multiply the square by this")
+    sleep: float = Field(0.0, ge=0, le=5, description="seconds to sleep per input")
+    fail_on: int | None = Field(None, description="raise on this input (a user error)...")
+    unless_exists: str | None = Field(None, description="...unless this file exists (the fix)")
+    pid_dir: str | None = Field(None, description="each worker writes its pid here (so tests can kill one)")
+
+
+def square(i: int, config: SquareConfig):
+    """Square an int: {"i": i, "sq": i*i*factor}."""
+    if config.pid_dir:
+        path = os.path.join(config.pid_dir, str(os.getpid()))
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(str(i))
+    if config.sleep:
+        time.sleep(config.sleep)
+    if config.fail_on == i and not (config.unless_exists and os.path.exists(config.unless_exists)):
+        raise ValueError(f"input {i} is bad (test failure)")
+    return {"i": i, "sq": i * i * config.factor}
+
+
+def echo(i):
+    """Write each input as is: {"i": i}."""
+    return {"i": i}
+
+
+def _helper(i):  # private: not a pipeline
+    return i
+
+
+def two_args(a, b):  # no config model: not a pipeline
+    return a
