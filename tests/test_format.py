@@ -184,9 +184,9 @@ def test_unpicklable_leaf_is_a_clear_error():
         (Color.RED, "int"),  # int subclass, like litdata's isinstance check
         (1.0, "float"),
         (np.float64(1.0), "float"),  # np.float64 subclasses float
-        (np.float32(1.0), "pickle"),
-        (np.int64(1), "pickle"),
-        (np.bool_(True), "pickle"),
+        (np.float32(1.0), "float"),  # numpy scalars are never pickled
+        (np.int64(1), "int"),
+        (np.bool_(True), "bool"),
         (np.str_("x"), "str"),
         (np.bytes_(b"x"), "bytes"),
         ("x", "str"),
@@ -194,13 +194,15 @@ def test_unpicklable_leaf_is_a_clear_error():
         (bytearray(b"x"), "pickle"),
         (None, "pickle"),
         (Point(1, "a"), "pickle"),
-        (np.array(5), "pickle"),  # 0-d array
+        (np.array(5), "numpy"),  # 0-d array: litdata reads it as "numpy" too
+        (np.uint64(2**64 - 1), "numpy"),  # does not fit an int64: a 0-d array
+        (np.complex64(1j), "numpy"),
         (np.zeros(3, dtype=np.float32), "no_header_numpy:9"),
         (np.zeros((2, 3)), "numpy"),
         (np.zeros((2, 3, 4), dtype=np.uint8), "numpy"),
         (np.array(["a", "b"]), "pickle"),  # unicode dtype has no safe code
         (np.array([object(), 1], dtype=object), "pickle"),
-        (np.zeros(3, dtype=">i4"), "pickle"),  # non-native byte order
+        (np.zeros(3, dtype=">i4"), "no_header_numpy:2"),  # stored in native byte order
         (np.ma.masked_array([1, 2], mask=[0, 1]), "pickle"),  # subclass: keep the mask
     ],
 )
@@ -261,10 +263,13 @@ def test_numpy_nd_byte_layout():
 
 def test_numpy_scalars_roundtrip():
     sample = [np.int64(-3), np.float32(1.5), np.bool_(True), np.uint8(200), np.float64(2.5), np.array(7.0)]
-    out = roundtrip(sample, ["pickle", "pickle", "pickle", "pickle", "float", "pickle"])
-    assert_same(out[:4], sample[:4])
-    assert out[4] == 2.5 and type(out[4]) is float  # stored as float, as litdata does
+    # Never pickle (reading pickle needs allow_pickle=True): numbers come back as Python numbers
+    # (what .item() gives), 0-d arrays as 0-d arrays.
+    out = roundtrip(sample, ["int", "float", "bool", "int", "float", "numpy"])
+    assert out[:5] == [-3, 1.5, True, 200, 2.5] and [type(x) for x in out[:5]] == [int, float, bool, int, float]
     assert_same(out[5], sample[5])
+    big = roundtrip([np.uint64(2**64 - 1), np.complex64(1 + 2j)], ["numpy", "numpy"])
+    assert big[0] == np.uint64(2**64 - 1) and big[0].dtype == np.uint64 and big[1] == np.complex64(1 + 2j)
 
 
 # --- torch ------------------------------------------------------------------------------------

@@ -27,17 +27,24 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+<<<<<<< HEAD
     "optimize", "abandon", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
+=======
+    "optimize", "OptimizeResult", "StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset",
+    "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
+>>>>>>> main
     "CorruptStateError", "DatasetExistsError", "DatasetNotFoundError", "FnError", "IncompleteDatasetError",
     "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "OutputIsAFileError", "RunMismatchError", "SampleFormatError",
     "StorageError", "UnsupportedFormatError", "UsageError", "WorkerDiedError",
 ]
 
+_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset")
+
 
 def __getattr__(name: str) -> object:
     # The reader may import torch (to subclass its Dataset): only pay that when it is used.
-    if name == "StreamingDataset":
-        from .reader import StreamingDataset
+    if name in _READER_NAMES:
+        from . import reader
 
-        return StreamingDataset
+        return getattr(reader, name)
     raise AttributeError(f"module 'shardwright' has no attribute {name!r}")

@@ -20,10 +20,17 @@ import time
 import traceback
 import types
 from dataclasses import dataclass
+<<<<<<< HEAD
 from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, redact, redact_exception, secret_values, short_repr
 from ..format import ItemEncoder
+=======
+from typing import Callable
+
+from ..errors import ShardwrightError, bounded_text, short_repr
+from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
+>>>>>>> main
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
@@ -59,7 +66,11 @@ class WorkerConfig:
     on_error: str  # "raise" or "skip"
     max_retries: int
     node_rank: int
+<<<<<<< HEAD
     timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
+=======
+    tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
+>>>>>>> main
 
     @classmethod
     def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
@@ -72,7 +83,11 @@ class WorkerConfig:
                                 epoch=lease.epoch, lease_key=lease.key, lease_owner=lease.owner),
             chunk_size=settings.chunk_size, chunk_bytes=settings.chunk_bytes,
             on_error=options.on_error, max_retries=options.max_retries, node_rank=node_rank,
+<<<<<<< HEAD
             timeout=options.timeout,
+=======
+            tokens=settings.item_loader == TOKENS_LOADER,
+>>>>>>> main
         )
 
 
@@ -111,16 +126,17 @@ def _die_with_parent() -> None:
 class FormatGate:
     """Encodes samples; the first sample anywhere in the run fixes the format (format.json)."""
 
-    def __init__(self, storage: Storage, run_id: str):
+    def __init__(self, storage: Storage, run_id: str, tokens: bool = False):
         self.storage = storage
         self.run_id = run_id
-        self.encoder: ItemEncoder | None = None
+        self.encoder_class = TokenEncoder if tokens else ItemEncoder
+        self.encoder: ItemEncoder | TokenEncoder | None = None
 
     def encode(self, sample, input_index: int) -> bytes:
         if self.encoder is None:
             known = read_format(self.storage, self.run_id)
             if known is None:
-                probe = ItemEncoder()
+                probe = self.encoder_class()
                 data = probe.encode(sample, input_index)
                 known = claim_format(self.storage, self.run_id, list(probe.data_format or []),
                                      probe.data_spec, input_index)
@@ -128,7 +144,7 @@ class FormatGate:
                     self.encoder = probe
                     self.encoder.format_input_index = known["input_index"]
                     return data
-            self.encoder = ItemEncoder(known["data_format"], known["data_spec"])
+            self.encoder = self.encoder_class(known["data_format"], known["data_spec"])
             self.encoder.format_input_index = known["input_index"]
         return self.encoder.encode(sample, input_index)
 
@@ -140,8 +156,10 @@ class ShardWriter:
     (next input, outputs of it already taken). It is what each commit record stores.
     """
 
-    def __init__(self, task: ShardTask, cfg: WorkerConfig, committer: ChunkCommitter):
+    def __init__(self, task: ShardTask, cfg: WorkerConfig, committer: ChunkCommitter,
+                 token_itemsize: Callable[[], int | None] | None = None):
         self.task, self.cfg, self.committer = task, cfg, committer
+        self.token_itemsize = token_itemsize  # token datasets: bytes per token, known once encoded
         self.items: list[bytes] = []
         self.items_bytes = 0
         self.seq = task.next_seq
@@ -166,10 +184,17 @@ class ShardWriter:
         if not self.items and not done and not self.failed:
             return
         next_input, skip = self.position
+        dim = None
+        if self.cfg.tokens and self.items and self.token_itemsize is not None:
+            dim = self.items_bytes // (self.token_itemsize() or 1)
         self.committer.submit(PendingChunk(self.task.shard, self.seq, self.items, self.first_input, next_input,
+<<<<<<< HEAD
                                            skip, done, tuple(tuple(pair) for pair in self.failed),
                                            self.prev_epoch))
         self.prev_epoch = self.cfg.round.epoch
+=======
+                                           skip, done, tuple(tuple(pair) for pair in self.failed), dim))
+>>>>>>> main
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []
@@ -200,7 +225,7 @@ class Worker:
         self.signalled = False
         self.storage = open_storage(cfg.output_dir, cfg.storage_options)
         self.committer = ChunkCommitter(self.storage, cfg.round, self._on_commit)
-        self.gate = FormatGate(self.storage, cfg.round.run_id)
+        self.gate = FormatGate(self.storage, cfg.round.run_id, cfg.tokens)
         self._pending_progress = 0
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
@@ -225,7 +250,7 @@ class Worker:
             self._pending_progress = 0
 
     def run_shard(self, task: ShardTask) -> None:
-        writer = ShardWriter(task, self.cfg, self.committer)
+        writer = ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
         try:
             for i in range(task.next_input, task.end):
                 if self.should_stop():

@@ -25,10 +25,10 @@ Leaf -> bytes, named by ``data_format`` (one name per leaf, fixed by the first s
 ``str``                    UTF-8
 ``bytes``                  raw
 ``no_header_numpy:{k}``    1-D ``np.ndarray``, raw C-order bytes, numpy dtype code k
-``numpy``                  ndim >= 2: ``u32 k, u32 ndim, u32 shape[ndim]`` (little-endian) + raw
+``numpy``                  ndim >= 2 or 0-d: ``u32 k, u32 ndim, u32 shape[ndim]`` (little-endian) + raw
 ``no_header_tensor:{k}``   1-D ``torch.Tensor``, raw bytes, torch dtype code k
 ``tensor``                 other ranks: BIG-endian ``u32 k, u32 ndim, u32 shape[ndim]`` + raw
-``pickle``                 ``pickle.dumps`` (None, numpy scalars, 0-d arrays, anything else)
+``pickle``                 ``pickle.dumps`` (None, sets, objects: anything without a format above)
 =========================  =====================================================================
 
 numpy dtype codes: int8 0, int16 1, int32 2, int64 3, uint8 4, uint16 5, uint32 6, uint64 7,
@@ -53,8 +53,13 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
 - A ``str`` leaf is always ``str``: litdata pickles a string that names an existing file, or
   reads the file for media extensions, so its format would depend on the working directory.
 - ``bytes`` starting with ``%PDF`` stay ``bytes`` (litdata: ``pdf``).
-- numpy arrays with object/str/void or non-native-endian dtypes, and ndarray subclasses
-  (masked arrays), are pickled: litdata crashes on them, writes pointers, or drops the mask.
+- numpy scalars and 0-d arrays are never pickled (litdata pickles them): int/float/bool
+  scalars are ``int``/``float``/``bool`` (read back as Python numbers, as ``.item()`` gives),
+  uint64 and complex scalars and 0-d arrays are 0-d ``numpy`` leaves; non-native-endian arrays
+  are stored in native order. So plain datasets never need unpickling, which readers refuse
+  for untrusted data (``decode_item(..., allow_pickle=False)`` reads plain-data pickles only).
+- numpy arrays with object/str/void dtypes, and ndarray subclasses (masked arrays), are
+  pickled: litdata crashes on them, writes pointers, or drops the mask.
 - bfloat16 tensors are written (litdata's writer goes through numpy and crashes); tensors of
   dtypes without a code (uint32, uint64, float8, ...) are refused: torch cannot unpickle them.
 - namedtuple, deque and defaultdict are single pickled leaves; PIL images are pickled and a
@@ -67,13 +72,18 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
 """
 
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
+from .decode import item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_item, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
+from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
 
 __all__ = [
+    "TOKENS_LOADER",
     "ChunkEntry",
     "IndexConfig",
     "ItemEncoder",
+    "TokenEncoder",
     "build_chunk",
     "chunk_item",
     "chunk_num_items",
@@ -82,7 +92,10 @@ __all__ = [
     "decode_plan",
     "decompress",
     "flatten_sample",
+    "is_tokens_loader",
+    "item_decoder",
     "leaf_format",
+    "load_data_only_pickle",
     "parse_index",
     "parse_size",
     "parse_spec",

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
+from .safe_pickle import load_data_only_pickle
 
 __all__ = [
     "ItemEncoder",
@@ -135,7 +136,12 @@ class _Node:
 _LEAF = _Node(None, (), (), 1)
 
 
-def _node_from_json(schema: Any, where: str) -> _Node:
+_MAX_SPEC_DEPTH = 64  # containers nested deeper than this are not a dataset anyone wrote
+
+
+def _node_from_json(schema: Any, where: str, depth: int = 0) -> _Node:
+    if depth > _MAX_SPEC_DEPTH:
+        raise ValueError(f"containers are nested more than {_MAX_SPEC_DEPTH} deep")
     if not isinstance(schema, dict) or not {"type", "context", "children_spec"} <= schema.keys():
         raise ValueError(f"{where}: expected an object with type/context/children_spec, got {schema!r:.80}")
     typ, context, children = schema["type"], schema["context"], schema["children_spec"]
@@ -151,7 +157,7 @@ def _node_from_json(schema: Any, where: str) -> _Node:
             f"{where}: container type {typ!r} is not supported (shardwright reads builtins.dict, "
             "collections.OrderedDict, builtins.list and builtins.tuple)"
         )
-    nodes = tuple(_node_from_json(child, f"{where}.children_spec[{i}]") for i, child in enumerate(children))
+    nodes = tuple(_node_from_json(child, f"{where}.children_spec[{i}]", depth + 1) for i, child in enumerate(children))
     keys: tuple = ()
     if kind in _MAPPINGS:
         if not isinstance(context, str):
@@ -170,6 +176,8 @@ def parse_spec(data_spec: str) -> _Node:
     """Parse a data_spec; raises ValueError naming what is wrong."""
     try:
         parsed = json.loads(data_spec)
+    except RecursionError:
+        raise ValueError(f"containers are nested more than {_MAX_SPEC_DEPTH} deep") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(parsed, list) or len(parsed) != 2:
@@ -237,6 +245,11 @@ def _is_tensor(leaf: Any) -> bool:
     return torch is not None and isinstance(leaf, torch.Tensor)
 
 
+def _native(dtype: np.dtype) -> np.dtype:
+    """The same dtype in this machine's byte order (">i4" -> "<i4" here): what is stored."""
+    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+
+
 def leaf_format(leaf: Any) -> str:
     """The ``data_format`` name litdata would pick for ``leaf`` (see module doc for deviations)."""
     name = _EXACT_FORMATS.get(type(leaf))
@@ -253,12 +266,24 @@ def leaf_format(leaf: Any) -> str:
     if isinstance(leaf, bytes):
         return "bytes"
     if type(leaf) is np.ndarray:  # subclasses (masked arrays, ...) would lose data: pickle them
-        code = _NUMPY_CODES.get(leaf.dtype)
+        code = _NUMPY_CODES.get(_native(leaf.dtype))
         if code is not None and leaf.ndim == 1:
             return f"no_header_numpy:{code}"
-        if code is not None and leaf.ndim >= 2:
+        if code is not None:
+            # ndim >= 2, and 0-d arrays (litdata pickles those; its reader reads them as "numpy"
+            # too): a dataset of plain numbers must never need unpickling to be read.
             return "numpy"
-        return "pickle"  # 0-d arrays (as litdata), and dtypes without a code
+        return "pickle"  # dtypes without a code (object, strings, datetimes)
+    if isinstance(leaf, np.generic) and _NUMPY_CODES.get(leaf.dtype) is not None:
+        # numpy scalars, never pickled: read back as Python numbers (what .item() gives), or as
+        # a 0-d array where a Python int/float would not hold the value (uint64, complex).
+        if isinstance(leaf, np.bool_):
+            return "bool"
+        if isinstance(leaf, np.integer) and leaf.dtype != np.uint64:
+            return "int"
+        if isinstance(leaf, np.floating):
+            return "float"
+        return "numpy"
     if _is_tensor(leaf):
         torch = sys.modules["torch"]
         if leaf.layout != torch.strided or leaf.is_quantized or getattr(leaf, "is_nested", False):
@@ -304,6 +329,7 @@ def _encode_leaf(fmt: str, leaf: Any) -> bytes:
             )
         return pickle.dumps(leaf)
     if fmt == "numpy":
+        leaf = np.asarray(leaf, dtype=_native(leaf.dtype))
         shape = _shape_dims(leaf.shape, "array")
         header = struct.pack(f"<{2 + len(shape)}I", _NUMPY_CODES[leaf.dtype], len(shape), *shape)
         return header + leaf.tobytes(order="C")
@@ -312,7 +338,7 @@ def _encode_leaf(fmt: str, leaf: Any) -> bytes:
         header = _TENSOR_HEADER.pack(_torch_code(leaf), len(shape)) + struct.pack(f">{len(shape)}I", *shape)
         return header + _tensor_raw(leaf)
     if fmt.startswith("no_header_numpy:"):
-        return leaf.tobytes(order="C")
+        return np.asarray(leaf, dtype=_native(leaf.dtype)).tobytes(order="C")
     if fmt.startswith("no_header_tensor:"):
         return _tensor_raw(leaf)
     raise ValueError(f"unknown leaf format {fmt!r}")
@@ -538,8 +564,11 @@ def _decode_tensor(raw: memoryview) -> Any:
     return _tensor_from(raw[8 + 4 * ndim :], _torch_dtype(code), shape)
 
 
-def _leaf_decoder(fmt: str) -> Callable[[memoryview], Any]:
-    """The decoder of one leaf format; raises UnsupportedFormatError for unknown names."""
+def _leaf_decoder(fmt: str, allow_pickle: bool = True) -> Callable[[memoryview], Any]:
+    """The decoder of one leaf format; raises UnsupportedFormatError for unknown names.
+
+    ``allow_pickle=False``: pickle leaves are read as plain data only (see
+    :func:`load_data_only_pickle`)."""
     simple: dict[str, Callable[[memoryview], Any]] = {
         "int": lambda raw: _INT64.unpack(raw)[0],
         "float": lambda raw: _FLOAT64.unpack(raw)[0],
@@ -547,7 +576,7 @@ def _leaf_decoder(fmt: str) -> Callable[[memoryview], Any]:
         "str": lambda raw: str(raw, "utf-8"),
         "text": lambda raw: str(raw, "utf-8"),  # litdata's Text leaves are plain UTF-8 too
         "bytes": bytes,
-        "pickle": pickle.loads,
+        "pickle": pickle.loads if allow_pickle else load_data_only_pickle,
         "numpy": _decode_numpy_nd,
         "tensor": _decode_tensor,
     }
@@ -568,16 +597,21 @@ def _leaf_decoder(fmt: str) -> Callable[[memoryview], Any]:
 
 
 @lru_cache(maxsize=64)
-def decode_plan(data_format: tuple[str, ...], data_spec: str) -> tuple[struct.Struct, list, Callable]:
+def decode_plan(data_format: tuple[str, ...], data_spec: str, allow_pickle: bool = True) -> tuple[struct.Struct, list, Callable]:
+    """(size header struct, leaf decoders, unflattener) of a dataset; building it checks that
+    every leaf format is readable (UnsupportedFormatError) and the spec is sound (CorruptStateError)."""
     num_leaves, build = _unflattener(data_spec)
     if num_leaves != len(data_format):
         raise CorruptStateError(f"data_format has {len(data_format)} names but data_spec has {num_leaves} leaves")
-    return struct.Struct(f"<{len(data_format)}I"), [_leaf_decoder(fmt) for fmt in data_format], build
+    return struct.Struct(f"<{len(data_format)}I"), [_leaf_decoder(fmt, allow_pickle) for fmt in data_format], build
 
 
-def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str) -> Any:
-    """Inverse of :meth:`ItemEncoder.encode`. torch is imported only for tensor leaves."""
-    sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec)
+def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str, *, allow_pickle: bool = True) -> Any:
+    """Inverse of :meth:`ItemEncoder.encode`. torch is imported only for tensor leaves.
+
+    ``allow_pickle=False`` (what readers of untrusted datasets pass): pickle leaves holding
+    anything but plain data raise UnsupportedFormatError instead of running code."""
+    sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec, allow_pickle)
     view = memoryview(buf)
     if len(view) < sizes_struct.size:
         raise CorruptStateError(f"item is {len(view)} bytes, shorter than its {sizes_struct.size}-byte size header")

@@ -22,10 +22,14 @@ class OutputSettings:
     chunk_bytes: int | None
     compression: str | None
     num_shards: int
+    item_loader: str = "PyTreeLoader"  # or "TokensLoader": raw token items, chunk entries with dim
 
     def to_json(self) -> dict:
-        return {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
-                "compression": self.compression, "num_shards": self.num_shards}
+        settings = {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
+                    "compression": self.compression, "num_shards": self.num_shards}
+        if self.item_loader != "PyTreeLoader":  # only then: runs recorded before the key existed still match
+            settings["item_loader"] = self.item_loader
+        return settings
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> OutputSettings:
@@ -41,8 +45,17 @@ class OutputSettings:
         if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
                 or not all(k in data for k in ("chunk_size", "chunk_bytes")):
             raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
+<<<<<<< HEAD
                                     f"it was edited by hand. {START_OVER}")
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards)
+=======
+                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+        item_loader = data.get("item_loader", "PyTreeLoader")
+        if item_loader not in ("PyTreeLoader", "TokensLoader"):
+            raise CorruptStateError(f"run settings in {where} have an invalid item_loader ({item_loader!r:.40}); "
+                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+        return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards, item_loader)
+>>>>>>> main
 
     def first_difference(self, other: OutputSettings) -> tuple[str, object, object] | None:
         """(name, recorded value, current value) of the first setting that differs, or None."""

@@ -154,6 +154,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         chunk_bytes=settings.chunk_bytes, chunk_size=settings.chunk_size,
         compression=settings.compression,
         data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
+        item_loader=settings.item_loader,
     )
     chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named

@@ -1,0 +1,325 @@
+#!/usr/bin/env python
+"""Reading for training: shardwright vs litdata 0.2.76 vs mosaicml-streaming, side by side.
+
+    .venv/bin/python benchmarks/bench_read.py              # full: local + S3, median of 3
+    .venv/bin/python benchmarks/bench_read.py --quick      # small sizes, 1 repeat
+    .venv/bin/python benchmarks/bench_read.py --no-s3 --repeats 5 --json out.json
+
+Each library reads data written by its own writer (shardwright.optimize, litdata.optimize,
+streaming.MDSWriter), the same samples, in these ways:
+
+* ``inproc``   iterate the dataset in this process, in order;
+* ``seq``      a 2-worker loader, in order (shardwright/litdata: their StreamingDataLoader;
+               mosaicml-streaming: torch DataLoader over its StreamingDataset);
+* ``shuffle``  the same loader, shuffled (each library's own shuffle);
+
+from local disk, and (unless --no-s3) from a real S3 server (SeaweedFS on loopback, started
+here) with a cold cache each time. Workloads: 100k small dicts ``{"i", "x"}`` and 400 x 256 KiB
+uint8 arrays, about 50 chunks (shards) each. The loaders' collate returns the batch size only,
+so what is timed is reading and decoding in the workers, not pickling items back.
+
+Reported: items/s and payload MB/s of each, the ratios shardwright / litdata and shardwright /
+mosaicml-streaming (> 1: shardwright faster), and ``raw``: reading the shardwright chunk files
+with no decoding (the read bandwidth ceiling; for S3, a boto3 GET of every chunk).
+
+mosaicml-streaming imports torchvision when imported; the torchvision pip brings fails
+against CPU torch, so a stand-in (benchmarks/stand_in/) goes first on sys.path. It is a
+benchmark-only requirement (benchmarks/requirements.txt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "stand_in"))  # torchvision stand-in, for mosaicml-streaming
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))  # s3server.py
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+
+import numpy as np  # noqa: E402
+
+ARRAY_BYTES = 256 << 10
+WORKERS = 2
+BATCH = 256
+
+
+def small(i: int) -> dict:
+    return {"i": i, "x": i * i}
+
+
+def array(i: int) -> dict:
+    return {"i": i, "x": np.full(ARRAY_BYTES, i % 256, dtype=np.uint8)}
+
+
+WORKLOADS = {"small": (small, 16), "arrays": (array, ARRAY_BYTES + 8)}  # fn, payload bytes per item
+
+
+def count(batch) -> int:
+    return len(batch)
+
+
+# --- writing: each library its own writer ------------------------------------------------------
+
+
+def write_all(workload: str, n: int, root: str) -> dict[str, str]:
+    import litdata
+    from streaming import MDSWriter
+
+    import shardwright
+
+    fn, _ = WORKLOADS[workload]
+    dirs = {lib: os.path.join(root, f"{workload}-{lib}") for lib in ("shardwright", "litdata", "mosaic")}
+    # About 50 chunks (shards) for every library, so that shuffling has chunks to shuffle.
+    per_chunk = max(1, n // 50)
+    shardwright.optimize(
+        fn, list(range(n)), dirs["shardwright"], chunk_size=per_chunk, num_workers=WORKERS, verbose=False
+    )
+    litdata.optimize(
+        fn=fn,
+        inputs=list(range(n)),
+        output_dir=dirs["litdata"],
+        chunk_size=per_chunk,
+        num_workers=WORKERS,
+        start_method="fork",
+    )
+    columns = {"i": "int64", "x": "int64"} if workload == "small" else {"i": "int64", "x": "ndarray:uint8"}
+    sample_bytes = 24 if workload == "small" else ARRAY_BYTES + 64
+    with MDSWriter(out=dirs["mosaic"], columns=columns, size_limit=per_chunk * sample_bytes) as writer:
+        for i in range(n):
+            writer.write(fn(i))
+    return dirs
+
+
+def upload_dir(client, bucket: str, local: str, prefix: str) -> str:
+    for dirpath, _dirs, files in os.walk(local):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            key = f"{prefix}/{os.path.relpath(path, local)}"
+            client.upload_file(path, bucket, key)
+    return f"s3://{bucket}/{prefix}"
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def read_shardwright(src: str, way: str, options: dict | None, cache: str) -> int:
+    from shardwright import StreamingDataLoader, StreamingDataset
+
+    kwargs = {"storage_options": options, "cache_dir": cache} if options else {}
+    if way == "inproc":
+        return sum(1 for _ in StreamingDataset(src, **kwargs))
+    ds = StreamingDataset(src, shuffle=way == "shuffle", **kwargs)
+    return sum(StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
+
+
+def read_litdata(src: str, way: str, options: dict | None, cache: str) -> int:
+    import litdata
+
+    kwargs = {"storage_options": options, "cache_dir": cache} if options else {}
+    ds = litdata.StreamingDataset(src, shuffle=way == "shuffle", **kwargs)
+    if way == "inproc":
+        return sum(1 for _ in ds)
+    return sum(litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
+
+
+def read_mosaic(src: str, way: str, options: dict | None, cache: str) -> int:
+    import torch
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()
+    if options:
+        ds = StreamingDataset(remote=src, local=cache, shuffle=way == "shuffle", batch_size=BATCH)
+    else:
+        ds = StreamingDataset(local=src, shuffle=way == "shuffle", batch_size=BATCH)
+    try:
+        if way == "inproc":
+            return sum(1 for _ in ds)
+        return sum(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
+    finally:
+        del ds
+        gc.collect()
+
+
+def read_raw(src: str, options: dict | None, client=None) -> int:
+    """Every chunk file's bytes, no decoding: the ceiling."""
+    total = 0
+    index = json.loads(open(os.path.join(src, "index.json")).read()) if not options else None
+    if options:
+        bucket, prefix = src[5:].split("/", 1)
+        index = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/index.json")["Body"].read())
+        for c in index["chunks"]:
+            total += len(client.get_object(Bucket=bucket, Key=f"{prefix}/{c['filename']}")["Body"].read())
+        return sum(c["chunk_size"] for c in index["chunks"])
+    for c in index["chunks"]:
+        with open(os.path.join(src, c["filename"]), "rb") as f:
+            total += len(f.read())
+    return sum(c["chunk_size"] for c in index["chunks"])
+
+
+READERS = {"shardwright": read_shardwright, "litdata": read_litdata, "mosaic": read_mosaic}
+
+
+def timed(run, args: tuple, expected: int) -> float:
+    started = time.perf_counter()
+    got = run(*args)
+    seconds = time.perf_counter() - started
+    if got != expected:
+        raise RuntimeError(f"read {got} items, expected {expected}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, 1 repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--only", default="", help="workloads, e.g. small")
+    parser.add_argument("--json", default="")
+    parser.add_argument("--items", default="", help="sizes, e.g. small=200000,arrays=2000")
+    args = parser.parse_args(argv)
+    repeats = 1 if args.quick else args.repeats
+    sizes = {"small": 20_000, "arrays": 80} if args.quick else {"small": 100_000, "arrays": 400}
+    for pair in filter(None, args.items.split(",")):
+        name, _, value = pair.partition("=")
+        sizes[name] = int(value)
+    workloads = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
+    root = tempfile.mkdtemp(prefix="bench-read-")
+    results: list[dict] = []
+    failures = 0
+    server = None
+    try:
+        if not args.no_s3:
+            from s3server import S3Server
+
+            server = S3Server(workdir=os.path.join(root, "s3")).start()
+            import litdata.streaming.downloader as downloader
+
+            downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # plain-http loopback endpoint
+            os.environ.update(
+                {
+                    "S3_ENDPOINT_URL": server.endpoint,
+                    "AWS_ACCESS_KEY_ID": server.access_key,
+                    "AWS_SECRET_ACCESS_KEY": server.secret_key,
+                    "AWS_DEFAULT_REGION": "us-east-1",
+                }
+            )
+        log = open(os.path.join(root, "writers.log"), "w")
+        for workload in workloads:
+            n = sizes[workload]
+            payload = WORKLOADS[workload][1]
+            saved = os.dup(1), os.dup(2)
+            os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+            try:
+                dirs = write_all(workload, n, root)
+            finally:
+                os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            places = [("local", dirs, None)]
+            if server is not None:
+                client = server.client()
+                bucket = server.create_bucket()
+                remote = {lib: upload_dir(client, bucket, d, lib) for lib, d in dirs.items()}
+                places.append(("s3", remote, dict(server.storage_options)))
+            for place, srcs, options in places:
+                raw_s = statistics.median(
+                    timed(read_raw, (srcs["shardwright"], options, server.client() if options else None), n)
+                    for _ in range(repeats)
+                )
+                results.append(
+                    {
+                        "workload": workload,
+                        "place": place,
+                        "way": "raw",
+                        "lib": "raw",
+                        "seconds": raw_s,
+                        "items_per_s": n / raw_s,
+                        "mb_per_s": n * payload / raw_s / 1e6,
+                    }
+                )
+                for way in ("inproc", "seq", "shuffle"):
+                    for lib, reader in READERS.items():
+                        seconds = []
+                        for r in range(repeats):
+                            cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
+                            try:
+                                seconds.append(timed(reader, (srcs[lib], way, options, cache), n))
+                            except Exception:
+                                failures += 1
+                                print(
+                                    f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
+                                    file=sys.stderr,
+                                )
+                                break
+                            finally:
+                                shutil.rmtree(cache, ignore_errors=True)
+                        if seconds:
+                            s = statistics.median(seconds)
+                            results.append(
+                                {
+                                    "workload": workload,
+                                    "place": place,
+                                    "way": way,
+                                    "lib": lib,
+                                    "seconds": s,
+                                    "items_per_s": n / s,
+                                    "mb_per_s": n * payload / s / 1e6,
+                                }
+                            )
+                    report(results, workload, place, way)
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print_table(results)
+    return 1 if failures else 0
+
+
+def report(results: list[dict], workload: str, place: str, way: str) -> None:
+    row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == (workload, place, way)}
+    parts = [f"{lib} {r['items_per_s']:,.0f}/s" for lib, r in row.items()]
+    print(f"{workload:7} {place:5} {way:8} " + "  ".join(parts), flush=True)
+
+
+def print_table(results: list[dict]) -> None:
+    print(
+        "\n| workload | from | way | shardwright items/s (MB/s) | litdata items/s | mosaic items/s | "
+        "sw/litdata | sw/mosaic | sw/raw |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    keys = sorted(
+        {(r["workload"], r["place"], r["way"]) for r in results if r["way"] != "raw"},
+        key=lambda k: (k[0], k[1], ["inproc", "seq", "shuffle"].index(k[2])),
+    )
+    for key in keys:
+        row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == key}
+        raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], "raw")), None)
+        sw = row.get("shardwright")
+        first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
+        print(
+            f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
+            f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |"
+        )
+
+
+def _rate(row: dict, lib: str) -> str:
+    return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "failed"
+
+
+def _ratio(ours: dict | None, other: dict | None) -> str:
+    return f"{ours['items_per_s'] / other['items_per_s']:.2f}" if ours and other else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Checks of what is read from disk: chunk files against their index entry, and the
+messages for a dataset whose optimize run has not finished."""
+
+from __future__ import annotations
+
+import mmap
+
+from ..errors import CorruptStateError, UnsupportedFormatError
+from ..format import ChunkEntry, chunk_num_items
+from ..protocol.layout import STATE_DIR
+
+__all__ = ["check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
+
+# litdata 0.2.76 marks chunks whose rows live in an Arrow IPC footer instead of pytree items.
+_ARROW_FOOTER_MAGIC = b"LDARW01\0"
+
+
+def release_buffer(buffer: bytes | memoryview) -> None:
+    if isinstance(buffer, memoryview):
+        base = buffer.obj
+        try:
+            buffer.release()
+            if isinstance(base, mmap.mmap):
+                base.close()
+        except BufferError:
+            # An item view is still alive somewhere: the mmap closes when it is collected.
+            pass
+
+
+def incomplete_message(where: str, pending: int | str) -> str:
+    return (
+        f"{where} has no index.json: the optimize run writing it has not finished "
+        f"({pending} checkpointed chunks found under {STATE_DIR}/); rerun the same optimize call to finish it"
+    )
+
+
+def check_exact_size(data: bytes | memoryview, entry: ChunkEntry, name: str, verb: str) -> None:
+    """A fetched chunk has exactly the size index.json gives (litdata < 0.2.60 left the
+    header of ``4 * (n + 2)`` bytes out of ``chunk_bytes``: accepted too)."""
+    size = len(data)
+    if size == entry.chunk_bytes or size == entry.chunk_bytes + 4 * (entry.chunk_size + 2):
+        return
+    raise CorruptStateError(
+        f"chunk file {name} {verb} {size} bytes but index.json says {entry.chunk_bytes}: it is truncated "
+        "or was replaced; restore it or rerun optimize with mode='overwrite'"
+    )
+
+
+def check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None:
+    """The chunk file agrees with its index entry; a clear error otherwise."""
+    fix = "restore it or rerun optimize with mode='overwrite'"
+    if len(data) < entry.chunk_bytes:
+        raise CorruptStateError(
+            f"chunk file {name} is {len(data)} bytes but index.json says {entry.chunk_bytes}: it is "
+            f"truncated or was replaced; {fix}"
+        )
+    try:
+        n = chunk_num_items(data)
+    except CorruptStateError as exc:
+        raise CorruptStateError(f"chunk file {name}: {exc}; {fix}") from None
+    if n != entry.chunk_size:
+        raise CorruptStateError(f"chunk file {name} holds {n} items but index.json says {entry.chunk_size}; {fix}")
+    header = 4 + 4 * (n + 1)
+    if len(data) < header:
+        raise CorruptStateError(f"chunk file {name} is too short for the offsets of its {n} items; {fix}")
+    first = int.from_bytes(data[4:8], "little")
+    last = int.from_bytes(data[header - 4 : header], "little")
+    if n and first == last == header and bytes(data[-len(_ARROW_FOOTER_MAGIC) :]) == _ARROW_FOOTER_MAGIC:
+        raise UnsupportedFormatError(
+            f"chunk file {name} stores its rows in litdata's Arrow footer (litdata 0.2.76 does this for "
+            "dicts of plain values when pyarrow is installed); shardwright does not read that layout. "
+            "Read it with litdata.StreamingDataset"
+        )
+    if first != header or not first <= last <= len(data):
+        raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")

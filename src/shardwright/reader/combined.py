@@ -1,0 +1,172 @@
+"""CombinedStreamingDataset: several datasets mixed by weight, deterministically and resumably.
+
+Each dataset is read exactly as it would be alone (its own shuffle, rank and worker split);
+each reader stream then interleaves its shares: at step n it draws ``u_n`` from PCG64 seeded
+by (seed, epoch, stream) and takes the next item of the dataset that ``u_n`` falls into,
+among those not yet exhausted, by weight. So the mix of a stream is a pure function of the
+seed, the epoch and the share lengths (:func:`mix_counts`), and a resume needs only how many
+items each stream had yielded: the per-dataset positions follow, and each dataset resumes
+(on the same layout, or cut anew on another) like a single dataset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .dataset import StreamingDataset, as_iterable
+
+try:
+    from torch.utils.data import IterableDataset as _IterableBase
+    from torch.utils.data import get_worker_info as _worker_info
+except ImportError:  # torch is optional: a plain object then
+    _IterableBase = object  # type: ignore[assignment,misc]
+
+    def _worker_info():
+        return None
+
+
+__all__ = ["CombinedStreamingDataset", "mix_choices", "mix_counts"]
+
+
+def _draws(seed: int, epoch: int, stream: int, generation: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, 3, stream, generation])))
+
+
+def mix_choices(
+    lengths: list[int], weights: list[float], rng: np.random.Generator, block: int = 4096
+) -> Iterator[np.ndarray]:
+    """The dataset index of every step, block by block, until every share is used up.
+
+    A dataset leaves the draw when its share is exhausted; the others keep their relative
+    weights. Vectorised between exhaustions.
+    """
+    left = np.asarray(lengths, dtype=np.int64).copy()
+    w = np.asarray(weights, dtype=np.float64)
+    while left.sum() > 0:
+        active = np.flatnonzero(left > 0)
+        cum = np.cumsum(w[active])
+        u = rng.random(block) * cum[-1]
+        picks = active[np.minimum(np.searchsorted(cum, u, side="right"), len(active) - 1)]
+        # Cut the block where the first active dataset runs out.
+        cut = len(picks)
+        for d in active:
+            hits = np.flatnonzero(picks == d)
+            if len(hits) >= left[d]:
+                cut = min(cut, int(hits[left[d] - 1]) + 1)
+        picks = picks[:cut]
+        left -= np.bincount(picks, minlength=len(left))
+        yield picks
+
+
+def mix_counts(lengths: list[int], weights: list[float], rng: np.random.Generator, steps: int) -> list[int]:
+    """Items taken from each dataset in the first ``steps`` steps of :func:`mix_choices`."""
+    counts = np.zeros(len(lengths), dtype=np.int64)
+    done = 0
+    for picks in mix_choices(lengths, weights, rng):
+        take = picks[: steps - done]
+        counts += np.bincount(take, minlength=len(lengths))
+        done += len(take)
+        if done >= steps:
+            break
+    return counts.tolist()
+
+
+class CombinedStreamingDataset(_IterableBase):
+    """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
+
+    Deterministic (the same seed and epoch give the same mix on every machine) and resumable
+    with :class:`StreamingDataLoader` (on the same or another layout). The epoch ends when
+    every dataset's share is used up: each item of each dataset is read once per epoch; the
+    weights set how the datasets are interleaved.
+
+    Args:
+        datasets: the StreamingDataset objects (each keeps its own shuffle/seed options).
+        weights: one positive number per dataset; default: their lengths (a uniform mix
+            over items).
+        seed: a non-negative int, the same on every rank.
+
+    Raises:
+        TypeError: an element of datasets is not a StreamingDataset.
+        ValueError: no datasets, or weights of the wrong length or not positive.
+    """
+
+    def __init__(self, datasets: list[StreamingDataset], weights: list[float] | None = None, seed: int = 42):
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError("CombinedStreamingDataset needs at least one dataset")
+        for d in datasets:
+            if not isinstance(d, StreamingDataset):
+                raise TypeError(f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}")
+        if weights is None:
+            weights = [float(len(d._group_sizes) and sum(d._group_sizes)) or 1.0 for d in datasets]
+        weights = [float(w) for w in weights]
+        if len(weights) != len(datasets) or not all(np.isfinite(w) and w > 0 for w in weights):
+            raise ValueError(f"weights must be {len(datasets)} positive numbers, one per dataset; got {weights!r}")
+        if type(seed) is not int or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        self.datasets = [as_iterable(d) for d in datasets]
+        self.weights, self.seed = weights, seed
+        self._batch_size = 1
+        self._loader_drop_last = False
+        self._mix_resume: tuple | None = None  # (epoch, generation) of a resumed epoch
+
+    # --- what StreamingDataLoader uses -----------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.datasets[0].epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch`` for every dataset from the next iteration on."""
+        for d in self.datasets:
+            d.set_epoch(epoch)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in ("_batch_size", "_loader_drop_last") and "datasets" in self.__dict__:
+            for d in self.datasets:
+                setattr(d, name, value)
+
+    def layout(self, num_workers: int):
+        return self.datasets[0].layout(num_workers)
+
+    def identity(self) -> dict:
+        return {"combined": [d.identity() for d in self.datasets], "weights": self.weights, "seed": self.seed}
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.datasets)
+
+    def __iter__(self) -> Iterator[Any]:
+        info = _worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch = self.epoch
+        lengths = []
+        for d in self.datasets:
+            plan, _stream, skip = d.stream_plan(epoch, workers, worker)
+            lengths.append(sum(seg[3] - seg[2] for seg, _ in plan) - skip)
+        stream = self.datasets[0]._rank * workers + worker
+        generation = self.generation(epoch)
+        if info is None and self._mix_resume is not None and self._mix_resume[0] == epoch:
+            self._mix_resume = None  # applied: the next iteration of this object starts afresh
+        iterators = [d._epoch_iterator() for d in self.datasets]
+        return self._interleave(iterators, lengths, _draws(self.seed, epoch, stream, generation))
+
+    def generation(self, epoch: int) -> int:
+        """Which mix of ``epoch`` is read: 0, or one more for each resume (a resumed epoch
+        mixes what is left afresh, deterministically)."""
+        resume = self._mix_resume
+        return resume[1] if resume is not None and resume[0] == epoch else 0
+
+    def stream_mix(self, epoch: int, stream: int, generation: int, lengths: list[int], steps: int) -> list[int]:
+        """Items taken from each dataset by ``stream`` in its first ``steps`` steps."""
+        return mix_counts(lengths, self.weights, _draws(self.seed, epoch, stream, generation), steps)
+
+    def _interleave(
+        self, iterators: list[Iterator[Any]], lengths: list[int], rng: np.random.Generator
+    ) -> Iterator[Any]:
+        for picks in mix_choices(lengths, self.weights, rng):
+            for d in picks.tolist():
+                yield next(iterators[d])

@@ -1,0 +1,443 @@
+"""StreamingDataset: random access to a finished dataset, and the epoch iterator training
+uses (shuffle, ranks, workers, resume). See the package docstring for the whole picture."""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import multiprocessing
+import operator
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from ..errors import UnsupportedFormatError
+from ..format import chunk_item, decode_plan, item_decoder, parse_size
+from .cache import DEFAULT_MAX_CACHE_BYTES
+from .order import EpochSequence, OrderSpec, iter_segment
+from .partition import Layout
+from .plan import StreamPlan, drop_front
+from .source import MIN_CACHED_CHUNKS, ChunkSource
+from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
+from .tokens import TOKENS_LOADER_NAME, TokenLayout, TokensLoader
+
+try:  # the base classes are chosen once, when this module is imported
+    from torch.utils.data import Dataset as _DatasetBase
+    from torch.utils.data import IterableDataset as _IterableBase
+    from torch.utils.data import get_worker_info as _worker_info
+except ImportError:  # torch is optional: plain objects then
+    _DatasetBase = object  # type: ignore[assignment,misc]
+    _IterableBase = object  # type: ignore[assignment,misc]
+
+    def _worker_info():
+        return None
+
+
+__all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
+
+DEFAULT_PREFETCH_DEPTH = 4
+
+
+def _wants_iterable(kwargs: dict) -> bool:
+    choice = kwargs.get("iterable")
+    if choice is not None:
+        return bool(choice)
+    return bool(kwargs.get("shuffle")) or distributed_env()[1] > 1
+
+
+class StreamingDataset(_DatasetBase):
+    """A dataset written by shardwright (or litdata) in a local directory or on S3.
+
+    ``len(ds)``, ``ds[i]`` (negative indices too) and ``ds[a:b:c]`` (a list) read any item;
+    ``iter(ds)`` yields this reader's share of an epoch in its epoch order (see below).
+
+    Two kinds of object come out of this constructor. Without ``shuffle`` and outside a
+    distributed run it is a map-style ``torch.utils.data.Dataset``: a plain ``DataLoader``
+    (with samplers, ``shuffle=True``, ``DistributedSampler`` ...) reads it by index. With
+    ``shuffle=True``, when ``world_size > 1`` (torch.distributed initialised, or the RANK /
+    WORLD_SIZE environment variables), or with ``iterable=True``, it is an
+    :class:`IterableStreamingDataset` (also a ``StreamingDataset``): it orders and splits
+    every epoch itself — chunk-aware shuffle, one contiguous share per rank, split again per
+    DataLoader worker — and ``DataLoader`` / :class:`StreamingDataLoader` iterate it.
+
+    Args:
+        output_dir: the dataset: a local directory, a ``file://`` URL or ``s3://bucket/prefix``.
+        shuffle: shuffle each epoch: chunks in a random order, then the items of a window of
+            ``shuffle_window`` chunks mixed together (per worker). The order depends only on
+            ``seed`` and the epoch (:meth:`set_epoch`).
+        seed: a non-negative int, the same on every rank.
+        drop_last: leave out the last ``len % world_size`` items of an epoch so every rank
+            yields the same number of batches (DDP hangs otherwise). Default: True when
+            ``world_size > 1``, else False.
+        pad: instead of dropping, repeat a few items from the start of the epoch so ranks are
+            equal (every item is read; at most ``world_size - 1`` are read twice).
+        shuffle_window: chunks whose items are mixed together; a reader keeps that many
+            chunks open at once.
+        item_loader: None for ordinary items, or :class:`TokensLoader` ``(block_size=B)`` to
+            read a token dataset as blocks of B tokens.
+        allow_pickle: unpickle leaves stored as pickle without restriction. Unpickling can run
+            code chosen by whoever wrote the dataset, so by default pickle leaves are read as
+            plain data only (None, numbers, strings, bytes, lists, tuples, dicts, sets) and one
+            that refers to a class or function raises UnsupportedFormatError. Pass True only
+            for datasets whose origin you trust.
+        storage_options: boto3 client arguments such as ``endpoint_url`` (remote only).
+        cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
+            ``~/.cache/shardwright``); it must be yours and not writable by others.
+        max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``.
+        prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
+            reader downloads ahead of use, from its epoch plan when iterating.
+        iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
+
+    Raises:
+        DatasetNotFoundError, OutputIsAFileError: nothing readable at ``output_dir`` (subclasses of
+            FileNotFoundError and NotADirectoryError).
+        IncompleteDatasetError: the optimize run writing it has not finished.
+        CorruptStateError: index.json is damaged, nested absurdly deep, or names chunks that
+            cannot be the dataset's (NUL bytes, paths outside it); later, a chunk file that is
+            damaged, truncated or a symbolic link.
+        UnsupportedFormatError: a litdata-only feature, a token dataset read without
+            TokensLoader (or the reverse); when read, a pickle leaf that needs
+            ``allow_pickle=True``.
+        StorageError: the cache directory is a symlink, another user's or world-writable.
+        ValueError: an option is out of range.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if cls is StreamingDataset and (args or kwargs) and _wants_iterable(kwargs):
+            cls = IterableStreamingDataset
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike,
+        *,
+        shuffle: bool = False,
+        seed: int = 42,
+        drop_last: bool | None = None,
+        pad: bool = False,
+        shuffle_window: int = 4,
+        item_loader: TokensLoader | None = None,
+        allow_pickle: bool = False,
+        storage_options: dict | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        max_cache_bytes: int | str = DEFAULT_MAX_CACHE_BYTES,
+        prefetch: bool | int = True,
+        iterable: bool | None = None,
+    ):
+        try:
+            limit = parse_size(max_cache_bytes)
+        except ValueError as exc:
+            raise ValueError(f"max_cache_bytes: {exc}") from None
+        if item_loader is not None and not isinstance(item_loader, TokensLoader):
+            raise ValueError(
+                f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
+            )
+        if type(prefetch) is bool:
+            depth = DEFAULT_PREFETCH_DEPTH if prefetch else 0
+        elif type(prefetch) is int and prefetch >= 0:
+            depth = prefetch
+        else:
+            raise ValueError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
+        self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.pad = bool(pad)
+        self.drop_last = drop_last
+        if pad and drop_last:
+            raise ValueError("drop_last=True and pad=True exclude each other: pad keeps every item")
+        self.allow_pickle = bool(allow_pickle)
+        self.item_loader = item_loader
+        self.storage_options = dict(storage_options or {})
+        self.prefetch = depth > 0
+        self._source = ChunkSource(
+            os.fspath(output_dir),
+            self.storage_options,
+            cache_dir,
+            limit,
+            depth,
+            keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+        )
+        self.output_dir = self._source.output_dir
+        config, chunks = self._source.config, self._source.chunks
+        self._check_loader(config.item_loader)
+        self._starts: list[int] = []
+        total = 0
+        for entry in chunks:
+            self._starts.append(total)
+            total += entry.chunk_size
+        self._num_items = total
+        self._tokens: TokenLayout | None = None
+        if item_loader is not None:
+            if item_loader.block_size is None:
+                raise ValueError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
+            self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
+            self._group_sizes = self._tokens.group_sizes
+            self._length = self._tokens.num_blocks
+        else:
+            self._group_sizes = [entry.chunk_size for entry in chunks]
+            self._length = total
+            if total and config.data_spec is not None:
+                # Builds the decode plan now, so an unreadable leaf format fails at open time.
+                decode_plan(tuple(config.data_format), config.data_spec, self.allow_pickle)
+        if depth and self._source.cache is not None and chunks:
+            # Prefetched files count against the cache bound: keep them to half of it.
+            biggest = max(entry.chunk_bytes for entry in chunks) or 1
+            self._source.prefetch_depth = max(1, min(depth, limit // (2 * biggest)))
+        self._rank, self._world = distributed_env()
+        self._epoch = 0
+        self._epoch_shared = _shared_int()
+        self._batch_size = 1  # set by StreamingDataLoader: workers split at whole batches
+        self._loader_drop_last = False
+        self._resume: ResumePoint | None = None
+        self._progress: dict | None = None  # this process's current stream (StatefulDataLoader)
+        self._fingerprint = fingerprint(self._length, chunks)
+        self._decode: Callable[[Any], Any] | None = None
+
+    # --- checks at open --------------------------------------------------------------------
+
+    def _check_loader(self, written_with: str) -> None:
+        where = self._source.index_source
+        if written_with == TOKENS_LOADER_NAME and self.item_loader is None:
+            raise UnsupportedFormatError(
+                f"{where}: this is a token dataset (written with TokensLoader); read it with "
+                "StreamingDataset(..., item_loader=shardwright.TokensLoader(block_size=...))"
+            )
+        if written_with not in ("PyTreeLoader", TOKENS_LOADER_NAME):
+            raise UnsupportedFormatError(
+                f"{where}: item_loader is {written_with!r}; shardwright reads PyTreeLoader and TokensLoader "
+                "datasets only. Read it with litdata.StreamingDataset"
+            )
+        if written_with != TOKENS_LOADER_NAME and self.item_loader is not None:
+            raise UnsupportedFormatError(
+                f"{where}: item_loader=TokensLoader(...) was given but the dataset holds ordinary items "
+                f"(written with {written_with}); drop item_loader"
+            )
+
+    # --- public API ------------------------------------------------------------------------
+
+    @property
+    def chunks(self) -> list:
+        return list(self._source.chunks)
+
+    @property
+    def config(self):
+        return self._source.config
+
+    @property
+    def cache_dir(self) -> str | None:
+        """Where this dataset's chunks are cached (remote datasets), else None."""
+        cache = self._source.cache
+        return cache.directory if cache is not None else None
+
+    @property
+    def _storage(self):
+        """The Storage of a remote dataset (None for a local one)."""
+        return self._source._storage
+
+    @property
+    def epoch(self) -> int:
+        shared = self._epoch_shared
+        return int(shared.value) if shared is not None else self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s order from the next iteration on (every rank must pass the
+        same number). DataLoader workers see it too, persistent ones included.
+
+        Raises:
+            ValueError: ``epoch`` is not a non-negative int.
+        """
+        epoch = operator.index(epoch)  # TypeError for floats, strings, ...
+        if epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self._epoch = int(epoch)
+        if self._epoch_shared is not None:
+            self._epoch_shared.value = int(epoch)
+        if _worker_info() is None:
+            self._rank, self._world = distributed_env()
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._get(i) for i in range(*index.indices(self._length))]
+        i = operator.index(index)  # TypeError for floats, strings, ...
+        if i < 0:
+            i += self._length
+        if not 0 <= i < self._length:
+            raise IndexError(f"index {index} is out of range for a dataset of {self._length} items")
+        return self._get(i)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._epoch_iterator()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.output_dir!r}, items={self._length}, chunks={len(self._source.chunks)})"
+
+    # --- reading items ---------------------------------------------------------------------
+
+    def _get(self, i: int, hint: bool = True) -> Any:
+        tokens = self._tokens
+        if tokens is not None:
+            parts = [
+                tokens.tokens(self._source.chunk(k, sequential_hint=hint), self._source.chunks[k], first, n)
+                for k, first, n in tokens.pieces(i)
+            ]
+            return tokens.assemble(parts)
+        k = bisect.bisect_right(self._starts, i) - 1
+        view = self._source.item_view(k, i - self._starts[k], sequential_hint=hint)
+        return self._decoder()(view)
+
+    def _decoder(self):
+        decode = self._decode
+        if decode is None:  # built per process: closures do not pickle
+            config = self._source.config
+            assert config.data_spec is not None  # a dataset with items has a spec
+            decode = self._decode = item_decoder(config.data_format, config.data_spec, allow_pickle=self.allow_pickle)
+        return decode
+
+    def _chunks_of_groups(self, groups: list[int]) -> list[int]:
+        if self._tokens is None:
+            return groups
+        return [k for g in groups for k in self._tokens.chunks_of_block_range(g)]
+
+    # --- epochs ----------------------------------------------------------------------------
+
+    def layout(self, num_workers: int) -> Layout:
+        """The layout this rank reads with ``num_workers`` DataLoader workers (0: main process)."""
+        drop = self.drop_last if self.drop_last is not None else (self._world > 1 and not self.pad)
+        return Layout(self._world, max(1, num_workers), self._batch_size, bool(drop), self.pad)
+
+    def _resume_for(self, epoch: int) -> ResumePoint | None:
+        resume = self._resume
+        return resume if resume is not None and resume.epoch == epoch else None
+
+    def stream_plan(self, epoch: int, num_workers: int, worker: int) -> tuple[StreamPlan, int, int]:
+        """(plan, stream number, items skipped) of this rank's DataLoader worker ``worker`` in ``epoch``."""
+        layout = self.layout(num_workers)
+        plans, stream, skip = plan_for_stream(
+            sum(self._group_sizes), self._resume_for(epoch), layout, self._rank, worker
+        )
+        return plans[stream], stream, skip
+
+    def _epoch_iterator(self) -> Iterator[Any]:
+        info = _worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is None:
+            self._rank, self._world = distributed_env()
+        epoch = self.epoch
+        plan, stream, skip = self.stream_plan(epoch, workers, worker)
+        if info is None and self._resume is not None and self._resume.epoch == epoch:
+            self._resume = None  # applied: the next iteration of this object starts afresh
+        seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
+        progress = {"epoch": epoch, "stream": stream, "streams": self._world * workers, "yielded": skip}
+        self._progress = progress
+        return self._yield_plan(seq, drop_front(plan, skip), progress)
+
+    def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
+        windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
+        remote = self._source.cache is not None
+        read = self._get if self._tokens is not None or not self._length else self._item_reader()
+        current = next(windows, None)
+        while current is not None:
+            groups, items = current
+            following = next(windows, None)
+            if remote and following is not None:
+                # The next window's chunks download while this window is read.
+                self._source.prefetch(self._chunks_of_groups(following[0]))
+            for i in items.tolist():
+                item = read(i, False)
+                progress["yielded"] += 1
+                yield item
+            current = following
+
+    def _item_reader(self):
+        """``read(i, hint)`` for iteration: the decoder bound once, the chunks of the current
+        window looked up once (``_get`` pays both per item)."""
+        decode, starts, source = self._decoder(), self._starts, self._source
+        held: dict[int, Any] = {}
+        find = bisect.bisect_right
+
+        def read(i: int, _hint: bool) -> Any:
+            k = find(starts, i) - 1
+            buf = held.get(k)
+            if buf is None:
+                if len(held) > source.keep_chunks:
+                    held.clear()
+                buf = held[k] = source.chunk(k, sequential_hint=False)
+            try:
+                view = chunk_item(buf, i - starts[k])
+            except ValueError:  # released: another thread of this process pushed it out of the LRU
+                buf = held[k] = source.chunk(k, sequential_hint=False)
+                view = chunk_item(buf, i - starts[k])
+            return decode(view)
+
+        return read
+
+    def _plan_total(self) -> int:
+        return sum(self._group_sizes)
+
+    def identity(self) -> dict:
+        """What a resume state must match: the dataset (items, chunks, digest) and the order options."""
+        return {"dataset": self._fingerprint, "order": order_json(self.order_spec)}
+
+    # --- StatefulDataLoader protocol (per worker) -------------------------------------------
+
+    def state_dict(self) -> dict:
+        """This process's position in its stream (torchdata's StatefulDataLoader calls it in
+        each worker); JSON-serialisable."""
+        progress = self._progress or {"epoch": self.epoch, "stream": None, "streams": None, "yielded": 0}
+        return {
+            "dataset": self._fingerprint,
+            "order": [self.order_spec.shuffle, self.seed, self.order_spec.window],
+            **progress,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume this process's stream where :meth:`state_dict` left it (same layout only;
+        for another number of workers or ranks use :class:`StreamingDataLoader`)."""
+        from .loader import worker_resume
+
+        worker_resume(self, state)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        shared = state.get("_epoch_shared")
+        if shared is not None and multiprocessing.context.get_spawning_popen() is None:
+            # Shared memory travels only to processes being started (DataLoader workers);
+            # an ordinary pickle carries the epoch number.
+            state["_epoch_shared"] = None
+            state["_epoch"] = int(shared.value)
+        state["_progress"] = None
+        state["_decode"] = None
+        return state
+
+
+class IterableStreamingDataset(StreamingDataset, _IterableBase):
+    """A :class:`StreamingDataset` that a DataLoader iterates (it orders and splits epochs
+    itself). ``len()`` is this rank's share of an epoch; ``ds[i]`` still reads any item."""
+
+    def __len__(self) -> int:
+        layout = self.layout(1)
+        total = sum(self._group_sizes)
+        from .partition import rank_range
+
+        start, end = rank_range(total, layout, self._rank)
+        return end - start
+
+
+def as_iterable(dataset: StreamingDataset) -> IterableStreamingDataset:
+    """``dataset`` as an IterableStreamingDataset: itself, or (map-style) a shallow copy that
+    shares its chunk source and its epoch counter."""
+    if isinstance(dataset, IterableStreamingDataset):
+        return dataset
+    view = copy.copy(dataset)
+    view.__class__ = IterableStreamingDataset
+    return cast(IterableStreamingDataset, view)
+
+
+def _shared_int():
+    try:
+        return multiprocessing.RawValue("q", 0)
+    except (OSError, ImportError):  # no shared memory here: workers see the epoch of their start
+        return None

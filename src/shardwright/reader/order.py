@@ -1,0 +1,149 @@
+"""The order of one epoch: pure functions of (group sizes, order options, epoch).
+
+A *group* is what one chunk file provides: its items (or, for token datasets, the blocks that
+start in it). Shuffling has two levels, chosen from :data:`SHUFFLES` by name:
+
+1. the chunk order: groups are permuted (``"chunk_window"``) or kept (``"none"``). Their
+   items laid end to end in that order form the epoch's *sequence* S;
+2. inside one stream (a DataLoader worker's share, see partition.py) the items of a window of
+   ``window`` consecutive chunks are shuffled together, so neighbours rarely come from one
+   chunk, while a worker never needs more than ``window`` chunks at a time and loads each of
+   its chunks once. Windows are cut per stream, so a stream that holds 5 chunk pieces with
+   ``window=4`` mixes 3 + 2 pieces rather than 4 + 1: the end of an epoch mixes too.
+
+A stream is a list of :data:`Segment` values: ``(a, b, lo, hi)`` = positions ``lo..hi`` of the
+window-shuffled S[a:b]. The windows of a segment depend only on (seed, epoch, a, b), so a
+segment cut in pieces (to resume on another number of ranks or workers) yields exactly the
+items of the whole, in the same order.
+
+Randomness: numpy's PCG64 seeded by ``SeedSequence([seed, epoch, ...])``: the same on every
+machine and numpy version that keeps PCG64 (numpy guarantees that stream).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["OrderSpec", "Segment", "SHUFFLES", "EpochSequence", "iter_segment", "segment_windows"]
+
+Segment = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class OrderSpec:
+    """How an epoch is ordered.
+
+    Attributes:
+        shuffle: a name in :data:`SHUFFLES` (``"none"`` or ``"chunk_window"``).
+        seed: a non-negative int; the same seed and epoch give the same order everywhere.
+        window: how many chunks are mixed together inside a stream (>= 1).
+    """
+
+    shuffle: str
+    seed: int
+    window: int
+
+    def __post_init__(self) -> None:
+        if self.shuffle not in SHUFFLES:
+            raise ValueError(f"shuffle algorithm {self.shuffle!r} is unknown; use one of {sorted(SHUFFLES)}")
+        if type(self.seed) is not int or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
+        if type(self.window) is not int or self.window < 1:
+            raise ValueError(f"shuffle_window must be an int >= 1 (chunks mixed together), got {self.window!r}")
+
+
+def _rng(seed: int, epoch: int, *key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, epoch, *key])))
+
+
+def _keep_chunks(num_groups: int, spec: OrderSpec, epoch: int) -> np.ndarray:
+    return np.arange(num_groups, dtype=np.int64)
+
+
+def _permute_chunks(num_groups: int, spec: OrderSpec, epoch: int) -> np.ndarray:
+    return _rng(spec.seed, epoch, 0).permutation(num_groups).astype(np.int64)
+
+
+def _no_mixing(items: np.ndarray, spec: OrderSpec, epoch: int, key: tuple[int, ...]) -> np.ndarray:
+    return items
+
+
+def _mix_window(items: np.ndarray, spec: OrderSpec, epoch: int, key: tuple[int, ...]) -> np.ndarray:
+    return _rng(spec.seed, epoch, 1, *key).permutation(items)
+
+
+# name -> (chunk order, item order inside a window). Like mosaicml-streaming's shuffle
+# registry: a new algorithm is a new entry, and the name is part of the resume state.
+SHUFFLES: dict[str, tuple[Callable, Callable]] = {
+    "none": (_keep_chunks, _no_mixing),
+    "chunk_window": (_permute_chunks, _mix_window),
+}
+
+
+class EpochSequence:
+    """S: the groups of one epoch laid end to end in their epoch order.
+
+    Args:
+        group_sizes: items per group, in index order.
+        spec: the order options.
+        epoch: the epoch number (>= 0).
+    """
+
+    def __init__(self, group_sizes: Sequence[int], spec: OrderSpec, epoch: int):
+        self.spec, self.epoch = spec, epoch
+        sizes = np.asarray(group_sizes, dtype=np.int64)
+        self.group_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else sizes
+        self.order = SHUFFLES[spec.shuffle][0](len(sizes), spec, epoch)
+        ordered_sizes = sizes[self.order]
+        self.cum = np.concatenate([[0], np.cumsum(ordered_sizes)]).astype(np.int64)
+        self.total = int(self.cum[-1])
+
+    def pieces(self, a: int, b: int) -> list[tuple[int, int, int]]:
+        """S[a:b] as runs ``(group, first item, length)``, each inside one group."""
+        if not 0 <= a <= b <= self.total:
+            raise ValueError(f"range {a}:{b} is outside the epoch's {self.total} items")
+        out = []
+        i = int(np.searchsorted(self.cum, a, side="right")) - 1
+        pos = a
+        while pos < b:
+            group = int(self.order[i])
+            offset = pos - int(self.cum[i])
+            length = min(b, int(self.cum[i + 1])) - pos
+            if length > 0:
+                out.append((group, int(self.group_starts[group]) + offset, length))
+            pos += max(length, 0)
+            i += 1
+        return out
+
+
+def segment_windows(seq: EpochSequence, a: int, b: int) -> list[list[tuple[int, int, int]]]:
+    """The pieces of S[a:b] grouped into windows: ceil(pieces / window) windows of nearly
+    equal piece counts, so that no window (the last included) is left with a lone chunk."""
+    pieces = seq.pieces(a, b)
+    if not pieces:
+        return []
+    count = -(-len(pieces) // seq.spec.window)
+    return [pieces[w * len(pieces) // count : (w + 1) * len(pieces) // count] for w in range(count)]
+
+
+def iter_segment(seq: EpochSequence, segment: Segment) -> Iterator[tuple[list[int], np.ndarray]]:
+    """``segment`` window by window: (the window's groups, its item ids cut at lo/hi)."""
+    a, b, lo, hi = segment
+    if lo >= hi:
+        return
+    mix = SHUFFLES[seq.spec.shuffle][1]
+    pos = 0
+    for w, window in enumerate(segment_windows(seq, a, b)):
+        size = sum(length for _g, _s, length in window)
+        if pos + size <= lo:
+            pos += size
+            continue
+        if pos >= hi:
+            return
+        items = np.concatenate([np.arange(start, start + length, dtype=np.int64) for _g, start, length in window])
+        items = mix(items, seq.spec, seq.epoch, (a, b, w))
+        yield [g for g, _s, _n in window], items[max(lo - pos, 0) : hi - pos]
+        pos += size

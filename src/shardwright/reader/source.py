@@ -1,0 +1,343 @@
+"""Where a dataset's bytes come from: its index.json, and its chunk files, local (mmapped in
+place) or remote (through the cache), validated, decompressed and kept in a per-process LRU."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import mmap
+import os
+import stat
+
+from ..errors import (
+    CorruptStateError,
+    DatasetNotFoundError,
+    IncompleteDatasetError,
+    OutputIsAFileError,
+    UnsupportedFormatError,
+)
+from ..format import ChunkEntry, chunk_item, decompress, parse_index
+from ..protocol.layout import INDEX_KEY
+from ..protocol.records import count_committed_chunks
+from ..storage import LocalStorage
+from .cache import ChunkCache, cache_name, default_cache_root
+from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
+from .prefetch import Loaded, ProcState
+
+__all__ = ["INDEX_NAME", "ChunkSource"]
+
+INDEX_NAME = INDEX_KEY
+MIN_CACHED_CHUNKS = 4  # decoded chunks kept per process (more when a shuffle window needs them)
+_FIX = "restore it or rerun optimize with mode='overwrite'"
+
+
+class ChunkSource:
+    """The chunks of one dataset, for one process at a time (pickles without clients, locks,
+    threads or mmaps: each process opens its own on first use).
+
+    Args:
+        output_dir: a local directory, ``file://`` URL or ``s3://bucket/prefix``.
+        storage_options: boto3 client arguments (remote only).
+        cache_dir: the cache root (remote only).
+        max_cache_bytes: the bound of the cache root, in bytes.
+        prefetch_depth: chunks downloaded ahead (remote only; 0 disables).
+        keep_chunks: decoded chunks kept per process.
+
+    Raises:
+        DatasetNotFoundError, OutputIsAFileError, ValueError: no dataset at ``output_dir``.
+        IncompleteDatasetError: the optimize run writing it has not finished.
+        CorruptStateError: index.json is damaged or names chunks that cannot be ours.
+        StorageError: the cache directory is unsafe or unusable.
+    """
+
+    def __init__(
+        self,
+        output_dir: str,
+        storage_options: dict,
+        cache_dir,
+        max_cache_bytes: int,
+        prefetch_depth: int,
+        keep_chunks: int = MIN_CACHED_CHUNKS,
+    ):
+        self.output_dir = output_dir
+        self.prefetch_depth = prefetch_depth
+        self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
+        self._storage = None
+        self.cache: ChunkCache | None = None
+        self.remote = output_dir.startswith("s3://")
+        if "://" in output_dir and not self.remote and not output_dir.startswith("file://"):
+            raise ValueError(
+                f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
+            )
+        if self.remote:
+            from ..storage import open_storage
+
+            self._storage = open_storage(output_dir, storage_options)
+            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
+            self.index_source = f"{self.output_dir}/{INDEX_NAME}"
+        else:
+            # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)
+            self.output_dir = os.path.expanduser(output_dir.removeprefix("file://"))
+            self.index_source = os.path.join(self.output_dir, INDEX_NAME)
+        self.index_bytes = self._read_index_bytes()
+        try:
+            self.chunks, self.config = parse_index(self.index_bytes, self.index_source)
+        except RecursionError:  # a data_spec nested deeper than Python recurses
+            raise CorruptStateError(
+                f"index.json at {self.index_source} nests its data_spec absurdly deep; {_FIX}"
+            ) from None
+        self.largest_chunk = max((entry.chunk_bytes for entry in self.chunks), default=0)
+        for entry in self.chunks:
+            if "\0" in entry.filename:
+                raise CorruptStateError(
+                    f"index.json at {self.index_source} names a chunk with a NUL byte in it; {_FIX}"
+                )
+        if self.config.encryption is not None:
+            raise UnsupportedFormatError(
+                f"{self.index_source}: the dataset is encrypted (litdata encryption), which shardwright does "
+                "not read; read it with litdata.StreamingDataset"
+            )
+        if self.config.compression is not None and not self.config.compression.partition(":")[0] == "zstd":
+            raise UnsupportedFormatError(
+                f"{self.index_source}: compression {self.config.compression!r} is not supported (only zstd)"
+            )
+        if self.remote:
+            self.cache = ChunkCache(
+                root=default_cache_root(cache_dir),
+                name=cache_name(self.output_dir, self._storage, self.index_bytes),
+                url=self.output_dir,
+                storage=self._storage,
+                max_bytes=max_cache_bytes,
+            )
+            self.cache.check_existing()
+        self._proc_state: ProcState | None = None
+
+    # --- the index -------------------------------------------------------------------------
+
+    def _read_index_bytes(self) -> bytes:
+        if self.remote:
+            return self._read_remote_index()
+        if not os.path.exists(self.output_dir):
+            raise DatasetNotFoundError(
+                f"{self.output_dir} does not exist: there is no dataset there. Check the path, or "
+                "run optimize(..., output_dir=...) to create it"
+            )
+        if not os.path.isdir(self.output_dir):
+            raise OutputIsAFileError(
+                f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote"
+            )
+        try:
+            with open(self.index_source, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            pending = count_committed_chunks(LocalStorage(self.output_dir))
+            raise IncompleteDatasetError(incomplete_message(self.output_dir, pending)) from None
+
+    def _read_remote_index(self) -> bytes:
+        storage = self._storage
+        assert storage is not None
+        try:
+            return storage.read_bytes(INDEX_NAME)
+        except FileNotFoundError:
+            pass
+        message = incomplete_message(self.output_dir, count_committed_chunks(storage))
+        if not storage.list(""):
+            message += f"; nothing at all is stored under {self.output_dir}: check the URL"
+        raise IncompleteDatasetError(message) from None
+
+    # --- per process -----------------------------------------------------------------------
+
+    def state(self) -> ProcState:
+        # Per process: a forked DataLoader worker must not use its parent's locks, threads,
+        # lock file descriptors (their flocks are shared with the parent) or LRU.
+        state = self._proc_state
+        if state is None or state.pid != os.getpid():
+            state = self._proc_state = ProcState()
+        return state
+
+    def prefetch(self, upcoming: list[int]) -> None:
+        """Download these chunks (in this order, the first ``prefetch_depth``) ahead of use."""
+        if self.cache is not None and self.prefetch_depth > 0 and upcoming:
+            self.state().prefetch(self.cache, [(k, self.chunks[k]) for k in upcoming], self.prefetch_depth)
+
+    def chunk(self, k: int, *, sequential_hint: bool = True):
+        """Chunk ``k``'s decoded bytes (bytes or a memoryview), from the LRU or loaded.
+
+        Hold the returned object only as long as it is in use; item views taken from it stay
+        valid after it leaves the LRU (an mmap closes when its last view goes).
+        """
+        state = self.state()
+        with state.lock:
+            cached = state.lru.get(k)
+            if cached is not None:
+                state.lru.move_to_end(k)
+                return cached.data
+        sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
+        state.last_loaded = k
+        entry = self.chunks[k]
+        if self.cache is not None:
+            if self.config.compression is None:  # only uncompressed chunks stay pinned
+                with state.lock:  # unpin first, so that the download can evict what we no longer need
+                    self._trim(state, incoming=entry.chunk_bytes)
+            loaded = self._load_remote(entry)
+        else:
+            loaded = Loaded(self._load_local(entry))
+        with state.lock:
+            previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
+            if previous is not None:
+                previous.release()
+            state.lru[k] = loaded
+            data = loaded.data
+            self._trim(state)
+        if sequential_hint and sequential and k + 1 < len(self.chunks):
+            self.prefetch([k + 1])  # reading forward: fetch the next chunk while this one is read
+        return data
+
+    def item_view(self, k: int, j: int, *, sequential_hint: bool = True) -> memoryview:
+        """Item ``j`` of chunk ``k``, taken under the LRU lock: once it exists, another thread
+        dropping the chunk from the LRU cannot unmap the bytes under it."""
+        state = self.state()
+        with state.lock:
+            return chunk_item(self.chunk(k, sequential_hint=sequential_hint), j)
+
+    def _trim(self, state: ProcState, incoming: int | None = None) -> None:
+        """Keep a few decoded chunks; remote: the cache files they pin (plus ``incoming``, a
+        chunk about to be loaded, plus room for prefetched chunks) stay within the cache bound,
+        down to a single chunk."""
+        lru = state.lru
+        room = self.keep_chunks - (incoming is not None)
+        limit = None
+        if self.cache is not None:
+            # Room is kept for the chunks the prefetcher brings in: pinned + prefetched stay in the bound.
+            limit = max(0, self.cache.max_bytes - self.prefetch_depth * self.largest_chunk)
+        keep_one = incoming is None  # the chunk just loaded stays, whatever its size
+        while len(lru) > room or (
+            limit is not None
+            and len(lru) > keep_one
+            and sum(x.pinned_bytes for x in lru.values()) + (incoming or 0) > limit
+        ):
+            _, old = lru.popitem(last=False)
+            old.release()
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def _chunk_bytes(self, entry: ChunkEntry) -> bytes | memoryview:
+        """A local chunk file's stored bytes (still compressed if the dataset is).
+
+        Raises FileNotFoundError when the file does not exist, CorruptStateError when it is a
+        symbolic link (or under one): a dataset's chunks are regular files inside it.
+        """
+        path = os.path.join(self.output_dir, entry.filename)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise CorruptStateError(
+                    f"chunk file {path} is a symbolic link; a dataset's chunks are regular files inside it. {_FIX}"
+                ) from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise CorruptStateError(f"chunk file {path} is not a regular file; {_FIX}")
+            if "/" in entry.filename and os.path.realpath(os.path.dirname(path)) != os.path.join(
+                os.path.realpath(self.output_dir), os.path.dirname(entry.filename)
+            ):
+                raise CorruptStateError(f"chunk file {path} is reached through a symbolic link; {_FIX}")
+            if st.st_size == 0:
+                return b""
+            # mmap: pages are read on demand and shared between DataLoader workers.
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+    def _stored_chunk(self, entry: ChunkEntry) -> tuple[bytes | memoryview, bool]:
+        """The stored bytes of a local chunk and whether they are compressed."""
+        compression = self.config.compression
+        try:
+            return self._chunk_bytes(entry), compression is not None
+        except FileNotFoundError:
+            pass
+        if compression is not None:
+            # litdata (0.2.76) reading a local compressed dataset decompresses each chunk next to
+            # it (name without ".zstd", written atomically) and deletes the compressed file.
+            plain = entry.filename.replace(f".{compression}", "")
+            if plain != entry.filename:
+                try:
+                    return self._chunk_bytes(dataclasses.replace(entry, filename=plain)), False
+                except FileNotFoundError:
+                    pass
+        raise CorruptStateError(
+            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self.index_source} is missing; {_FIX}"
+        )
+
+    def _load_local(self, entry: ChunkEntry) -> bytes | memoryview:
+        stored, compressed = self._stored_chunk(entry)
+        name = os.path.join(self.output_dir, entry.filename)
+        return self._decode_stored(stored, compressed, entry, name, exact=False)
+
+    def _decode_stored(self, stored, compressed: bool, entry: ChunkEntry, name: str, *, exact: bool):
+        if compressed:
+            try:
+                data: bytes | memoryview = decompress(stored, self.config.compression)
+            except CorruptStateError as exc:
+                raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {_FIX}") from None
+            finally:
+                release_buffer(stored)
+        else:
+            data = stored
+        try:
+            if exact:
+                check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
+            check_chunk(data, entry, name)
+        except Exception:
+            release_buffer(data)
+            raise
+        return data
+
+    def _load_remote(self, entry: ChunkEntry) -> Loaded:
+        """Fetch a chunk into the cache (or find it there) and map/decompress it.
+
+        A cached file that fails validation is deleted and fetched once more: it may have
+        been damaged locally. The second failure is the remote object's fault.
+        """
+        cache = self.cache
+        assert cache is not None
+        name = f"{self.output_dir}/{entry.filename}"
+        compressed = self.config.compression is not None
+        for attempt in range(2):
+            pin = cache.open(entry)
+            assert pin is not None  # None only when a prefetch's still_wanted says no
+            try:
+                stored = pin.map() if not compressed else pin.read()
+            except BaseException:
+                pin.close()
+                raise
+            try:
+                data = self._decode_stored(stored, compressed, entry, name, exact=True)
+            except CorruptStateError:
+                cache.discard(pin)
+                if attempt == 0:
+                    continue
+                raise
+            if compressed:
+                pin.close()  # the decompressed bytes live in memory: the cached file may go
+                return Loaded(data)
+            return Loaded(data, pin)
+        raise AssertionError("unreachable")
+
+    def __getstate__(self) -> dict:
+        # mmaps, locks, threads and clients cannot be pickled (DataLoader with spawn): each
+        # process opens its own (S3Storage drops its client when pickled).
+        state = self.__dict__.copy()
+        state["_proc_state"] = None
+        return state
+
+    def close(self) -> None:
+        state = self._proc_state
+        if state is not None and state.pid == os.getpid():
+            state.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
