@@ -27,12 +27,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-<<<<<<< HEAD
-    "optimize", "abandon", "OptimizeResult", "StreamingDataset", "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
-=======
-    "optimize", "OptimizeResult", "StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset",
+    "optimize", "abandon", "OptimizeResult", "StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset",
     "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
->>>>>>> main
     "CorruptStateError", "DatasetExistsError", "DatasetNotFoundError", "FnError", "IncompleteDatasetError",
     "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "OutputIsAFileError", "RunMismatchError", "SampleFormatError",
     "StorageError", "UnsupportedFormatError", "UsageError", "WorkerDiedError",

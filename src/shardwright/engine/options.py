@@ -140,11 +140,8 @@ class OptimizeOptions:
     num_shards: int | None  # None: default_num_shards(len(inputs))
     on_error: str
     max_retries: int
-<<<<<<< HEAD
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
-=======
     item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
->>>>>>> main
 
     @classmethod
     def validate(cls, fn: object, *, chunk_size: object = None, chunk_bytes: object = None,
@@ -152,11 +149,7 @@ class OptimizeOptions:
                  use_checkpoint: object = True, start_method: object = None, storage_options: object = None,
                  verbose: object = True, num_nodes: object = None, node_rank: object = None,
                  num_shards: object = None, on_error: object = "raise", max_retries: object = 0,
-<<<<<<< HEAD
-                 timeout: object = None) -> OptimizeOptions:
-=======
-                 item_loader: object = None) -> "OptimizeOptions":
->>>>>>> main
+                 timeout: object = None, item_loader: object = None) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
         if chunk_size is not None:
@@ -189,13 +182,10 @@ class OptimizeOptions:
             raise ArgumentTypeError(
                 f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
             )
-<<<<<<< HEAD
         if storage_options:
             check_storage_option_names(storage_options)
-=======
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
->>>>>>> main
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
         return cls(
             chunk_size=chunk_size,
@@ -212,11 +202,8 @@ class OptimizeOptions:
             num_shards=num_shards,
             on_error=_require_choice("on_error", on_error, ON_ERROR),
             max_retries=_require_int("max_retries", max_retries, 0),
-<<<<<<< HEAD
             timeout=_require_timeout(timeout),
-=======
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
->>>>>>> main
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:

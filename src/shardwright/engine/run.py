@@ -56,11 +56,8 @@ def optimize(
     num_shards: int | None = None,
     on_error: str = "raise",
     max_retries: int = 0,
-<<<<<<< HEAD
     timeout: float | None = None,
-=======
     item_loader: object = None,
->>>>>>> main
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -95,17 +92,14 @@ def optimize(
         on_error: ``"raise"`` stops at the first input whose fn raises (FnError);
             ``"skip"`` records the failure under ``.shardwright/failed/`` and goes on.
         max_retries: extra attempts of a failing input before it counts as failed.
-<<<<<<< HEAD
         timeout: seconds fn may spend on one input (a generator: on all its outputs); a
             stuck input fails like an exception in fn (a TimeoutError naming the input:
             FnError, or a failure record with ``on_error="skip"``). A SIGALRM in the worker
             interrupts Python code and sleeps; native code that never returns to Python
             (a C loop holding the GIL) is not interrupted, and fn must not use SIGALRM itself.
-=======
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
->>>>>>> main
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -132,11 +126,7 @@ def optimize(
         fn, chunk_size=chunk_size, chunk_bytes=chunk_bytes, compression=compression, num_workers=num_workers,
         mode=mode, use_checkpoint=use_checkpoint, start_method=start_method, storage_options=storage_options,
         verbose=verbose, num_nodes=num_nodes, node_rank=node_rank, num_shards=num_shards, on_error=on_error,
-<<<<<<< HEAD
-        max_retries=max_retries, timeout=timeout,
-=======
-        max_retries=max_retries, item_loader=item_loader,
->>>>>>> main
+        max_retries=max_retries, timeout=timeout, item_loader=item_loader,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)

@@ -20,17 +20,10 @@ import time
 import traceback
 import types
 from dataclasses import dataclass
-<<<<<<< HEAD
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..errors import ShardwrightError, bounded_text, redact, redact_exception, secret_values, short_repr
-from ..format import ItemEncoder
-=======
-from typing import Callable
-
-from ..errors import ShardwrightError, bounded_text, short_repr
 from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
->>>>>>> main
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
@@ -66,11 +59,8 @@ class WorkerConfig:
     on_error: str  # "raise" or "skip"
     max_retries: int
     node_rank: int
-<<<<<<< HEAD
     timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
-=======
     tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
->>>>>>> main
 
     @classmethod
     def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
@@ -83,11 +73,8 @@ class WorkerConfig:
                                 epoch=lease.epoch, lease_key=lease.key, lease_owner=lease.owner),
             chunk_size=settings.chunk_size, chunk_bytes=settings.chunk_bytes,
             on_error=options.on_error, max_retries=options.max_retries, node_rank=node_rank,
-<<<<<<< HEAD
             timeout=options.timeout,
-=======
             tokens=settings.item_loader == TOKENS_LOADER,
->>>>>>> main
         )
 
 
@@ -188,13 +175,9 @@ class ShardWriter:
         if self.cfg.tokens and self.items and self.token_itemsize is not None:
             dim = self.items_bytes // (self.token_itemsize() or 1)
         self.committer.submit(PendingChunk(self.task.shard, self.seq, self.items, self.first_input, next_input,
-<<<<<<< HEAD
                                            skip, done, tuple(tuple(pair) for pair in self.failed),
-                                           self.prev_epoch))
+                                           prev_epoch=self.prev_epoch, dim=dim))
         self.prev_epoch = self.cfg.round.epoch
-=======
-                                           skip, done, tuple(tuple(pair) for pair in self.failed), dim))
->>>>>>> main
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []

@@ -27,11 +27,8 @@ class PendingChunk:
     skip_outputs: int
     done: bool
     failed: tuple = ()  # [input id, outputs committed] pairs skipped since the previous record
-<<<<<<< HEAD
     prev_epoch: int | None = -1  # epoch of the shard's record seq-1; -1 (SAME_EPOCH): this writer's own
-=======
     dim: int | None = None  # token datasets: tokens in the chunk (index.json's "dim")
->>>>>>> main
 
     @property
     def nbytes(self) -> int:
@@ -71,13 +68,9 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
             name = chunk_filename(run.generation, job.shard, job.seq, run.compression, run.epoch)
             data = compress(raw, run.compression)
             storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
-<<<<<<< HEAD
-            entry, stored = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw)), len(data)
-        prev = None if job.seq == 0 else run.epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
-=======
             entry = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw), dim=job.dim)
             stored = len(data)
->>>>>>> main
+        prev = None if job.seq == 0 else run.epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
         records.append(CommitRecord(job.shard, job.seq, entry, stored, job.first_input, job.next_input,
                                     job.skip_outputs, job.done, job.failed, run.run_id, run.epoch, prev))
     if not records:

@@ -45,17 +45,12 @@ class OutputSettings:
         if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
                 or not all(k in data for k in ("chunk_size", "chunk_bytes")):
             raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
-<<<<<<< HEAD
                                     f"it was edited by hand. {START_OVER}")
-        return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards)
-=======
-                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
         item_loader = data.get("item_loader", "PyTreeLoader")
         if item_loader not in ("PyTreeLoader", "TokensLoader"):
             raise CorruptStateError(f"run settings in {where} have an invalid item_loader ({item_loader!r:.40}); "
-                                    "it was edited by hand. Rerun with mode='overwrite' to start over")
+                                    f"it was edited by hand. {START_OVER}")
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards, item_loader)
->>>>>>> main
 
     def first_difference(self, other: OutputSettings) -> tuple[str, object, object] | None:
         """(name, recorded value, current value) of the first setting that differs, or None."""
