@@ -19,8 +19,9 @@ import socket
 import time
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, redact, redact_exception, secret_values, short_repr
 from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
