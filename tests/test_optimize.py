@@ -1108,19 +1108,22 @@ def _status(out: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=child_env(), timeout=60)
 
 
-def test_status_of_an_interrupted_and_of_a_finished_run(tmp_path):
+def test_status_of_a_failed_and_of_a_finished_run(tmp_path):
+    """A run stopped by fn's error is "failed (user error: FnError on input 60)", not merely
+    interrupted: the attempt's error is saved in the output's run history."""
     out = tmp_path / "out"
     # one worker, shards 0-24, 25-49, 50-74, 75-99 in order; fails at 60: 2 done, 1 in progress, 1 pending
     interrupt(square_fails_at_60, list(range(100)), out, chunk_size=5, num_workers=1, num_shards=4)
     shown = _status(out)
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
-    assert "interrupted" in text
+    assert "failed (user error: FnError on input 60)" in text, text
     assert "60 of 100" in text
     assert "2 done" in text and "1 in progress" in text and "1 pending" in text, text
     assert "rerun" in text
     report = json.loads(_status(out, "--json").stdout)
-    assert report["state"] == "interrupted"
+    assert report["state"] == "failed" and report["stop_reason"] == "user error: FnError on input 60"
+    assert report["last_attempt"]["error"]["input_index"] == 60 and report["last_attempt"]["error"]["kind"] == "user"
     assert report["inputs"] == 100 and report["inputs_done"] == 60 and report["items_committed"] == 60
     assert report["shards_done"] == [0, 1] and report["shards_in_progress"] == [2]
     assert report["shards_pending"] == [3]

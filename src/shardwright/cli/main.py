@@ -1,4 +1,5 @@
-"""The ``shardwright`` command: ``status``, ``merge``, ``clean`` and ``slurm``.
+"""The ``shardwright`` command: ``status``, ``merge``, ``clean``, ``runs``, ``history``, ``slurm``,
+``serve`` and ``jobs``.
 
 Every command exits 0 on success, 1 when it ran but the answer is "not yet" (merge with
 unfinished shards), and 2 with one ``shardwright: error: ...`` line for a mistake or a
@@ -11,12 +12,15 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError, redact, secret_values
+from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
-from ..protocol.status import RunStatus, merge, read_status
+from ..protocol.status import RunStatus, merge, read_status, stop_reason
 from ..storage import open_storage
+from .runs import list_runs
 from .slurm import add_slurm_command
 
 
@@ -65,7 +69,8 @@ def print_status(report: RunStatus) -> None:
     else:
         total = report.inputs
         pct = 100.0 * report.inputs_done / total if total else 100.0
-        print(f"state:    {report.state} (run {(report.run_id or '')[:8]}, {report.mode}, fn {report.fn})")
+        reason = f" ({report.stop_reason})" if report.stop_reason else ""
+        print(f"state:    {report.state}{reason} (run {(report.run_id or '')[:8]}, {report.mode}, fn {report.fn})")
         print(f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%), "
               f"{report.items_committed:,} items in {report.chunks_committed:,} chunks committed")
         print(f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
@@ -73,11 +78,36 @@ def print_status(report: RunStatus) -> None:
         for lease in report.leases:
             print(f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
                   f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})")
-        if report.state == "interrupted":
+            if lease.live and lease.current_inputs:
+                on = ", ".join(f"worker {w}: input {i:,}" if i >= 0 else f"worker {w}: starting"
+                               for w, i in enumerate(lease.current_inputs))
+                print(f"workers:  {on}")
+        tried = report.last_attempt
+        if tried is not None and report.state != "running":
+            error = f": {tried.error.message}" if tried.error is not None and tried.ended == "failed" else ""
+            print(f"last try: {tried.ended} on {tried.host} (pid {tried.pid}"
+                  f"{', Slurm task ' + tried.slurm_task if tried.slurm_task else ''}), "
+                  f"{tried.inputs_done_after - tried.inputs_done_before:,} inputs done in it{error}"[:600])
+        if report.state in ("interrupted", "failed"):
             print("resume:   rerun the same optimize() call, or abandon the run (keeping a published dataset) "
                   f"with `shardwright clean {report.output_dir}`")
     if report.failed_records:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
+
+
+def print_history(attempts: list[Attempt], as_json: bool) -> None:
+    """The run history of an output, oldest first."""
+    if as_json:
+        print(json.dumps([a.to_json() for a in attempts], indent=1))
+        return
+    if not attempts:
+        print("no recorded attempts")
+    for a in attempts:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started_at))
+        reason = f" ({stop_reason(a)})" if a.ended == "failed" else ""
+        print(f"{when}  run {(a.run_id or '-')[:8]}  node {a.node_rank}/{a.num_nodes}  {a.host} pid {a.pid}  "
+              f"{a.finished_at - a.started_at:,.1f} s  inputs {a.inputs_done_before:,}->{a.inputs_done_after:,}"
+              f"/{a.inputs_total:,}  {a.ended}{reason}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     clean = sub.add_parser("clean", help="abandon the unfinished run, keeping the published dataset")
     clean.add_argument("output_dir")
     clean.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    runs = sub.add_parser("runs", help="every shardwright output under a local directory or S3 prefix, with its state")
+    runs.add_argument("root")
+    runs.add_argument("--json", action="store_true", help="print the outputs as JSON")
+    runs.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// roots")
+    history = sub.add_parser("history", help="the recorded attempts (optimize() calls) on an output")
+    history.add_argument("output_dir")
+    history.add_argument("--json", action="store_true", help="print the attempts as JSON")
+    history.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
     add_slurm_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
 
@@ -134,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"cleaned: the unfinished run in {args.output_dir} is discarded; a published dataset is kept")
             else:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
+            return 0
+        if args.command == "runs":
+            return list_runs(args.root, parse_storage_options(args.storage_options), args.json)
+        if args.command == "history":
+            attempts = read_history(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
+            print_history(attempts, args.json)
             return 0
         return int(args.func(args))
     except ShardwrightError as exc:

@@ -57,6 +57,11 @@ class WorkerPool:
     def __init__(self, fn: Callable, cfg: WorkerConfig, num_workers: int, start_method: str):
         self.fn, self.cfg, self.num_workers, self.start_method = fn, cfg, num_workers, start_method
 
+    def current_inputs(self) -> list[int]:
+        """The run-wide input each worker is on (-1 before its first), while :meth:`run` runs."""
+        current = getattr(self, "_current", None)
+        return list(current) if current is not None else []
+
     def run(self, tasks: list[ShardTask], on_message: Callable[[Any], None],
             on_idle: Callable[[], str | None]) -> PoolOutcome:
         """Run ``tasks``; ``on_message`` gets every Progress/Committed message, ``on_idle`` is
@@ -66,6 +71,7 @@ class WorkerPool:
         task_q, result_q = ctx.Queue(), ctx.Queue()
         stop_event = ctx.Event()
         current = ctx.Array("q", [-1] * self.num_workers, lock=False)
+        self._current = current
         procs = [
             ctx.Process(target=worker_main, name=f"shardwright-worker-{wid}", daemon=True,
                         args=(wid, self.fn, self.cfg, task_q, result_q, stop_event, current))

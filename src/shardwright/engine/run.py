@@ -25,6 +25,7 @@ from ..protocol.publish import discard_run_state, finish_published, publish_if_c
 from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
+from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .options import OptimizeOptions, fn_code, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
@@ -148,15 +149,23 @@ def optimize(
     lease = Lease(storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
                   extra={"node_rank": node.rank, "num_nodes": node.count})
     lease.acquire(storage.url)
+    attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     try:
         _check_peers_agree(storage, lease, node)
         opened = open_run(storage, request)
         if opened is None:
+            attempt.close("noop")
             return OptimizeResult(storage.url, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
         manifest, resumed = opened
         if resumed:
             _check_input_files(manifest, inputs, storage.url)
-        return _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started)
+        result = _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started, attempt)
+        attempt.close("published" if result.published else "waiting")
+        return result
+    except BaseException as exc:  # recorded in the run's history, then raised unchanged
+        if not isinstance(exc, ConcurrentRunError):  # another run owns the output: not ours to write
+            attempt.close_for(exc)
+        raise
     finally:
         lease.release()
 
@@ -289,7 +298,8 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
 
 
 def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, inputs: Sequence,
-           options: OptimizeOptions, node: NodeIdentity, lease: Lease, started: float) -> OptimizeResult:
+           options: OptimizeOptions, node: NodeIdentity, lease: Lease, started: float,
+           attempt: AttemptLog) -> OptimizeResult:
     all_bounds = manifest.shard_bounds()
     mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
     if manifest.use_checkpoint and resumed:
@@ -297,18 +307,23 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
     else:
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     tracker = Tracker(progress, options.verbose)
+    attempt.attach(manifest, tracker)
     tasks = _tasks(progress, inputs, manifest)
     if tasks:
         cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank, lease)
         workers = max(1, min(options.num_workers, len(tasks)))
         tracker.open_bar()
 
+        pool = WorkerPool(fn, cfg, workers, options.start_method)
+
         def on_idle() -> str | None:
             tracker.on_idle()
+            # the next heartbeat publishes which input each worker is on (shardwright status)
+            lease.extra["current_inputs"] = pool.current_inputs()
             return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
         try:
-            outcome = WorkerPool(fn, cfg, workers, options.start_method).run(tasks, tracker.on_message, on_idle)
+            outcome = pool.run(tasks, tracker.on_message, on_idle)
         finally:
             tracker.close_bar()
         raise_for_outcome(outcome, inputs, tracker)

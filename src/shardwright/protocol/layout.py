@@ -13,6 +13,7 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
     .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish)
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
     .shardwright/run.json                       the last finished run
+    .shardwright/history/{start ns:020d}-{attempt}.json   one file per optimize() call (bounded)
 
 Versioning rule: :data:`PROTOCOL_VERSION` is written into every manifest and checked when a
 run is resumed. Bump it whenever a name here, a record field, or the meaning of a file
@@ -23,6 +24,8 @@ out). A published dataset (index.json + chunks) is litdata's format and does not
 History: 1 = first release; 2 = records carry the run id; 3 = one record file per shard per
 commit round, flat under ``shards/``; 4 = fencing: every lease acquisition has an epoch,
 chunk and record names carry it, records name their predecessor's epoch (``prev_epoch``).
+``history/`` (informational, read by nothing in the protocol) needs no bump: older
+versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ RUN_RECORD_KEY = f"{STATE_DIR}/run.json"
 SHARDS_PREFIX = f"{STATE_DIR}/shards/"
 LEASES_PREFIX = f"{STATE_DIR}/leases/"
 FAILED_PREFIX = f"{STATE_DIR}/failed/"
+HISTORY_PREFIX = f"{STATE_DIR}/history/"
 CHUNK_PREFIX = "chunk-"
 
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import DatasetNotFoundError, IncompleteRunError
 from ..storage import Storage
+from .history import Attempt, read_history
 from .layout import FAILED_PREFIX, INDEX_KEY
 from .lease import heartbeat_age, lease_is_live, read_leases
 from .links import check_no_links
@@ -14,7 +15,7 @@ from .manifest import read_manifest, read_run_record
 from .publish import publish_if_complete
 from .records import load_progress
 
-STATES = ("empty", "complete", "running", "interrupted")
+STATES = ("empty", "complete", "running", "interrupted", "failed")
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,15 @@ class LeaseStatus:
     pid: int | None
     heartbeat_age_s: float
     live: bool
+    current_inputs: list[int] = field(default_factory=list)  # the input each worker is on (-1: idle)
 
 
 @dataclass(frozen=True)
 class RunStatus:
     """The state of an output: ``empty`` (nothing written), ``complete`` (published, no run in
-    progress), ``running`` (a live lease) or ``interrupted`` (a run that can be resumed)."""
+    progress), ``running`` (a live lease), ``failed`` (the run's last attempt stopped on an
+    error, saved in its history: ``stop_reason`` says which) or ``interrupted`` (stopped by a
+    signal or killed). Failed and interrupted runs resume when the same call is rerun."""
 
     output_dir: str
     state: str
@@ -51,6 +55,9 @@ class RunStatus:
     leases: list[LeaseStatus] = field(default_factory=list)
     fn: str | None = None
     started_at: float | None = None
+    stop_reason: str | None = None  # "user error: FnError on input 150", "interrupted (SIGTERM)", ...
+    last_attempt: Attempt | None = None
+    attempts: int = 0  # attempts of this run in the history
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -66,12 +73,20 @@ def read_status(storage: Storage) -> RunStatus:
         return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     leases = [
-        LeaseStatus(name, holder.get("host"), holder.get("pid"),
-                    round(heartbeat_age(holder), 1), lease_is_live(holder))
+        LeaseStatus(name, holder.get("host"), holder.get("pid"), round(heartbeat_age(holder), 1),
+                    lease_is_live(holder), _current_inputs(holder))
         for name, holder in read_leases(storage)
     ]
+    history = [a for a in read_history(storage) if a.run_id == manifest.run_id]
+    last = history[-1] if history else None
+    if any(lease.live for lease in leases):
+        state, reason = "running", None
+    elif last is not None and last.ended == "failed":
+        state, reason = "failed", stop_reason(last)
+    else:
+        state, reason = "interrupted", stop_reason(last) if last is not None else None
     return RunStatus(
-        output_dir=storage.url, state="running" if any(lease.live for lease in leases) else "interrupted",
+        output_dir=storage.url, state=state, stop_reason=reason, last_attempt=last, attempts=len(history),
         published=published, last_run=last_run, failed_records=failed,
         run_id=manifest.run_id, mode=manifest.mode, generation=manifest.generation,
         inputs=manifest.num_inputs, inputs_done=sum(p.inputs_done for p in progress.values()),
@@ -83,6 +98,24 @@ def read_status(storage: Storage) -> RunStatus:
         shards_pending=[s for s, p in progress.items() if not p.records],
         leases=leases, fn=manifest.fn_name, started_at=manifest.created_at,
     )
+
+
+def _current_inputs(holder: dict) -> list[int]:
+    value = holder.get("current_inputs")
+    if not isinstance(value, list):
+        return []
+    return [v for v in value[:1024] if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def stop_reason(attempt: Attempt) -> str:
+    """How an attempt ended, in a few words: ``user error: FnError on input 150``."""
+    error = attempt.error
+    if attempt.ended == "interrupted" and error is not None:
+        return error.message  # "interrupted (SIGTERM)"
+    if attempt.ended == "failed" and error is not None:
+        where = f" on input {error.input_index:,}" if error.input_index is not None and error.input_index >= 0 else ""
+        return f"{error.kind} error: {error.type}{where}"
+    return attempt.ended
 
 
 def merge(storage: Storage) -> None:
