@@ -32,8 +32,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -152,36 +153,70 @@ def workloads(quick: bool) -> list[Workload]:
     chunk100 = 20_000 if quick else 200_000
     return [
         Workload(
-            "1", f"{small:,} small dicts", small_dict, small, small, expect_small_dict, key_small_dict,
+            "1",
+            f"{small:,} small dicts",
+            small_dict,
+            small,
+            small,
+            expect_small_dict,
+            key_small_dict,
             [sw(), sw("sw_nockpt", "shardwright use_checkpoint=False", use_checkpoint=False), ld()],
-            [Comparison("shardwright / litdata", "sw", "ld"),
-             Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05)],
+            [
+                Comparison("shardwright / litdata", "sw", "ld"),
+                Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05),
+            ],
         ),
         Workload(
-            "2", f"{arrays:,} x 1 MiB uint8 arrays", mib_array, arrays, arrays, expect_mib_array, key_mib_array,
+            "2",
+            f"{arrays:,} x 1 MiB uint8 arrays",
+            mib_array,
+            arrays,
+            arrays,
+            expect_mib_array,
+            key_mib_array,
             [sw(), ld()],
             [Comparison("shardwright / litdata", "sw", "ld")],
         ),
         Workload(
-            "3", f"generator: {gen_inputs} inputs x {BLOCKS_PER_INPUT} int32[{TOKENS}] blocks", token_blocks,
-            gen_inputs, gen_inputs * BLOCKS_PER_INPUT, expect_token_block, key_token_block,
+            "3",
+            f"generator: {gen_inputs} inputs x {BLOCKS_PER_INPUT} int32[{TOKENS}] blocks",
+            token_blocks,
+            gen_inputs,
+            gen_inputs * BLOCKS_PER_INPUT,
+            expect_token_block,
+            key_token_block,
             [sw(), ld()],
             [Comparison("shardwright / litdata", "sw", "ld")],
         ),
         Workload(
-            "4", f"{chunk100:,} small dicts, chunk_size=100 ({chunk100 // 100:,} chunks)", small_dict, chunk100,
-            chunk100, expect_small_dict, key_small_dict,
-            [sw(chunk_size=100),
-             sw("sw_nockpt", "shardwright use_checkpoint=False", chunk_size=100, use_checkpoint=False),
-             ld(chunk_size=100),
-             ld("ld_ckpt", "litdata use_checkpoint=True", chunk_size=100, use_checkpoint=True)],
-            [Comparison("shardwright / litdata", "sw", "ld"),
-             Comparison("shardwright / litdata, both checkpointing", "sw", "ld_ckpt"),
-             Comparison("litdata checkpoint overhead (reference)", "ld_ckpt", "ld", "overhead"),
-             Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05)],
+            "4",
+            f"{chunk100:,} small dicts, chunk_size=100 ({chunk100 // 100:,} chunks)",
+            small_dict,
+            chunk100,
+            chunk100,
+            expect_small_dict,
+            key_small_dict,
+            [
+                sw(chunk_size=100),
+                sw("sw_nockpt", "shardwright use_checkpoint=False", chunk_size=100, use_checkpoint=False),
+                ld(chunk_size=100),
+                ld("ld_ckpt", "litdata use_checkpoint=True", chunk_size=100, use_checkpoint=True),
+            ],
+            [
+                Comparison("shardwright / litdata", "sw", "ld"),
+                Comparison("shardwright / litdata, both checkpointing", "sw", "ld_ckpt"),
+                Comparison("litdata checkpoint overhead (reference)", "ld_ckpt", "ld", "overhead"),
+                Comparison("shardwright checkpoint overhead", "sw", "sw_nockpt", "overhead", 0.05),
+            ],
         ),
         Workload(
-            "5", "10 inputs (fixed start-up cost)", small_dict, 10, 10, expect_small_dict, key_small_dict,
+            "5",
+            "10 inputs (fixed start-up cost)",
+            small_dict,
+            10,
+            10,
+            expect_small_dict,
+            key_small_dict,
             [sw(), ld()],
             [Comparison("shardwright / litdata", "sw", "ld")],
             max_seconds={"sw": 1.0},
@@ -228,6 +263,7 @@ def verify(w: Workload, v: Variant, out: str, cache: str) -> None:
     """Both readers count w.items; the first, middle and last items are valid (and, for
     shardwright, which promises the input order, the expected ones)."""
     import litdata
+
     import shardwright
 
     ours = shardwright.StreamingDataset(out)
@@ -258,8 +294,7 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str,
-            show_output: bool) -> tuple[float, float, int]:
+def run_one(w: Workload, v: Variant, root: str, rep: int, log_path: str, show_output: bool) -> tuple[float, float, int]:
     out = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}")
     cache = os.path.join(root, f"w{w.wid}-{v.key}-r{rep}-cache")
     inputs = list(range(w.num_inputs))
@@ -302,7 +337,9 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and 1 repeat (smoke test, < 60 s)")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per variant, median reported (default 3; 1 with --quick)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="runs per variant, median reported (default 3; 1 with --quick)"
+    )
     parser.add_argument("--only", default="", help="comma-separated workload numbers, e.g. 1,4")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--show-output", action="store_true", help="let the runs print to the terminal")
@@ -311,6 +348,7 @@ def main(argv=None) -> int:
 
     # import both (torch included) before any timing
     import litdata
+
     import shardwright
 
     selected = [w for w in workloads(args.quick) if not args.only or w.wid in args.only.split(",")]
@@ -320,9 +358,11 @@ def main(argv=None) -> int:
     # files) goes under root, which is removed at the end.
     os.environ["TMPDIR"] = root
     tempfile.tempdir = None
-    print(f"shardwright {shardwright.__version__}, litdata {litdata.__version__}, numpy {np.__version__}, "
-          f"python {sys.version.split()[0]}; {os.cpu_count()} cpus, num_workers={NUM_WORKERS}, "
-          f"repeats={repeats}{' (quick)' if args.quick else ''}; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"shardwright {shardwright.__version__}, litdata {litdata.__version__}, numpy {np.__version__}, "
+        f"python {sys.version.split()[0]}; {os.cpu_count()} cpus, num_workers={NUM_WORKERS}, "
+        f"repeats={repeats}{' (quick)' if args.quick else ''}; load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"output of the runs: {log_path}", flush=True)
     results: dict[tuple[str, str], Result] = {}
     failures: list[str] = []
@@ -330,12 +370,12 @@ def main(argv=None) -> int:
     try:
         for w in selected:
             for rep in range(repeats):
-                order = w.variants[rep % len(w.variants):] + w.variants[: rep % len(w.variants)]
+                order = w.variants[rep % len(w.variants) :] + w.variants[: rep % len(w.variants)]
                 for v in order:
                     result = results.setdefault((w.wid, v.key), Result())
                     try:
                         seconds, cpu, nbytes = run_one(w, v, root, rep, log_path, args.show_output)
-                    except Exception as exc:  # noqa: BLE001 - report every broken run, time none
+                    except Exception as exc:
                         failures.append(f"workload {w.wid} {v.label} (repeat {rep}): {type(exc).__name__}: {exc}")
                         print(f"FAILED {failures[-1]}\n{traceback.format_exc()}", file=sys.stderr, flush=True)
                         continue
@@ -347,8 +387,16 @@ def main(argv=None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     elapsed = time.perf_counter() - started
 
-    rows, report = [], {"repeats": repeats, "quick": args.quick, "num_workers": NUM_WORKERS,
-                        "load_average": os.getloadavg()[0], "workloads": []}
+    rows, report = (
+        [],
+        {
+            "repeats": repeats,
+            "quick": args.quick,
+            "num_workers": NUM_WORKERS,
+            "load_average": os.getloadavg()[0],
+            "workloads": [],
+        },
+    )
     for w in selected:
         wjson = {"workload": w.wid, "title": w.title, "items": w.items, "variants": {}, "comparisons": []}
         for v in w.variants:
@@ -361,16 +409,33 @@ def main(argv=None) -> int:
             note = "" if target is None else f"target < {target:g} s: {'ok' if med < target else 'MISSED'}"
             if target is not None and args.quick:
                 note += " (quick: noisy)"
-            rows.append([f"{w.wid} {w.title}", v.label, f"{med:.2f}", f"{min(r.seconds):.2f}",
-                         f"{statistics.median(r.cpu):.2f}",
-                         fmt_rate(w.items / med, "items/s"), fmt_rate(r.bytes / med, "B/s"), note])
-            wjson["variants"][v.key] = {"label": v.label, "seconds": r.seconds, "median": med, "cpu_seconds": r.cpu,
-                                        "bytes": r.bytes,
-                                        "items_per_s": w.items / med, "bytes_per_s": r.bytes / med}
+            rows.append(
+                [
+                    f"{w.wid} {w.title}",
+                    v.label,
+                    f"{med:.2f}",
+                    f"{min(r.seconds):.2f}",
+                    f"{statistics.median(r.cpu):.2f}",
+                    fmt_rate(w.items / med, "items/s"),
+                    fmt_rate(r.bytes / med, "B/s"),
+                    note,
+                ]
+            )
+            wjson["variants"][v.key] = {
+                "label": v.label,
+                "seconds": r.seconds,
+                "median": med,
+                "cpu_seconds": r.cpu,
+                "bytes": r.bytes,
+                "items_per_s": w.items / med,
+                "bytes_per_s": r.bytes / med,
+            }
         report["workloads"].append(wjson)
-    print(f"\n{len(selected)} workload(s) in {elapsed:.0f} s; seconds are the median of {repeats} "
-          f"(min beside it; cpu = user+sys of the whole process tree, median); "
-          f"load average now {os.getloadavg()[0]:.2f}\n")
+    print(
+        f"\n{len(selected)} workload(s) in {elapsed:.0f} s; seconds are the median of {repeats} "
+        f"(min beside it; cpu = user+sys of the whole process tree, median); "
+        f"load average now {os.getloadavg()[0]:.2f}\n"
+    )
     print_table(rows, ["workload", "variant", "median s", "min s", "cpu s", "items/s", "output/s", "note"])
 
     rows = []
@@ -384,16 +449,28 @@ def main(argv=None) -> int:
             ratio_min = min(a.seconds) / min(b.seconds)
             if c.kind == "overhead":
                 value, value_min = f"{ratio - 1:+.1%}", f"{ratio_min - 1:+.1%}"
-                verdict = "" if c.target is None else (
-                    f"target <= {c.target:.0%}: {'ok' if ratio - 1 <= c.target else 'MISSED'}")
+                verdict = (
+                    ""
+                    if c.target is None
+                    else (f"target <= {c.target:.0%}: {'ok' if ratio - 1 <= c.target else 'MISSED'}")
+                )
             else:
                 value, value_min = f"{ratio:.2f}x", f"{ratio_min:.2f}x"
-                verdict = "" if c.target is None else f"target <= {c.target:g}: {'ok' if ratio <= c.target else 'MISSED'}"
+                verdict = (
+                    "" if c.target is None else f"target <= {c.target:g}: {'ok' if ratio <= c.target else 'MISSED'}"
+                )
             if verdict and args.quick:
                 verdict += " (quick: noisy)"
             rows.append([f"{w.wid} {w.title}", c.label, value, value_min, verdict])
-            wjson["comparisons"].append({"label": c.label, "kind": c.kind, "ratio_of_medians": ratio,
-                                         "ratio_of_mins": ratio_min, "target": c.target})
+            wjson["comparisons"].append(
+                {
+                    "label": c.label,
+                    "kind": c.kind,
+                    "ratio_of_medians": ratio,
+                    "ratio_of_mins": ratio_min,
+                    "target": c.target,
+                }
+            )
     print()
     print_table(rows, ["workload", "comparison (lower is better)", "medians", "mins", "target"])
 

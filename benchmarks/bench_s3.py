@@ -42,9 +42,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from bench_optimize import redirected  # noqa: E402  (same folder)
-
 import numpy as np
+from bench_optimize import redirected
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))  # the test support package (a real S3 server)
@@ -94,8 +93,9 @@ class Bench:
 
         out = self._fresh_dir("local")
         started = time.perf_counter()
-        optimize(mib_array, list(range(self.items)), out, chunk_bytes=CHUNK_BYTES, num_workers=NUM_WORKERS,
-                 verbose=False)
+        optimize(
+            mib_array, list(range(self.items)), out, chunk_bytes=CHUNK_BYTES, num_workers=NUM_WORKERS, verbose=False
+        )
         seconds = time.perf_counter() - started
         try:
             self._check_ours(out, None)
@@ -110,8 +110,15 @@ class Bench:
         url = f"s3://{bucket}/sw"
         try:
             started = time.perf_counter()
-            optimize(mib_array, list(range(self.items)), url, chunk_bytes=CHUNK_BYTES, num_workers=NUM_WORKERS,
-                     storage_options=self.options, verbose=False)
+            optimize(
+                mib_array,
+                list(range(self.items)),
+                url,
+                chunk_bytes=CHUNK_BYTES,
+                num_workers=NUM_WORKERS,
+                storage_options=self.options,
+                verbose=False,
+            )
             seconds = time.perf_counter() - started
             self._check_ours(url, self.options)
         finally:
@@ -127,13 +134,16 @@ class Bench:
         size = 64_000_000
         sizes = [size] * (total // size) + ([total % size] if total % size else [])
         body = os.urandom(size)
-        client = boto3.session.Session().client("s3", config=Config(max_pool_connections=NUM_WORKERS),
-                                                **self.options)
+        client = boto3.session.Session().client("s3", config=Config(max_pool_connections=NUM_WORKERS), **self.options)
         try:
             started = time.perf_counter()
             with ThreadPoolExecutor(NUM_WORKERS) as pool:
-                list(pool.map(lambda k: client.put_object(Bucket=bucket, Key=f"obj-{k}", Body=body[:sizes[k]]),
-                              range(len(sizes))))
+                list(
+                    pool.map(
+                        lambda k: client.put_object(Bucket=bucket, Key=f"obj-{k}", Body=body[: sizes[k]]),
+                        range(len(sizes)),
+                    )
+                )
             seconds = time.perf_counter() - started
             listed = client.list_objects_v2(Bucket=bucket).get("KeyCount", 0)
             if listed != len(sizes):
@@ -155,9 +165,16 @@ class Bench:
         url = f"s3://{bucket}/ld"
         try:
             started = time.perf_counter()
-            litdata.optimize(fn=mib_array, inputs=list(range(self.items)), output_dir=url, chunk_bytes=CHUNK_BYTES,
-                             num_workers=NUM_WORKERS, storage_options=dict(self.options), start_method="fork",
-                             verbose=False)
+            litdata.optimize(
+                fn=mib_array,
+                inputs=list(range(self.items)),
+                output_dir=url,
+                chunk_bytes=CHUNK_BYTES,
+                num_workers=NUM_WORKERS,
+                storage_options=dict(self.options),
+                start_method="fork",
+                verbose=False,
+            )
             seconds = time.perf_counter() - started
             self._check_litdata(url)
         finally:
@@ -236,8 +253,11 @@ def main(argv: list[str]) -> int:
 
     root = tempfile.mkdtemp(prefix="shardwright-bench-s3-")
     log_path = os.path.join(tempfile.gettempdir(), f"bench_s3-{os.getpid()}.log")
-    print(f"{items:,} x 1 MiB uint8 arrays, chunk_bytes {CHUNK_BYTES}, num_workers={NUM_WORKERS}, "
-          f"{repeats} repeat(s); load average {os.getloadavg()[0]:.2f}; run output in {log_path}", flush=True)
+    print(
+        f"{items:,} x 1 MiB uint8 arrays, chunk_bytes {CHUNK_BYTES}, num_workers={NUM_WORKERS}, "
+        f"{repeats} repeat(s); load average {os.getloadavg()[0]:.2f}; run output in {log_path}",
+        flush=True,
+    )
     started = time.monotonic()
     bench = Bench(items, root, log_path)
     print(f"SeaweedFS at {bench.server.endpoint} (started in {bench.server.startup_seconds:.1f} s)", flush=True)
@@ -245,7 +265,7 @@ def main(argv: list[str]) -> int:
     failures: dict[str, str] = {}
     try:
         for r in range(repeats):
-            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for key, label, method in order:
                 if key in failures:
                     continue
@@ -255,14 +275,16 @@ def main(argv: list[str]) -> int:
                 except ImportError as exc:
                     failures[key] = f"skipped: {exc}"
                     continue
-                except Exception as exc:  # noqa: BLE001 - a broken run is reported, never timed
+                except Exception as exc:
                     failures[key] = f"FAILED: {type(exc).__name__}: {str(exc)[:300]}"
                     with open(log_path, "a") as log:
                         traceback.print_exc(file=log)
                     continue
                 times[key].append(seconds)
-                print(f"  [{r + 1}/{repeats}] {label:36s} {seconds:7.2f} s  {items * MIB / 1e6 / seconds:7.1f} MB/s",
-                      flush=True)
+                print(
+                    f"  [{r + 1}/{repeats}] {label:36s} {seconds:7.2f} s  {items * MIB / 1e6 / seconds:7.1f} MB/s",
+                    flush=True,
+                )
     finally:
         bench.close()
         shutil.rmtree(root, ignore_errors=True)

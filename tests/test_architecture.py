@@ -49,8 +49,9 @@ def test_layers_contract_is_kept():
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("import-linter is not installed")
-    result = subprocess.run([exe, "--config", str(SRC.parent / "pyproject.toml")], capture_output=True, text=True,
-                            cwd=SRC.parent)
+    result = subprocess.run(
+        [exe, "--config", str(SRC.parent / "pyproject.toml")], capture_output=True, text=True, cwd=SRC.parent
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
 
@@ -95,7 +96,7 @@ def test_no_import_cycles_between_modules():
         state[node] = 1
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                cycle.extend(stack[stack.index(dep):] + [node, dep] if dep in stack else [node, dep])
+                cycle.extend(stack[stack.index(dep) :] + [node, dep] if dep in stack else [node, dep])
                 return True
             if state.get(dep) is None and visit(dep, stack + [node]):
                 return True
@@ -109,8 +110,9 @@ def test_no_import_cycles_between_modules():
 
 
 def test_no_source_file_over_the_size_limit():
-    too_long = {str(p.relative_to(SRC)): n for p in PACKAGE.rglob("*.py")
-                if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    too_long = {
+        str(p.relative_to(SRC)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert too_long == {}
 
 
@@ -122,6 +124,15 @@ def test_py_typed_is_shipped():
 def test_public_imports_are_unchanged():
     import shardwright
 
-    for name in ("optimize", "OptimizeResult", "StreamingDataset", "ShardwrightError", "FnError",
-                 "CorruptStateError", "DatasetExistsError", "IncompleteDatasetError", "StorageError"):
+    for name in (
+        "optimize",
+        "OptimizeResult",
+        "StreamingDataset",
+        "ShardwrightError",
+        "FnError",
+        "CorruptStateError",
+        "DatasetExistsError",
+        "IncompleteDatasetError",
+        "StorageError",
+    ):
         assert getattr(shardwright, name) is not None

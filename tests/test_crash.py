@@ -118,8 +118,14 @@ def test_second_ctrl_c_aborts_at_once(tmp_path):
 
 
 def test_fn_errors_on_successive_runs(tmp_path):
-    config = {"kind": "generator", "n": 300, "chunk_size": 6, "sleep": 0.002, "output_dir": str(tmp_path / "out"),
-              "num_workers": 2}
+    config = {
+        "kind": "generator",
+        "n": 300,
+        "chunk_size": 6,
+        "sleep": 0.002,
+        "output_dir": str(tmp_path / "out"),
+        "num_workers": 2,
+    }
     for fail_at in (60, 150, 151, 280):
         failed = run_child(config, CRASH_FAIL_AT=str(fail_at))
         assert failed.returncode != 0

@@ -21,14 +21,29 @@ GEN1 = GEN0 + (ChunkEntry("chunk-1-00000-000000.bin", 2, 24),)
 
 
 def manifest(*, generation=0, mode="create", inputs=INPUTS, settings=SETTINGS, use_checkpoint=True, fn="m.f"):
-    return Manifest(run_id="run", generation=generation, mode=mode, num_inputs=inputs.count, num_shards=2,
-                    inputs=inputs.to_json(), settings=settings, use_checkpoint=use_checkpoint, base_chunks=[],
-                    base_config=None, fn_name=fn, created_at=0.0)
+    return Manifest(
+        run_id="run",
+        generation=generation,
+        mode=mode,
+        num_inputs=inputs.count,
+        num_shards=2,
+        inputs=inputs.to_json(),
+        settings=settings,
+        use_checkpoint=use_checkpoint,
+        base_chunks=[],
+        base_config=None,
+        fn_name=fn,
+        created_at=0.0,
+    )
 
 
 def finished(*, inputs=INPUTS, settings=SETTINGS, fn="m.f", failed=()):
-    return {"inputs": inputs.to_json(), "settings": settings.to_json(), "fn_name": fn,
-            "failed_inputs": [list(p) for p in failed]}
+    return {
+        "inputs": inputs.to_json(),
+        "settings": settings.to_json(),
+        "fn_name": fn,
+        "failed_inputs": [list(p) for p in failed],
+    }
 
 
 def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True):
@@ -54,27 +69,58 @@ TABLE = [
     ("interrupted, other inputs", seen(manifest=manifest()), request(inputs=OTHER_INPUTS), RunMismatchError),
     ("interrupted, other settings", seen(manifest=manifest()), request(settings=OTHER_SETTINGS), RunMismatchError),
     ("interrupted without checkpoints", seen(manifest=manifest(use_checkpoint=False)), request(), PlanKind.RESTART),
-    ("interrupted, call without checkpoints", seen(manifest=manifest()), request(use_checkpoint=False),
-     PlanKind.RESTART),
+    (
+        "interrupted, call without checkpoints",
+        seen(manifest=manifest()),
+        request(use_checkpoint=False),
+        PlanKind.RESTART,
+    ),
     ("interrupted, overwrite", seen(manifest=manifest()), request("overwrite"), PlanKind.OVERWRITE),
-    ("interrupted overwrite, same call", seen(manifest=manifest(mode="overwrite")), request("overwrite"),
-     PlanKind.RESUME),
-    ("interrupted overwrite, other inputs", seen(manifest=manifest(mode="overwrite")),
-     request("overwrite", inputs=OTHER_INPUTS), PlanKind.OVERWRITE),
-    ("interrupted overwrite, unreadable records", seen(manifest=manifest(mode="overwrite"), records_readable=False),
-     request("overwrite"), PlanKind.OVERWRITE),
-    ("published, cleanup cut short", seen(manifest=manifest(generation=1), index_chunks=GEN1), request(),
-     PlanKind.FINISH_PUBLISH),
+    (
+        "interrupted overwrite, same call",
+        seen(manifest=manifest(mode="overwrite")),
+        request("overwrite"),
+        PlanKind.RESUME,
+    ),
+    (
+        "interrupted overwrite, other inputs",
+        seen(manifest=manifest(mode="overwrite")),
+        request("overwrite", inputs=OTHER_INPUTS),
+        PlanKind.OVERWRITE,
+    ),
+    (
+        "interrupted overwrite, unreadable records",
+        seen(manifest=manifest(mode="overwrite"), records_readable=False),
+        request("overwrite"),
+        PlanKind.OVERWRITE,
+    ),
+    (
+        "published, cleanup cut short",
+        seen(manifest=manifest(generation=1), index_chunks=GEN1),
+        request(),
+        PlanKind.FINISH_PUBLISH,
+    ),
     ("dataset of the same call", seen(index_chunks=GEN0, last_run=finished()), request(), PlanKind.NOOP),
-    ("dataset of the same call, append", seen(index_chunks=GEN0, last_run=finished()), request("append"),
-     PlanKind.NOOP),
-    ("dataset of the same call with failures", seen(index_chunks=GEN0, last_run=finished(failed=[(3, 0)])),
-     request(), PlanKind.RETRY),
-    ("dataset of another call", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request(),
-     DatasetExistsError),
+    (
+        "dataset of the same call, append",
+        seen(index_chunks=GEN0, last_run=finished()),
+        request("append"),
+        PlanKind.NOOP,
+    ),
+    (
+        "dataset of the same call with failures",
+        seen(index_chunks=GEN0, last_run=finished(failed=[(3, 0)])),
+        request(),
+        PlanKind.RETRY,
+    ),
+    (
+        "dataset of another call",
+        seen(index_chunks=GEN0, last_run=finished(fn="m.other")),
+        request(),
+        DatasetExistsError,
+    ),
     ("dataset without run record", seen(index_chunks=GEN0), request(), DatasetExistsError),
-    ("dataset, append", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request("append"),
-     PlanKind.APPEND),
+    ("dataset, append", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request("append"), PlanKind.APPEND),
     ("dataset, overwrite", seen(index_chunks=GEN0, last_run=finished()), request("overwrite"), PlanKind.OVERWRITE),
     ("foreign files", seen(foreign_files=("chunk-0-0.bin",)), request(), OutputDirError),
     ("foreign files, overwrite", seen(foreign_files=("chunk-0-0.bin",)), request("overwrite"), PlanKind.OVERWRITE),

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from shardwright.errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
-from shardwright.protocol.layout import chunk_filename
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
@@ -36,6 +35,7 @@ from shardwright.format import (
     render_index,
     unflatten_sample,
 )
+from shardwright.protocol.layout import chunk_filename
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -130,7 +130,9 @@ def test_float_roundtrip(value):
     assert item[4:] == struct.pack("<d", value)
     out = decode_item(item, enc.data_format, enc.data_spec)
     assert type(out) is float
-    assert (math.isnan(out) and math.isnan(value)) or (out == value and math.copysign(1, out) == math.copysign(1, value))
+    assert (math.isnan(out) and math.isnan(value)) or (
+        out == value and math.copysign(1, out) == math.copysign(1, value)
+    )
 
 
 @pytest.mark.parametrize("value", [True, False])
@@ -339,7 +341,7 @@ STRUCTURES = [
     (),
     [],
     {},
-    {1: "int key", "s": 2, None: 3, True: 4, 2.5: 5},
+    {1: "int key", "s": 2, None: 3, True: 4, 2.5: 5},  # noqa: F601 - True is the key 1: its value wins, as in Python
     OrderedDict([("z", 1), ("a", [2, 3])]),
     {"ключ": "non-ascii key"},
     [{"a": 1}, {"a": 2}],
@@ -366,7 +368,9 @@ def test_flatten_unflatten_roundtrip(sample):
 def test_data_spec_text_for_a_dict():
     _, spec = flatten_sample({"i": 1, "x": 2})
     leaf = '{"type": null, "context": null, "children_spec": []}'
-    assert spec == f'[1, {{"type": "builtins.dict", "context": "[\\"i\\", \\"x\\"]", "children_spec": [{leaf}, {leaf}]}}]'
+    assert (
+        spec == f'[1, {{"type": "builtins.dict", "context": "[\\"i\\", \\"x\\"]", "children_spec": [{leaf}, {leaf}]}}]'
+    )
 
 
 def test_unsupported_dict_keys_are_a_clear_error():
@@ -470,9 +474,16 @@ def test_chunk_byte_layout_by_hand():
     chunk = build_chunk(items)
     expected = bytes.fromhex(
         "02000000"  # N = 2
-        "10000000" "22000000" "32000000"  # offsets 16, 34, 50 (absolute)
-        "08000000" "02000000" "0100000000000000" "6869"  # sizes (8, 2), int 1, "hi"
-        "08000000" "00000000" "feffffffffffffff"  # sizes (8, 0), int -2, ""
+        "10000000"
+        "22000000"
+        "32000000"  # offsets 16, 34, 50 (absolute)
+        "08000000"
+        "02000000"
+        "0100000000000000"
+        "6869"  # sizes (8, 2), int 1, "hi"
+        "08000000"
+        "00000000"
+        "feffffffffffffff"  # sizes (8, 0), int -2, ""
     )
     assert chunk == expected
     assert chunk_num_items(chunk) == 2
@@ -560,7 +571,9 @@ def test_chunk_filename():
 def make_config(**overrides):
     enc = ItemEncoder()
     enc.encode({"i": 1, "x": np.zeros(2, np.float32)}, 0)
-    values = dict(chunk_bytes=None, chunk_size=10, compression=None, data_format=enc.data_format, data_spec=enc.data_spec)
+    values = dict(
+        chunk_bytes=None, chunk_size=10, compression=None, data_format=enc.data_format, data_spec=enc.data_spec
+    )
     values.update(overrides)
     return IndexConfig(**values)
 
@@ -572,7 +585,12 @@ def test_render_and_parse_index_roundtrip():
     document = json.loads(data)
     assert list(document) == ["chunks", "config", "updated_at"]
     assert document["updated_at"] == "1700000000.5"
-    assert document["chunks"][0] == {"chunk_bytes": 1234, "chunk_size": 10, "dim": None, "filename": "chunk-0-00000-000000.bin"}
+    assert document["chunks"][0] == {
+        "chunk_bytes": 1234,
+        "chunk_size": 10,
+        "dim": None,
+        "filename": "chunk-0-00000-000000.bin",
+    }
     assert document["config"] == {
         "chunk_bytes": 64_000_000,
         "chunk_size": None,
@@ -653,8 +671,19 @@ GARBAGE = [
     json.dumps(_index(config={**make_config().to_json(), "data_format": "int"})).encode(),
     json.dumps(_index(config={**make_config().to_json(), "data_format": ["int"]})).encode(),  # 1 name, 2 leaves
     json.dumps(_index(config={**make_config().to_json(), "data_spec": "[1, {broken"})).encode(),
-    json.dumps(_index(config={**make_config().to_json(), "data_spec": '[2, {"type": null, "context": null, "children_spec": []}]'})).encode(),
-    json.dumps(_index(config={**make_config().to_json(), "data_spec": '[1, {"type": "weird.type", "context": "null", "children_spec": []}]'})).encode(),
+    json.dumps(
+        _index(
+            config={**make_config().to_json(), "data_spec": '[2, {"type": null, "context": null, "children_spec": []}]'}
+        )
+    ).encode(),
+    json.dumps(
+        _index(
+            config={
+                **make_config().to_json(),
+                "data_spec": '[1, {"type": "weird.type", "context": "null", "children_spec": []}]',
+            }
+        )
+    ).encode(),
     json.dumps(_index(config={**make_config().to_json(), "data_spec": None})).encode(),
     json.dumps(_index(config={**make_config().to_json(), "chunk_size": "ten"})).encode(),
     json.dumps(_index(config={**make_config().to_json(), "compression": 5})).encode(),

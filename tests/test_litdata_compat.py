@@ -18,9 +18,6 @@ import pytest
 import zstandard
 
 from shardwright.errors import CorruptStateError, IncompleteDatasetError, UnsupportedFormatError
-from shardwright.protocol.layout import chunk_filename
-from shardwright.protocol.records import CommitRecord, write_records
-from shardwright.storage import LocalStorage
 from shardwright.format import (
     ChunkEntry,
     IndexConfig,
@@ -30,8 +27,10 @@ from shardwright.format import (
     flatten_sample,
     render_index,
 )
+from shardwright.protocol.layout import STATE_DIR, chunk_filename
+from shardwright.protocol.records import CommitRecord, write_records
 from shardwright.reader import StreamingDataset
-from shardwright.protocol.layout import STATE_DIR
+from shardwright.storage import LocalStorage
 
 torch = pytest.importorskip("torch")
 
@@ -93,7 +92,9 @@ def assert_value_equal(got, want, where: str = ""):
         assert type(got) is type(want) and got == want, where
 
 
-def write_dataset(out: Path, samples: list, per_chunk: int, compression: str | None, minimal: bool = False) -> list[ChunkEntry]:
+def write_dataset(
+    out: Path, samples: list, per_chunk: int, compression: str | None, minimal: bool = False
+) -> list[ChunkEntry]:
     """A dataset written only with shardwright.format, like the writer will."""
     out.mkdir(parents=True, exist_ok=True)
     enc = ItemEncoder()
@@ -179,7 +180,11 @@ def test_minimal_index_keys(ld, tmp_path, compression):
     out = tmp_path / "minimal"
     write_dataset(out, samples, per_chunk=4, compression=compression, minimal=True)
     document = json.loads((out / "index.json").read_text())
-    assert set(document) == {"chunks", "config"} and set(document["config"]) == {"data_format", "data_spec", "compression"}
+    assert set(document) == {"chunks", "config"} and set(document["config"]) == {
+        "data_format",
+        "data_spec",
+        "compression",
+    }
     ours = StreamingDataset(out)
     for i in range(10):
         assert_value_equal(ours[i], samples[i])
@@ -227,7 +232,9 @@ def test_dataloader_with_workers_over_litdata_output(ld, tmp_path):
     ds = StreamingDataset(out)
     assert isinstance(ds, torch.utils.data.Dataset)
     # spawn: workers get a pickled copy of the dataset (fork is covered by the test below).
-    loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=2, collate_fn=list, multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=3, num_workers=2, collate_fn=list, multiprocessing_context="spawn"
+    )
     seen = [sample for batch in loader for sample in batch]
     assert len(seen) == 20
     for i, got in enumerate(seen):
@@ -305,14 +312,16 @@ def test_item_bytes_equal_litdata_writer(ld, tmp_path, leaf):
     lit_item, _ = writer.serialize(sample)
     enc = ItemEncoder()
     ours = enc.encode(sample, 0)
-    if "pickle" in writer._data_format and (isinstance(leaf, np.generic) or (isinstance(leaf, np.ndarray) and leaf.ndim == 0)):
+    if "pickle" in writer._data_format and (
+        isinstance(leaf, np.generic) or (isinstance(leaf, np.ndarray) and leaf.ndim == 0)
+    ):
         # Deliberate deviation: litdata pickles numpy scalars and 0-d arrays; we store them as
         # int/float/bool or a 0-d "numpy" leaf, so reading them never needs unpickling. litdata
         # reads those bytes back to the same value.
         assert "pickle" not in enc.data_format
         from litdata.streaming.serializers import _SERIALIZERS
 
-        raw = ours[4 * len(enc.data_format):]
+        raw = ours[4 * len(enc.data_format) :]
         size = int.from_bytes(ours[:4], "little")
         value = _SERIALIZERS[enc.data_format[0].split(":")[0]].deserialize(raw[:size])
         assert value == leaf and np.asarray(value).dtype.kind == np.asarray(leaf).dtype.kind

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from shardwright import ConcurrentRunError, optimize
 from support.crash_child import expected
 from support.helpers import committed_records, kill_group, read_pairs, run_child, start_child, wait_for
-from shardwright import ConcurrentRunError, optimize
 
 
 def _square(i):

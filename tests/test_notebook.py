@@ -31,11 +31,15 @@ def kernel_name(tmp_path, monkeypatch) -> str:
     JUPYTER_PATH, so the test never depends on kernels installed for the user or system-wide."""
     spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "shardwright test (venv python)",
-        "language": "python",
-    }))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "shardwright test (venv python)",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     # The kernel imports shardwright from src/ whether or not it is installed in the venv.
     src = str(Path(__file__).resolve().parent.parent / "src")
@@ -60,13 +64,18 @@ def _text_outputs(nb) -> str:
 
 
 def _errors(nb) -> list[str]:
-    return [f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", []))
-            for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    return [
+        f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", []))
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
 
 
 def _run(nb, kernel_name: str, cwd: Path):
-    client = nbclient.NotebookClient(nb, kernel_name=kernel_name, timeout=120, allow_errors=True,
-                                     resources={"metadata": {"path": str(cwd)}})
+    client = nbclient.NotebookClient(
+        nb, kernel_name=kernel_name, timeout=120, allow_errors=True, resources={"metadata": {"path": str(cwd)}}
+    )
     client.execute()
     return nb
 
@@ -142,8 +151,10 @@ def test_interrupting_the_kernel_raises_keyboardinterrupt_and_resumes(tmp_path, 
         text = _stream_text_of(kc, msg_id)
         assert "caught KeyboardInterrupt: Interrupted:" in text and "Rerun the same call to resume." in text, text
         assert km.is_alive() and not (out / "index.json").exists()
-        msg_id = kc.execute(INTERRUPTED_CELL + "\nfrom shardwright import StreamingDataset\n"
-                            "print('count=%d' % len(StreamingDataset(OUTPUT_DIR)))")
+        msg_id = kc.execute(
+            INTERRUPTED_CELL + "\nfrom shardwright import StreamingDataset\n"
+            "print('count=%d' % len(StreamingDataset(OUTPUT_DIR)))"
+        )
         assert "count=1500" in _stream_text_of(kc, msg_id, timeout=120)
     finally:
         kc.stop_channels()

@@ -264,8 +264,15 @@ def test_plain_fn_round_trip_in_input_order(tmp_path, num_workers, settings):
 @pytest.mark.parametrize("num_workers", [1, 2, 3])
 def test_fn_returning_none_drops_those_inputs(tmp_path, num_workers):
     n = 120
-    result = optimize(drop_every_third, list(range(n)), tmp_path / "out", chunk_size=4, num_workers=num_workers,
-                      num_shards=6, verbose=False)
+    result = optimize(
+        drop_every_third,
+        list(range(n)),
+        tmp_path / "out",
+        chunk_size=4,
+        num_workers=num_workers,
+        num_shards=6,
+        verbose=False,
+    )
     assert ids(tmp_path / "out") == [i for i in range(n) if i % 3]
     assert result.items == len([i for i in range(n) if i % 3])
 
@@ -278,21 +285,39 @@ def test_fn_returning_none_for_every_input_gives_an_empty_dataset(tmp_path):
 
 @pytest.mark.parametrize(
     "num_workers,settings",
-    [(1, {"chunk_size": 3}), (2, {"chunk_size": 5}), (3, {"chunk_bytes": 100}),
-     (3, {"chunk_size": 4, "compression": "zstd"})],
+    [
+        (1, {"chunk_size": 3}),
+        (2, {"chunk_size": 5}),
+        (3, {"chunk_bytes": 100}),
+        (3, {"chunk_size": 4, "compression": "zstd"}),
+    ],
 )
 def test_generator_fn_with_zero_to_three_outputs(tmp_path, num_workers, settings):
     n = 150
-    result = optimize(fan_out, list(range(n)), tmp_path / "out", num_workers=num_workers, num_shards=9, verbose=False,
-                      **settings)
+    result = optimize(
+        fan_out, list(range(n)), tmp_path / "out", num_workers=num_workers, num_shards=9, verbose=False, **settings
+    )
     want = [(i, j) for i in range(n) for j in range(i % 4)]
     assert pairs(tmp_path / "out") == want
     assert result.items == len(want)
 
 
 def test_inputs_of_many_types(tmp_path):
-    inputs = [3, "text", Path("/data/file.jpg"), (1, "a"), {"k": [1, 2]}, -7, ("nested", (2, 3)), "",
-              Path("relative/x.png"), {"a": 1, "b": {"c": None}}, 2.5, None, b"raw"]
+    inputs = [
+        3,
+        "text",
+        Path("/data/file.jpg"),
+        (1, "a"),
+        {"k": [1, 2]},
+        -7,
+        ("nested", (2, 3)),
+        "",
+        Path("relative/x.png"),
+        {"a": 1, "b": {"c": None}},
+        2.5,
+        None,
+        b"raw",
+    ]
     optimize(describe_input, inputs, tmp_path / "out", num_workers=3, chunk_size=2, verbose=False)
     got = items(tmp_path / "out")
     assert [g["repr"] for g in got] == [repr(x) for x in inputs]
@@ -316,16 +341,25 @@ def test_result_fields(tmp_path):
 
 def test_result_bytes_are_the_stored_compressed_size(tmp_path):
     plain = optimize(square, list(range(200)), tmp_path / "plain", chunk_size=50, num_shards=2, verbose=False)
-    packed = optimize(square, list(range(200)), tmp_path / "zstd", chunk_size=50, num_shards=2, compression="zstd",
-                      verbose=False)
+    packed = optimize(
+        square, list(range(200)), tmp_path / "zstd", chunk_size=50, num_shards=2, compression="zstd", verbose=False
+    )
     assert packed.bytes == sum(p.stat().st_size for p in chunk_files(tmp_path / "zstd"))
     assert packed.bytes < plain.bytes
     assert items(tmp_path / "zstd") == items(tmp_path / "plain")
 
 
 def test_spawn_start_method_with_an_importable_fn(tmp_path):
-    optimize(square, list(range(40)), tmp_path / "out", chunk_size=7, num_workers=2, num_shards=4,
-             start_method="spawn", verbose=False)
+    optimize(
+        square,
+        list(range(40)),
+        tmp_path / "out",
+        chunk_size=7,
+        num_workers=2,
+        num_shards=4,
+        start_method="spawn",
+        verbose=False,
+    )
     assert ids(tmp_path / "out") == list(range(40))
 
 
@@ -333,8 +367,9 @@ def test_litdata_reads_the_output_in_order(tmp_path):
     litdata = pytest.importorskip("litdata")
     optimize(fan_out, list(range(60)), tmp_path / "out", chunk_size=4, num_workers=2, num_shards=5, verbose=False)
     ds = litdata.StreamingDataset(str(tmp_path / "out"))
-    assert [(int(x["i"]), int(x["j"])) for x in (ds[k] for k in range(len(ds)))] == \
-        [(i, j) for i in range(60) for j in range(i % 4)]
+    assert [(int(x["i"]), int(x["j"])) for x in (ds[k] for k in range(len(ds)))] == [
+        (i, j) for i in range(60) for j in range(i % 4)
+    ]
 
 
 # ============================================================================================
@@ -358,8 +393,7 @@ def test_resume_after_fn_error_with_another_num_workers(tmp_path, bad, good, wan
     assert error.input_index == 97
     before = committed_items(out)
     assert before > 0, "the failed run committed nothing: the test proves nothing"
-    result = optimize(good, list(range(n)), out, chunk_size=3, num_workers=second_workers, num_shards=8,
-                      verbose=False)
+    result = optimize(good, list(range(n)), out, chunk_size=3, num_workers=second_workers, num_shards=8, verbose=False)
     assert result.resumed is True
     assert items(out) == want(n)
     assert result.items == len(want(n)) - before, "committed samples were produced again (or lost)"
@@ -369,8 +403,9 @@ def test_resume_after_fn_error_with_another_num_workers(tmp_path, bad, good, wan
 def test_resume_after_fn_error_in_the_middle_of_a_generator(tmp_path):
     """A chunk can end inside one input's outputs: the resume skips exactly those outputs."""
     out = tmp_path / "out"
-    error = interrupt(eight_outputs_fails_inside_input_3, list(range(6)), out, chunk_size=3, num_workers=1,
-                      num_shards=1)
+    error = interrupt(
+        eight_outputs_fails_inside_input_3, list(range(6)), out, chunk_size=3, num_workers=1, num_shards=1
+    )
     assert error.input_index == 3
     optimize(eight_outputs, list(range(6)), out, chunk_size=3, num_workers=2, num_shards=1, verbose=False)
     assert pairs(out) == [(i, j) for i in range(6) for j in range(8)]
@@ -388,8 +423,9 @@ def test_changed_fn_is_allowed_on_resume_and_logged(tmp_path, caplog):
 
 def test_max_retries_recovers_a_transient_failure(tmp_path):
     fn = _Flaky(str(tmp_path / "flag"), input=5, at=0, outputs=1)
-    result = optimize(fn, list(range(20)), tmp_path / "out", chunk_size=3, num_workers=1, num_shards=2,
-                      max_retries=1, verbose=False)
+    result = optimize(
+        fn, list(range(20)), tmp_path / "out", chunk_size=3, num_workers=1, num_shards=2, max_retries=1, verbose=False
+    )
     assert pairs(tmp_path / "out") == [(i, 0) for i in range(20)]
     assert result.failed == 0
 
@@ -398,8 +434,9 @@ def test_max_retries_after_a_chunk_was_committed_inside_the_input_repeats_nothin
     """Input 3 yields 5 outputs (a chunk of 4 is committed inside it), fails, is retried: the
     retry must not write the outputs that the committed chunk already holds."""
     fn = _Flaky(str(tmp_path / "flag"), input=3, at=5, outputs=8)
-    optimize(fn, list(range(6)), tmp_path / "out", chunk_size=4, num_workers=1, num_shards=1, max_retries=1,
-             verbose=False)
+    optimize(
+        fn, list(range(6)), tmp_path / "out", chunk_size=4, num_workers=1, num_shards=1, max_retries=1, verbose=False
+    )
     assert pairs(tmp_path / "out") == [(i, j) for i in range(6) for j in range(8)]
 
 
@@ -411,8 +448,7 @@ def test_on_error_skip_then_same_call_retry_is_exactly_once(tmp_path):
 
     fn = _Flaky(str(tmp_path / "flag"), input=3, at=5, outputs=8)
     out = tmp_path / "out"
-    first = optimize(fn, list(range(6)), out, chunk_size=4, num_workers=1, num_shards=1, on_error="skip",
-                     verbose=False)
+    first = optimize(fn, list(range(6)), out, chunk_size=4, num_workers=1, num_shards=1, on_error="skip", verbose=False)
     assert first.failed == 1
     optimize(fn, list(range(6)), out, chunk_size=4, num_workers=1, num_shards=1, on_error="skip", verbose=False)
     got = collections.Counter(pairs(out))
@@ -459,8 +495,9 @@ def test_the_same_call_again_is_a_no_op(tmp_path):
 def test_append_adds_after_the_existing_items(tmp_path):
     out = tmp_path / "out"
     optimize(square, list(range(30)), out, chunk_size=4, num_workers=2, num_shards=3, verbose=False)
-    result = optimize(square, list(range(30, 75)), out, chunk_size=4, num_workers=3, num_shards=5, mode="append",
-                      verbose=False)
+    result = optimize(
+        square, list(range(30, 75)), out, chunk_size=4, num_workers=3, num_shards=5, mode="append", verbose=False
+    )
     assert result.items == 45 and not result.resumed
     assert items(out) == [square(i) for i in range(75)]
     # a third generation
@@ -491,12 +528,12 @@ def test_the_same_append_again_adds_nothing(tmp_path):
 def test_interrupted_append_resumes_as_an_append(tmp_path, resume_mode):
     out = tmp_path / "out"
     optimize(square, list(range(50)), out, chunk_size=4, num_shards=3, verbose=False)
-    interrupt(square_fails_at_97, list(range(50, 150)), out, chunk_size=4, num_workers=2, num_shards=6,
-              mode="append")
+    interrupt(square_fails_at_97, list(range(50, 150)), out, chunk_size=4, num_workers=2, num_shards=6, mode="append")
     assert committed_items(out) > 0
     assert ids(out) == list(range(50)), "a reader must keep seeing the dataset as it was before the append"
-    result = optimize(square, list(range(50, 150)), out, chunk_size=4, num_workers=3, num_shards=6,
-                      mode=resume_mode, verbose=False)
+    result = optimize(
+        square, list(range(50, 150)), out, chunk_size=4, num_workers=3, num_shards=6, mode=resume_mode, verbose=False
+    )
     assert result.resumed
     assert items(out) == [square(i) for i in range(150)]
     assert_clean_finish(out)
@@ -533,8 +570,9 @@ def test_overwrite_replaces_an_interrupted_run_of_another_fn(tmp_path):
     out = tmp_path / "out"
     interrupt(version_1_fails_at_70, list(range(100)), out, chunk_size=5, num_workers=2, num_shards=4)
     assert committed_items(out) > 0
-    optimize(version_2, list(range(100)), out, chunk_size=5, num_workers=2, num_shards=4, mode="overwrite",
-             verbose=False)
+    optimize(
+        version_2, list(range(100)), out, chunk_size=5, num_workers=2, num_shards=4, mode="overwrite", verbose=False
+    )
     got = items(out)
     assert [x["i"] for x in got] == list(range(100))
     assert {x["v"] for x in got} == {2}, f"{sum(x['v'] == 1 for x in got)} samples of the old fn were kept"
@@ -546,8 +584,9 @@ def test_overwrite_of_an_interrupted_overwrite_resumes_it(tmp_path):
     interrupt(square_fails_at_97, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4, mode="overwrite")
     before = committed_items(out)
     assert before > 0
-    result = optimize(square, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4, mode="overwrite",
-                      verbose=False)
+    result = optimize(
+        square, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4, mode="overwrite", verbose=False
+    )
     assert result.resumed and result.items == 120 - before
     assert items(out) == [square(i) for i in range(120)]
 
@@ -555,11 +594,18 @@ def test_overwrite_of_an_interrupted_overwrite_resumes_it(tmp_path):
 @pytest.mark.parametrize("second_use_checkpoint", [False, True])
 def test_use_checkpoint_false_rerun_starts_over(tmp_path, second_use_checkpoint):
     out, n = tmp_path / "out", 120
-    interrupt(square_fails_at_97, list(range(n)), out, chunk_size=5, num_workers=2, num_shards=4,
-              use_checkpoint=False)
+    interrupt(square_fails_at_97, list(range(n)), out, chunk_size=5, num_workers=2, num_shards=4, use_checkpoint=False)
     assert not record_files(out), "use_checkpoint=False must write no records"
-    result = optimize(square, list(range(n)), out, chunk_size=5, num_workers=3, num_shards=4,
-                      use_checkpoint=second_use_checkpoint, verbose=False)
+    result = optimize(
+        square,
+        list(range(n)),
+        out,
+        chunk_size=5,
+        num_workers=3,
+        num_shards=4,
+        use_checkpoint=second_use_checkpoint,
+        verbose=False,
+    )
     assert result.resumed is False
     assert result.items == n, "a run without checkpoints must be redone from the start"
     assert items(out) == [square(i) for i in range(n)]
@@ -607,8 +653,12 @@ def test_changed_input_count_on_resume_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     "changed,setting,old",
-    [({"chunk_size": 6}, "chunk_size", "5"), ({"compression": "zstd"}, "compression", "None"),
-     ({"num_shards": 5}, "num_shards", "4"), ({"chunk_size": 5, "chunk_bytes": "1MB"}, "chunk_bytes", "None")],
+    [
+        ({"chunk_size": 6}, "chunk_size", "5"),
+        ({"compression": "zstd"}, "compression", "None"),
+        ({"num_shards": 5}, "num_shards", "4"),
+        ({"chunk_size": 5, "chunk_bytes": "1MB"}, "chunk_bytes", "None"),
+    ],
 )
 def test_changed_setting_on_resume_is_refused_naming_it(tmp_path, changed, setting, old):
     out = tmp_path / "out"
@@ -646,8 +696,14 @@ def test_output_dir_under_a_regular_file(tmp_path):
 
 @pytest.mark.parametrize(
     "inputs,kind",
-    [((i for i in range(3)), "generator"), (5, "int"), (iter([1, 2]), "list_iterator"), ({1, 2}, "set"),
-     (map(str, [1]), "map"), ("abc", "str")],
+    [
+        ((i for i in range(3)), "generator"),
+        (5, "int"),
+        (iter([1, 2]), "list_iterator"),
+        ({1, 2}, "set"),
+        (map(str, [1]), "map"),
+        ("abc", "str"),
+    ],
     ids=["generator", "int", "iterator", "set", "map", "str"],
 )
 def test_inputs_that_are_not_a_sequence(tmp_path, inputs, kind):
@@ -664,7 +720,7 @@ def test_unpicklable_input_is_named(tmp_path):
     assert "input 2" in str(info.value) and "pickle" in str(info.value)
 
 
-@pytest.mark.parametrize("fn", [lambda i: {"i": i}, (lambda: (lambda i: {"i": i}))()], ids=["lambda", "closure"])
+@pytest.mark.parametrize("fn", [lambda i: {"i": i}, (lambda: lambda i: {"i": i})()], ids=["lambda", "closure"])
 def test_unpicklable_fn_with_spawn_says_what_to_do(tmp_path, fn):
     with pytest.raises(ShardwrightError) as info:
         optimize(fn, [1, 2], tmp_path / "out", start_method="spawn", verbose=False)
@@ -675,18 +731,24 @@ def test_unpicklable_fn_with_spawn_says_what_to_do(tmp_path, fn):
 
 
 def test_unpicklable_fn_is_fine_with_fork(tmp_path):
-    optimize(lambda i: {"i": i}, list(range(5)), tmp_path / "out", start_method="fork", num_workers=2,
-             verbose=False)
+    optimize(lambda i: {"i": i}, list(range(5)), tmp_path / "out", start_method="fork", num_workers=2, verbose=False)
     assert ids(tmp_path / "out") == list(range(5))
 
 
 @pytest.mark.parametrize(
     "kwargs,words",
-    [({"mode": "replace"}, ["mode", "append", "overwrite"]), ({"compression": "gzip"}, ["compression", "zstd"]),
-     ({"chunk_size": 0}, ["chunk_size"]), ({"chunk_size": 2.5}, ["chunk_size"]),
-     ({"on_error": "ignore"}, ["on_error", "skip"]), ({"max_retries": -1}, ["max_retries"]),
-     ({"num_shards": 0}, ["num_shards"]), ({"chunk_bytes": "lots"}, ["lots", "64MB"]),
-     ({"chunk_bytes": 0}, ["chunk_bytes"]), ({"num_nodes": 2}, ["node_rank"])],
+    [
+        ({"mode": "replace"}, ["mode", "append", "overwrite"]),
+        ({"compression": "gzip"}, ["compression", "zstd"]),
+        ({"chunk_size": 0}, ["chunk_size"]),
+        ({"chunk_size": 2.5}, ["chunk_size"]),
+        ({"on_error": "ignore"}, ["on_error", "skip"]),
+        ({"max_retries": -1}, ["max_retries"]),
+        ({"num_shards": 0}, ["num_shards"]),
+        ({"chunk_bytes": "lots"}, ["lots", "64MB"]),
+        ({"chunk_bytes": 0}, ["chunk_bytes"]),
+        ({"num_nodes": 2}, ["node_rank"]),
+    ],
     ids=lambda v: str(v).replace(" ", ""),
 )
 def test_invalid_arguments(tmp_path, kwargs, words):
@@ -719,8 +781,9 @@ def test_sample_structure_differs_names_both_inputs(tmp_path):
 
 def test_sample_structure_differs_across_workers_names_both_inputs(tmp_path):
     with pytest.raises(SampleFormatError) as info:
-        optimize(extra_key_at_7, list(range(40)), tmp_path / "out", chunk_size=3, num_workers=3, num_shards=8,
-                 verbose=False)
+        optimize(
+            extra_key_at_7, list(range(40)), tmp_path / "out", chunk_size=3, num_workers=3, num_shards=8, verbose=False
+        )
     message = str(info.value)
     assert message.count("input ") >= 2 and "fixed by input" in message, message
 
@@ -804,14 +867,21 @@ def _interrupted_run(out: Path) -> None:
 
 
 def _rerun(out: Path, **kwargs):
-    return optimize(square, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4, verbose=False,
-                    **kwargs)
+    return optimize(square, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4, verbose=False, **kwargs)
 
 
 # (An empty or all-NUL record is what a power cut leaves of an unsynced write: that is not
 # treated here; see test_torn_record_then_changed_fn_then_second_interruption.)
-GARBAGE = [b"garbage{", b"[]", b"{}", b"\xff\xfe\x01", b'{"shard": 0, "seq": 0', b'{"shard": "zero"}', b"null",
-           b'{"shard": 0, "seq": 1, "chunk": 7}']
+GARBAGE = [
+    b"garbage{",
+    b"[]",
+    b"{}",
+    b"\xff\xfe\x01",
+    b'{"shard": 0, "seq": 0',
+    b'{"shard": "zero"}',
+    b"null",
+    b'{"shard": 0, "seq": 1, "chunk": 7}',
+]
 
 
 @pytest.mark.parametrize("content", GARBAGE, ids=range(len(GARBAGE)))
@@ -939,8 +1009,11 @@ def test_corrupt_manifest_then_overwrite_starts_over(tmp_path):
     assert items(out) == [square(i) for i in range(120)]
 
 
-@pytest.mark.parametrize("content", [b"{broken", b"[]", b'{"chunks": 3, "config": {}}', b"\xff"],
-                         ids=["truncated", "list", "bad-chunks", "binary"])
+@pytest.mark.parametrize(
+    "content",
+    [b"{broken", b"[]", b'{"chunks": 3, "config": {}}', b"\xff"],
+    ids=["truncated", "list", "bad-chunks", "binary"],
+)
 def test_corrupt_index_json(tmp_path, content):
     from shardwright import StreamingDataset
 
@@ -976,7 +1049,7 @@ def test_unfinished_output_is_never_read_as_a_dataset(tmp_path):
     litdata = pytest.importorskip("litdata")
     with pytest.raises(Exception):
         ds = litdata.StreamingDataset(str(out))
-        len(ds)  # noqa: B018 - litdata may defer the failure to len()/iteration
+        len(ds)
         list(ds)
 
 
@@ -1033,8 +1106,7 @@ def _mount_tmpfs(where: Path, options: str) -> None:
     where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True,
-                          text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.strip()}")
 
@@ -1087,8 +1159,7 @@ def test_read_only_output_dir(tmp_path):
 
 
 def test_verbose_shows_a_progress_bar_on_stderr(tmp_path, capfd):
-    optimize(slow_square, list(range(200)), tmp_path / "out", chunk_size=10, num_workers=2, num_shards=4,
-             verbose=True)
+    optimize(slow_square, list(range(200)), tmp_path / "out", chunk_size=10, num_workers=2, num_shards=4, verbose=True)
     out, err = capfd.readouterr()
     assert out == ""
     assert "input/s" in err and "200/200" in err and "100%" in err, err[-2000:]
@@ -1096,16 +1167,20 @@ def test_verbose_shows_a_progress_bar_on_stderr(tmp_path, capfd):
 
 
 def test_verbose_false_prints_nothing(tmp_path, capfd):
-    optimize(slow_square, list(range(100)), tmp_path / "out", chunk_size=10, num_workers=2, num_shards=4,
-             verbose=False)
+    optimize(slow_square, list(range(100)), tmp_path / "out", chunk_size=10, num_workers=2, num_shards=4, verbose=False)
     interrupt(square_fails_at_97, list(range(120)), tmp_path / "other", chunk_size=5, num_workers=2, num_shards=4)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
 
 
 def _status(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardwright.cli", "status", str(out), *args],
-                          capture_output=True, text=True, env=child_env(), timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "shardwright.cli", "status", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
 
 
 def test_status_of_a_failed_and_of_a_finished_run(tmp_path):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shardwright.errors import InputsError, RunMismatchError, ShardwrightError
 from shardwright.engine.planning import check_inputs, node_identity
+from shardwright.errors import InputsError, RunMismatchError, ShardwrightError
 from shardwright.protocol.decide import Request, check_same_run
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.manifest import Manifest, OutputSettings
@@ -75,11 +75,23 @@ def test_inputs_must_be_a_sequence(bad):
 
 def test_settings_change_names_the_setting_and_the_fix():
     inputs = InputsFingerprint.of([1, 2, 3])
-    recorded = Manifest(run_id="r", generation=0, mode="create", num_inputs=3, num_shards=1, inputs=inputs.to_json(),
-                        settings=OutputSettings(100, None, None, 1), use_checkpoint=True, base_chunks=[],
-                        base_config=None, fn_name="f", created_at=0.0)
-    request = Request(mode=None, inputs=inputs, settings=OutputSettings(200, None, None, 1), fn_name="f",
-                      use_checkpoint=True)
+    recorded = Manifest(
+        run_id="r",
+        generation=0,
+        mode="create",
+        num_inputs=3,
+        num_shards=1,
+        inputs=inputs.to_json(),
+        settings=OutputSettings(100, None, None, 1),
+        use_checkpoint=True,
+        base_chunks=[],
+        base_config=None,
+        fn_name="f",
+        created_at=0.0,
+    )
+    request = Request(
+        mode=None, inputs=inputs, settings=OutputSettings(200, None, None, 1), fn_name="f", use_checkpoint=True
+    )
     with pytest.raises(RunMismatchError, match=r"chunk_size was 100, now 200; rerun with chunk_size=100"):
         check_same_run(recorded, request, "out")
 
@@ -90,8 +102,12 @@ def test_node_identity_sources_and_precedence():
     assert node_identity(4, 2, {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2"}).rank == 2
     env = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4"}
     assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (3, 4)
-    env = {"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "4",
-           "SLURM_ARRAY_TASK_STEP": "2"}
+    env = {
+        "SLURM_ARRAY_TASK_ID": "8",
+        "SLURM_ARRAY_TASK_COUNT": "4",
+        "SLURM_ARRAY_TASK_MIN": "4",
+        "SLURM_ARRAY_TASK_STEP": "2",
+    }
     assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (2, 4)
     env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}
     assert (node_identity(None, None, env).rank, node_identity(None, None, env).count) == (1, 3)
@@ -99,8 +115,9 @@ def test_node_identity_sources_and_precedence():
     assert node_identity(None, None, env).rank == 1  # litdata's variables win over srun's
 
 
-@pytest.mark.parametrize("env", [{"SLURM_ARRAY_TASK_ID": "1"}, {"SLURM_ARRAY_TASK_COUNT": "3"},
-                                 {"DATA_OPTIMIZER_NODE_RANK": "0"}])
+@pytest.mark.parametrize(
+    "env", [{"SLURM_ARRAY_TASK_ID": "1"}, {"SLURM_ARRAY_TASK_COUNT": "3"}, {"DATA_OPTIMIZER_NODE_RANK": "0"}]
+)
 def test_only_one_of_rank_and_count_is_a_clear_error(env):
     with pytest.raises(ShardwrightError, match="is set but"):
         node_identity(None, None, env)

@@ -39,9 +39,23 @@ def storage():
 
 def new_run(storage) -> Manifest:
     inputs = InputsFingerprint.of(list(range(N)))
-    manifest = create_manifest(storage, Manifest(
-        run_id=uuid.uuid4().hex, generation=0, mode="create", num_inputs=N, num_shards=2, inputs=inputs.to_json(),
-        settings=SETTINGS, use_checkpoint=True, base_chunks=[], base_config=None, fn_name="m.f", created_at=0.0))
+    manifest = create_manifest(
+        storage,
+        Manifest(
+            run_id=uuid.uuid4().hex,
+            generation=0,
+            mode="create",
+            num_inputs=N,
+            num_shards=2,
+            inputs=inputs.to_json(),
+            settings=SETTINGS,
+            use_checkpoint=True,
+            base_chunks=[],
+            base_config=None,
+            fn_name="m.f",
+            created_at=0.0,
+        ),
+    )
     claim_format(storage, manifest.run_id, ENCODER.data_format, ENCODER.data_spec, 0)
     return manifest
 
@@ -140,14 +154,20 @@ def test_unfinished_shards_are_named_and_nothing_is_published(storage):
 def test_a_crash_between_index_and_cleanup_is_finished_by_the_next_call(storage):
     manifest = new_run(storage)
     finish_every_shard(storage, manifest)
-    storage.fail_when(lambda op, key: StorageError("injected: run.json write")
-                      if op == "write_bytes" and key is not None and key.endswith("run.json") else None)
+    storage.fail_when(
+        lambda op, key: (
+            StorageError("injected: run.json write")
+            if op == "write_bytes" and key is not None and key.endswith("run.json")
+            else None
+        )
+    )
     with pytest.raises(StorageError):
         publish_if_complete(storage, manifest, {})
     storage.clear_faults()
     assert storage.exists(INDEX_KEY) and storage.exists(MANIFEST_KEY)  # published, not cleaned up
-    request = Request(mode=None, inputs=InputsFingerprint.of(list(range(N))), settings=SETTINGS, fn_name="m.f",
-                      use_checkpoint=True)
+    request = Request(
+        mode=None, inputs=InputsFingerprint.of(list(range(N))), settings=SETTINGS, fn_name="m.f", use_checkpoint=True
+    )
     assert decide(observe(storage), request).kind is PlanKind.FINISH_PUBLISH
 
 

@@ -19,14 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.helpers import errors_of_threads
-
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
 from shardwright.format import ChunkEntry, ItemEncoder, build_chunk
 from shardwright.protocol.layout import chunk_filename
 from shardwright.reader import _CACHE_MARKER, _ChunkCache, _try_evict
 from shardwright.storage import LocalStorage
+from support.helpers import errors_of_threads
 
 
 def item(i: int) -> dict:
@@ -151,6 +150,7 @@ def test_items_stay_valid_after_their_chunk_left_the_lru(dataset):
 
 def test_concurrent_threads(dataset):
     ds = StreamingDataset(dataset)
+
     def worker(seed: int) -> None:
         rng = np.random.default_rng(seed)
         for i in rng.integers(0, 600, 400):
@@ -163,8 +163,9 @@ def test_dataloader_fork_after_parent_read(dataset):
     torch = pytest.importorskip("torch")
     ds = StreamingDataset(dataset)
     check(ds[300], 300)  # the parent has mapped chunks before the workers fork
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2,
-                                         multiprocessing_context=multiprocessing.get_context("fork"))
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=2, multiprocessing_context=multiprocessing.get_context("fork")
+    )
     assert sorted(int(x["i"]) for x in loader) == list(range(600))
 
 

@@ -21,8 +21,9 @@ from support.helpers import committed_records, kill_group, run_child, start_chil
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardwright.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "shardwright.cli", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def status_json(out) -> dict:
@@ -53,8 +54,10 @@ def test_an_fn_error_is_saved_as_a_user_failure_naming_the_input(tmp_path):
 
 def test_a_dead_worker_is_a_system_failure(tmp_path):
     out = str(tmp_path / "out")
-    done = run_child({"kind": "plain", "n": 40, "chunk_size": 5, "num_workers": 1, "num_shards": 1,
-                      "output_dir": out}, CRASH_DIE_AT="17")
+    done = run_child(
+        {"kind": "plain", "n": 40, "chunk_size": 5, "num_workers": 1, "num_shards": 1, "output_dir": out},
+        CRASH_DIE_AT="17",
+    )
     assert done.returncode != 0
     report = status_json(out)
     assert report["state"] == "failed"
@@ -64,8 +67,9 @@ def test_a_dead_worker_is_a_system_failure(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_is_an_interruption_naming_the_signal(tmp_path, sig):
     out = str(tmp_path / "out")
-    proc = start_child({"kind": "plain", "n": 3000, "chunk_size": 5, "sleep": 0.01, "num_workers": 2,
-                        "output_dir": out})
+    proc = start_child(
+        {"kind": "plain", "n": 3000, "chunk_size": 5, "sleep": 0.01, "num_workers": 2, "output_dir": out}
+    )
     assert wait_for(lambda: committed_records(out) >= 2, 60)
     kill_group(proc, sig)
     proc.communicate(timeout=60)
@@ -86,9 +90,12 @@ def test_a_sigkilled_run_is_interrupted_with_no_attempt_record(tmp_path):
 
 def test_a_live_run_shows_which_input_each_worker_is_on(tmp_path):
     out = str(tmp_path / "out")
-    proc = start_child({"kind": "plain", "n": 4000, "chunk_size": 5, "sleep": 0.01, "num_workers": 2,
-                        "output_dir": out}, SHARDWRIGHT_LEASE_TTL="2")  # a heartbeat every 0.5 s
+    proc = start_child(
+        {"kind": "plain", "n": 4000, "chunk_size": 5, "sleep": 0.01, "num_workers": 2, "output_dir": out},
+        SHARDWRIGHT_LEASE_TTL="2",
+    )  # a heartbeat every 0.5 s
     try:
+
         def workers_shown() -> list[int]:
             report = status_json(out) if committed_records(out) else {}
             leases = report.get("leases") or []
@@ -125,10 +132,22 @@ def test_history_is_bounded():
     storage = open_storage(f"memory://{name}")
     try:
         for k in range(MAX_ATTEMPTS + 7):
-            record_attempt(storage, attempt_record(
-                attempt_id=f"a{k:04d}", run_id="r", mode="create", node_rank=0, num_nodes=1,
-                started_at=1_000_000 + k, inputs_total=1, inputs_done_before=0, inputs_done_after=1,
-                items_written=1, ended="published"))
+            record_attempt(
+                storage,
+                attempt_record(
+                    attempt_id=f"a{k:04d}",
+                    run_id="r",
+                    mode="create",
+                    node_rank=0,
+                    num_nodes=1,
+                    started_at=1_000_000 + k,
+                    inputs_total=1,
+                    inputs_done_before=0,
+                    inputs_done_after=1,
+                    items_written=1,
+                    ended="published",
+                ),
+            )
         keys = storage.list(HISTORY_PREFIX)
         assert len(keys) == MAX_ATTEMPTS
         assert [a.attempt_id for a in read_history(storage)][0] == "a0007"  # the 7 oldest were dropped
@@ -141,8 +160,15 @@ def test_history_is_bounded():
 def test_runs_lists_every_output_under_a_root_with_its_state(tmp_path):
     optimize(lambda i: {"i": i}, list(range(10)), tmp_path / "done", chunk_size=5, verbose=False)
     with pytest.raises(FnError):
-        optimize(fails_at_30, list(range(50)), tmp_path / "team" / "broken", chunk_size=5, num_workers=1,
-                 num_shards=1, verbose=False)
+        optimize(
+            fails_at_30,
+            list(range(50)),
+            tmp_path / "team" / "broken",
+            chunk_size=5,
+            num_workers=1,
+            num_shards=1,
+            verbose=False,
+        )
     (tmp_path / "unrelated").mkdir()
     (tmp_path / "unrelated" / "notes.txt").write_text("not a dataset")
     shown = cli("runs", str(tmp_path))
@@ -159,8 +185,9 @@ def test_clean_discards_a_failed_append_and_keeps_the_dataset(tmp_path):
     out = tmp_path / "out"
     optimize(lambda i: {"i": i}, list(range(10)), out, chunk_size=5, verbose=False)
     with pytest.raises(FnError):
-        optimize(fails_at_30, list(range(50)), out, chunk_size=5, num_workers=1, num_shards=1, mode="append",
-                 verbose=False)
+        optimize(
+            fails_at_30, list(range(50)), out, chunk_size=5, num_workers=1, num_shards=1, mode="append", verbose=False
+        )
     assert status_json(out)["state"] == "failed"
     cleaned = cli("clean", str(out))
     assert cleaned.returncode == 0, cleaned.stderr
@@ -184,11 +211,25 @@ def test_clean_refuses_while_a_run_is_live(tmp_path):
 
 
 def test_runs_lists_outputs_under_an_s3_prefix(s3_url, s3_storage_options):
-    optimize(lambda i: {"i": i}, list(range(10)), f"{s3_url}/a", chunk_size=5, storage_options=s3_storage_options,
-             verbose=False)
+    optimize(
+        lambda i: {"i": i},
+        list(range(10)),
+        f"{s3_url}/a",
+        chunk_size=5,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     with pytest.raises(FnError):
-        optimize(fails_at_30, list(range(40)), f"{s3_url}/b", chunk_size=5, num_workers=1, num_shards=1,
-                 storage_options=s3_storage_options, verbose=False)
+        optimize(
+            fails_at_30,
+            list(range(40)),
+            f"{s3_url}/b",
+            chunk_size=5,
+            num_workers=1,
+            num_shards=1,
+            storage_options=s3_storage_options,
+            verbose=False,
+        )
     shown = cli("runs", s3_url, "--storage-options", json.dumps(s3_storage_options))
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()

@@ -19,22 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.crash_child import expected, generator, plain
-from support.helpers import (
-    errors_of_threads,
-    CHILD,
-    child_env,
-    chunks_named_but_missing,
-    committed_chunk_names,
-    assert_exactly_once,
-    committed_records,
-    finish,
-    group_pids,
-    kill_group,
-    kill_loop,
-    start_child,
-    wait_for,
-)
 
 from shardwright import (
     ConcurrentRunError,
@@ -44,8 +28,24 @@ from shardwright import (
     StreamingDataset,
     optimize,
 )
-from shardwright.storage import open_storage
 from shardwright.protocol.layout import RUN_RECORD_KEY, STATE_DIR
+from shardwright.storage import open_storage
+from support.crash_child import expected, generator, plain
+from support.helpers import (
+    CHILD,
+    assert_exactly_once,
+    child_env,
+    chunks_named_but_missing,
+    committed_chunk_names,
+    committed_records,
+    errors_of_threads,
+    finish,
+    group_pids,
+    kill_group,
+    kill_loop,
+    start_child,
+    wait_for,
+)
 
 # botocore's adaptive retry mode crawls under constant 503s: tests that inject faults use this.
 STANDARD_RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
@@ -82,8 +82,16 @@ def assert_checkpoint_names_only_existing(url: str, storage_options: dict) -> in
 def test_optimize_roundtrip(s3_url, s3_storage_options, kind, compression):
     fn = {"plain": plain, "generator": generator}[kind]
     n = 300
-    result = optimize(fn, list(range(n)), s3_url, chunk_size=9, compression=compression, num_workers=2,
-                      storage_options=s3_storage_options, verbose=False)
+    result = optimize(
+        fn,
+        list(range(n)),
+        s3_url,
+        chunk_size=9,
+        compression=compression,
+        num_workers=2,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     assert result.published and result.items == len(expected(kind, n))
     ds = StreamingDataset(s3_url, storage_options=s3_storage_options)
     assert [(x["i"], x.get("j", 0)) for x in ds] == expected(kind, n)
@@ -91,8 +99,16 @@ def test_optimize_roundtrip(s3_url, s3_storage_options, kind, compression):
     if compression:
         assert all(c.filename.endswith(".zstd.bin") for c in ds.chunks)
     # Rerunning the same call is a no-op, not an error.
-    again = optimize(fn, list(range(n)), s3_url, chunk_size=9, compression=compression, num_workers=2,
-                     storage_options=s3_storage_options, verbose=False)
+    again = optimize(
+        fn,
+        list(range(n)),
+        s3_url,
+        chunk_size=9,
+        compression=compression,
+        num_workers=2,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     assert again.items == 0 and again.published
 
 
@@ -119,15 +135,27 @@ def test_litdata_reads_our_s3_output(s3_server, s3_url, s3_storage_options, tmp_
         pytest.importorskip("zstd", reason="litdata decompresses with the 'zstd' package")
     fn = {"plain": plain, "generator": generator}[kind]
     n = 200
-    optimize(fn, list(range(n)), s3_url, chunk_size=7, compression=compression, num_workers=2,
-             storage_options=s3_storage_options, verbose=False)
+    optimize(
+        fn,
+        list(range(n)),
+        s3_url,
+        chunk_size=7,
+        compression=compression,
+        num_workers=2,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     # litdata runs in its own process: it starts obstore's tokio runtime, which must not be
     # inherited by the forks of later tests.
-    env = child_env(AWS_ACCESS_KEY_ID=s3_server.access_key, AWS_SECRET_ACCESS_KEY=s3_server.secret_key,
-                    AWS_DEFAULT_REGION="us-east-1")
+    env = child_env(
+        AWS_ACCESS_KEY_ID=s3_server.access_key,
+        AWS_SECRET_ACCESS_KEY=s3_server.secret_key,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     arg = json.dumps([s3_url, s3_storage_options, str(tmp_path / "litdata-cache")])
-    done = subprocess.run([sys.executable, "-c", LITDATA_READER, arg], check=False, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", LITDATA_READER, arg], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     want = expected(kind, n)
@@ -141,8 +169,14 @@ def test_litdata_reads_our_s3_output(s3_server, s3_url, s3_storage_options, tmp_
 def test_random_sigkill_loop_on_s3(s3_url, s3_storage_options):
     """SIGKILL the whole process group at random moments; every resume continues on S3."""
     rng = random.Random("s3-kill-loop")
-    config = {"kind": "generator", "n": 1200, "chunk_size": 7, "sleep": 0.002, "output_dir": s3_url,
-              "storage_options": s3_storage_options}
+    config = {
+        "kind": "generator",
+        "n": 1200,
+        "chunk_size": 7,
+        "sleep": 0.002,
+        "output_dir": s3_url,
+        "storage_options": s3_storage_options,
+    }
     checked = []
 
     def check():
@@ -163,8 +197,14 @@ def test_sigkill_loop_through_faulty_network(s3_server, s3_url, fault_proxy):
     rng = random.Random("s3-fault-kill-loop")
     opts = dict(fault_proxy.storage_options, config=STANDARD_RETRIES)
     fault_proxy.configure(p_503=0.04, p_reset=0.04, p_truncate=0.03)
-    config = {"kind": "plain", "n": 1500, "chunk_size": 12, "sleep": 0.003, "output_dir": s3_url,
-              "storage_options": opts}
+    config = {
+        "kind": "plain",
+        "n": 1500,
+        "chunk_size": 12,
+        "sleep": 0.003,
+        "output_dir": s3_url,
+        "storage_options": opts,
+    }
     direct = s3_server.storage_options
     checked = []
 
@@ -177,16 +217,26 @@ def test_sigkill_loop_through_faulty_network(s3_server, s3_url, fault_proxy):
     config["num_workers"] = 2
     finish(config)
     stats = dict(fault_proxy.stats)
-    assert stats.get("503", 0) and stats.get("truncate", 0) and stats.get("reset", 0) + stats.get("reset_after", 0), stats
+    assert stats.get("503", 0) and stats.get("truncate", 0) and stats.get("reset", 0) + stats.get("reset_after", 0), (
+        stats
+    )
     assert_exactly_once(config, direct)
     assert_clean_finish(s3_url, direct)
 
 
 def test_persistent_503_fails_clearly_then_resumes(s3_server, s3_bucket, s3_url, fault_proxy):
-    opts = dict(fault_proxy.storage_options, retry_timeout=3,
-                config={"retries": {"mode": "standard", "max_attempts": 3}})
-    config = {"kind": "plain", "n": 1200, "chunk_size": 10, "sleep": 0.003, "output_dir": s3_url,
-              "storage_options": opts, "num_workers": 2}
+    opts = dict(
+        fault_proxy.storage_options, retry_timeout=3, config={"retries": {"mode": "standard", "max_attempts": 3}}
+    )
+    config = {
+        "kind": "plain",
+        "n": 1200,
+        "chunk_size": 10,
+        "sleep": 0.003,
+        "output_dir": s3_url,
+        "storage_options": opts,
+        "num_workers": 2,
+    }
     direct = s3_server.storage_options
     proc = start_child(config)
     assert wait_for(lambda: committed_records(s3_url, direct) >= 3, 30)
@@ -251,14 +301,28 @@ def test_unreachable_endpoint_fails_in_seconds(s3_server, s3_url):
 
 
 def test_concurrent_run_refused_then_takeover_after_kill(s3_url, s3_storage_options):
-    config = {"kind": "plain", "n": 2000, "chunk_size": 10, "sleep": 0.003, "output_dir": s3_url,
-              "storage_options": s3_storage_options, "num_workers": 2}
+    config = {
+        "kind": "plain",
+        "n": 2000,
+        "chunk_size": 10,
+        "sleep": 0.003,
+        "output_dir": s3_url,
+        "storage_options": s3_storage_options,
+        "num_workers": 2,
+    }
     proc = start_child(config)
     try:
         assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 2, 30)
         with pytest.raises(ConcurrentRunError) as err:
-            optimize(plain, list(range(config["n"])), s3_url, chunk_size=10, num_workers=2,
-                     storage_options=s3_storage_options, verbose=False)
+            optimize(
+                plain,
+                list(range(config["n"])),
+                s3_url,
+                chunk_size=10,
+                num_workers=2,
+                storage_options=s3_storage_options,
+                verbose=False,
+            )
         message = str(err.value)
         assert "another run is already writing" in message and f"pid {proc.pid}" in message, message
         assert proc.poll() is None, "the first run must not be disturbed by the refused one"
@@ -286,13 +350,27 @@ def test_optimize_to_s3_leaves_no_local_files(s3_url, s3_storage_options, tmp_pa
     tmpdir, cwd = tmp_path / "tmp", tmp_path / "cwd"
     tmpdir.mkdir()
     cwd.mkdir()
-    config = {"kind": "plain", "n": 800, "chunk_size": 10, "sleep": 0.003, "output_dir": s3_url,
-              "storage_options": s3_storage_options, "num_workers": 2}
+    config = {
+        "kind": "plain",
+        "n": 800,
+        "chunk_size": 10,
+        "sleep": 0.003,
+        "output_dir": s3_url,
+        "storage_options": s3_storage_options,
+        "num_workers": 2,
+    }
     env = child_env(TMPDIR=str(tmpdir), TEMP=str(tmpdir), TMP=str(tmpdir))
 
     def start():
-        return subprocess.Popen([sys.executable, CHILD, json.dumps(config)], env=env, cwd=cwd,
-                                start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, CHILD, json.dumps(config)],
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     proc = start()
     assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 3, 30)
@@ -321,12 +399,20 @@ def remote_dataset(s3_server):
     """A published dataset on S3: 800 items in 32 chunks of ~25 KB, plus its options."""
     bucket = s3_server.create_bucket()
     url = f"s3://{bucket}/reader"
-    optimize(array_item, list(range(800)), url, chunk_size=25, num_shards=8, num_workers=2,
-             storage_options=s3_server.storage_options, verbose=False)
+    optimize(
+        array_item,
+        list(range(800)),
+        url,
+        chunk_size=25,
+        num_shards=8,
+        num_workers=2,
+        storage_options=s3_server.storage_options,
+        verbose=False,
+    )
     yield url, dict(s3_server.storage_options)
     try:
         s3_server.delete_bucket(bucket)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 
@@ -386,7 +472,7 @@ def test_reader_cache_is_bounded(remote_dataset, tmp_path):
     largest = max(c.chunk_bytes for c in ds.chunks)
     assert largest * 4 < limit < sum(c.chunk_bytes for c in ds.chunks) / 4
     peak = 0
-    for rounds in range(2):
+    for _round in range(2):
         for i, item in enumerate(ds):
             check_item(item, i)
             peak = max(peak, dir_bytes(root))
@@ -417,8 +503,9 @@ def test_reader_threads_share_a_small_cache(remote_dataset, tmp_path):
 
 def test_bucket_root_url(s3_server, s3_bucket, s3_storage_options, tmp_path):
     url = f"s3://{s3_bucket}"
-    optimize(plain, list(range(50)), url, chunk_size=8, num_workers=2, storage_options=s3_storage_options,
-             verbose=False)
+    optimize(
+        plain, list(range(50)), url, chunk_size=8, num_workers=2, storage_options=s3_storage_options, verbose=False
+    )
     ds = StreamingDataset(url + "/", storage_options=s3_storage_options, cache_dir=tmp_path / "cache")
     assert ds.output_dir == url and [x["i"] for x in ds] == list(range(50))
 
@@ -446,8 +533,9 @@ def test_reader_dataloader_workers_spawn(remote_dataset, tmp_path):
     ds = StreamingDataset(url, storage_options=opts, cache_dir=tmp_path / "cache", max_cache_bytes=200_000)
     check_item(ds[0], 0)
     sampler = torch.utils.data.RandomSampler(range(800), generator=torch.Generator().manual_seed(3))
-    loader = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, sampler=sampler, collate_fn=collate_ids,
-                                         multiprocessing_context="spawn")
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=16, num_workers=2, sampler=sampler, collate_fn=collate_ids, multiprocessing_context="spawn"
+    )
     seen = [i for batch in loader for i in batch]
     assert sorted(seen) == list(range(800))
 
@@ -467,8 +555,16 @@ READER_PROCESS = textwrap.dedent("""
 
 
 def run_readers(args: list[list], timeout: float = 120) -> None:
-    procs = [subprocess.Popen([sys.executable, "-c", READER_PROCESS, json.dumps(a)], env=child_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in args]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", READER_PROCESS, json.dumps(a)],
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for a in args
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=timeout)
         assert proc.returncode == 0, err[-3000:]
@@ -519,8 +615,16 @@ def test_reader_damaged_cache_file_is_fetched_again(remote_dataset, tmp_path):
 
 
 def test_reader_damaged_or_missing_remote_chunk(s3_server, s3_url, s3_storage_options, tmp_path):
-    optimize(array_item, list(range(100)), s3_url, chunk_size=25, num_shards=4, num_workers=1,
-             storage_options=s3_storage_options, verbose=False)
+    optimize(
+        array_item,
+        list(range(100)),
+        s3_url,
+        chunk_size=25,
+        num_shards=4,
+        num_workers=1,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     storage = open_storage(s3_url, s3_storage_options)
     ds = StreamingDataset(s3_url, storage_options=s3_storage_options, cache_dir=tmp_path / "cache", prefetch=False)
     victim = ds.chunks[1].filename
@@ -536,8 +640,17 @@ def test_reader_damaged_or_missing_remote_chunk(s3_server, s3_url, s3_storage_op
 
 
 def test_reader_zstd_validates_decompressed_size(s3_url, s3_storage_options, tmp_path):
-    optimize(array_item, list(range(100)), s3_url, chunk_size=25, num_shards=4, compression="zstd", num_workers=1,
-             storage_options=s3_storage_options, verbose=False)
+    optimize(
+        array_item,
+        list(range(100)),
+        s3_url,
+        chunk_size=25,
+        num_shards=4,
+        compression="zstd",
+        num_workers=1,
+        storage_options=s3_storage_options,
+        verbose=False,
+    )
     ds = StreamingDataset(s3_url, storage_options=s3_storage_options, cache_dir=tmp_path / "cache")
     for i, item in enumerate(ds):
         check_item(item, i)
@@ -554,8 +667,15 @@ def test_reader_zstd_validates_decompressed_size(s3_url, s3_storage_options, tmp
 
 
 def test_reader_missing_index_is_incomplete(s3_url, s3_storage_options):
-    config = {"kind": "plain", "n": 4000, "chunk_size": 10, "sleep": 0.003, "output_dir": s3_url,
-              "storage_options": s3_storage_options, "num_workers": 2}
+    config = {
+        "kind": "plain",
+        "n": 4000,
+        "chunk_size": 10,
+        "sleep": 0.003,
+        "output_dir": s3_url,
+        "storage_options": s3_storage_options,
+        "num_workers": 2,
+    }
     proc = start_child(config)
     try:
         assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 2, 30)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from support.service_server import TOKEN, Server, assert_exactly_once, pid_alive
 from shardwright import errors
 from shardwright.service.classify import error_class, error_info
 from support.helpers import child_env
+from support.service_server import TOKEN, Server, assert_exactly_once, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from support.service_server import Server, assert_exactly_once, pid_alive
 from support.helpers import wait_for
+from support.service_server import Server, assert_exactly_once, pid_alive
 
 SECRET = "TOPSECRETvalue-123456"
 

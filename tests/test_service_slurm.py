@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.service_server import Server, assert_exactly_once
 from shardwright.service.executor_slurm import find_submitted, job_name
+from support.service_server import Server, assert_exactly_once
 
 slurm = pytest.mark.slurm
 

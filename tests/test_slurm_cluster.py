@@ -38,9 +38,7 @@ def test_array_spreads_over_nodes_and_completes(slurm_cluster, tmp_path):
 
 
 def test_failed_task_exit_code_is_reported(slurm_cluster):
-    job = slurm_cluster.sbatch(
-        'if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then exit 3; fi\n', "--array=0-1", "-o", "/dev/null"
-    )
+    job = slurm_cluster.sbatch('if [ "$SLURM_ARRAY_TASK_ID" = 1 ]; then exit 3; fi\n', "--array=0-1", "-o", "/dev/null")
     tasks = slurm_cluster.wait_job(job, timeout=60)
     assert tasks[0].state == "COMPLETED" and tasks[0].exit_code == 0
     assert tasks[1].state == "FAILED" and tasks[1].exit_code == 3

@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 
 from shardwright.cluster import slurm as sw_slurm
-from shardwright.errors import ShardwrightError
 from shardwright.engine.planning import node_identity
-from shardwright.protocol.shards import shard_bounds, shards_of_node
+from shardwright.errors import ShardwrightError
 from shardwright.protocol.layout import FAILED_PREFIX, MANIFEST_KEY, RUN_RECORD_KEY, SHARDS_PREFIX
-
+from shardwright.protocol.shards import shard_bounds, shards_of_node
 from support import slurm_job
 
 HERE = Path(__file__).resolve().parent
@@ -96,8 +95,14 @@ def cli_env(cluster) -> dict:
 
 
 def shardwright_cli(cluster, *args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardwright.cli", *args], env=cli_env(cluster), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "shardwright.cli", *args],
+        env=cli_env(cluster),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def wait_all_completed(cluster, job: str, run: Run, timeout: float = 60) -> dict:
@@ -155,8 +160,9 @@ def share(inputs: int, shards: int, rank: int, count: int) -> int:
 
 
 def shard_of(i: int, inputs: int, shards: int) -> int:
-    return next(s for s in range(shards)
-                if shard_bounds(inputs, shards, s)[0] <= i < shard_bounds(inputs, shards, s)[1])
+    return next(
+        s for s in range(shards) if shard_bounds(inputs, shards, s)[0] <= i < shard_bounds(inputs, shards, s)[1]
+    )
 
 
 def failed_ids(run_record: dict) -> list[int]:
@@ -201,17 +207,21 @@ def test_requeued_task_and_lost_node_resume_and_the_dataset_is_exact(slurm_clust
     run = Run(tmp_path)
     inputs, shards, nodes = 240, 64, 4
     # -c 2: one task per emulated node (2 CPUs each), so tasks 0 and 1 are on different nodes.
-    script = run.script(run.command(inputs, sleep=0.1, chunk_size=2), nodes, cpus_per_task=2,
-                        job_name="sw-requeue")
+    script = run.script(run.command(inputs, sleep=0.1, chunk_size=2), nodes, cpus_per_task=2, job_name="sw-requeue")
     job = sw_slurm.submit(script, env=slurm_cluster.env)
     first = {t: slurm_cluster.wait_state(f"{job}_{t}", RUNNING, timeout=30) for t in (0, 1)}
     assert first[0].nodes != first[1].nodes
-    wait_for(lambda: committed_inputs(run.out, 0, nodes) >= 6 and committed_inputs(run.out, 1, nodes) >= 4,
-             30, "tasks 0 and 1 to commit some chunks", run)
+    wait_for(
+        lambda: committed_inputs(run.out, 0, nodes) >= 6 and committed_inputs(run.out, 1, nodes) >= 4,
+        30,
+        "tasks 0 and 1 to commit some chunks",
+        run,
+    )
     lost = first[1].nodes
     slurm_cluster.requeue(f"{job}_0")
     slurm_cluster.set_node_state(lost, "DOWN", reason="node-loss test")
     try:
+
         def task1_off_the_node() -> bool:
             state = slurm_cluster.job_states(f"{job}_1").get(1)
             return state is not None and (state.state != "RUNNING" or state.restarts >= 1)
@@ -265,9 +275,26 @@ def test_throttled_array_with_the_cli_submit_and_merge_job(slurm_cluster, tmp_pa
     inputs = 120
     command = run.command(inputs, sleep=0.05, chunk_size=4)
     result = shardwright_cli(
-        slurm_cluster, "slurm", "--array", "4", "--max-concurrent", "2", "--output-dir-for-logs", "logs",
-        "--job-name", "sw-throttle", "--chdir", str(tmp_path), "--script-out", str(tmp_path / "job.sh"),
-        "--submit", "--merge-job", "--output-dir", str(run.out), "--", *command,
+        slurm_cluster,
+        "slurm",
+        "--array",
+        "4",
+        "--max-concurrent",
+        "2",
+        "--output-dir-for-logs",
+        "logs",
+        "--job-name",
+        "sw-throttle",
+        "--chdir",
+        str(tmp_path),
+        "--script-out",
+        str(tmp_path / "job.sh"),
+        "--submit",
+        "--merge-job",
+        "--output-dir",
+        str(run.out),
+        "--",
+        *command,
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -292,8 +319,9 @@ def test_failed_items_are_recorded_then_retried_by_a_second_submission(slurm_clu
     inputs, shards, nodes = 120, 64, 3
     bad = [5, 17, 33, 60, 61]
     fixed = tmp_path / "fixed"
-    command = run.command(inputs, sleep=0.01, chunk_size=4, on_error="skip", max_retries=1,
-                          fail=",".join(map(str, bad)), fixed_if=fixed)
+    command = run.command(
+        inputs, sleep=0.01, chunk_size=4, on_error="skip", max_retries=1, fail=",".join(map(str, bad)), fixed_if=fixed
+    )
     script = run.script(command, nodes, job_name="sw-retry")
     job = sw_slurm.submit(script, env=slurm_cluster.env)
     wait_all_completed(slurm_cluster, job, run)
@@ -351,8 +379,9 @@ def test_a_task_reading_records_while_another_publishes_does_not_fail(slurm_clus
     published, not fail with FileNotFoundError or report corruption."""
     run = Run(tmp_path)
     inputs = 60
-    command = run.command(inputs, chunk_size=1, barrier_dir=tmp_path / "barrier", barrier_count=2,
-                          delay_listing_rank=1, delay_listing=3)
+    command = run.command(
+        inputs, chunk_size=1, barrier_dir=tmp_path / "barrier", barrier_count=2, delay_listing_rank=1, delay_listing=3
+    )
     job = sw_slurm.submit(run.script(command, 2, job_name="sw-slowlist"), env=slurm_cluster.env)
     wait_all_completed(slurm_cluster, job, run)
     assert_dataset(run, list(range(inputs)))
@@ -386,9 +415,23 @@ def test_a_shard_that_never_finishes_blocks_publishing_until_its_task_is_resubmi
 
     # fix, then resubmit only that task of the 3-task run
     fixed.touch()
-    result = shardwright_cli(slurm_cluster, "slurm", "--array", str(nodes), "--only", str(rank),
-                             "--output-dir-for-logs", "logs", "--job-name", "sw-stuck-fix",
-                             "--chdir", str(tmp_path), "--submit", "--", *command)
+    result = shardwright_cli(
+        slurm_cluster,
+        "slurm",
+        "--array",
+        str(nodes),
+        "--only",
+        str(rank),
+        "--output-dir-for-logs",
+        "logs",
+        "--job-name",
+        "sw-stuck-fix",
+        "--chdir",
+        str(tmp_path),
+        "--submit",
+        "--",
+        *command,
+    )
     assert result.returncode == 0, result.stderr
     job2 = result.stdout.split()[0]
     wait_all_completed(slurm_cluster, job2, run)
@@ -408,9 +451,24 @@ def test_a_run_split_over_several_submissions(slurm_cluster, tmp_path):
     run = Run(tmp_path)
     inputs = 80
     result = shardwright_cli(
-        slurm_cluster, "slurm", "--array", "4", "--max-array-size", "2", "--output-dir-for-logs", "logs",
-        "--job-name", "sw-split", "--chdir", str(tmp_path), "--submit", "--merge-job", "--output-dir",
-        str(run.out), "--", *run.command(inputs, sleep=0.02, chunk_size=4),
+        slurm_cluster,
+        "slurm",
+        "--array",
+        "4",
+        "--max-array-size",
+        "2",
+        "--output-dir-for-logs",
+        "logs",
+        "--job-name",
+        "sw-split",
+        "--chdir",
+        str(tmp_path),
+        "--submit",
+        "--merge-job",
+        "--output-dir",
+        str(run.out),
+        "--",
+        *run.command(inputs, sleep=0.02, chunk_size=4),
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -432,8 +490,13 @@ def test_requeue_before_timeout_requeues_the_task_itself(slurm_cluster, tmp_path
     near the time limit) makes the batch shell requeue its own task, which then resumes."""
     run = Run(tmp_path)
     inputs, nodes = 120, 2
-    script = run.script(run.command(inputs, sleep=0.1, chunk_size=2), nodes, time="10:00",
-                        requeue_before_timeout=60, job_name="sw-selfrequeue")
+    script = run.script(
+        run.command(inputs, sleep=0.1, chunk_size=2),
+        nodes,
+        time="10:00",
+        requeue_before_timeout=60,
+        job_name="sw-selfrequeue",
+    )
     assert "#SBATCH --signal=B:USR1@60" in script
     job = sw_slurm.submit(script, env=slurm_cluster.env)
     slurm_cluster.wait_state(f"{job}_0", RUNNING, timeout=30)
@@ -455,8 +518,9 @@ def test_a_plain_batch_job_runs_the_whole_dataset(slurm_cluster, tmp_path):
     SLURM_NTASKS; that is one node, not an error."""
     run = Run(tmp_path)
     inputs = 40
-    job = slurm_cluster.sbatch("exec " + " ".join(run.command(inputs, chunk_size=4)) + "\n",
-                               "-o", str(run.logs / "plain-%j.log"), cwd=tmp_path)
+    job = slurm_cluster.sbatch(
+        "exec " + " ".join(run.command(inputs, chunk_size=4)) + "\n", "-o", str(run.logs / "plain-%j.log"), cwd=tmp_path
+    )
     wait_all_completed(slurm_cluster, job, run, timeout=60)
     assert_dataset(run, list(range(inputs)))
     assert [r["count"] for r in run.task_reports()] == [1]
@@ -470,15 +534,23 @@ def test_a_run_whose_lease_a_requeue_took_over_stops(tmp_path):
     Two local processes with the same Slurm identity stand in for the two attempts."""
     run = Run(tmp_path)
     inputs = 200  # 10 s of work at 0.05 s per input
-    env = dict(os.environ, SHARDWRIGHT_LEASE_TTL="4", SLURM_ARRAY_JOB_ID="4242", SLURM_ARRAY_TASK_ID="0",
-               SLURM_ARRAY_TASK_COUNT="1", SLURM_RESTART_COUNT="0", PYTHONPATH=str(SRC))
+    env = dict(
+        os.environ,
+        SHARDWRIGHT_LEASE_TTL="4",
+        SLURM_ARRAY_JOB_ID="4242",
+        SLURM_ARRAY_TASK_ID="0",
+        SLURM_ARRAY_TASK_COUNT="1",
+        SLURM_RESTART_COUNT="0",
+        PYTHONPATH=str(SRC),
+    )
     command = run.command(inputs, sleep=0.05, chunk_size=2)
     old = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: committed_inputs(run.out, 0, 1) >= 10, 30, "the first attempt to commit", run)
         took_over = time.time()
-        new = subprocess.run(command, env=dict(env, SLURM_RESTART_COUNT="1"), capture_output=True, text=True,
-                             timeout=60)
+        new = subprocess.run(
+            command, env=dict(env, SLURM_RESTART_COUNT="1"), capture_output=True, text=True, timeout=60
+        )
         assert new.returncode == 0, new.stderr[-2000:]
         old.wait(timeout=30)
     finally:
@@ -488,7 +560,8 @@ def test_a_run_whose_lease_a_requeue_took_over_stops(tmp_path):
     first = next(r for r in run.task_reports() if r["restart"] == 0)
     assert not first["ok"] and "taken over" in first["message"], first
     assert first["end"] - took_over < 5, (
-        f"the first attempt went on for {first['end'] - took_over:.1f} s after its lease was taken over")
+        f"the first attempt went on for {first['end'] - took_over:.1f} s after its lease was taken over"
+    )
     assert_dataset(run, list(range(inputs)))
 
 
@@ -504,23 +577,36 @@ def test_array_task_id_without_count_is_a_clear_error():
 
 
 def test_array_task_min_is_subtracted():
-    node = node_identity(None, None, env={"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4",
-                                          "SLURM_ARRAY_TASK_MIN": "5"})
+    node = node_identity(
+        None, None, env={"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "5"}
+    )
     assert (node.rank, node.count) == (2, 4)
     with pytest.raises(ShardwrightError, match="out of range"):  # --array=0-6:2: ids 0,2,4,6 of 4
-        node_identity(None, None, env={"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4",
-                                       "SLURM_ARRAY_TASK_MIN": "0"})
+        node_identity(
+            None, None, env={"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0"}
+        )
 
 
 def test_identity_precedence_arguments_then_litdata_then_array_then_srun():
-    env = {"DATA_OPTIMIZER_NODE_RANK": "2", "DATA_OPTIMIZER_NUM_NODES": "5", "SLURM_ARRAY_TASK_ID": "1",
-           "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    env = {
+        "DATA_OPTIMIZER_NODE_RANK": "2",
+        "DATA_OPTIMIZER_NUM_NODES": "5",
+        "SLURM_ARRAY_TASK_ID": "1",
+        "SLURM_ARRAY_TASK_COUNT": "2",
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "1",
+    }
     assert node_identity(3, 1, env=env).rank == 1  # num_nodes, node_rank
     assert (node_identity(None, None, env=env).rank, node_identity(None, None, env=env).count) == (2, 5)
     del env["DATA_OPTIMIZER_NODE_RANK"], env["DATA_OPTIMIZER_NUM_NODES"]
     assert node_identity(None, None, env=env).source == "the Slurm job array"
-    srun = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
-            "SLURM_STEP_NUM_TASKS": "2"}
+    srun = {
+        "SLURM_JOB_ID": "9",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_NUM_TASKS": "2",
+    }
     assert (node_identity(None, None, env=srun).rank, node_identity(None, None, env=srun).count) == (1, 2)
 
 
@@ -539,14 +625,32 @@ def test_batch_shell_without_array_is_a_single_node():
 
 def test_script_text_and_options(tmp_path):
     script = sw_slurm.write_sbatch_script(
-        ["python", "prepare.py", "--out", "/data/my ds"], 8, partition="cpu", time="4:00:00", cpus_per_task=4,
-        mem="16G", max_concurrent=3, log_dir="logs", extra_sbatch="--account=abc --gres=gpu:1", chdir=str(tmp_path),
+        ["python", "prepare.py", "--out", "/data/my ds"],
+        8,
+        partition="cpu",
+        time="4:00:00",
+        cpus_per_task=4,
+        mem="16G",
+        max_concurrent=3,
+        log_dir="logs",
+        extra_sbatch="--account=abc --gres=gpu:1",
+        chdir=str(tmp_path),
     )
-    for line in ("#!/bin/bash", "#SBATCH --array=0-7%3", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-                 "#SBATCH --output=logs/%x-%A_%a.log", "#SBATCH --partition=cpu", "#SBATCH --time=4:00:00",
-                 "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16G", "#SBATCH --account=abc",
-                 "#SBATCH --gres=gpu:1", f"#SBATCH --chdir={tmp_path}",
-                 "exec python prepare.py --out '/data/my ds'"):
+    for line in (
+        "#!/bin/bash",
+        "#SBATCH --array=0-7%3",
+        "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --output=logs/%x-%A_%a.log",
+        "#SBATCH --partition=cpu",
+        "#SBATCH --time=4:00:00",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --mem=16G",
+        "#SBATCH --account=abc",
+        "#SBATCH --gres=gpu:1",
+        f"#SBATCH --chdir={tmp_path}",
+        "exec python prepare.py --out '/data/my ds'",
+    ):
         assert line in script.splitlines(), (line, script)
     body = script.split("\n\n", 1)[1]
     assert "#SBATCH" not in body  # sbatch stops reading directives at the first command
@@ -566,7 +670,10 @@ def test_plan_submissions():
     assert not explicit and [s.array_spec for s in subs] == ["0-3%2"]
     subs, explicit = sw_slurm.plan_submissions(2500, max_array_size=1000)
     assert explicit and [(s.array_spec, s.rank_offset) for s in subs] == [
-        ("0-999", 0), ("0-999", 1000), ("0-499", 2000)]
+        ("0-999", 0),
+        ("0-999", 1000),
+        ("0-499", 2000),
+    ]
     subs, explicit = sw_slurm.plan_submissions(2500, only="3,5-6,1999,2001", max_array_size=1000)
     assert explicit and [(s.array_spec, s.rank_offset) for s in subs] == [("3,5-6", 0), ("999", 1000), ("1", 2000)]
     assert subs[0].sbatch_args(True) == ["--array=3,5-6", "--export=ALL,SHARDWRIGHT_RANK_OFFSET=0"]

@@ -128,8 +128,9 @@ def test_deferred_durability_and_barrier(storage, monkeypatch, has_syncfs):
     synced, syncfs_calls = [], []
     real_fsync, real_syncfs = os.fsync, local_module.syncfs
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
-    monkeypatch.setattr(local_module, "syncfs",
-                        lambda path: (syncfs_calls.append(path), real_syncfs(path) if has_syncfs else False)[1])
+    monkeypatch.setattr(
+        local_module, "syncfs", lambda path: (syncfs_calls.append(path), real_syncfs(path) if has_syncfs else False)[1]
+    )
     for i in range(3):
         storage.write_bytes(f"chunks/c{i}", b"x" * i, durable=False)
     assert synced == [] and syncfs_calls == []  # no flush per write...
@@ -158,13 +159,29 @@ def test_download_to_is_atomic_copy(storage, tmp_path):
 
 
 def test_list_prefix_semantics_and_delete_prefix(storage):
-    for k in ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin", "chunks/sub/x", "index.json",
-              "chunksfoo"]:
+    for k in [
+        "chunks/chunk-1.bin",
+        "chunks/chunk-10.bin",
+        "chunks/chunk-2.bin",
+        "chunks/sub/x",
+        "index.json",
+        "chunksfoo",
+    ]:
         storage.write_bytes(k, k.encode())
-    assert storage.list("chunks/") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin", "chunks/sub/x"]
+    assert storage.list("chunks/") == [
+        "chunks/chunk-1.bin",
+        "chunks/chunk-10.bin",
+        "chunks/chunk-2.bin",
+        "chunks/sub/x",
+    ]
     assert storage.list("chunks/chunk-1") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin"]
-    assert storage.list("chunks") == ["chunks/chunk-1.bin", "chunks/chunk-10.bin", "chunks/chunk-2.bin",
-                                      "chunks/sub/x", "chunksfoo"]
+    assert storage.list("chunks") == [
+        "chunks/chunk-1.bin",
+        "chunks/chunk-10.bin",
+        "chunks/chunk-2.bin",
+        "chunks/sub/x",
+        "chunksfoo",
+    ]
     assert storage.list("nothing/") == []
     storage.delete_prefix("chunks/")
     assert storage.list() == ["chunksfoo", "index.json"]
@@ -531,7 +548,9 @@ def test_s3_truncated_body_and_hang_are_retried(fault_proxy, s3_bucket):
 
 @pytest.mark.s3
 def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_bucket):
-    opts = dict(fault_proxy.storage_options, retry_timeout=2, config={"retries": {"max_attempts": 2, "mode": "standard"}})
+    opts = dict(
+        fault_proxy.storage_options, retry_timeout=2, config={"retries": {"max_attempts": 2, "mode": "standard"}}
+    )
     s = open_storage(f"s3://{s3_bucket}/p", opts)
     s.check()
     fault_proxy.configure(p_503=1.0)
@@ -637,8 +656,12 @@ def test_memory_fail_when_predicate_and_clear(memory):
     assert memory.list("ma") == ["manifest"] and seen[-1] == ("list", "ma")  # prefix is the key
     memory.clear_faults()
     memory.delete("manifest")
-    assert memory.operations() == [("write_bytes", "manifest"), ("write_bytes", "chunk"), ("delete", "chunk"),
-                                   ("delete", "manifest")]
+    assert memory.operations() == [
+        ("write_bytes", "manifest"),
+        ("write_bytes", "chunk"),
+        ("delete", "chunk"),
+        ("delete", "manifest"),
+    ]
 
 
 def _use_inherited_memory_store(storage: MemoryStorage, out) -> None:
@@ -682,16 +705,22 @@ def test_registry_chooses_backend_by_scheme(tmp_path):
     assert isinstance(open_storage(tmp_path / "data:v1"), LocalStorage)  # a colon in a local name
 
 
-@pytest.mark.parametrize("location, message", [
-    ("", "output_dir is empty: pass a local directory or a URL such as s3://bucket/prefix"),
-    ("   ", "output_dir is empty"),
-    ("s3:/bucket/p", "malformed URL 's3:/bucket/p': write s3://bucket/p (two slashes), or ./s3:/bucket/p"),
-    ("s3:bucket", "malformed URL 's3:bucket': write s3://bucket"),
-    ("gs://bucket/p", "unsupported URL scheme 'gs' in 'gs://bucket/p': use a local path or one of file://, memory://, s3://"),
-    ("https://user:hunter2@example.com/x", "unsupported URL scheme 'https'"),
-    ("s3://", "invalid S3 URL 's3://': use s3://bucket/prefix"),
-    ("memory://", "invalid memory URL"),
-])
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("", "output_dir is empty: pass a local directory or a URL such as s3://bucket/prefix"),
+        ("   ", "output_dir is empty"),
+        ("s3:/bucket/p", "malformed URL 's3:/bucket/p': write s3://bucket/p (two slashes), or ./s3:/bucket/p"),
+        ("s3:bucket", "malformed URL 's3:bucket': write s3://bucket"),
+        (
+            "gs://bucket/p",
+            "unsupported URL scheme 'gs' in 'gs://bucket/p': use a local path or one of file://, memory://, s3://",
+        ),
+        ("https://user:hunter2@example.com/x", "unsupported URL scheme 'https'"),
+        ("s3://", "invalid S3 URL 's3://': use s3://bucket/prefix"),
+        ("memory://", "invalid memory URL"),
+    ],
+)
 def test_registry_rejects_bad_locations_with_the_fix(location, message):
     with pytest.raises(OutputDirError) as info:
         open_storage(location)
@@ -730,8 +759,10 @@ def test_disk_full_mapping_carries_each_callers_fix(tmp_path):
     err = disk_full_error(full, "caching x in /c", "lower max_cache_bytes or pass another cache_dir")
     assert isinstance(err, StorageError)
     assert str(err) == "disk full while caching x in /c: lower max_cache_bytes or pass another cache_dir"
-    with pytest.raises(StorageError, match="^disk full while writing y: rerun$") as info, \
-            raising_disk_full("writing y", "rerun"):
+    with (
+        pytest.raises(StorageError, match="^disk full while writing y: rerun$") as info,
+        raising_disk_full("writing y", "rerun"),
+    ):
         raise OSError(errno.EDQUOT, "Disk quota exceeded")
     assert info.value.__cause__.errno == errno.EDQUOT
     with pytest.raises(PermissionError), raising_disk_full("writing y", "rerun"):  # others pass unchanged
@@ -799,12 +830,14 @@ def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run as root: this test mounts a tmpfs")
         pytest.skip("mounting a small tmpfs needs root")
-    optimize(_big_item, [0, 1], s3_url, chunk_size=1, num_workers=1, storage_options=s3_storage_options,
-             verbose=False)  # two chunks of 3 MB each: neither fits in the 2 MB cache
+    optimize(
+        _big_item, [0, 1], s3_url, chunk_size=1, num_workers=1, storage_options=s3_storage_options, verbose=False
+    )  # two chunks of 3 MB each: neither fits in the 2 MB cache
     cache = tmp_path / "cache"
     cache.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(cache)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(cache)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         if os.environ.get("CI") == "true":
             pytest.fail(f"mount -t tmpfs failed: {done.stderr.strip()}")

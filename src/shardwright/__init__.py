@@ -27,11 +27,32 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "optimize", "abandon", "OptimizeResult", "StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset",
-    "ShardwrightError", "ArgumentTypeError", "ConcurrentRunError",
-    "CorruptStateError", "DatasetExistsError", "DatasetNotFoundError", "FnError", "IncompleteDatasetError",
-    "IncompleteRunError", "InputsError", "LeaseLostError", "OutputDirError", "OutputIsAFileError", "RunMismatchError", "SampleFormatError",
-    "StorageError", "UnsupportedFormatError", "UsageError", "WorkerDiedError",
+    "optimize",
+    "abandon",
+    "OptimizeResult",
+    "StreamingDataset",
+    "StreamingDataLoader",
+    "TokensLoader",
+    "CombinedStreamingDataset",
+    "ShardwrightError",
+    "ArgumentTypeError",
+    "ConcurrentRunError",
+    "CorruptStateError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "FnError",
+    "IncompleteDatasetError",
+    "IncompleteRunError",
+    "InputsError",
+    "LeaseLostError",
+    "OutputDirError",
+    "OutputIsAFileError",
+    "RunMismatchError",
+    "SampleFormatError",
+    "StorageError",
+    "UnsupportedFormatError",
+    "UsageError",
+    "WorkerDiedError",
 ]
 
 _READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset")

@@ -194,8 +194,9 @@ def bounded_text(text: str, limit: int) -> str:
 # --- secrets: never in a message, a traceback, a record file or a generated script ------------------
 
 #: storage_options keys whose values are credentials (boto3's names, and fsspec's, refused anyway)
-SECRET_OPTION_KEYS = frozenset({"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "key", "secret",
-                                "token", "password"})
+SECRET_OPTION_KEYS = frozenset(
+    {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "key", "secret", "token", "password"}
+)
 _SECRET_ENV_WORDS = ("SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "ACCESS_KEY")
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 
@@ -280,8 +281,12 @@ def redact_exception(exc: BaseException, secrets: list[str]) -> BaseException:
     except Exception:
         replacement = StorageError(message) if isinstance(exc, OSError) else ShardwrightError(message)
     if isinstance(exc, FnError) and isinstance(replacement, ShardwrightError):
-        replacement = FnError(message, input_index=exc.input_index, input_repr=redact(exc.input_repr, secrets),
-                              worker_traceback=redact(exc.worker_traceback, secrets))
+        replacement = FnError(
+            message,
+            input_index=exc.input_index,
+            input_repr=redact(exc.input_repr, secrets),
+            worker_traceback=redact(exc.worker_traceback, secrets),
+        )
     replacement.__cause__ = None
     replacement.__suppress_context__ = True
     return replacement

@@ -106,8 +106,15 @@ def _reset(sock: socket.socket) -> None:
 class FaultProxy:
     """A threaded loopback proxy in front of ``upstream`` that injects faults on demand."""
 
-    def __init__(self, upstream: str | tuple[str, int], *, listen_host: str = "127.0.0.1", listen_port: int = 0,
-                 seed: int | None = None, control_file: str | None = None):
+    def __init__(
+        self,
+        upstream: str | tuple[str, int],
+        *,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        seed: int | None = None,
+        control_file: str | None = None,
+    ):
         if isinstance(upstream, str):
             host, _, port = upstream.replace("http://", "").rstrip("/").rpartition(":")
             upstream = (host, int(port))
@@ -136,19 +143,29 @@ class FaultProxy:
             self.p_reset = 0.0
             self.p_truncate = 0.0
             self.p_hang = 0.0
-            self.latency = 0.0          # seconds added to every request
-            self.latency_jitter = 0.0   # plus uniform(0, jitter)
+            self.latency = 0.0  # seconds added to every request
+            self.latency_jitter = 0.0  # plus uniform(0, jitter)
             self.truncate_after = None  # body bytes delivered before the cut; None = random
             self.hang_seconds = 3600.0
-            self.methods = None         # e.g. {"GET"}: only these methods get faults
-            self.next_faults = []       # forced faults for the next matching requests
+            self.methods = None  # e.g. {"GET"}: only these methods get faults
+            self.next_faults = []  # forced faults for the next matching requests
 
-    def configure(self, **settings) -> "FaultProxy":
+    def configure(self, **settings) -> FaultProxy:
         """Set fault settings (same names as the attributes), e.g. ``configure(p_503=0.2)``."""
         with self._lock:
             for k, v in settings.items():
-                if k not in ("p_503", "p_reset", "p_truncate", "p_hang", "latency", "latency_jitter",
-                             "truncate_after", "hang_seconds", "methods", "next_faults"):
+                if k not in (
+                    "p_503",
+                    "p_reset",
+                    "p_truncate",
+                    "p_hang",
+                    "latency",
+                    "latency_jitter",
+                    "truncate_after",
+                    "hang_seconds",
+                    "methods",
+                    "next_faults",
+                ):
                     raise ValueError(f"unknown fault setting {k!r}")
                 if k == "next_faults":
                     bad = [f for f in v if f not in FAULTS]
@@ -187,8 +204,12 @@ class FaultProxy:
             if self.next_faults:
                 return self.next_faults.pop(0)
             r = self._rng.random()
-            for name, p in (("503", self.p_503), ("reset", self.p_reset), ("truncate", self.p_truncate),
-                            ("hang", self.p_hang)):
+            for name, p in (
+                ("503", self.p_503),
+                ("reset", self.p_reset),
+                ("truncate", self.p_truncate),
+                ("hang", self.p_hang),
+            ):
                 if r < p:
                     if name == "reset" and self._rng.random() < 0.5:
                         return "reset_after"
@@ -206,7 +227,7 @@ class FaultProxy:
     def endpoint(self) -> str:
         return f"http://{self.listen_host}:{self.port}"
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._sock = socket.socket(socket.AF_INET6 if ":" in self.listen_host else socket.AF_INET)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((self.listen_host, self.listen_port))
@@ -240,7 +261,7 @@ class FaultProxy:
         while not self._stop.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -276,10 +297,18 @@ class FaultProxy:
             if fault:
                 self.stats[fault] += 1
             if fault == "503":
-                client.sendall(_build_head("HTTP/1.1 503 Slow Down", [
-                    ("Content-Type", "application/xml"), ("Content-Length", str(len(_SLOWDOWN_BODY))),
-                    ("Connection", "close"), ("x-amz-request-id", "faultproxy"),
-                ]) + _SLOWDOWN_BODY)
+                client.sendall(
+                    _build_head(
+                        "HTTP/1.1 503 Slow Down",
+                        [
+                            ("Content-Type", "application/xml"),
+                            ("Content-Length", str(len(_SLOWDOWN_BODY))),
+                            ("Connection", "close"),
+                            ("x-amz-request-id", "faultproxy"),
+                        ],
+                    )
+                    + _SLOWDOWN_BODY
+                )
                 return
             if fault == "reset":
                 _reset(client)
@@ -338,7 +367,7 @@ class FaultProxy:
         pos = 0
         while True:
             end = _recv_until_from(sock, body, b"\r\n", pos)
-            size = int(bytes(body[pos:end - 2]).split(b";")[0].strip() or b"0", 16)
+            size = int(bytes(body[pos : end - 2]).split(b";")[0].strip() or b"0", 16)
             pos = end
             if size == 0:
                 # trailers until an empty line
@@ -390,8 +419,9 @@ def _main(argv: list[str]) -> int:
     ap.add_argument("--control", help="JSON file with fault settings, re-read when it changes")
     ap.add_argument("--seed", type=int)
     args = ap.parse_args(argv)
-    proxy = FaultProxy(args.upstream, listen_host=args.host, listen_port=args.port, seed=args.seed,
-                       control_file=args.control).start()
+    proxy = FaultProxy(
+        args.upstream, listen_host=args.host, listen_port=args.port, seed=args.seed, control_file=args.control
+    ).start()
     print(proxy.port, flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

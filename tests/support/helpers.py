@@ -25,8 +25,12 @@ def child_env(**extra: str) -> dict:
 def start_child(config: dict, **env: str) -> subprocess.Popen:
     """Start the child in its own session, so killpg reaches it and its workers only."""
     return subprocess.Popen(
-        [sys.executable, CHILD, json.dumps(config)], env=child_env(**env), start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, CHILD, json.dumps(config)],
+        env=child_env(**env),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -141,8 +145,14 @@ def assert_exactly_once(config: dict, storage_options: dict | None = None) -> No
     assert read_pairs(config["output_dir"], options) == expected(config["kind"], config["n"])
 
 
-def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early: tuple[float, float] = (0.1, 0.8),
-              records_options: dict | None = None) -> int:
+def kill_loop(
+    config: dict,
+    rng: random.Random,
+    kills_wanted: int,
+    check,
+    early: tuple[float, float] = (0.1, 0.8),
+    records_options: dict | None = None,
+) -> int:
     """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
 
     A quarter of the kills land early (start-up, lease takeover, resume); the others a random
@@ -157,14 +167,18 @@ def kill_loop(config: dict, rng: random.Random, kills_wanted: int, check, early:
         delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
         proc = start_child(config)
         if not early_kill:
-            wait_for(lambda: proc.poll() is not None or committed_records(url, options) > before + 1, 30, 0.02)
+            wait_for(
+                lambda: proc.poll() is not None or committed_records(url, options) > before + 1,  # noqa: B023
+                30,
+                0.02,
+            )  # called right here, in this iteration
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             proc.wait()
             kills += 1
-            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"
+            assert wait_for(lambda: not group_pids(proc.pid), 5), "processes left after SIGKILL of the group"  # noqa: B023
             check()
             if kills >= kills_wanted:
                 break
@@ -183,7 +197,7 @@ def errors_of_threads(target, seeds) -> list[BaseException]:
     def run(seed):
         try:
             target(seed)
-        except Exception as exc:  # noqa: BLE001 - collected and asserted on by the caller
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(seed,)) for seed in seeds]
@@ -192,4 +206,3 @@ def errors_of_threads(target, seeds) -> list[BaseException]:
     for t in threads:
         t.join()
     return errors
-

@@ -48,7 +48,7 @@ def s3_bucket(s3_server):
     yield name
     try:
         s3_server.delete_bucket(name)
-    except Exception:  # noqa: BLE001 - best effort: the whole server is throwaway
+    except Exception:
         pass
 
 

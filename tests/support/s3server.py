@@ -105,7 +105,7 @@ class S3Server:
     # -- attach to a running server ---------------------------------------------------
 
     @classmethod
-    def from_env(cls) -> "S3Server | None":
+    def from_env(cls) -> S3Server | None:
         """The server named by SHARDWRIGHT_TEST_S3_* (started by `s3server.py start`), if any."""
         ep = os.environ.get(ENV_ENDPOINT)
         if not ep:
@@ -122,27 +122,38 @@ class S3Server:
     def build_command(self, weed: str, ports: list[int]) -> list[str]:
         s3, s3g, master, masterg, vol, volg, filer, filerg, admin, adming = ports
         return [
-            weed, "mini",
+            weed,
+            "mini",
             f"-dir={os.path.join(self.workdir, 'data')}",
             # loopback only: without -ip it binds a non-loopback default
-            f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}",
-            f"-s3.port={s3}", f"-s3.config={os.path.join(self.workdir, 's3.json')}",
-            "-s3.port.iceberg=0", "-admin.ui=false", "-webdav=false",
-            "-master.telemetry=false", "-master.volumeSizeLimitMB=64",
+            f"-ip={LOOPBACK}",
+            f"-ip.bind={LOOPBACK}",
+            f"-s3.port={s3}",
+            f"-s3.config={os.path.join(self.workdir, 's3.json')}",
+            "-s3.port.iceberg=0",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=64",
             "-volume.preStopSeconds=0",  # fast stop: the data is throwaway
             # real S3 does not create buckets on PUT; the missing-bucket tests rely on that
             "-s3.autoCreateBucket=false",
             # every other listener on a free port, so parallel servers never collide
-            "-s3.port.lance=0", f"-s3.port.grpc={s3g}",
-            f"-master.port={master}", f"-master.port.grpc={masterg}",
-            f"-volume.port={vol}", f"-volume.port.grpc={volg}",
-            f"-filer.port={filer}", f"-filer.port.grpc={filerg}",
-            f"-admin.port={admin}", f"-admin.port.grpc={adming}",
+            "-s3.port.lance=0",
+            f"-s3.port.grpc={s3g}",
+            f"-master.port={master}",
+            f"-master.port.grpc={masterg}",
+            f"-volume.port={vol}",
+            f"-volume.port.grpc={volg}",
+            f"-filer.port={filer}",
+            f"-filer.port.grpc={filerg}",
+            f"-admin.port={admin}",
+            f"-admin.port.grpc={adming}",
             f"-filer.localSocket={os.path.join(self.workdir, 'filer.sock')}",
             f"-s3.localSocket={os.path.join(self.workdir, 's3.sock')}",
         ]
 
-    def start(self, timeout: float = 60.0, *, die_with_parent: bool = True) -> "S3Server":
+    def start(self, timeout: float = 60.0, *, die_with_parent: bool = True) -> S3Server:
         """Start the server and wait until it answers S3 requests (typically about 1 s)."""
         weed = find_weed()
         os.makedirs(os.path.join(self.workdir, "data"), exist_ok=True)
@@ -167,7 +178,10 @@ class S3Server:
             log = open(os.path.join(self.workdir, "weed.log"), "ab")
             self.proc = subprocess.Popen(
                 self.command,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
                 preexec_fn=_set_pdeathsig if die_with_parent else os.setsid,
             )
             log.close()
@@ -208,7 +222,7 @@ class S3Server:
                 c.delete_object(Bucket=probe, Key="probe")
                 c.delete_bucket(Bucket=probe)
                 return
-            except Exception as e:  # noqa: BLE001 - anything means "not yet"
+            except Exception as e:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise RuntimeError(f"weed exited with code {self.proc.returncode}") from e
                 if time.monotonic() > deadline:
@@ -301,14 +315,23 @@ def _main(argv: list[str]) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["start", "stop"])
-    ap.add_argument("--state", default=os.path.join(tempfile.gettempdir(), "shardwright-s3server.json"),
-                    help="file recording the running server (pid, endpoint, keys, dir)")
+    ap.add_argument(
+        "--state",
+        default=os.path.join(tempfile.gettempdir(), "shardwright-s3server.json"),
+        help="file recording the running server (pid, endpoint, keys, dir)",
+    )
     args = ap.parse_args(argv)
     if args.action == "start":
         srv = S3Server().start(die_with_parent=False)
         atexit.unregister(srv.stop)
-        state = {"pid": srv.pid, "endpoint": srv.endpoint, "access_key": srv.access_key,
-                 "secret_key": srv.secret_key, "workdir": srv.workdir, "startup_seconds": srv.startup_seconds}
+        state = {
+            "pid": srv.pid,
+            "endpoint": srv.endpoint,
+            "access_key": srv.access_key,
+            "secret_key": srv.secret_key,
+            "workdir": srv.workdir,
+            "startup_seconds": srv.startup_seconds,
+        }
         with open(args.state, "w") as f:
             json.dump(state, f)
         print(f"export {ENV_ENDPOINT}={srv.endpoint}")

@@ -92,8 +92,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
 
 REQUIRED_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue", "sinfo", "scancel")
 
@@ -122,7 +122,7 @@ class SlurmClusterError(RuntimeError):
     pass
 
 
-def missing_binaries() -> List[str]:
+def missing_binaries() -> list[str]:
     """Names of the Slurm/munge programs that are not installed."""
     extra = [p for p in ("/usr/sbin", "/sbin", "/usr/local/sbin") if p not in os.environ.get("PATH", "")]
     path = os.pathsep.join([os.environ.get("PATH", "")] + extra)
@@ -169,11 +169,11 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
-def expand_ids(spec: str) -> List[int]:
+def expand_ids(spec: str) -> list[int]:
     """'0-3' -> [0,1,2,3]; '1,3-4' -> [1,3,4]; '0-7:2' -> [0,2,4,6]; '[0-3%2]' ok."""
     spec = spec.strip().strip("[]")
     spec = spec.split("%", 1)[0]
-    out: List[int] = []
+    out: list[int] = []
     for part in spec.split(","):
         if not part:
             continue
@@ -189,13 +189,13 @@ def expand_ids(spec: str) -> List[int]:
     return out
 
 
-def parse_scontrol_record(line: str) -> Dict[str, str]:
+def parse_scontrol_record(line: str) -> dict[str, str]:
     """Parse one `scontrol -o show ...` line into a dict.
 
     Values may contain spaces only in a few fields (Command, WorkDir, Reason...);
     we split on ' Key=' boundaries so such values survive.
     """
-    fields: Dict[str, str] = {}
+    fields: dict[str, str] = {}
     for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s[A-Za-z][A-Za-z0-9_:/]*=|$)", line.strip()):
         fields[m.group(1)] = m.group(2)
     return fields
@@ -206,7 +206,7 @@ class TaskState:
     """State of one job (or one array task) as `scontrol show job` reports it."""
 
     job_id: str  # "123_2" for array tasks, "123" otherwise
-    task_id: Optional[int]
+    task_id: int | None
     state: str  # JobState, e.g. COMPLETED, FAILED, PENDING, RUNNING
     exit_code: int  # exit status of the batch script (ExitCode=N:S -> N)
     signal: int  # terminating signal (ExitCode=N:S -> S)
@@ -214,7 +214,7 @@ class TaskState:
     batch_host: str
     restarts: int
     reason: str
-    raw: Dict[str, str] = dataclasses.field(repr=False, default_factory=dict)
+    raw: dict[str, str] = dataclasses.field(repr=False, default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -226,7 +226,7 @@ class SlurmCluster:
 
     def __init__(
         self,
-        base_dir: Optional[os.PathLike] = None,
+        base_dir: os.PathLike | None = None,
         nodes: int = 3,
         cpus_per_node: int = 2,
         cred_expire: int = 10,
@@ -248,14 +248,14 @@ class SlurmCluster:
         self.shared_dir = self.base_dir / "shared"  # handy scratch dir visible to all "nodes"
         self.log_dir = self.base_dir / "log"
         self.state_file = self.base_dir / "cluster.json"
-        self.ctld_port: Optional[int] = None
-        self.slurmd_port: Optional[int] = None
-        self.pids: Dict[str, int] = {}
-        self._procs: Dict[str, subprocess.Popen] = {}
+        self.ctld_port: int | None = None
+        self.slurmd_port: int | None = None
+        self.pids: dict[str, int] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
 
     # ------------------------------------------------------------------ env
     @property
-    def env(self) -> Dict[str, str]:
+    def env(self) -> dict[str, str]:
         """Environment for subprocesses that talk to this cluster (sbatch, squeue...)."""
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.conf_path)
@@ -268,14 +268,14 @@ class SlurmCluster:
         return env
 
     # ------------------------------------------------------------ lifecycle
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self, timeout: float = 60.0) -> "SlurmCluster":
+    def start(self, timeout: float = 60.0) -> SlurmCluster:
         if os.geteuid() != 0:
             raise SlurmClusterError("the test Slurm cluster must be started as root")
         missing = missing_binaries()
@@ -369,12 +369,12 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
 """
         self.conf_path.write_text(conf)
 
-    def _daemon_env(self) -> Dict[str, str]:
+    def _daemon_env(self) -> dict[str, str]:
         env = self.env
         env[MARKER_VAR] = str(self.base_dir)
         return env
 
-    def _spawn(self, name: str, argv: List[str], user: Optional[str] = None, cwd: Optional[str] = None) -> None:
+    def _spawn(self, name: str, argv: list[str], user: str | None = None, cwd: str | None = None) -> None:
         out = open(self.log_dir / f"{name}.out", "ab")
         pw = pwd.getpwnam(user) if user else None
 
@@ -423,7 +423,9 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         deadline = time.monotonic() + 15
         while not self.munge_socket.exists():
             if self._procs["munged"].poll() is not None:
-                raise SlurmClusterError("munged exited:\n" + self._tail(self.log_dir / "munged.out") + self._tail(mdir / "munged.log"))
+                raise SlurmClusterError(
+                    "munged exited:\n" + self._tail(self.log_dir / "munged.out") + self._tail(mdir / "munged.log")
+                )
             if time.monotonic() > deadline:
                 raise SlurmClusterError("munged socket did not appear")
             time.sleep(0.05)
@@ -434,7 +436,9 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         self._wait(lambda: self._run_ok("scontrol", "ping", want="UP"), 20, "slurmctld did not come up", "slurmctld")
         for n in self.node_names:
             (self.base_dir / "spool" / n).mkdir(exist_ok=True)
-            self._spawn(f"slurmd-{n}", [_which("slurmd"), "-D", "-N", n, "-f", str(self.conf_path)], cwd=str(self.base_dir))
+            self._spawn(
+                f"slurmd-{n}", [_which("slurmd"), "-D", "-N", n, "-f", str(self.conf_path)], cwd=str(self.base_dir)
+            )
 
     def _run_ok(self, *args: str, want: str = "") -> bool:
         try:
@@ -461,9 +465,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         def ready() -> bool:
             states = self.node_states()
             # A trailing "*" means "not responding": not ready yet.
-            return len(states) == len(self.node_names) and all(
-                s in ("idle", "mix", "alloc") for s in states.values()
-            )
+            return len(states) == len(self.node_names) and all(s in ("idle", "mix", "alloc") for s in states.values())
 
         self._wait(ready, timeout, "nodes did not become idle")
 
@@ -483,7 +485,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         )
 
     @classmethod
-    def attach(cls, base_dir: os.PathLike) -> "SlurmCluster":
+    def attach(cls, base_dir: os.PathLike) -> SlurmCluster:
         """A handle on a cluster started earlier (e.g. by `slurm_cluster.py up`)."""
         data = json.loads((Path(base_dir) / "cluster.json").read_text())
         c = cls(base_dir=data["base_dir"], nodes=len(data["nodes"]))
@@ -492,7 +494,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         c._own_dir = data.get("own_dir", False)
         return c
 
-    def stop(self, remove_dir: Optional[bool] = None) -> None:
+    def stop(self, remove_dir: bool | None = None) -> None:
         """Cancel all jobs, stop the daemons we started (by pid), remove the temp dir."""
         if self.pids and self.conf_path.exists() and self._alive("slurmctld"):
             try:
@@ -564,7 +566,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         if p is not None:
             p.wait(5)
 
-    def _marked_pids(self, prefixes: Iterable[str] = ("slurm", "munged")) -> List[int]:
+    def _marked_pids(self, prefixes: Iterable[str] = ("slurm", "munged")) -> list[int]:
         """Descendants of our daemons (slurmstepd, slurmscriptd) found by the marker var."""
         prefixes = tuple(prefixes)
         skip = set()
@@ -599,7 +601,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
     def scontrol(self, *args: str, check: bool = True) -> str:
         return self.run("scontrol", *args, check=check).stdout
 
-    def sbatch(self, script_text: str, *args: str, cwd: Optional[os.PathLike] = None) -> str:
+    def sbatch(self, script_text: str, *args: str, cwd: os.PathLike | None = None) -> str:
         """Submit `script_text` (a batch script; a `#!/bin/bash` line is added if missing).
 
         Extra sbatch options go in `args`, e.g. ``"--array=0-3"``, ``"-o", "out_%a.log"``.
@@ -621,7 +623,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
             raise SlurmClusterError(f"sbatch failed ({r.returncode}): {r.stderr.strip()}")
         return r.stdout.strip().split(";")[0]
 
-    def job_records(self, job_id: str) -> List[Dict[str, str]]:
+    def job_records(self, job_id: str) -> list[dict[str, str]]:
         """Raw `scontrol -o show job JOB` records (one per array task / pending range)."""
         r = self.run("scontrol", "-o", "show", "job", str(job_id), check=False)
         if r.returncode != 0:
@@ -630,12 +632,12 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
             raise SlurmClusterError(f"scontrol show job {job_id}: {r.stderr.strip()}")
         return [parse_scontrol_record(line) for line in r.stdout.splitlines() if line.strip()]
 
-    def job_states(self, job_id: str) -> Dict[Optional[int], TaskState]:
+    def job_states(self, job_id: str) -> dict[int | None, TaskState]:
         """Current state of every task of `job_id` ({task_id: TaskState}; key None for a plain job).
 
         `job_id` may be an array job id ("12"), one task ("12_3") or a plain job id.
         """
-        out: Dict[Optional[int], TaskState] = {}
+        out: dict[int | None, TaskState] = {}
         for rec in self.job_records(job_id):
             ec, _, sig = rec.get("ExitCode", "0:0").partition(":")
             nodes = rec.get("NodeList", "")
@@ -660,7 +662,7 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
 
     def wait_job(
         self, job_id: str, timeout: float = 120.0, poll: float = 0.25, transient_grace: float = 30.0
-    ) -> Dict[Optional[int], TaskState]:
+    ) -> dict[int | None, TaskState]:
         """Wait until every task of `job_id` has ended; return {task_id: TaskState}.
 
         Ended = COMPLETED/FAILED/CANCELLED/TIMEOUT/... . NODE_FAIL and PREEMPTED count
@@ -668,8 +670,8 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
         it is being requeued). Raises TimeoutError with the current states.
         """
         deadline = time.monotonic() + timeout
-        transient_since: Dict[Optional[int], float] = {}
-        states: Dict[Optional[int], TaskState] = {}
+        transient_since: dict[int | None, float] = {}
+        states: dict[int | None, TaskState] = {}
         while True:
             states = self.job_states(job_id)
             now = time.monotonic()
@@ -687,7 +689,10 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
             if done:
                 return states
             if now > deadline:
-                summary = ", ".join(f"{t}:{s.state}({s.reason})" for t, s in sorted(states.items(), key=lambda kv: -1 if kv[0] is None else kv[0]))
+                summary = ", ".join(
+                    f"{t}:{s.state}({s.reason})"
+                    for t, s in sorted(states.items(), key=lambda kv: -1 if kv[0] is None else kv[0])
+                )
                 raise TimeoutError(f"job {job_id} not finished after {timeout}s: {summary or 'no records'}")
             time.sleep(poll)
 
@@ -723,10 +728,10 @@ PartitionName=urgent Nodes={nodes} Default=NO MaxTime=INFINITE State=UP Priority
             args.append(f"Reason={reason}")
         self.scontrol(*args)
 
-    def node_states(self) -> Dict[str, str]:
+    def node_states(self) -> dict[str, str]:
         """{node: sinfo state}, e.g. {'n1': 'idle', 'n2': 'down*', 'n3': 'mixed'}."""
         r = self.run("sinfo", "-h", "-N", "-p", "main", "-o", "%N %t", check=False)
-        out: Dict[str, str] = {}
+        out: dict[str, str] = {}
         if r.returncode == 0:
             for line in r.stdout.splitlines():
                 parts = line.split()
@@ -760,7 +765,7 @@ def _default_dir() -> Path:
     return Path(tempfile.gettempdir()) / "shardwright-slurm-cluster"
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Single-host Slurm test cluster (root only).")
     ap.add_argument("action", choices=["up", "down", "env", "status"])
     ap.add_argument("--dir", type=Path, default=_default_dir(), help="cluster directory (default: %(default)s)")
@@ -785,7 +790,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         c._save_state()
         # The Popen objects die with us; the daemons live on in their own sessions.
         c._procs.clear()
-        print(f"# slurm cluster up in {time.monotonic() - t0:.1f}s: {a.dir} (stop: python {sys.argv[0]} down)", file=sys.stderr)
+        print(
+            f"# slurm cluster up in {time.monotonic() - t0:.1f}s: {a.dir} (stop: python {sys.argv[0]} down)",
+            file=sys.stderr,
+        )
         print(c.exports(), end="")
         return 0
     if not state.exists():

@@ -36,10 +36,10 @@ from pathlib import Path
 
 from shardwright import optimize
 from shardwright.engine import run as engine_run
+from shardwright.engine.planning import node_identity
 from shardwright.protocol import publish as publish_module
 from shardwright.protocol import records
 from shardwright.protocol.manifest import read_manifest
-from shardwright.engine.planning import node_identity
 from shardwright.protocol.shards import shards_of_node
 from shardwright.storage import open_storage
 
@@ -86,11 +86,20 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
 
     def counting_publish(storage, manifest, progress):
         chunks = original_publish(storage, manifest, progress)
-        _append_line(report_dir / "publish.log", json.dumps({
-            "task": os.environ.get("SLURM_ARRAY_TASK_ID"), "rank": rank, "pid": os.getpid(),
-            "node": os.environ.get("SLURMD_NODENAME"), "run_id": manifest.run_id, "chunks": len(chunks),
-            "time": time.time(),
-        }))
+        _append_line(
+            report_dir / "publish.log",
+            json.dumps(
+                {
+                    "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+                    "rank": rank,
+                    "pid": os.getpid(),
+                    "node": os.environ.get("SLURMD_NODENAME"),
+                    "run_id": manifest.run_id,
+                    "chunks": len(chunks),
+                    "time": time.time(),
+                }
+            ),
+        )
         return chunks
 
     publish_module.publish = counting_publish
@@ -151,9 +160,13 @@ def main(argv=None) -> int:
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     task = os.environ.get("SLURM_ARRAY_TASK_ID", "x")
     report = {
-        "task": task, "job": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
-        "restart": restart, "node": os.environ.get("SLURMD_NODENAME"), "host": socket.gethostname(),
-        "pid": os.getpid(), "start": time.time(),
+        "task": task,
+        "job": os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID"),
+        "restart": restart,
+        "node": os.environ.get("SLURMD_NODENAME"),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": time.time(),
     }
     path = report_dir / f"task{task}-r{restart}-{os.getpid()}.json"
     try:
@@ -161,19 +174,37 @@ def main(argv=None) -> int:
         report.update(rank=node.rank, count=node.count, source=node.source)
         report["committed_before"] = committed_inputs(args.output_dir, node.rank, node.count)
         _install_hooks(args, node.rank, report_dir)
-        print(f"[slurm_job] task {task} restart {restart}: node {node.rank} of {node.count} ({node.source}), "
-              f"{report['committed_before']} of its inputs already committed", file=sys.stderr, flush=True)
-        result = optimize(
-            make_sample, list(range(args.inputs)), args.output_dir, chunk_size=args.chunk_size,
-            num_workers=args.workers, num_shards=args.num_shards, on_error=args.on_error,
-            max_retries=args.max_retries, verbose=True,
+        print(
+            f"[slurm_job] task {task} restart {restart}: node {node.rank} of {node.count} ({node.source}), "
+            f"{report['committed_before']} of its inputs already committed",
+            file=sys.stderr,
+            flush=True,
         )
-        report.update(ok=True, items=result.items, chunks=result.chunks, resumed=result.resumed,
-                      published=result.published, pending_shards=result.pending_shards, failed=result.failed)
+        result = optimize(
+            make_sample,
+            list(range(args.inputs)),
+            args.output_dir,
+            chunk_size=args.chunk_size,
+            num_workers=args.workers,
+            num_shards=args.num_shards,
+            on_error=args.on_error,
+            max_retries=args.max_retries,
+            verbose=True,
+        )
+        report.update(
+            ok=True,
+            items=result.items,
+            chunks=result.chunks,
+            resumed=result.resumed,
+            published=result.published,
+            pending_shards=result.pending_shards,
+            failed=result.failed,
+        )
         return 0
     except BaseException as exc:
-        report.update(ok=False, error=type(exc).__name__, message=str(exc)[:2000],
-                      traceback=traceback.format_exc()[-4000:])
+        report.update(
+            ok=False, error=type(exc).__name__, message=str(exc)[:2000], traceback=traceback.format_exc()[-4000:]
+        )
         raise
     finally:
         report["end"] = time.time()

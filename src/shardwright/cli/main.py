@@ -31,10 +31,14 @@ def parse_storage_options(text: str | None) -> dict | None:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"--storage-options is not valid JSON ({exc.args[0]}); pass a JSON object, e.g. "
-                         "'{\"endpoint_url\": \"http://127.0.0.1:8333\"}'") from None
+        raise UsageError(
+            f"--storage-options is not valid JSON ({exc.args[0]}); pass a JSON object, e.g. "
+            '\'{"endpoint_url": "http://127.0.0.1:8333"}\''
+        ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"--storage-options must be a JSON object of boto3 client arguments; got {type(value).__name__}")
+        raise UsageError(
+            f"--storage-options must be a JSON object of boto3 client arguments; got {type(value).__name__}"
+        )
     return value
 
 
@@ -60,37 +64,53 @@ def print_status(report: RunStatus) -> None:
     """The human-readable form of a status report."""
     print(f"output:   {report.output_dir}")
     if report.state in ("complete", "empty"):
-        print(f"state:    {report.state}" + (" (index.json published)" if report.published else " (nothing written yet)"))
+        print(
+            f"state:    {report.state}" + (" (index.json published)" if report.published else " (nothing written yet)")
+        )
         last = report.last_run
         if last:
-            print(f"last run: {last.get('items_added', 0):,} items added in {last.get('chunks_added', 0):,} chunks, "
-                  f"{last.get('seconds', 0):.1f} s; dataset has {last.get('items', 0):,} items in "
-                  f"{last.get('chunks', 0):,} chunks")
+            print(
+                f"last run: {last.get('items_added', 0):,} items added in {last.get('chunks_added', 0):,} chunks, "
+                f"{last.get('seconds', 0):.1f} s; dataset has {last.get('items', 0):,} items in "
+                f"{last.get('chunks', 0):,} chunks"
+            )
     else:
         total = report.inputs
         pct = 100.0 * report.inputs_done / total if total else 100.0
         reason = f" ({report.stop_reason})" if report.stop_reason else ""
         print(f"state:    {report.state}{reason} (run {(report.run_id or '')[:8]}, {report.mode}, fn {report.fn})")
-        print(f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%), "
-              f"{report.items_committed:,} items in {report.chunks_committed:,} chunks committed")
-        print(f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
-              f"{len(report.shards_pending)} pending (of {report.shards})")
+        print(
+            f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%), "
+            f"{report.items_committed:,} items in {report.chunks_committed:,} chunks committed"
+        )
+        print(
+            f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
+            f"{len(report.shards_pending)} pending (of {report.shards})"
+        )
         for lease in report.leases:
-            print(f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
-                  f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})")
+            print(
+                f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
+                f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})"
+            )
             if lease.live and lease.current_inputs:
-                on = ", ".join(f"worker {w}: input {i:,}" if i >= 0 else f"worker {w}: starting"
-                               for w, i in enumerate(lease.current_inputs))
+                on = ", ".join(
+                    f"worker {w}: input {i:,}" if i >= 0 else f"worker {w}: starting"
+                    for w, i in enumerate(lease.current_inputs)
+                )
                 print(f"workers:  {on}")
         tried = report.last_attempt
         if tried is not None and report.state != "running":
             error = f": {tried.error.message}" if tried.error is not None and tried.ended == "failed" else ""
-            print(f"last try: {tried.ended} on {tried.host} (pid {tried.pid}"
-                  f"{', Slurm task ' + tried.slurm_task if tried.slurm_task else ''}), "
-                  f"{tried.inputs_done_after - tried.inputs_done_before:,} inputs done in it{error}"[:600])
+            print(
+                f"last try: {tried.ended} on {tried.host} (pid {tried.pid}"
+                f"{', Slurm task ' + tried.slurm_task if tried.slurm_task else ''}), "
+                f"{tried.inputs_done_after - tried.inputs_done_before:,} inputs done in it{error}"[:600]
+            )
         if report.state in ("interrupted", "failed"):
-            print("resume:   rerun the same optimize() call, or abandon the run (keeping a published dataset) "
-                  f"with `shardwright clean {report.output_dir}`")
+            print(
+                "resume:   rerun the same optimize() call, or abandon the run (keeping a published dataset) "
+                f"with `shardwright clean {report.output_dir}`"
+            )
     if report.failed_records:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
 
@@ -105,9 +125,11 @@ def print_history(attempts: list[Attempt], as_json: bool) -> None:
     for a in attempts:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started_at))
         reason = f" ({stop_reason(a)})" if a.ended == "failed" else ""
-        print(f"{when}  run {(a.run_id or '-')[:8]}  node {a.node_rank}/{a.num_nodes}  {a.host} pid {a.pid}  "
-              f"{a.finished_at - a.started_at:,.1f} s  inputs {a.inputs_done_before:,}->{a.inputs_done_after:,}"
-              f"/{a.inputs_total:,}  {a.ended}{reason}")
+        print(
+            f"{when}  run {(a.run_id or '-')[:8]}  node {a.node_rank}/{a.num_nodes}  {a.host} pid {a.pid}  "
+            f"{a.finished_at - a.started_at:,.1f} s  inputs {a.inputs_done_before:,}->{a.inputs_done_after:,}"
+            f"/{a.inputs_total:,}  {a.ended}{reason}"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:

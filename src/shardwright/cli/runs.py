@@ -24,8 +24,9 @@ def find_outputs(root: str, storage_options: dict | None = None) -> tuple[list[s
             if key == marker or key.endswith("/" + marker):
                 found.add(key[: len(key) - len(marker)].rstrip("/"))
     # an output's own state dir is not a nested output
-    outputs = sorted(p for p in found if not any(p.startswith(o + "/") and "/.shardwright" in p[len(o):]
-                                                 for o in found if o != p))
+    outputs = sorted(
+        p for p in found if not any(p.startswith(o + "/") and "/.shardwright" in p[len(o) :] for o in found if o != p)
+    )
     return outputs[:MAX_OUTPUTS], len(outputs) > MAX_OUTPUTS
 
 

@@ -89,8 +89,9 @@ class Submission:
         return args
 
 
-def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None,
-                     max_array_size: int | None = None) -> tuple[list[Submission], bool]:
+def plan_submissions(
+    array: int, *, only=None, max_concurrent: int | None = None, max_array_size: int | None = None
+) -> tuple[list[Submission], bool]:
     """How to submit an ``array``-task run: (submissions, explicit), where ``explicit`` says
     the script must export the node identity itself (a subset, or several submissions)."""
     if not isinstance(array, int) or isinstance(array, bool) or array < 1:
@@ -114,8 +115,10 @@ def plan_submissions(array: int, *, only=None, max_concurrent: int | None = None
     blocks: dict[int, list[int]] = {}
     for rank in ranks:  # ranks of one submission must map to array ids < limit
         blocks.setdefault(rank // limit * limit, []).append(rank)
-    subs = [Submission(task_ranges([r - offset for r in rs]) + throttle, offset, tuple(rs))
-            for offset, rs in sorted(blocks.items())]
+    subs = [
+        Submission(task_ranges([r - offset for r in rs]) + throttle, offset, tuple(rs))
+        for offset, rs in sorted(blocks.items())
+    ]
     return subs, True
 
 
@@ -162,8 +165,9 @@ def write_sbatch_script(
         command = command[1:]
     if not command:
         raise UsageError("give the command each task runs after `--`, e.g. -- python prepare.py")
-    submissions, explicit = plan_submissions(array, only=only, max_concurrent=max_concurrent,
-                                             max_array_size=max_array_size)
+    submissions, explicit = plan_submissions(
+        array, only=only, max_concurrent=max_concurrent, max_array_size=max_array_size
+    )
     if requeue_before_timeout is not None:
         if not requeue:
             raise UsageError("--requeue-before-timeout needs --requeue (the task requeues itself)")
@@ -178,7 +182,7 @@ def write_sbatch_script(
             # each option becomes one "#SBATCH" line: a newline would start a shell line of its own
             raise UsageError(f"--extra-sbatch {option!r}: an sbatch option cannot contain a line break")
         if not option.startswith("-"):
-            raise UsageError(f"--extra-sbatch {option!r}: give sbatch options, e.g. \"--gres=gpu:1 --account=x\"")
+            raise UsageError(f'--extra-sbatch {option!r}: give sbatch options, e.g. "--gres=gpu:1 --account=x"')
 
     chdir = os.path.abspath(chdir or os.getcwd())
     lines = [
@@ -216,8 +220,10 @@ def write_sbatch_script(
         lines.append(f"#SBATCH {option}")
     lines += [
         "",
-        ('echo "[shardwright] array task ${SLURM_ARRAY_TASK_ID:-?} of job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-?}}'
-         ' on ${SLURMD_NODENAME:-$(hostname)}, restart ${SLURM_RESTART_COUNT:-0}, $(date -u +%FT%TZ)" >&2'),
+        (
+            'echo "[shardwright] array task ${SLURM_ARRAY_TASK_ID:-?} of job ${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-?}}'
+            ' on ${SLURMD_NODENAME:-$(hostname)}, restart ${SLURM_RESTART_COUNT:-0}, $(date -u +%FT%TZ)" >&2'
+        ),
     ]
     if not explicit:
         lines += [
@@ -264,11 +270,20 @@ def write_sbatch_script(
 
 def _run_sbatch(args: list[str], script_text: str | None, env, cwd) -> str:
     try:
-        result = subprocess.run(["sbatch", "--parsable", *args], input=script_text, capture_output=True,
-                                text=True, env=env, cwd=cwd, timeout=120)
+        result = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            input=script_text,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=120,
+        )
     except FileNotFoundError:
-        raise UsageError("sbatch not found: run this on a Slurm login node (or write the script "
-                               "with --script-out and submit it there)") from None
+        raise UsageError(
+            "sbatch not found: run this on a Slurm login node (or write the script "
+            "with --script-out and submit it there)"
+        ) from None
     if result.returncode != 0:
         raise UsageError(f"sbatch {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout.strip().split(";")[0]
@@ -296,8 +311,9 @@ def submit(script_text: str, *, args=(), env: dict | None = None, cwd: str | Non
     return _run_sbatch(list(args), script_text, env, cwd)
 
 
-def submit_run(script_text: str, submissions: list[Submission], explicit: bool, *, env: dict | None = None,
-               cwd: str | None = None) -> list[str]:
+def submit_run(
+    script_text: str, submissions: list[Submission], explicit: bool, *, env: dict | None = None, cwd: str | None = None
+) -> list[str]:
     """Submit every part of a run planned by :func:`plan_submissions`; returns the job ids."""
     return [submit(script_text, args=sub.sbatch_args(explicit), env=env, cwd=cwd) for sub in submissions]
 
@@ -337,15 +353,29 @@ def merge_command(output_dir: str, storage_options: str | None = None) -> list[s
     return cmd
 
 
-def submit_merge(output_dir: str, after: list[str], *, storage_options: str | None = None,
-                 partition: str | None = None, log_dir: str | None = None, job_name: str = DEFAULT_JOB_NAME,
-                 chdir: str | None = None, env: dict | None = None, dependency: str = "afterok") -> str:
+def submit_merge(
+    output_dir: str,
+    after: list[str],
+    *,
+    storage_options: str | None = None,
+    partition: str | None = None,
+    log_dir: str | None = None,
+    job_name: str = DEFAULT_JOB_NAME,
+    chdir: str | None = None,
+    env: dict | None = None,
+    dependency: str = "afterok",
+) -> str:
     """Submit ``shardwright merge OUTPUT_DIR`` to run once the jobs ``after`` ended (``afterok``:
     all their tasks succeeded; the job is cancelled if one failed). The last task already
     publishes: this job is the check (exit 1 naming unfinished shards) and a hook to chain on."""
     chdir = os.path.abspath(chdir or os.getcwd())
-    args = [f"--dependency={dependency}:" + ":".join(after), "--kill-on-invalid-dep=yes",
-            f"--job-name={job_name}-merge", f"--chdir={chdir}", "--open-mode=append"]
+    args = [
+        f"--dependency={dependency}:" + ":".join(after),
+        "--kill-on-invalid-dep=yes",
+        f"--job-name={job_name}-merge",
+        f"--chdir={chdir}",
+        "--open-mode=append",
+    ]
     if partition:
         args.append(f"--partition={partition}")
     if log_dir:
@@ -358,8 +388,7 @@ def submit_merge(output_dir: str, after: list[str], *, storage_options: str | No
 def cluster_max_array_size(env: dict | None = None) -> int | None:
     """MaxArraySize from ``scontrol show config`` (None when it can't be asked)."""
     try:
-        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env,
-                             timeout=20).stdout
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=env, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)

@@ -40,12 +40,18 @@ class AttemptLog:
     def close(self, ended: str, error: StopError | None = None) -> Attempt | None:
         tracker = self.tracker
         attempt = attempt_record(
-            attempt_id=self.attempt_id, run_id=self.manifest.run_id if self.manifest else None,
-            mode=self.manifest.mode if self.manifest else self.mode, node_rank=self.node.rank,
-            num_nodes=self.node.count, started_at=self.started_at,
-            inputs_total=tracker.inputs_total if tracker else 0, inputs_done_before=self.inputs_done_before,
+            attempt_id=self.attempt_id,
+            run_id=self.manifest.run_id if self.manifest else None,
+            mode=self.manifest.mode if self.manifest else self.mode,
+            node_rank=self.node.rank,
+            num_nodes=self.node.count,
+            started_at=self.started_at,
+            inputs_total=tracker.inputs_total if tracker else 0,
+            inputs_done_before=self.inputs_done_before,
             inputs_done_after=tracker.inputs_done() if tracker else 0,
-            items_written=tracker.items if tracker else 0, ended=ended, error=error,
+            items_written=tracker.items if tracker else 0,
+            ended=ended,
+            error=error,
         )
         try:
             record_attempt(self.storage.with_short_retries(), attempt)

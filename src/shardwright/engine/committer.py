@@ -44,8 +44,15 @@ class ChunkCommitter:
         self.raise_if_failed()
         size = job.nbytes
         with self._room:  # backpressure; one chunk may always wait, however large
-            self._room.wait_for(lambda: self._pending_chunks == 0 or (
-                self._pending_bytes + size <= PENDING_BYTES_LIMIT and self._pending_chunks < PENDING_CHUNKS_LIMIT))
+            self._room.wait_for(
+                lambda: (
+                    self._pending_chunks == 0
+                    or (
+                        self._pending_bytes + size <= PENDING_BYTES_LIMIT
+                        and self._pending_chunks < PENDING_CHUNKS_LIMIT
+                    )
+                )
+            )
             self._pending_bytes += size
             self._pending_chunks += 1
         self._queue.put(job)

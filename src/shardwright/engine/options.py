@@ -51,7 +51,11 @@ def fn_code(fn: Callable) -> str:
     if isinstance(fn, functools.partial):
         target = fn.func
         extra = repr((fn.args, sorted(fn.keywords.items()))).encode(errors="replace")[:10_000]
-    code = getattr(target, "__code__", None) or getattr(type(target).__call__, "__code__", None) if not isinstance(target, type) else None
+    code = (
+        getattr(target, "__code__", None) or getattr(type(target).__call__, "__code__", None)
+        if not isinstance(target, type)
+        else None
+    )
     if not isinstance(code, types.CodeType):
         return ""
     digest = hashlib.blake2b(digest_size=8)
@@ -95,9 +99,13 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
 
 # fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
 _FSSPEC_NAMES = {
-    "key": "aws_access_key_id", "secret": "aws_secret_access_key", "token": "aws_session_token",
-    "client_kwargs": "its contents (endpoint_url, region_name) at the top level", "anon": "no credentials at all",
-    "endpoint": "endpoint_url", "region": "region_name",
+    "key": "aws_access_key_id",
+    "secret": "aws_secret_access_key",
+    "token": "aws_session_token",
+    "client_kwargs": "its contents (endpoint_url, region_name) at the top level",
+    "anon": "no credentials at all",
+    "endpoint": "endpoint_url",
+    "region": "region_name",
 }
 
 
@@ -144,12 +152,27 @@ class OptimizeOptions:
     item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
 
     @classmethod
-    def validate(cls, fn: object, *, chunk_size: object = None, chunk_bytes: object = None,
-                 compression: object = None, num_workers: object = None, mode: object = None,
-                 use_checkpoint: object = True, start_method: object = None, storage_options: object = None,
-                 verbose: object = True, num_nodes: object = None, node_rank: object = None,
-                 num_shards: object = None, on_error: object = "raise", max_retries: object = 0,
-                 timeout: object = None, item_loader: object = None) -> OptimizeOptions:
+    def validate(
+        cls,
+        fn: object,
+        *,
+        chunk_size: object = None,
+        chunk_bytes: object = None,
+        compression: object = None,
+        num_workers: object = None,
+        mode: object = None,
+        use_checkpoint: object = True,
+        start_method: object = None,
+        storage_options: object = None,
+        verbose: object = True,
+        num_nodes: object = None,
+        node_rank: object = None,
+        num_shards: object = None,
+        on_error: object = "raise",
+        max_retries: object = 0,
+        timeout: object = None,
+        item_loader: object = None,
+    ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
         if chunk_size is not None:
@@ -159,7 +182,9 @@ class OptimizeOptions:
         chunk_bytes_int = None
         if chunk_bytes is not None:
             if isinstance(chunk_bytes, bool):
-                raise ArgumentTypeError(f"chunk_bytes must be a size in bytes (int) or e.g. '64MB'; got {chunk_bytes!r}")
+                raise ArgumentTypeError(
+                    f"chunk_bytes must be a size in bytes (int) or e.g. '64MB'; got {chunk_bytes!r}"
+                )
             try:
                 chunk_bytes_int = parse_size(chunk_bytes)  # type: ignore[arg-type]
             except (ValueError, TypeError) as exc:
@@ -208,5 +233,6 @@ class OptimizeOptions:
 
     def output_settings(self, num_inputs: int) -> OutputSettings:
         shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
-        return OutputSettings(self.chunk_size, self.chunk_bytes, self.compression, min(shards, max(1, num_inputs)),
-                              self.item_loader)
+        return OutputSettings(
+            self.chunk_size, self.chunk_bytes, self.compression, min(shards, max(1, num_inputs)), self.item_loader
+        )

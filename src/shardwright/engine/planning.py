@@ -49,7 +49,6 @@ def check_output_dir(output_dir: object) -> None:
         )
 
 
-
 @dataclass(frozen=True)
 class NodeIdentity:
     rank: int
@@ -82,8 +81,7 @@ def _parse_int(name: str, value: str) -> int:
         raise UsageError(f"{name}={value!r} is not an integer") from None
 
 
-def node_identity(num_nodes: int | None, node_rank: int | None,
-                  env: Mapping[str, str] | None = None) -> NodeIdentity:
+def node_identity(num_nodes: int | None, node_rank: int | None, env: Mapping[str, str] | None = None) -> NodeIdentity:
     """Which share of the shards this process runs: explicit arguments win, then litdata's
     variables, then a Slurm array, then an srun step; a single node otherwise."""
     if env is None:

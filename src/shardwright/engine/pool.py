@@ -62,8 +62,9 @@ class WorkerPool:
         current = getattr(self, "_current", None)
         return list(current) if current is not None else []
 
-    def run(self, tasks: list[ShardTask], on_message: Callable[[Any], None],
-            on_idle: Callable[[], str | None]) -> PoolOutcome:
+    def run(
+        self, tasks: list[ShardTask], on_message: Callable[[Any], None], on_idle: Callable[[], str | None]
+    ) -> PoolOutcome:
         """Run ``tasks``; ``on_message`` gets every Progress/Committed message, ``on_idle`` is
         called ten times a second and stops the pool at once when it returns a reason."""
         # cast: typeshed's BaseContext lacks Process, which every concrete context has
@@ -73,8 +74,12 @@ class WorkerPool:
         current = ctx.Array("q", [-1] * self.num_workers, lock=False)
         self._current = current
         procs = [
-            ctx.Process(target=worker_main, name=f"shardwright-worker-{wid}", daemon=True,
-                        args=(wid, self.fn, self.cfg, task_q, result_q, stop_event, current))
+            ctx.Process(
+                target=worker_main,
+                name=f"shardwright-worker-{wid}",
+                daemon=True,
+                args=(wid, self.fn, self.cfg, task_q, result_q, stop_event, current),
+            )
             for wid in range(self.num_workers)
         ]
         for proc in procs:

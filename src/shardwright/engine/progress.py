@@ -44,8 +44,16 @@ class Tracker:
     def open_bar(self) -> None:
         if not self.verbose:
             return
-        self.bar = tqdm_class()(total=self.inputs_total, initial=self.inputs_done(), unit="input", desc="optimize",
-                                mininterval=0.5, maxinterval=1.0, smoothing=0.1, dynamic_ncols=True)
+        self.bar = tqdm_class()(
+            total=self.inputs_total,
+            initial=self.inputs_done(),
+            unit="input",
+            desc="optimize",
+            mininterval=0.5,
+            maxinterval=1.0,
+            smoothing=0.1,
+            dynamic_ncols=True,
+        )
 
     def close_bar(self) -> None:
         if self.bar is not None:

@@ -35,10 +35,18 @@ class OptimizeResult:
             state = f"waiting for {len(self.pending_shards)} shard(s) of other nodes"
         else:
             state = "being published by another node that finished at the same moment"
-        failed = (f"; {self.failed:,} input(s) failed and were skipped (records under "
-                  f"{self.output_dir}/{FAILED_PREFIX}; rerun the same call to retry them)") if self.failed else ""
-        return (f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
-                f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}")
+        failed = (
+            (
+                f"; {self.failed:,} input(s) failed and were skipped (records under "
+                f"{self.output_dir}/{FAILED_PREFIX}; rerun the same call to retry them)"
+            )
+            if self.failed
+            else ""
+        )
+        return (
+            f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
+            f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}"
+        )
 
 
 def _input_text(inputs: Sequence, index: int) -> str:
@@ -58,7 +66,9 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
             raise FnError(
                 f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {failure.message}. Committed work "
                 f"is kept: fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
-                input_index=index, input_repr=value, worker_traceback=tb,
+                input_index=index,
+                input_repr=value,
+                worker_traceback=tb,
             ) from original
         if isinstance(original, ShardwrightError):
             raise original
@@ -77,8 +87,7 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
     if outcome.aborted is not None:
         raise LeaseLostError(f"stopped: {outcome.aborted}")
     if outcome.interrupted_by is not None:
-        line = (f"Interrupted: {tracker.inputs_done():,} of {total:,} inputs done. "
-                "Rerun the same call to resume.")
+        line = f"Interrupted: {tracker.inputs_done():,} of {total:,} inputs done. Rerun the same call to resume."
         print(line, file=sys.stderr, flush=True)
         if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
             raise KeyboardInterrupt(line)

@@ -124,10 +124,23 @@ def optimize(
     check_not_bootstrapping()
     check_output_dir(output_dir)
     options = OptimizeOptions.validate(
-        fn, chunk_size=chunk_size, chunk_bytes=chunk_bytes, compression=compression, num_workers=num_workers,
-        mode=mode, use_checkpoint=use_checkpoint, start_method=start_method, storage_options=storage_options,
-        verbose=verbose, num_nodes=num_nodes, node_rank=node_rank, num_shards=num_shards, on_error=on_error,
-        max_retries=max_retries, timeout=timeout, item_loader=item_loader,
+        fn,
+        chunk_size=chunk_size,
+        chunk_bytes=chunk_bytes,
+        compression=compression,
+        num_workers=num_workers,
+        mode=mode,
+        use_checkpoint=use_checkpoint,
+        start_method=start_method,
+        storage_options=storage_options,
+        verbose=verbose,
+        num_nodes=num_nodes,
+        node_rank=node_rank,
+        num_shards=num_shards,
+        on_error=on_error,
+        max_retries=max_retries,
+        timeout=timeout,
+        item_loader=item_loader,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)
@@ -138,16 +151,25 @@ def optimize(
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
-    request = Request(mode=options.mode, inputs=InputsFingerprint.of(inputs),
-                      settings=options.output_settings(len(inputs)), fn_name=fn_name(fn),
-                      use_checkpoint=options.use_checkpoint, fn_code=fn_code(fn),
-                      input_files=_input_files_json(inputs))
+    request = Request(
+        mode=options.mode,
+        inputs=InputsFingerprint.of(inputs),
+        settings=options.output_settings(len(inputs)),
+        fn_name=fn_name(fn),
+        use_checkpoint=options.use_checkpoint,
+        fn_code=fn_code(fn),
+        input_files=_input_files_json(inputs),
+    )
     storage = open_storage(output_dir, options.storage_options, create=True)
     storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
     check_no_links(storage)  # before the first write: never follow a link out of the output
 
-    lease = Lease(storage, f"node-{node.rank}", f"node {node.rank}'s share" if node.is_multi_node else "the run",
-                  extra={"node_rank": node.rank, "num_nodes": node.count})
+    lease = Lease(
+        storage,
+        f"node-{node.rank}",
+        f"node {node.rank}'s share" if node.is_multi_node else "the run",
+        extra={"node_rank": node.rank, "num_nodes": node.count},
+    )
     lease.acquire(storage.url)
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     try:
@@ -187,8 +209,11 @@ def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None
     if plan.kind is PlanKind.RESUME:
         assert plan.manifest is not None
         if plan.fn_changed_from:
-            log.warning("fn changed since the interrupted run (%s, now %s); resuming with the new fn",
-                        plan.fn_changed_from, request.fn_name)
+            log.warning(
+                "fn changed since the interrupted run (%s, now %s); resuming with the new fn",
+                plan.fn_changed_from,
+                request.fn_name,
+            )
         if plan.manifest.mode == "overwrite":
             log.info("resuming the interrupted overwrite of %s", storage.url)
         return plan.manifest, True
@@ -207,14 +232,21 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
     base_config: IndexConfig | None = plan.base[1] if plan.base else None
     count = len(plan.input_ids) if plan.input_ids is not None else request.inputs.count
     wanted = Manifest(
-        run_id=uuid.uuid4().hex, generation=plan.generation, mode=plan.manifest_mode, num_inputs=count,
-        num_shards=max(1, min(request.settings.num_shards, count)), inputs=request.inputs.to_json(),
+        run_id=uuid.uuid4().hex,
+        generation=plan.generation,
+        mode=plan.manifest_mode,
+        num_inputs=count,
+        num_shards=max(1, min(request.settings.num_shards, count)),
+        inputs=request.inputs.to_json(),
         input_ids=list(plan.input_ids) if plan.input_ids is not None else None,
         input_skips=list(plan.input_skips) if plan.input_skips is not None else None,
-        settings=request.settings, use_checkpoint=request.use_checkpoint,
+        settings=request.settings,
+        use_checkpoint=request.use_checkpoint,
         base_chunks=[c.to_json() for c in base_chunks],
         base_config=base_config.to_json() if base_config else None,
-        fn_name=request.fn_name, created_at=time.time(), fn_code=request.fn_code,
+        fn_name=request.fn_name,
+        created_at=time.time(),
+        fn_code=request.fn_code,
         input_files=request.input_files,
     )
     manifest = create_manifest(storage, wanted)
@@ -268,8 +300,12 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
     except CorruptStateError:
         return
     if last and last.get("run_id") == manifest.run_id and manifest.num_inputs and last.get("items_added") == 0:
-        log.warning("fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
-                    "`return`? Fix it and rerun (the changed fn is detected)", fn_name(fn), manifest.num_inputs)
+        log.warning(
+            "fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
+            "`return`? Fix it and rerun (the changed fn is detected)",
+            fn_name(fn),
+            manifest.num_inputs,
+        )
 
 
 def _check_picklable(fn: Callable, start_method: str) -> None:
@@ -289,17 +325,36 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
     for p in progress.values():
         if p.done:
             continue
-        values = [inputs[i] for i in ids[p.next_input:p.end]] if ids else list(inputs[p.next_input:p.end])
-        tasks.append(ShardTask(p.shard, p.start, p.end, p.next_input, p.skip_outputs, p.next_seq, values,
-                               ids[p.next_input:p.end] if ids else None,
-                               skips[p.next_input:p.end] if skips else None,
-                               p.records[-1].epoch if p.records else None))
+        values = [inputs[i] for i in ids[p.next_input : p.end]] if ids else list(inputs[p.next_input : p.end])
+        tasks.append(
+            ShardTask(
+                p.shard,
+                p.start,
+                p.end,
+                p.next_input,
+                p.skip_outputs,
+                p.next_seq,
+                values,
+                ids[p.next_input : p.end] if ids else None,
+                skips[p.next_input : p.end] if skips else None,
+                p.records[-1].epoch if p.records else None,
+            )
+        )
     return tasks
 
 
-def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, inputs: Sequence,
-           options: OptimizeOptions, node: NodeIdentity, lease: Lease, started: float,
-           attempt: AttemptLog) -> OptimizeResult:
+def _drive(
+    storage: Storage,
+    manifest: Manifest,
+    resumed: bool,
+    fn: Callable,
+    inputs: Sequence,
+    options: OptimizeOptions,
+    node: NodeIdentity,
+    lease: Lease,
+    started: float,
+    attempt: AttemptLog,
+) -> OptimizeResult:
     all_bounds = manifest.shard_bounds()
     mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
     if manifest.use_checkpoint and resumed:
@@ -334,15 +389,27 @@ def _drive(storage: Storage, manifest: Manifest, resumed: bool, fn: Callable, in
     if published:
         _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(
-        output_dir=storage.url, items=tracker.items, chunks=tracker.chunks, bytes=tracker.bytes,
-        seconds=time.monotonic() - started, resumed=resumed, published=published,
-        inputs=manifest.num_inputs, failed=sum(len(p.failed) for p in progress.values()), pending_shards=missing,
+        output_dir=storage.url,
+        items=tracker.items,
+        chunks=tracker.chunks,
+        bytes=tracker.bytes,
+        seconds=time.monotonic() - started,
+        resumed=resumed,
+        published=published,
+        inputs=manifest.num_inputs,
+        failed=sum(len(p.failed) for p in progress.values()),
+        pending_shards=missing,
     )
     if missing and node.variables:
         # a leftover export makes a single-node run one node of several: say where it came from
-        log.warning("this call is node %d of %d (from %s): %d shard(s) wait for the other node(s), which must run "
-                    "the same call. For a single-node run, unset those variables", node.rank, node.count,
-                    node.origin, len(missing))
+        log.warning(
+            "this call is node %d of %d (from %s): %d shard(s) wait for the other node(s), which must run "
+            "the same call. For a single-node run, unset those variables",
+            node.rank,
+            node.count,
+            node.origin,
+            len(missing),
+        )
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result

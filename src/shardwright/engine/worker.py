@@ -64,16 +64,27 @@ class WorkerConfig:
     tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
 
     @classmethod
-    def for_run(cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int,
-                lease: LeaseTicket) -> WorkerConfig:
+    def for_run(
+        cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int, lease: LeaseTicket
+    ) -> WorkerConfig:
         settings = manifest.settings
         return cls(
-            output_dir=output_url, storage_options=options.storage_options,
-            round=RoundSettings(run_id=manifest.run_id, generation=manifest.generation,
-                                compression=settings.compression, use_checkpoint=manifest.use_checkpoint,
-                                epoch=lease.epoch, lease_key=lease.key, lease_owner=lease.owner),
-            chunk_size=settings.chunk_size, chunk_bytes=settings.chunk_bytes,
-            on_error=options.on_error, max_retries=options.max_retries, node_rank=node_rank,
+            output_dir=output_url,
+            storage_options=options.storage_options,
+            round=RoundSettings(
+                run_id=manifest.run_id,
+                generation=manifest.generation,
+                compression=settings.compression,
+                use_checkpoint=manifest.use_checkpoint,
+                epoch=lease.epoch,
+                lease_key=lease.key,
+                lease_owner=lease.owner,
+            ),
+            chunk_size=settings.chunk_size,
+            chunk_bytes=settings.chunk_bytes,
+            on_error=options.on_error,
+            max_retries=options.max_retries,
+            node_rank=node_rank,
             timeout=options.timeout,
             tokens=settings.item_loader == TOKENS_LOADER,
         )
@@ -126,8 +137,9 @@ class FormatGate:
             if known is None:
                 probe = self.encoder_class()
                 data = probe.encode(sample, input_index)
-                known = claim_format(self.storage, self.run_id, list(probe.data_format or []),
-                                     probe.data_spec, input_index)
+                known = claim_format(
+                    self.storage, self.run_id, list(probe.data_format or []), probe.data_spec, input_index
+                )
                 if known["data_format"] == probe.data_format and known["data_spec"] == probe.data_spec:
                     self.encoder = probe
                     self.encoder.format_input_index = known["input_index"]
@@ -144,8 +156,13 @@ class ShardWriter:
     (next input, outputs of it already taken). It is what each commit record stores.
     """
 
-    def __init__(self, task: ShardTask, cfg: WorkerConfig, committer: ChunkCommitter,
-                 token_itemsize: Callable[[], int | None] | None = None):
+    def __init__(
+        self,
+        task: ShardTask,
+        cfg: WorkerConfig,
+        committer: ChunkCommitter,
+        token_itemsize: Callable[[], int | None] | None = None,
+    ):
         self.task, self.cfg, self.committer = task, cfg, committer
         self.token_itemsize = token_itemsize  # token datasets: bytes per token, known once encoded
         self.items: list[bytes] = []
@@ -175,9 +192,20 @@ class ShardWriter:
         dim = None
         if self.cfg.tokens and self.items and self.token_itemsize is not None:
             dim = self.items_bytes // (self.token_itemsize() or 1)
-        self.committer.submit(PendingChunk(self.task.shard, self.seq, self.items, self.first_input, next_input,
-                                           skip, done, tuple(tuple(pair) for pair in self.failed),
-                                           prev_epoch=self.prev_epoch, dim=dim))
+        self.committer.submit(
+            PendingChunk(
+                self.task.shard,
+                self.seq,
+                self.items,
+                self.first_input,
+                next_input,
+                skip,
+                done,
+                tuple(tuple(pair) for pair in self.failed),
+                prev_epoch=self.prev_epoch,
+                dim=dim,
+            )
+        )
         self.prev_epoch = self.cfg.round.epoch
         self.seq += 1
         self.committed = self.position
@@ -277,9 +305,11 @@ class Worker:
         if self.cfg.timeout is None:
             self._apply_fn(writer, value, i, input_id, skip)
             return
+
         def expired(signum, frame):  # runs in this (the main) thread, inside fn
-            raise InputTimeout(f"fn did not finish input {input_id:,} ({short_repr(value)}) within "
-                               f"timeout={self.cfg.timeout:g} s")
+            raise InputTimeout(
+                f"fn did not finish input {input_id:,} ({short_repr(value)}) within timeout={self.cfg.timeout:g} s"
+            )
 
         previous = signal.signal(signal.SIGALRM, expired)
         signal.setitimer(signal.ITIMER_REAL, self.cfg.timeout)
@@ -302,15 +332,22 @@ class Worker:
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
-        write_failure(self.storage, FailureRecord(
-            input_index=input_id, input_repr=redact(short_repr(value, 500), self.secrets),
-            exception_type=type(exc).__name__,
-            message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
-            traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
-            host=socket.gethostname(),
-            pid=os.getpid(), node=self.cfg.node_rank, attempts=attempts, generation=self.cfg.round.generation,
-            time=time.time(),
-        ))
+        write_failure(
+            self.storage,
+            FailureRecord(
+                input_index=input_id,
+                input_repr=redact(short_repr(value, 500), self.secrets),
+                exception_type=type(exc).__name__,
+                message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
+                traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                node=self.cfg.node_rank,
+                attempts=attempts,
+                generation=self.cfg.round.generation,
+                time=time.time(),
+            ),
+        )
 
 
 class InputTimeout(TimeoutError):
@@ -333,14 +370,21 @@ def _describe(exc: BaseException) -> str:
     return bounded_text(explain_fn_error(f"{type(exc).__name__}: {exc}"), MAX_STORED_TEXT)
 
 
-def _failure(wid: int, kind: str, exc: BaseException, input_index: int, tb: str,
-             secrets: list[str] | None = None) -> WorkerFailed:
+def _failure(
+    wid: int, kind: str, exc: BaseException, input_index: int, tb: str, secrets: list[str] | None = None
+) -> WorkerFailed:
     secrets = secrets if secrets is not None else secret_values(None)
     pickled = _picklable_exception(exc)
     if pickled is not None and redact_exception(exc, secrets) is not exc:
         pickled = None  # the message above is redacted; the original must not travel with it
-    return WorkerFailed(wid, kind, redact(_describe(exc), secrets), input_index,
-                        redact(bounded_text(tb, MAX_STORED_TEXT), secrets), pickled)
+    return WorkerFailed(
+        wid,
+        kind,
+        redact(_describe(exc), secrets),
+        input_index,
+        redact(bounded_text(tb, MAX_STORED_TEXT), secrets),
+        pickled,
+    )
 
 
 def _picklable_exception(exc: BaseException) -> bytes | None:
@@ -407,7 +451,4 @@ def _close_quietly(worker: Worker, wid: int, result_q) -> None:
     try:
         worker.committer.close()
     except BaseException as exc:
-        result_q.put(_failure(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc(),
-                              worker.secrets))
-
-
+        result_q.put(_failure(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets))

@@ -11,7 +11,6 @@ from typing import Any
 from ..errors import CorruptStateError, UnsupportedFormatError
 from .sample import parse_spec
 
-
 # --- index.json -------------------------------------------------------------------------------
 
 
@@ -23,10 +22,15 @@ class ChunkEntry:
     dim: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"chunk_bytes": self.chunk_bytes, "chunk_size": self.chunk_size, "dim": self.dim, "filename": self.filename}
+        return {
+            "chunk_bytes": self.chunk_bytes,
+            "chunk_size": self.chunk_size,
+            "dim": self.dim,
+            "filename": self.filename,
+        }
 
     @classmethod
-    def from_json(cls, data: Any) -> "ChunkEntry":
+    def from_json(cls, data: Any) -> ChunkEntry:
         """Raises ValueError naming the bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"a chunk entry must be an object, got {type(data).__name__}")
@@ -78,7 +82,7 @@ class IndexConfig:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> "IndexConfig":
+    def from_json(cls, data: Any) -> IndexConfig:
         """Raises ValueError naming the bad field (UnsupportedFormatError for litdata-only modes)."""
         if not isinstance(data, dict):
             raise ValueError(f"config must be an object, got {type(data).__name__}")
@@ -196,7 +200,7 @@ def parse_size(value: int | str) -> int:
     if not isinstance(value, str):
         raise ValueError(f"size {value!r} must be an int or a string like '64MB'")
     raw = value.strip().lower().replace(" ", "")
-    for suffix, factor in _SIZE_UNITS.items():  # longest suffixes first
+    for suffix, factor in _SIZE_UNITS.items():  # noqa: B007 - used after the loop; longest suffixes first
         if raw.endswith(suffix):
             number = raw[: -len(suffix)]
             break

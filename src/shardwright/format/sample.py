@@ -8,10 +8,11 @@ import pickle
 import struct
 import sys
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -129,7 +130,7 @@ class _Node:
 
     kind: type | None
     keys: tuple  # dict keys, or () for list/tuple/leaf
-    children: tuple["_Node", ...]
+    children: tuple[_Node, ...]
     num_leaves: int
 
 
@@ -435,7 +436,11 @@ class ItemEncoder:
 
     def __getstate__(self) -> dict[str, Any]:
         # struct.Struct cannot be pickled: workers rebuild the parsed form from the strings.
-        return {"data_format": self.data_format, "data_spec": self.data_spec, "format_input_index": self.format_input_index}
+        return {
+            "data_format": self.data_format,
+            "data_spec": self.data_spec,
+            "format_input_index": self.format_input_index,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["data_format"], state["data_spec"])  # type: ignore[misc]
@@ -494,7 +499,7 @@ class ItemEncoder:
         for position, (fmt, leaf) in enumerate(zip(formats, leaves)):
             try:
                 blob = _encode_leaf(fmt, leaf)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes one clear error
+            except Exception as exc:
                 raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
             if len(blob) > _U32_MAX:
                 raise SampleFormatError(
@@ -597,7 +602,9 @@ def _leaf_decoder(fmt: str, allow_pickle: bool = True) -> Callable[[memoryview],
 
 
 @lru_cache(maxsize=64)
-def decode_plan(data_format: tuple[str, ...], data_spec: str, allow_pickle: bool = True) -> tuple[struct.Struct, list, Callable]:
+def decode_plan(
+    data_format: tuple[str, ...], data_spec: str, allow_pickle: bool = True
+) -> tuple[struct.Struct, list, Callable]:
     """(size header struct, leaf decoders, unflattener) of a dataset; building it checks that
     every leaf format is readable (UnsupportedFormatError) and the spec is sound (CorruptStateError)."""
     num_leaves, build = _unflattener(data_spec)

@@ -71,8 +71,22 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
             entry = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw), dim=job.dim)
             stored = len(data)
         prev = None if job.seq == 0 else run.epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
-        records.append(CommitRecord(job.shard, job.seq, entry, stored, job.first_input, job.next_input,
-                                    job.skip_outputs, job.done, job.failed, run.run_id, run.epoch, prev))
+        records.append(
+            CommitRecord(
+                job.shard,
+                job.seq,
+                entry,
+                stored,
+                job.first_input,
+                job.next_input,
+                job.skip_outputs,
+                job.done,
+                job.failed,
+                run.run_id,
+                run.epoch,
+                prev,
+            )
+        )
     if not records:
         return records
     storage.barrier()

@@ -94,8 +94,10 @@ def start_over_hint(manifest: Manifest, url: str) -> str:
     """The safe way to give up an interrupted run: an append (or retry) run sits on a published
     dataset that mode='overwrite' would delete, so it is abandoned with ``shardwright clean``."""
     if manifest.mode in ("append", "retry"):
-        return (f"or abandon the unfinished {manifest.mode} with `shardwright clean {url}` "
-                "(or shardwright.abandon(); the published dataset is kept)")
+        return (
+            f"or abandon the unfinished {manifest.mode} with `shardwright clean {url}` "
+            "(or shardwright.abandon(); the published dataset is kept)"
+        )
     return f"or abandon it with `shardwright clean {url}` (or pass mode='overwrite') to start over"
 
 
@@ -122,9 +124,12 @@ def _is_published(index_chunks: tuple[ChunkEntry, ...], manifest: Manifest) -> b
 
 
 def _same_finished_call(last_run: dict | None, request: Request) -> bool:
-    return last_run is not None and last_run.get("inputs") == request.inputs.to_json() \
-        and last_run.get("settings") == request.settings.to_json() \
+    return (
+        last_run is not None
+        and last_run.get("inputs") == request.inputs.to_json()
+        and last_run.get("settings") == request.settings.to_json()
         and last_run.get("fn_name") == request.fn_name
+    )
 
 
 def _fn_code_changed(last_run: dict, request: Request) -> bool:
@@ -146,12 +151,19 @@ def decide(seen: Observed, request: Request) -> RunPlan:
         if not manifest.use_checkpoint or not request.use_checkpoint:
             base = None
             if manifest.base_config:
-                base = (tuple(ChunkEntry.from_json(c) for c in manifest.base_chunks),
-                        IndexConfig.from_json(manifest.base_config))
-            return RunPlan(PlanKind.RESTART, manifest=manifest, generation=manifest.generation,
-                           manifest_mode=manifest.mode, base=base,
-                           input_ids=tuple(manifest.input_ids) if manifest.input_ids is not None else None,
-                           input_skips=tuple(manifest.input_skips) if manifest.input_skips is not None else None)
+                base = (
+                    tuple(ChunkEntry.from_json(c) for c in manifest.base_chunks),
+                    IndexConfig.from_json(manifest.base_config),
+                )
+            return RunPlan(
+                PlanKind.RESTART,
+                manifest=manifest,
+                generation=manifest.generation,
+                manifest_mode=manifest.mode,
+                base=base,
+                input_ids=tuple(manifest.input_ids) if manifest.input_ids is not None else None,
+                input_skips=tuple(manifest.input_skips) if manifest.input_skips is not None else None,
+            )
         check_same_run(manifest, request, seen.url)
         changed = manifest.fn_name if manifest.fn_name != request.fn_name else None
         if changed is None and manifest.fn_code and request.fn_code and manifest.fn_code != request.fn_code:
@@ -180,13 +192,19 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             # (on_error="skip") are retried, their outputs appended.
             failed = (seen.last_run or {}).get("failed_inputs") or []
             if failed:
-                return RunPlan(PlanKind.RETRY, generation=next_generation(index), manifest_mode="retry",
-                               base=base_dataset, input_ids=tuple(p[0] for p in failed),
-                               input_skips=tuple(p[1] for p in failed))
+                return RunPlan(
+                    PlanKind.RETRY,
+                    generation=next_generation(index),
+                    manifest_mode="retry",
+                    base=base_dataset,
+                    input_ids=tuple(p[0] for p in failed),
+                    input_skips=tuple(p[1] for p in failed),
+                )
             return RunPlan(PlanKind.NOOP)
         if request.mode == "append":
-            return RunPlan(PlanKind.APPEND, generation=next_generation(index), manifest_mode="append",
-                           base=base_dataset)
+            return RunPlan(
+                PlanKind.APPEND, generation=next_generation(index), manifest_mode="append", base=base_dataset
+            )
         raise DatasetExistsError(
             f"{seen.url} already holds a finished dataset ({sum(c.chunk_size for c in index):,} items); "
             "pass mode='append' to add to it or mode='overwrite' to replace it"
@@ -206,8 +224,14 @@ def _decide_overwrite(seen: Observed, request: Request) -> RunPlan:
     """Wipe and start over, except to resume an interrupted overwrite of this same call (a
     requeued array task must not wipe its peers' work). Corrupt state is wiped too."""
     manifest = seen.manifest
-    if manifest is not None and seen.manifest_error is None and seen.records_readable \
-            and manifest.mode == "overwrite" and manifest.use_checkpoint and request.use_checkpoint:
+    if (
+        manifest is not None
+        and seen.manifest_error is None
+        and seen.records_readable
+        and manifest.mode == "overwrite"
+        and manifest.use_checkpoint
+        and request.use_checkpoint
+    ):
         try:
             check_same_run(manifest, request, seen.url)
         except RunMismatchError:

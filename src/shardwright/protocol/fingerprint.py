@@ -188,6 +188,8 @@ class InputFiles:
                 path = _file_path(inputs[i])
                 stats = _stat(path) if path is not None else None
                 if path is not None and (stats is None or stats[1] / 1e9 >= since):
-                    return f"input {i:,} ({short_repr(path, 200)}) changed or vanished since the interrupted run started"
+                    return (
+                        f"input {i:,} ({short_repr(path, 200)}) changed or vanished since the interrupted run started"
+                    )
             return f"an input file between input {first:,} and {last:,} changed (size or modification time)"
         return None

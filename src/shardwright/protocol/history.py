@@ -79,8 +79,9 @@ class Attempt:
             values = {k: v for k, v in data.items() if k in names}
             error = values.get("error")
             if error is not None:
-                values["error"] = StopError(**{k: v for k, v in error.items()
-                                               if k in {f.name for f in fields(StopError)}})
+                values["error"] = StopError(
+                    **{k: v for k, v in error.items() if k in {f.name for f in fields(StopError)}}
+                )
             attempt = cls(**values)
         except (TypeError, AttributeError):
             return None
@@ -94,9 +95,11 @@ def stop_error(exc: BaseException) -> StopError:
     errors whose messages are already free of credentials; the message is capped)."""
     kind = classify(exc).kind
     return StopError(
-        type=type(exc).__name__, kind=kind, message=bounded_text(str(exc).split("\n--- worker traceback")[0],
-                                                                 MAX_MESSAGE),
-        input_index=getattr(exc, "input_index", None), worker=getattr(exc, "worker", None),
+        type=type(exc).__name__,
+        kind=kind,
+        message=bounded_text(str(exc).split("\n--- worker traceback")[0], MAX_MESSAGE),
+        input_index=getattr(exc, "input_index", None),
+        worker=getattr(exc, "worker", None),
     )
 
 
@@ -111,16 +114,42 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def attempt_record(*, attempt_id: str, run_id: str | None, mode: str | None, node_rank: int, num_nodes: int,
-                   started_at: float, inputs_total: int, inputs_done_before: int, inputs_done_after: int,
-                   items_written: int, ended: str, error: StopError | None = None) -> Attempt:
+def attempt_record(
+    *,
+    attempt_id: str,
+    run_id: str | None,
+    mode: str | None,
+    node_rank: int,
+    num_nodes: int,
+    started_at: float,
+    inputs_total: int,
+    inputs_done_before: int,
+    inputs_done_after: int,
+    items_written: int,
+    ended: str,
+    error: StopError | None = None,
+) -> Attempt:
     slurm_job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
     slurm = f"{slurm_job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}" if slurm_job else None
-    return Attempt(attempt_id=attempt_id, run_id=run_id, mode=mode, node_rank=node_rank, num_nodes=num_nodes,
-                   host=socket.gethostname(), pid=os.getpid(), user=_user(), slurm_task=slurm,
-                   started_at=started_at, finished_at=time.time(), inputs_total=inputs_total,
-                   inputs_done_before=inputs_done_before, inputs_done_after=inputs_done_after,
-                   items_written=items_written, ended=ended, error=error)
+    return Attempt(
+        attempt_id=attempt_id,
+        run_id=run_id,
+        mode=mode,
+        node_rank=node_rank,
+        num_nodes=num_nodes,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        user=_user(),
+        slurm_task=slurm,
+        started_at=started_at,
+        finished_at=time.time(),
+        inputs_total=inputs_total,
+        inputs_done_before=inputs_done_before,
+        inputs_done_after=inputs_done_after,
+        items_written=items_written,
+        ended=ended,
+        error=error,
+    )
 
 
 def history_key(attempt: Attempt) -> str:

@@ -46,8 +46,7 @@ HISTORY_PREFIX = f"{STATE_DIR}/history/"
 CHUNK_PREFIX = "chunk-"
 
 
-def chunk_filename(generation: int, shard: int, seq: int, compression: str | None,
-                   epoch: int | None = None) -> str:
+def chunk_filename(generation: int, shard: int, seq: int, compression: str | None, epoch: int | None = None) -> str:
     """Name of chunk ``seq`` of ``shard`` written by run generation ``generation`` under the
     lease epoch ``epoch`` (the protocol always passes one: a writer that lost its lease can
     then never overwrite a chunk of the holder that took over; see the package docstring)."""
@@ -98,7 +97,7 @@ def parse_record_key(key: str) -> tuple[int, int, int] | None:
     """(shard, first seq, epoch) of a record file key, None for anything else under shards/."""
     if not key.startswith(SHARDS_PREFIX):
         return None
-    name = key[len(SHARDS_PREFIX):]
+    name = key[len(SHARDS_PREFIX) :]
     if "/" in name or not name.endswith(".json"):
         return None
     parts = name[: -len(".json")].split("-")
@@ -115,7 +114,7 @@ def lease_key(name: str) -> str:
 
 
 def lease_name(key: str) -> str:
-    return key[len(LEASES_PREFIX):-len(".json")]
+    return key[len(LEASES_PREFIX) : -len(".json")]
 
 
 def failure_key(input_index: int, generation: int) -> str:
@@ -124,5 +123,5 @@ def failure_key(input_index: int, generation: int) -> str:
 
 def parse_failure_key(key: str) -> int | None:
     """The input index of a failure record key, None for anything else."""
-    head = key[len(FAILED_PREFIX):].split("-", 1)[0]
+    head = key[len(FAILED_PREFIX) :].split("-", 1)[0]
     return int(head) if key.startswith(FAILED_PREFIX) and head.isdigit() else None

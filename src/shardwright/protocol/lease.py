@@ -59,8 +59,10 @@ def describe_holder(holder: dict, key: str, url: str) -> str:
     age = heartbeat_age(holder)
     who = f"host {holder.get('host')!s:.100}, pid {holder.get('pid')!s:.20}"
     if age < -5:
-        return (f"{who}, heartbeat {-age:.0f} s in the future (a clock ahead or a hand edit); if no run is "
-                f"writing there, delete {url}/{key} (or run `shardwright clean {url}` once it expires)")
+        return (
+            f"{who}, heartbeat {-age:.0f} s in the future (a clock ahead or a hand edit); if no run is "
+            f"writing there, delete {url}/{key} (or run `shardwright clean {url}` once it expires)"
+        )
     return f"{who}, heartbeat {age:.0f} s ago"
 
 
@@ -72,8 +74,10 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
     except (FileNotFoundError, ValueError):
         holder = {}
     if not isinstance(holder, dict) or holder.get("owner") != owner:
-        raise LeaseLostError(f"stopped: the lease {storage.url}/{key} was taken over by another run "
-                             "(this one was paused or cut off longer than the lease TTL)")
+        raise LeaseLostError(
+            f"stopped: the lease {storage.url}/{key} was taken over by another run "
+            "(this one was paused or cut off longer than the lease TTL)"
+        )
 
 
 def slurm_identity() -> str | None:

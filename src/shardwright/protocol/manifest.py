@@ -25,8 +25,12 @@ class OutputSettings:
     item_loader: str = "PyTreeLoader"  # or "TokensLoader": raw token items, chunk entries with dim
 
     def to_json(self) -> dict:
-        settings = {"chunk_size": self.chunk_size, "chunk_bytes": self.chunk_bytes,
-                    "compression": self.compression, "num_shards": self.num_shards}
+        settings = {
+            "chunk_size": self.chunk_size,
+            "chunk_bytes": self.chunk_bytes,
+            "compression": self.compression,
+            "num_shards": self.num_shards,
+        }
         if self.item_loader != "PyTreeLoader":  # only then: runs recorded before the key existed still match
             settings["item_loader"] = self.item_loader
         return settings
@@ -36,20 +40,28 @@ class OutputSettings:
         def optional_int(name: str) -> int | None:
             value = data.get(name)
             if value is not None and (type(value) is not int or value < 1):
-                raise CorruptStateError(f"run settings in {where} have an invalid {name!r} ({value!r}); "
-                                        f"it was edited by hand. {START_OVER}")
+                raise CorruptStateError(
+                    f"run settings in {where} have an invalid {name!r} ({value!r}); it was edited by hand. {START_OVER}"
+                )
             return value
 
         compression = data.get("compression")
         num_shards = data.get("num_shards")
-        if compression not in (None, "zstd") or type(num_shards) is not int or num_shards < 1 \
-                or not all(k in data for k in ("chunk_size", "chunk_bytes")):
-            raise CorruptStateError(f"run settings in {where} are incomplete or invalid; "
-                                    f"it was edited by hand. {START_OVER}")
+        if (
+            compression not in (None, "zstd")
+            or type(num_shards) is not int
+            or num_shards < 1
+            or not all(k in data for k in ("chunk_size", "chunk_bytes"))
+        ):
+            raise CorruptStateError(
+                f"run settings in {where} are incomplete or invalid; it was edited by hand. {START_OVER}"
+            )
         item_loader = data.get("item_loader", "PyTreeLoader")
         if item_loader not in ("PyTreeLoader", "TokensLoader"):
-            raise CorruptStateError(f"run settings in {where} have an invalid item_loader ({item_loader!r:.40}); "
-                                    f"it was edited by hand. {START_OVER}")
+            raise CorruptStateError(
+                f"run settings in {where} have an invalid item_loader ({item_loader!r:.40}); "
+                f"it was edited by hand. {START_OVER}"
+            )
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards, item_loader)
 
     def first_difference(self, other: OutputSettings) -> tuple[str, object, object] | None:
@@ -119,8 +131,11 @@ class Manifest:
         """Catch hand edits that parse but would publish a wrong dataset."""
         problem = None
         inputs = self.inputs
-        if not (isinstance(inputs.get("count"), int) and isinstance(inputs.get("block_size"), int)
-                and isinstance(inputs.get("block_hashes"), str)):
+        if not (
+            isinstance(inputs.get("count"), int)
+            and isinstance(inputs.get("block_size"), int)
+            and isinstance(inputs.get("block_hashes"), str)
+        ):
             problem = "its inputs fingerprint is incomplete"
         elif self.generation < 0:
             problem = f"generation {self.generation} is negative"
@@ -129,9 +144,11 @@ class Manifest:
         elif not 1 <= self.num_shards <= max(1, self.num_inputs):
             problem = f"num_shards {self.num_shards} is out of range for {self.num_inputs} inputs"
         elif self.input_ids is not None and not (
-            isinstance(self.input_ids, list) and len(self.input_ids) == self.num_inputs
+            isinstance(self.input_ids, list)
+            and len(self.input_ids) == self.num_inputs
             and all(isinstance(i, int) and 0 <= i < inputs["count"] for i in self.input_ids)
-            and isinstance(self.input_skips, list) and len(self.input_skips) == self.num_inputs
+            and isinstance(self.input_skips, list)
+            and len(self.input_skips) == self.num_inputs
             and all(type(k) is int and 0 <= k <= MAX_INPUTS for k in self.input_skips)
         ):
             problem = "its retry input list is invalid"
@@ -147,8 +164,7 @@ class Manifest:
             problem = "its inputs fingerprint does not match its input count"
         if problem:
             raise CorruptStateError(
-                f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. "
-                + START_OVER
+                f"run manifest {where} is invalid ({problem}); it was damaged or edited by hand. " + START_OVER
             )
         return self
 
@@ -161,7 +177,9 @@ def read_manifest(storage: Storage) -> Manifest | None:
         data = storage.read_bytes(MANIFEST_KEY)
     except FileNotFoundError:
         return None
-    return Manifest.from_json(loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}")
+    return Manifest.from_json(
+        loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}"
+    )
 
 
 def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
@@ -182,8 +200,7 @@ def read_run_record(storage: Storage) -> dict | None:
     except FileNotFoundError:
         return None
     where = f"{storage.url}/{RUN_RECORD_KEY}"
-    fix = (f"delete {where} (it only describes the last finished run; the dataset is not affected) "
-           "and rerun")
+    fix = f"delete {where} (it only describes the last finished run; the dataset is not affected) and rerun"
     try:
         record = loads_object(data, "run record", storage, RUN_RECORD_KEY)
     except CorruptStateError:
@@ -191,9 +208,14 @@ def read_run_record(storage: Storage) -> dict | None:
     failed = record.get("failed_inputs", [])
     inputs = record.get("inputs")
     count = inputs.get("count") if isinstance(inputs, dict) else None  # run-wide: what failed ids index
-    if not isinstance(failed, list) or type(count) is not int or not 0 <= count <= MAX_INPUTS or not all(
-        isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) and p[0] < count
-        for p in failed
+    if (
+        not isinstance(failed, list)
+        or type(count) is not int
+        or not 0 <= count <= MAX_INPUTS
+        or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) and p[0] < count
+            for p in failed
+        )
     ):
         raise CorruptStateError(f"run record {where} has an invalid input count or failed-input list; {fix}")
     return record

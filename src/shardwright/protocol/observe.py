@@ -43,7 +43,9 @@ def observe(storage: Storage, *, read_records: bool = False) -> Observed:
         except CorruptStateError as exc:
             manifest_error = manifest_error or exc
     return Observed(
-        url=storage.url, manifest=manifest, manifest_error=manifest_error,
+        url=storage.url,
+        manifest=manifest,
+        manifest_error=manifest_error,
         index_chunks=tuple(index[0]) if index is not None else None,
         index_config=index[1] if index is not None else None,
         last_run=last_run,

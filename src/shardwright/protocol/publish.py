@@ -37,27 +37,39 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
     return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
 
 
-def run_record(manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]],
-               finisher: tuple[str, str] | None = None) -> dict:
+def run_record(
+    manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]], finisher: tuple[str, str] | None = None
+) -> dict:
     """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
     new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
     now = time.time()
     return {
         "failed_inputs": sorted(failed),
-        "state": "complete", "run_id": manifest.run_id, "generation": manifest.generation,
-        "mode": manifest.mode, "inputs": manifest.inputs, "num_inputs": manifest.num_inputs,
-        "settings": manifest.settings.to_json(), "items": sum(c.chunk_size for c in chunks),
-        "items_added": sum(c.chunk_size for c in new), "chunks": len(chunks), "chunks_added": len(new),
-        "started_at": manifest.created_at, "finished_at": now, "seconds": now - manifest.created_at,
+        "state": "complete",
+        "run_id": manifest.run_id,
+        "generation": manifest.generation,
+        "mode": manifest.mode,
+        "inputs": manifest.inputs,
+        "num_inputs": manifest.num_inputs,
+        "settings": manifest.settings.to_json(),
+        "items": sum(c.chunk_size for c in chunks),
+        "items_added": sum(c.chunk_size for c in new),
+        "chunks": len(chunks),
+        "chunks_added": len(new),
+        "started_at": manifest.created_at,
+        "finished_at": now,
+        "seconds": now - manifest.created_at,
         # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
         # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
-        "published_by": socket.gethostname(), "fn_name": finisher[0] if finisher else manifest.fn_name,
+        "published_by": socket.gethostname(),
+        "fn_name": finisher[0] if finisher else manifest.fn_name,
         "fn_code": finisher[1] if finisher else manifest.fn_code,
     }
 
 
-def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
-                     finisher: tuple[str, str] | None = None) -> None:
+def finish_published(
+    storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], finisher: tuple[str, str] | None = None
+) -> None:
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
     previous = read_run_record(storage)
@@ -69,8 +81,13 @@ def finish_published(storage: Storage, manifest: Manifest, index_chunks: list[Ch
     cleanup_after_publish(storage, manifest, index_chunks, failed, finisher)
 
 
-def cleanup_after_publish(storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry],
-                          failed: list[list[int]] | None, finisher: tuple[str, str] | None = None) -> None:
+def cleanup_after_publish(
+    storage: Storage,
+    manifest: Manifest,
+    index_chunks: list[ChunkEntry],
+    failed: list[list[int]] | None,
+    finisher: tuple[str, str] | None = None,
+) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent. ``failed`` holds [input id, outputs
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
@@ -151,9 +168,11 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         fmt = manifest.base_config
     settings = manifest.settings
     config = IndexConfig(
-        chunk_bytes=settings.chunk_bytes, chunk_size=settings.chunk_size,
+        chunk_bytes=settings.chunk_bytes,
+        chunk_size=settings.chunk_size,
         compression=settings.compression,
-        data_format=list(fmt["data_format"]) if fmt else [], data_spec=fmt["data_spec"] if fmt else None,
+        data_format=list(fmt["data_format"]) if fmt else [],
+        data_spec=fmt["data_spec"] if fmt else None,
         item_loader=settings.item_loader,
     )
     chunks = base + [chunk for _, chunk in committed]
@@ -172,8 +191,9 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
     return current is None or current.run_id != manifest.run_id
 
 
-def publish_if_complete(storage: Storage, manifest: Manifest, known: dict[int, ShardProgress],
-                        finisher: tuple[str, str] | None = None) -> tuple[bool, list[int]]:
+def publish_if_complete(
+    storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: tuple[str, str] | None = None
+) -> tuple[bool, list[int]]:
     """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
 
     ``finisher`` is (name, code digest) of the fn that finished the run, for run.json.

@@ -18,12 +18,10 @@ MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact intege
 def failed_pairs(value: object, what: str, where: str) -> tuple:
     """The ``failed`` list of a record: [input id, outputs already committed] pairs."""
     if not isinstance(value, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x <= MAX_NUMBER for x in p)
-        for p in value
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x <= MAX_NUMBER for x in p) for p in value
     ):
         raise CorruptStateError(
-            f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. "
-            + START_OVER
+            f"{what} {where} has an invalid 'failed' list; it was damaged or edited by hand. " + START_OVER
         )
     return tuple(tuple(p) for p in value)
 
@@ -48,10 +46,18 @@ class CommitRecord:
     def to_json(self) -> dict:
         # by hand: dataclasses.asdict deep-copies, and this runs once per chunk
         return {
-            "shard": self.shard, "seq": self.seq, "chunk": self.chunk.to_json() if self.chunk else None,
-            "stored_bytes": self.stored_bytes, "first_input": self.first_input, "next_input": self.next_input,
-            "skip_outputs": self.skip_outputs, "done": self.done, "failed": [list(p) for p in self.failed],
-            "run_id": self.run_id, "epoch": self.epoch, "prev_epoch": self.prev_epoch,
+            "shard": self.shard,
+            "seq": self.seq,
+            "chunk": self.chunk.to_json() if self.chunk else None,
+            "stored_bytes": self.stored_bytes,
+            "first_input": self.first_input,
+            "next_input": self.next_input,
+            "skip_outputs": self.skip_outputs,
+            "done": self.done,
+            "failed": [list(p) for p in self.failed],
+            "run_id": self.run_id,
+            "epoch": self.epoch,
+            "prev_epoch": self.prev_epoch,
         }
 
     @classmethod
@@ -62,13 +68,13 @@ class CommitRecord:
             entry = ChunkEntry.from_json(chunk) if chunk is not None else None
         except Exception:
             raise CorruptStateError(
-                f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. "
-                + START_OVER
+                f"{what} {where} has an invalid 'chunk'; it was damaged or edited by hand. " + START_OVER
             ) from None
         prev = data.get("prev_epoch")
         if prev is not None and (type(prev) is not int or not 0 <= prev <= MAX_EPOCH):
-            raise CorruptStateError(f"{what} {where} has an invalid 'prev_epoch' ({prev!r}); it was edited by hand. "
-                                    + START_OVER)
+            raise CorruptStateError(
+                f"{what} {where} has an invalid 'prev_epoch' ({prev!r}); it was edited by hand. " + START_OVER
+            )
         record = cls(
             shard=require_field(data, "shard", int, what, where),
             seq=require_field(data, "seq", int, what, where),
@@ -84,10 +90,20 @@ class CommitRecord:
             prev_epoch=prev,
         )
         # every number read from disk is bounded before anything sizes or loops by it
-        if not all(0 <= n <= MAX_NUMBER for n in (record.seq, record.stored_bytes, record.first_input,
-                                                   record.next_input, record.skip_outputs, record.epoch)):
-            raise CorruptStateError(f"{what} {where} holds a negative or absurdly large number; it was edited "
-                                    f"by hand. {START_OVER}")
+        if not all(
+            0 <= n <= MAX_NUMBER
+            for n in (
+                record.seq,
+                record.stored_bytes,
+                record.first_input,
+                record.next_input,
+                record.skip_outputs,
+                record.epoch,
+            )
+        ):
+            raise CorruptStateError(
+                f"{what} {where} holds a negative or absurdly large number; it was edited by hand. {START_OVER}"
+            )
         return record
 
 
@@ -180,8 +196,13 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordF
     records = parse_record_file(data, storage, key)
     for k, record in enumerate(records):
         prev_ok = k == 0 or record.prev_epoch == epoch
-        if record.shard != shard or record.seq != seq + k or record.epoch != epoch or not prev_ok \
-                or record.run_id != records[0].run_id:
+        if (
+            record.shard != shard
+            or record.seq != seq + k
+            or record.epoch != epoch
+            or not prev_ok
+            or record.run_id != records[0].run_id
+        ):
             raise CorruptStateError(
                 f"checkpoint record {where} does not match its name (shard {shard}, seq {seq + k}, epoch {epoch}); "
                 f"it was renamed or edited by hand. {START_OVER}"
@@ -229,8 +250,7 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
             continue
         raise CorruptStateError(
             f"checkpoint records of shard {progress.shard} do not form one chain 0..n-1 (at {url}/{f.key}): "
-            "a record was deleted or edited by hand, or follows the shard's last. "
-            + START_OVER
+            "a record was deleted or edited by hand, or follows the shard's last. " + START_OVER
         )
     return off
 
@@ -261,8 +281,9 @@ def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
         return None
 
 
-def load_progress(storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None,
-                  repair: bool = False) -> dict[int, ShardProgress]:
+def load_progress(
+    storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None, repair: bool = False
+) -> dict[int, ShardProgress]:
     """Read the records of the given shards (parallel reads: S3 round trips dominate) and
     follow each shard's chain (see :func:`_chain`).
 

@@ -73,8 +73,14 @@ def read_status(storage: Storage) -> RunStatus:
         return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     leases = [
-        LeaseStatus(name, holder.get("host"), holder.get("pid"), round(heartbeat_age(holder), 1),
-                    lease_is_live(holder), _current_inputs(holder))
+        LeaseStatus(
+            name,
+            holder.get("host"),
+            holder.get("pid"),
+            round(heartbeat_age(holder), 1),
+            lease_is_live(holder),
+            _current_inputs(holder),
+        )
         for name, holder in read_leases(storage)
     ]
     history = [a for a in read_history(storage) if a.run_id == manifest.run_id]
@@ -86,17 +92,28 @@ def read_status(storage: Storage) -> RunStatus:
     else:
         state, reason = "interrupted", stop_reason(last) if last is not None else None
     return RunStatus(
-        output_dir=storage.url, state=state, stop_reason=reason, last_attempt=last, attempts=len(history),
-        published=published, last_run=last_run, failed_records=failed,
-        run_id=manifest.run_id, mode=manifest.mode, generation=manifest.generation,
-        inputs=manifest.num_inputs, inputs_done=sum(p.inputs_done for p in progress.values()),
+        output_dir=storage.url,
+        state=state,
+        stop_reason=reason,
+        last_attempt=last,
+        attempts=len(history),
+        published=published,
+        last_run=last_run,
+        failed_records=failed,
+        run_id=manifest.run_id,
+        mode=manifest.mode,
+        generation=manifest.generation,
+        inputs=manifest.num_inputs,
+        inputs_done=sum(p.inputs_done for p in progress.values()),
         items_committed=sum(c.chunk_size for p in progress.values() for c in p.chunks),
         chunks_committed=sum(len(p.chunks) for p in progress.values()),
         shards=manifest.num_shards,
         shards_done=[s for s, p in progress.items() if p.done],
         shards_in_progress=[s for s, p in progress.items() if p.records and not p.done],
         shards_pending=[s for s, p in progress.items() if not p.records],
-        leases=leases, fn=manifest.fn_name, started_at=manifest.created_at,
+        leases=leases,
+        fn=manifest.fn_name,
+        started_at=manifest.created_at,
     )
 
 

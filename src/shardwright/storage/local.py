@@ -164,7 +164,7 @@ class LocalStorage(Storage):
         dirs = set()
         i, path = 0, self.root
         try:
-            for i, path in enumerate(paths):
+            for i, path in enumerate(paths):  # noqa: B007 - i names the failed path afterwards
                 try:
                     fd = os.open(path, os.O_RDONLY)
                 except FileNotFoundError:
@@ -387,7 +387,7 @@ class FileLock:
         elif self._fallback is not None:  # pragma: no cover
             self._fallback.release()
 
-    def __enter__(self) -> FileLock:  # noqa: PYI034 - final class in practice; Self needs 3.11
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 

@@ -44,10 +44,22 @@ from .registry import register_backend
 __all__ = ["OPERATIONS", "MemoryStorage", "open_memory"]
 
 #: Operations the fault hooks can target (the Storage method names).
-OPERATIONS = frozenset({
-    "write_bytes", "barrier", "create_exclusive", "read_bytes", "read_versioned", "replace_if_version",
-    "exists", "size", "list", "delete", "delete_prefix", "download_to",
-})
+OPERATIONS = frozenset(
+    {
+        "write_bytes",
+        "barrier",
+        "create_exclusive",
+        "read_bytes",
+        "read_versioned",
+        "replace_if_version",
+        "exists",
+        "size",
+        "list",
+        "delete",
+        "delete_prefix",
+        "download_to",
+    }
+)
 
 #: ``predicate(op, key)`` -> the exception to raise for this call, or None to let it run.
 FaultPredicate = Callable[[str, "str | None"], "BaseException | None"]
@@ -357,7 +369,7 @@ def _raise(exc: BaseException | None) -> None:
 
 def open_memory(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> MemoryStorage:
     """The registry's factory for ``memory://name`` (``storage_options`` is ignored)."""
-    name = url[len("memory://"):].strip("/")
+    name = url[len("memory://") :].strip("/")
     if not name or "/" in name:
         raise OutputDirError(f"invalid memory URL {url!r}: use memory://name (one name, no '/')")
     return MemoryStorage(name)

@@ -99,7 +99,7 @@ def open_storage(
     if m.group(2) is None:
         if not known:  # "data:v1" is a relative local path with a colon in its name
             return _require("file", url)(url, storage_options, create=create)
-        rest = url[m.end():].lstrip("/")
+        rest = url[m.end() :].lstrip("/")
         raise OutputDirError(
             f"malformed URL {_safe(url)!r}: write {scheme}://{rest} (two slashes), or ./{url} for a local directory"
         )
@@ -108,7 +108,7 @@ def open_storage(
             f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: use a local path or one of "
             + ", ".join(f"{s}://" for s in registered_schemes())
         )
-    url = scheme + url[len(m.group(1)):]  # S3://b/p and s3://b/p are the same location
+    url = scheme + url[len(m.group(1)) :]  # S3://b/p and s3://b/p are the same location
     return _require(scheme, url)(url, storage_options, create=create)
 
 

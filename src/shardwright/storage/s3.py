@@ -38,15 +38,36 @@ _MiB = 1024 * 1024
 
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
 _RETRY_CODES = {
-    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "RequestTimeTooSkewed",
-    "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
-    "ConditionalRequestConflict", "OperationAborted", "BadDigest", "IncompleteBody",
-    "500", "502", "503", "504",
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "ConditionalRequestConflict",
+    "OperationAborted",
+    "BadDigest",
+    "IncompleteBody",
+    "500",
+    "502",
+    "503",
+    "504",
 }
 _CREDENTIAL_CODES = {
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
-    "InvalidClientTokenId", "UnrecognizedClientException", "AuthorizationHeaderMalformed",
-    "InvalidSecurity", "TokenRefreshRequired", "403",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "AuthorizationHeaderMalformed",
+    "InvalidSecurity",
+    "TokenRefreshRequired",
+    "403",
 }
 
 # Reset in a forked child: a lock held by another thread at fork time would stay locked.
@@ -152,8 +173,12 @@ class S3Storage(Storage):
         ep = None
         if self._client is not None:
             ep = self._client.meta.endpoint_url
-        ep = ep or self._client_kwargs.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") \
+        ep = (
+            ep
+            or self._client_kwargs.get("endpoint_url")
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
             or os.environ.get("AWS_ENDPOINT_URL")
+        )
         return _strip_userinfo(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
 
     def _botocore_config(self) -> Any:
@@ -212,7 +237,7 @@ class S3Storage(Storage):
         return f"{self.prefix}/{prefix}" if self.prefix else prefix
 
     def _rel(self, full_key: str) -> str:
-        return full_key[len(self.prefix) + 1:] if self.prefix else full_key
+        return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
 
     def _is_retryable(self, e: BaseException) -> bool:
         from botocore import exceptions as bce
@@ -310,7 +335,7 @@ class S3Storage(Storage):
                 raise
             except Exception as e:
                 if self._is_retryable(e):
-                    delay = min(4.0, 0.1 * 2 ** attempt) * random.uniform(0.5, 1.0)
+                    delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
                     if time.monotonic() + delay < deadline:
                         attempt += 1
                         time.sleep(delay)
@@ -471,7 +496,7 @@ class S3Storage(Storage):
     def delete_prefix(self, prefix: str) -> None:
         keys = self._list_full(self._full_prefix(prefix))
         for i in range(0, len(keys), 1000):
-            batch = {"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True}
+            batch = {"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
 
             def once(_a: int, batch: dict[str, Any] = batch) -> None:
                 r = self.client().delete_objects(Bucket=self.bucket, Delete=batch)
@@ -481,8 +506,13 @@ class S3Storage(Storage):
 
                     first = errors[0]
                     raise ClientError(
-                        {"Error": {"Code": first.get("Code", ""), "Message": f"{first.get('Message', '')} "
-                                   f"(key {first.get('Key')}; {len(errors)} keys failed)"}},
+                        {
+                            "Error": {
+                                "Code": first.get("Code", ""),
+                                "Message": f"{first.get('Message', '')} "
+                                f"(key {first.get('Key')}; {len(errors)} keys failed)",
+                            }
+                        },
                         "DeleteObjects",
                     )
 
