@@ -72,10 +72,10 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
 """
 
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
-from .decode import item_decoder
+from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
 from .safe_pickle import load_data_only_pickle
-from .sample import ItemEncoder, decode_item, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
+from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
 from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
 
 __all__ = [

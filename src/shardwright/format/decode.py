@@ -8,11 +8,15 @@ from typing import Any
 from ..errors import CorruptStateError
 from .sample import decode_plan
 
-__all__ = ["item_decoder"]
+__all__ = ["decode_item", "item_decoder"]
 
 
 def item_decoder(data_format: list[str], data_spec: str, *, allow_pickle: bool = True) -> Callable[[Any], Any]:
-    """:func:`decode_item` with the plan bound once: for readers decoding many items."""
+    """A decoder of items of one format: the plan (struct, leaf decoders, builder) is bound
+    once, so readers decoding many items pay for it once.
+
+    ``allow_pickle=False`` (what readers of untrusted datasets pass): pickle leaves holding
+    anything but plain data raise UnsupportedFormatError instead of running code."""
     sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec, allow_pickle)
     header, unpack = sizes_struct.size, sizes_struct.unpack_from
 
@@ -31,3 +35,9 @@ def item_decoder(data_format: list[str], data_spec: str, *, allow_pickle: bool =
         return build(iter(leaves))
 
     return decode
+
+
+def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str, *, allow_pickle: bool = True) -> Any:
+    """Inverse of :meth:`ItemEncoder.encode` for one item (see :func:`item_decoder`). torch is
+    imported only for tensor leaves."""
+    return item_decoder(data_format, data_spec, allow_pickle=allow_pickle)(buf)

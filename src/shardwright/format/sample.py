@@ -21,7 +21,6 @@ from .safe_pickle import load_data_only_pickle
 
 __all__ = [
     "ItemEncoder",
-    "decode_item",
     "decode_plan",
     "flatten_sample",
     "leaf_format",
@@ -611,23 +610,3 @@ def decode_plan(
     if num_leaves != len(data_format):
         raise CorruptStateError(f"data_format has {len(data_format)} names but data_spec has {num_leaves} leaves")
     return struct.Struct(f"<{len(data_format)}I"), [_leaf_decoder(fmt, allow_pickle) for fmt in data_format], build
-
-
-def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str, *, allow_pickle: bool = True) -> Any:
-    """Inverse of :meth:`ItemEncoder.encode`. torch is imported only for tensor leaves.
-
-    ``allow_pickle=False`` (what readers of untrusted datasets pass): pickle leaves holding
-    anything but plain data raise UnsupportedFormatError instead of running code."""
-    sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec, allow_pickle)
-    view = memoryview(buf)
-    if len(view) < sizes_struct.size:
-        raise CorruptStateError(f"item is {len(view)} bytes, shorter than its {sizes_struct.size}-byte size header")
-    sizes = sizes_struct.unpack_from(view, 0)
-    pos = sizes_struct.size
-    if pos + sum(sizes) != len(view):
-        raise CorruptStateError(f"item is {len(view)} bytes but its header announces {pos + sum(sizes)}")
-    leaves = []
-    for size, decode in zip(sizes, decoders):
-        leaves.append(decode(view[pos : pos + size]))
-        pos += size
-    return build(iter(leaves))

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from ..engine.pool import describe_exit as describe_process_exit
+
 
 def process_start(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone or a zombie."""
@@ -99,12 +101,5 @@ def kill_stale(pid: int | None, start: str | None, timeout: float = 15.0) -> boo
 
 
 def describe_exit(returncode: int | None) -> str:
-    if returncode is None:
-        return "ended while the server was down"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name}" + (" (what the OOM killer sends)" if returncode == -signal.SIGKILL else "")
-    return f"exited with status {returncode} without reporting"
+    """How a job process ended; None: it ended while the server was down (no exit status)."""
+    return "ended while the server was down" if returncode is None else describe_process_exit(returncode)
