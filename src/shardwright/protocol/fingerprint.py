@@ -16,6 +16,7 @@ FINGERPRINT_BLOCK = 256  # inputs per hash block: 1M inputs -> 3,907 hashes (62 
 
 
 _ATOMS = (int, float, str, bytes, bool, type(None))
+_ATOM_TYPES = frozenset(_ATOMS)
 
 
 def canonical(value: object, depth: int = 0) -> object:
@@ -67,7 +68,9 @@ class InputsFingerprint:
         for start in range(0, len(inputs), block_size):
             block = list(inputs[start : start + block_size])
             try:
-                data = _stable_pickle([canonical(v) for v in block])
+                # the common case, a block of plain values, needs no canonical copy (a C-level check)
+                plain = set(map(type, block)) <= _ATOM_TYPES
+                data = _stable_pickle(block if plain else [canonical(v) for v in block])
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
                 raise InputsError(
@@ -153,7 +156,14 @@ class InputFiles:
         count = min(len(inputs), MAX_FILE_CHECKS)
         for start in range(0, count, block_size):
             digest = hashlib.blake2b(digest_size=8)
-            for offset, value in enumerate(inputs[start : min(start + block_size, count)]):
+            block = inputs[start : min(start + block_size, count)]
+            kinds = set(map(type, block))
+            if not any(issubclass(k, (str, os.PathLike)) for k in kinds) or (
+                kinds == {str} and "/" not in "".join(block)  # type: ignore[arg-type]
+            ):
+                hashes.append(digest.hexdigest())  # no path in this block (C-level checks)
+                continue
+            for offset, value in enumerate(block):
                 path = _file_path(value)
                 stats = _stat(path) if path is not None else None
                 if stats is not None:
