@@ -159,7 +159,7 @@ class InputFiles:
             block = inputs[start : min(start + block_size, count)]
             kinds = set(map(type, block))
             if not any(issubclass(k, (str, os.PathLike)) for k in kinds) or (
-                kinds == {str} and "/" not in "".join(block)  # type: ignore[arg-type]
+                kinds == {str} and "/" not in "".join(block)
             ):
                 hashes.append(digest.hexdigest())  # no path in this block (C-level checks)
                 continue
