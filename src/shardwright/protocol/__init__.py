@@ -53,7 +53,8 @@ Steps and the state on disk after each
 5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
    orphan chunks of the generation, the records, the format claim, and the manifest LAST.
-   *After:* only index.json, chunks, run.json and failure details remain.
+   *After:* only index.json, chunks, run.json, failure details and the run history
+   (``history/``, informational: see the history module) remain.
 
 Crash points
 ============
