@@ -467,7 +467,7 @@ def test_s3_missing_bucket(s3_server):
 
 @pytest.mark.s3
 def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
-    port = __import__("s3server").free_ports(1)[0]  # nothing listens there
+    port = __import__("support.s3server", fromlist=["free_ports"]).free_ports(1)[0]  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
     s = open_storage(f"s3://{s3_bucket}/p", dict(s3_server.storage_options, endpoint_url=endpoint))
     for call in (s.check, lambda: s.write_bytes("k", b"x")):
@@ -843,6 +843,7 @@ def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage
             pytest.fail(f"mount -t tmpfs failed: {done.stderr.strip()}")
         pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.strip()}")
     try:
+        os.chmod(cache, 0o700)  # a fresh tmpfs is world-writable (1777), which the reader refuses as a cache
         ds = StreamingDataset(s3_url, storage_options=s3_storage_options, cache_dir=cache, prefetch=False)
         with pytest.raises(StorageError) as info:
             ds[0]

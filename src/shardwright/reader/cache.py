@@ -151,6 +151,19 @@ class ChunkCache:
         self._ready_pid: int | None = None
         self.reader_waits = 0  # reads (not prefetches) that found their chunk missing, in this process
         self._estimate: tuple | None = None  # (pid, bytes, monotonic time of the scan, dir mtime)
+        self._inflight: tuple[int, threading.Lock, list[int]] | None = None  # (pid, lock, [bytes downloading])
+
+    def _downloads(self) -> tuple[threading.Lock, list[int]]:
+        """This process's lock and running total of bytes being downloaded by its threads (the
+        reader and its prefetchers): each download makes room for the others' too."""
+        if self._inflight is None or self._inflight[0] != os.getpid():  # new, or a forked copy
+            self._inflight = (os.getpid(), threading.Lock(), [0])
+        return self._inflight[1], self._inflight[2]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_inflight"] = None  # a lock does not pickle; each process makes its own
+        return state
 
     def check_existing(self) -> None:
         """Refuse now (not at the first download) a root or dataset directory that is unsafe."""
@@ -241,8 +254,12 @@ class ChunkCache:
                 if pin is None and still_wanted is not None and not still_wanted():
                     return None
                 if pin is None:
-                    self.evict(self.max_bytes - entry.chunk_bytes)
+                    lock, downloading = self._downloads()
+                    with lock:
+                        others = downloading[0]
+                        downloading[0] += entry.chunk_bytes
                     try:
+                        self.evict(self.max_bytes - entry.chunk_bytes - others)
                         self.storage.download_to(entry.filename, path, durable=False)  # checked on use
                     except FileNotFoundError:
                         raise CorruptStateError(
@@ -255,6 +272,9 @@ class ChunkCache:
                                 exc, f"caching {self.url}/{entry.filename} in {self.directory}", _CACHE_FULL_FIX
                             ) from exc
                         raise
+                    finally:
+                        with lock:
+                            downloading[0] -= entry.chunk_bytes
                     downloaded = True
                     pin = self._pin(path)
                     if pin is not None:
@@ -350,9 +370,15 @@ class ChunkCache:
         return known[1]
 
     def _added(self, size: int) -> None:
-        known = self._estimate
-        if known is not None and known[0] == os.getpid():
-            self._estimate = (known[0], known[1] + size, known[2], self._dir_mtime())
+        # under the downloads lock: two threads finishing together must not lose an update
+        # (an estimate below the truth lets evict() skip its scan and the bound be overrun)
+        lock, downloading = self._downloads()
+        with lock:
+            known = self._estimate
+            if downloading[0] > 0:
+                self._estimate = None  # other threads' files are landing too: rescan next time
+            elif known is not None and known[0] == os.getpid():
+                self._estimate = (known[0], known[1] + size, known[2], self._dir_mtime())
 
     def evict(self, target: int) -> None:
         """Delete least recently used, unpinned chunk files until the root holds <= target bytes."""
@@ -364,15 +390,19 @@ class ChunkCache:
             lock = _filelock(os.path.join(self.root, _CACHE_LOCK))
             with lock:
                 scanned_at = time.monotonic()
+                mtime = self._dir_mtime()  # before the scan: a file landing during it invalidates the estimate
                 total, files = self._scan()
+                evicted = False
                 if total > target:
                     low = max(0, target - self.max_bytes // 10)
                     for _mtime, size, path in sorted(files):
                         if try_evict(path, self.lock_path(path)):
-                            total -= size
+                            total, evicted = total - size, True
                             if total <= low:
                                 break
-                self._estimate = (os.getpid(), total, scanned_at, self._dir_mtime())
+                # After our own deletions the directory's mtime cannot tell them from a file that
+                # landed meanwhile: keep an estimate only when it is exact (else rescan next time).
+                self._estimate = None if evicted else (os.getpid(), total, scanned_at, mtime)
         except OSError:
             pass  # eviction is best effort; reading must go on
 
