@@ -410,7 +410,9 @@ def test_a_shard_that_never_finishes_blocks_publishing_until_its_task_is_resubmi
     assert merged.returncode == 1, merged
     assert f"{len(missing)} shard(s) are not finished: {missing[:20]}" in merged.stderr, merged.stderr
     status = json.loads(shardwright_cli(slurm_cluster, "status", str(run.out), "--json").stdout)
-    assert not status["published"] and status["state"] == "interrupted"
+    # the run is held up by the failed node's fn error: "failed", naming the input (#10)
+    assert not status["published"] and status["state"] == "failed"
+    assert status["stop_reason"] == f"user error: FnError on input {bad}", status["stop_reason"]
     assert sorted(status["shards_in_progress"] + status["shards_pending"]) == missing
 
     # fix, then resubmit only that task of the 3-task run

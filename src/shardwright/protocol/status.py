@@ -84,11 +84,13 @@ def read_status(storage: Storage) -> RunStatus:
         for name, holder in read_leases(storage)
     ]
     history = [a for a in read_history(storage) if a.run_id == manifest.run_id]
-    last = history[-1] if history else None
+    latest_per_node = {a.node_rank: a for a in history}  # oldest first: the newest of each node wins
+    stopped_by_error = [a for a in latest_per_node.values() if a.ended == "failed"]
+    last = stopped_by_error[-1] if stopped_by_error else (history[-1] if history else None)
     if any(lease.live for lease in leases):
         state, reason = "running", None
-    elif last is not None and last.ended == "failed":
-        state, reason = "failed", stop_reason(last)
+    elif stopped_by_error:  # a node whose last attempt failed holds the run up until it is fixed and rerun
+        state, reason = "failed", stop_reason(stopped_by_error[-1])
     else:
         state, reason = "interrupted", stop_reason(last) if last is not None else None
     return RunStatus(
