@@ -32,9 +32,9 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import SECRET_OPTION_KEYS, UsageError
+from ..errors import UsageError
+from ..secrets import public_options
 
 DEFAULT_JOB_NAME = "shardwright"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
@@ -331,16 +331,7 @@ def public_storage_options(storage_options: str | None) -> str | None:
         raise UsageError("--storage-options is not valid JSON; pass a JSON object of boto3 client arguments") from None
     if not isinstance(options, dict):
         raise UsageError("--storage-options must be a JSON object of boto3 client arguments")
-    public = {}
-    for key, value in options.items():
-        if key in SECRET_OPTION_KEYS:
-            continue
-        if isinstance(value, str) and "@" in value and "://" in value:
-            parts = urlsplit(value)
-            if parts.username or parts.password:
-                host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-                value = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
-        public[key] = value
+    public = public_options(options)
     return json.dumps(public) if public else None
 
 

@@ -8,9 +8,9 @@ import logging
 import signal
 import time
 
-from ..errors import redact_exception, secret_values
 from ..protocol.history import Attempt, StopError, attempt_record, new_attempt_id, record_attempt, stop_error
 from ..protocol.manifest import Manifest
+from ..secrets import redact_exception, secret_values
 from ..storage import Storage
 from .planning import NodeIdentity
 from .progress import Tracker

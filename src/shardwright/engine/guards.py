@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..errors import UsageError, redact_exception, secret_values
+from ..errors import UsageError
+from ..secrets import redact_exception, secret_values
 
 F = TypeVar("F", bound=Callable)
 

@@ -37,20 +37,6 @@ class PoolOutcome:
     dead_worker: DeadWorker | None = None
 
 
-def describe_exit(exitcode: int | None) -> str:
-    """How a process ended, for a message: "was killed by SIGKILL (...)", "exited with code 3 ..."."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        hint = " (what the OOM killer sends)" if exitcode == -signal.SIGKILL else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {exitcode} without reporting (os._exit or a crash in native code)"
-
-
 class WorkerPool:
     """Runs shard tasks on worker processes and watches them until each has exited."""
 

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError, short_repr
+from ..process import describe_exit
 from ..protocol.layout import FAILED_PREFIX
-from .pool import PoolOutcome, describe_exit
+from .pool import PoolOutcome
 from .progress import Tracker
 
 

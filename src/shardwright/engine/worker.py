@@ -11,7 +11,6 @@ bar, errors and publishing.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import pickle
 import signal
@@ -23,13 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import ShardwrightError, bounded_text, redact, redact_exception, secret_values, short_repr
+from ..errors import ShardwrightError, bounded_text, short_repr
 from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
+from ..process import die_with_parent
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.manifest import Manifest
 from ..protocol.records import CommitRecord
+from ..secrets import redact, redact_exception, secret_values
 from ..storage import Storage, open_storage
 from .committer import ChunkCommitter
 from .guards import explain_fn_error
@@ -111,15 +112,6 @@ class ShardTask:
         resumed = self.skip_outputs if position == self.next_input else 0
         base = self.base_skips[position - self.next_input] if self.base_skips is not None else 0
         return max(resumed, base)
-
-
-def _die_with_parent() -> None:
-    """A SIGKILLed main process must not leave workers writing on (litdata's orphans)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class FormatGate:
@@ -405,7 +397,7 @@ def _picklable_exception(exc: BaseException) -> bytes | None:
 
 def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, current_inputs) -> None:
     """Entry point of a worker process."""
-    _die_with_parent()
+    die_with_parent()  # a SIGKILLed main process must not leave workers writing on
     worker_ref: list[Worker] = []
 
     def on_signal(signum, frame):  # the main process decides; we just stop at the next input

@@ -10,10 +10,10 @@ import time
 import uuid
 
 from ..errors import ConcurrentRunError, LeaseLostError
+from ..process import pid_alive
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import LEASES_PREFIX, lease_key, lease_name
-from .liveness import pid_alive
 
 # Owners of the leases this process holds right now. A lease record with this host and pid
 # but another owner is a leftover of an earlier call that did not release it; one whose owner

@@ -26,8 +26,8 @@ import time
 
 from ..errors import CorruptStateError, StorageError
 from ..format import ChunkEntry
+from ..process import pid_alive
 from ..protocol.layout import INDEX_KEY
-from ..protocol.liveness import pid_alive
 from ..storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
 
 try:

@@ -10,30 +10,21 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
-from ..engine.pool import describe_exit as describe_process_exit
+from ..process import describe_exit as describe_process_exit
+from ..process import is_same_process, kill_group, kill_stale, process_start, terminate
 
-
-def process_start(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
-
-
-def is_same_process(pid: int | None, start: str | None) -> bool:
-    if not pid or start is None:
-        return False
-    return process_start(pid) == start
+__all__ = [
+    "describe_exit",
+    "is_same_process",
+    "kill_group",
+    "kill_stale",
+    "process_start",
+    "start_runner",
+    "terminate",
+]
 
 
 def start_runner(
@@ -67,37 +58,6 @@ def start_runner(
     except BrokenPipeError:
         pass
     return proc
-
-
-def terminate(pid: int) -> None:
-    """Ask the job process to stop at a commit point (optimize() handles SIGTERM)."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL the job process and its workers (its session's process group)."""
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def kill_stale(pid: int | None, start: str | None, timeout: float = 15.0) -> bool:
-    """Kill a job process a previous server left behind (only if it is still that process).
-    Returns True once it is gone."""
-    if pid is None or not is_same_process(pid, start):
-        return True
-    kill_group(pid)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not is_same_process(pid, start):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def describe_exit(returncode: int | None) -> str:

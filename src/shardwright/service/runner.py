@@ -15,7 +15,6 @@ SIGTERM/SIGINT stop it gracefully: optimize() commits what is done and returns.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -24,6 +23,8 @@ import threading
 import time
 import traceback
 
+from ..process import die_with_parent
+from ..secrets import redact, secret_values
 from .classify import error_info
 from .progress import read_progress
 
@@ -38,30 +39,6 @@ def read_status(path: str) -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def secret_values(storage_options: dict | None) -> list[str]:
-    """Every string value of storage_options long enough to be worth hiding."""
-    out: list[str] = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-        elif isinstance(value, str) and len(value) >= 4:
-            out.append(value)
-
-    walk(storage_options or {})
-    return sorted(set(out), key=len, reverse=True)
 
 
 class StatusFile:
@@ -87,15 +64,6 @@ class StatusFile:
 
 class _Stop(Exception):
     pass
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != parent_pid:  # the server died before prctl took effect
-        os._exit(70)
 
 
 def _progress_loop(status: StatusFile, output_dir, storage_options, total: int, stop: threading.Event) -> None:
@@ -187,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slurm", action="store_true", help="one task of a Slurm array (no stdin)")
     args = parser.parse_args(argv)
     if args.parent_pid:
-        _die_with_parent(args.parent_pid)
+        die_with_parent(args.parent_pid)  # the server died: nothing orphaned keeps writing
     storage_options = None
     task = None
     if args.slurm:

@@ -20,10 +20,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ..secrets import redact, secret_values
 from . import executor_local as local
 from . import executor_slurm as slurm_exec
 from .progress import read_progress
-from .runner import read_status, redact, secret_values, status_path
+from .runner import read_status, status_path
 from .store import FINAL_STATES, AttemptRecord, JobRecord, JobStore, new_job_id
 
 

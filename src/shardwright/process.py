@@ -1,0 +1,117 @@
+"""Processes of this host: are they alive, are they still the same process, how did they end,
+and how to stop them. The one home of these helpers for the engine's worker pool, the
+protocol's liveness checks (stale leases, temp files, cache pins) and the jobs service's
+local executor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _proc_stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name, None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].decode("ascii", "replace").split()
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host still exists and has not exited.
+
+    A zombie (exited, not yet reaped by its parent: in a container whose PID 1 never reaps,
+    forever) is dead: ``os.kill(pid, 0)`` still succeeds for it, so its state is read from
+    /proc where there is one.
+    """
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    fields = _proc_stat_fields(pid)
+    if not fields:
+        return True  # no /proc (macOS) or it just vanished: trust kill(0)
+    return fields[0] not in ("Z", "X")
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), None if it is gone or a
+    zombie. With the pid it names one process for good: a reused pid has another start time."""
+    fields = _proc_stat_fields(pid)
+    if not fields or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def is_same_process(pid: int | None, start: str | None) -> bool:
+    """Whether ``pid`` still runs and is the process that had start time ``start``."""
+    if not pid or start is None:
+        return False
+    return process_start(pid) == start
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, for a message: "was killed by SIGKILL (...)", "exited with code 3 ..."."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " (what the OOM killer sends)" if exitcode == -signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {exitcode} without reporting (os._exit or a crash in native code)"
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG), so a
+    SIGKILLed main process or server leaves nothing writing on. With ``parent_pid``: exit at
+    once if the parent already died before the request took effect."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the pool's own watch still stops workers
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(70)
+
+
+def terminate(pid: int) -> None:
+    """Ask a process to stop at its next commit point (SIGTERM); gone already is fine."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a session leader's process group (the process and its workers), or the process."""
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_stale(pid: int | None, start: str | None, timeout: float = 15.0) -> bool:
+    """Kill a process (group) left behind by an earlier server, only if it is still that
+    process (same pid and start time). Returns True once it is gone."""
+    if pid is None or not is_same_process(pid, start):
+        return True
+    kill_group(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_same_process(pid, start):
+            return True
+        time.sleep(0.05)
+    return False

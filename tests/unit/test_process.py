@@ -1,0 +1,43 @@
+"""shardwright.process: liveness, identity of a process across pid reuse, how it ended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from shardwright.process import describe_exit, is_same_process, kill_stale, pid_alive, process_start
+
+
+def test_pid_alive_sees_self_and_not_a_reaped_or_zombie_child():
+    assert pid_alive(os.getpid())
+    assert not pid_alive(0) and not pid_alive(-5)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc_pid = proc.pid
+    # wait for it to exit without reaping: a zombie is dead
+    os.waitid(os.P_PID, proc_pid, os.WEXITED | os.WNOWAIT)
+    assert not pid_alive(proc_pid)
+    proc.wait()
+
+
+def test_process_start_names_one_process_and_kill_stale_spares_a_reused_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        start = process_start(proc.pid)
+        assert start is not None and is_same_process(proc.pid, start)
+        assert kill_stale(proc.pid, str(int(start) + 1))  # another process with that pid: left alone
+        assert proc.poll() is None
+        assert kill_stale(proc.pid, start)
+        proc.wait(timeout=10)
+        assert not is_same_process(proc.pid, start)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_describe_exit():
+    assert "SIGKILL" in describe_exit(-signal.SIGKILL) and "OOM" in describe_exit(-signal.SIGKILL)
+    assert "SIGTERM" in describe_exit(-signal.SIGTERM)
+    assert "code 3" in describe_exit(3)
+    assert describe_exit(None) == "still running"
