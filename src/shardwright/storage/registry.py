@@ -109,7 +109,27 @@ def open_storage(
             + ", ".join(f"{s}://" for s in registered_schemes())
         )
     url = scheme + url[len(m.group(1)) :]  # S3://b/p and s3://b/p are the same location
+    if scheme != "file":
+        _check_segments(url, url[m.end() :])
     return _require(scheme, url)(url, storage_options, create=create)
+
+
+def _check_segments(url: str, path: str) -> None:
+    """Refuse empty, ``.`` and ``..`` segments in an object-store location: a store keeps
+    ``a//x`` and ``a/x`` as two places (a run's state and its chunks would disagree on where
+    the dataset is), and ``.``/``..`` are not resolved as on a disk. One trailing ``/`` is fine."""
+    parts = path.removesuffix("/").split("/") if path.removesuffix("/") else []
+    bad = next((p for p in parts if p in ("", ".", "..")), None)
+    if bad is not None:
+        what = "an empty segment (//)" if bad == "" else f"a {bad!r} segment"
+        example = ""
+        if bad != "..":
+            fixed = "/".join(p for p in parts if p not in ("", "."))
+            example = f" ({url[: len(url) - len(path)]}{_safe(fixed)})"
+        raise OutputDirError(
+            f"{_safe(url)!r} has {what}; an object store would keep it apart from the path it looks like: "
+            f"write the location without it{example}"
+        )
 
 
 def _require(scheme: str, url: str) -> BackendFactory:
