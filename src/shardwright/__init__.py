@@ -29,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "optimize",
     "abandon",
+    "verify",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
@@ -64,4 +65,8 @@ def __getattr__(name: str) -> object:
         from . import reader
 
         return getattr(reader, name)
+    if name == "verify":
+        from .reader.verify import verify
+
+        return verify
     raise AttributeError(f"module 'shardwright' has no attribute {name!r}")
