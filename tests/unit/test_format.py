@@ -37,7 +37,7 @@ from shardwright.format import (
 )
 from shardwright.protocol.layout import chunk_filename
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 NUMPY_CODES = {
     np.int8: 0, np.int16: 1, np.int32: 2, np.int64: 3, np.uint8: 4, np.uint16: 5, np.uint32: 6,
