@@ -15,6 +15,7 @@ Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first us
 
 from __future__ import annotations
 
+import builtins
 import copy
 import errno
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
-from .base import Storage, check_key
+from .base import ObjectInfo, Storage
 from .files import tmp_name, unlink_quiet
 from .registry import register_backend
 
@@ -230,7 +231,7 @@ class S3Storage(Storage):
     # -- retry loop and error mapping -----------------------------------------------------
 
     def _key(self, key: str) -> str:
-        check_key(key)
+        self.checked_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
@@ -488,6 +489,71 @@ class S3Storage(Storage):
 
     def list(self, prefix: str = "") -> list[str]:
         return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
+        full = self._key(key)
+        if length == 0:
+            if not self.exists(key):
+                raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+            return b""
+
+        def once(_attempt: int) -> bytes | None:
+            from botocore.exceptions import ClientError
+
+            try:
+                r = self.client().get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}")
+            except ClientError as e:
+                code, status, _ = _client_error_info(e)
+                if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+                    return None
+                if code == "InvalidRange" or status == 416:  # start at or past the end
+                    return b""
+                raise
+            body = r["Body"]
+            try:
+                data = body.read()
+            finally:
+                body.close()
+            expected = r.get("ContentLength")
+            if expected is not None and len(data) != expected:
+                raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
+            return bytes(data[:length])  # a server that ignores Range sends everything
+
+        got = self._run("GET range", key, once)
+        if got is None:
+            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+        return got
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        infos: builtins.list[ObjectInfo] = []
+        token = None
+        full_prefix = self._full_prefix(prefix)
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
+            if token:
+                kwargs["ContinuationToken"] = token
+
+            def once(_a: int, kw: dict[str, str] = kwargs) -> Any:
+                return self.client().list_objects_v2(**kw)
+
+            page = self._run("LIST", None, once)
+            for o in page.get("Contents", ()):
+                if o["Key"].endswith("/"):
+                    continue
+                modified = o.get("LastModified")
+                infos.append(
+                    ObjectInfo(
+                        self._rel(o["Key"]),
+                        int(o.get("Size", 0)),
+                        str(o.get("ETag", "")).strip('"'),
+                        modified.timestamp() if modified is not None else None,
+                    )
+                )
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return sorted(infos, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         full = self._key(key)
