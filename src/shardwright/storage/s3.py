@@ -38,38 +38,14 @@ T = TypeVar("T")
 _MiB = 1024 * 1024
 
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
-_RETRY_CODES = {
-    "SlowDown",
-    "ServiceUnavailable",
-    "InternalError",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "ConditionalRequestConflict",
-    "OperationAborted",
-    "BadDigest",
-    "IncompleteBody",
-    "500",
-    "502",
-    "503",
-    "504",
-}
-_CREDENTIAL_CODES = {
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AccessDenied",
-    "InvalidToken",
-    "ExpiredToken",
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "AuthorizationHeaderMalformed",
-    "InvalidSecurity",
-    "TokenRefreshRequired",
-    "403",
-}
+_RETRY_CODES = frozenset(
+    "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeTooSkewed Throttling ThrottlingException RequestLimitExceeded"
+    " TooManyRequestsException ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 500 502 503 504".split()
+)
+_CREDENTIAL_CODES = frozenset(
+    "InvalidAccessKeyId SignatureDoesNotMatch AccessDenied InvalidToken ExpiredToken InvalidClientTokenId"
+    " UnrecognizedClientException AuthorizationHeaderMalformed InvalidSecurity TokenRefreshRequired 403".split()
+)
 
 # Reset in a forked child: a lock held by another thread at fork time would stay locked.
 _CLIENT_LOCK = threading.Lock()
@@ -348,16 +324,20 @@ class S3Storage(Storage):
 
     # -- single attempts ------------------------------------------------------------------
 
-    def _get_once(self, full_key: str) -> tuple[bytes, str] | None:
-        """One GET: (bytes, etag) or None if missing; _TruncatedBody if cut short."""
+    def _get_once(self, full_key: str, byte_range: str | None = None) -> tuple[bytes, str] | None:
+        """One GET (of ``byte_range``, "bytes=a-b", if given): (bytes, etag) or None if
+        missing; _TruncatedBody if cut short; b"" for a range starting past the end."""
         from botocore.exceptions import ClientError
 
+        extra = {"Range": byte_range} if byte_range else {}
         try:
-            r = self.client().get_object(Bucket=self.bucket, Key=full_key)
+            r = self.client().get_object(Bucket=self.bucket, Key=full_key, **extra)
         except ClientError as e:
             code, status, _ = _client_error_info(e)
             if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                 return None
+            if byte_range and (code == "InvalidRange" or status == 416):
+                return b"", ""
             raise
         body = r["Body"]
         try:
@@ -470,8 +450,9 @@ class S3Storage(Storage):
             raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
         return int(head["ContentLength"])
 
-    def _list_full(self, full_prefix: str) -> list[str]:
-        keys: list[str] = []
+    def _list_objects(self, full_prefix: str) -> builtins.list[dict[str, Any]]:
+        """Every object under ``full_prefix``, as list_objects_v2 describes it."""
+        objects: builtins.list[dict[str, Any]] = []
         token = None
         while True:
             kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
@@ -482,10 +463,13 @@ class S3Storage(Storage):
                 return self.client().list_objects_v2(**kw)
 
             page = self._run("LIST", None, once)
-            keys.extend(o["Key"] for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
+            objects.extend(o for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
-                return keys
+                return objects
+
+    def _list_full(self, full_prefix: str) -> builtins.list[str]:
+        return [o["Key"] for o in self._list_objects(full_prefix)]
 
     def list(self, prefix: str = "") -> list[str]:
         return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
@@ -495,65 +479,23 @@ class S3Storage(Storage):
             raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
         full = self._key(key)
         if length == 0:
-            if not self.exists(key):
-                raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-            return b""
-
-        def once(_attempt: int) -> bytes | None:
-            from botocore.exceptions import ClientError
-
-            try:
-                r = self.client().get_object(Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}")
-            except ClientError as e:
-                code, status, _ = _client_error_info(e)
-                if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
-                    return None
-                if code == "InvalidRange" or status == 416:  # start at or past the end
-                    return b""
-                raise
-            body = r["Body"]
-            try:
-                data = body.read()
-            finally:
-                body.close()
-            expected = r.get("ContentLength")
-            if expected is not None and len(data) != expected:
-                raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
-            return bytes(data[:length])  # a server that ignores Range sends everything
-
-        got = self._run("GET range", key, once)
+            got = (b"", "") if self.exists(key) else None
+        else:
+            span = f"bytes={start}-{start + length - 1}"
+            got = self._run("GET range", key, lambda _a: self._get_once(full, span))
         if got is None:
             raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-        return got
+        return bytes(got[0][:length])  # a server that ignores Range sends everything
 
     def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
-        infos: builtins.list[ObjectInfo] = []
-        token = None
-        full_prefix = self._full_prefix(prefix)
-        while True:
-            kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
-            if token:
-                kwargs["ContinuationToken"] = token
-
-            def once(_a: int, kw: dict[str, str] = kwargs) -> Any:
-                return self.client().list_objects_v2(**kw)
-
-            page = self._run("LIST", None, once)
-            for o in page.get("Contents", ()):
-                if o["Key"].endswith("/"):
-                    continue
-                modified = o.get("LastModified")
-                infos.append(
-                    ObjectInfo(
-                        self._rel(o["Key"]),
-                        int(o.get("Size", 0)),
-                        str(o.get("ETag", "")).strip('"'),
-                        modified.timestamp() if modified is not None else None,
-                    )
-                )
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
-                return sorted(infos, key=lambda info: info.key)
+        infos = []
+        for o in self._list_objects(self._full_prefix(prefix)):
+            modified = o.get("LastModified")
+            etag = str(o.get("ETag", "")).strip('"')
+            infos.append(
+                ObjectInfo(self._rel(o["Key"]), int(o.get("Size", 0)), etag, modified and modified.timestamp())
+            )
+        return sorted(infos, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         full = self._key(key)
