@@ -126,6 +126,9 @@ class OptimizeOptions:
     max_retries: int
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
     item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    allow_fn_config_change: bool = False  # resume although fn's configuration changed (mixes two)
+    allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
 
     @classmethod
     def validate(
@@ -148,6 +151,8 @@ class OptimizeOptions:
         max_retries: object = 0,
         timeout: object = None,
         item_loader: object = None,
+        allow_fn_config_change: object = False,
+        allow_repeated_append: object = False,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -205,6 +210,8 @@ class OptimizeOptions:
             max_retries=_require_int("max_retries", max_retries, 0),
             timeout=_require_timeout(timeout),
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
+            allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
+            allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:

@@ -24,6 +24,7 @@ from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.fn_identity import describe_changes
 from ..protocol.layout import lease_key
 from ..protocol.lease import Lease, describe_holder, live_leases
 from ..protocol.links import check_no_links
@@ -35,7 +36,8 @@ from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
-from .options import OptimizeOptions, fn_code, fn_name
+from .identity import fn_identity
+from .options import OptimizeOptions, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -67,6 +69,8 @@ def optimize(
     max_retries: int = 0,
     timeout: float | None = None,
     item_loader: object = None,
+    allow_fn_config_change: bool = False,
+    allow_repeated_append: bool = False,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -109,6 +113,14 @@ def optimize(
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+        allow_fn_config_change: resume an interrupted run although fn's configuration (a
+            ``functools.partial``'s arguments, closure values, instance attributes, globals it
+            uses; see README "Identity of a call") changed since it started, mixing outputs of
+            both configurations in one dataset. Refused by default, naming what changed; a
+            change of fn's code alone is always allowed (fix and resume), with a warning.
+        allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
+            dataset (the original run or an append) already added: refused by default, since
+            each would be in the dataset twice.
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -149,6 +161,8 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        allow_fn_config_change=allow_fn_config_change,
+        allow_repeated_append=allow_repeated_append,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)
@@ -159,14 +173,25 @@ def optimize(
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
+    identity = fn_identity(fn)
+    if identity.skipped:
+        log.warning(
+            "fn %s refers to state that cannot be compared by value, so a change there cannot be detected "
+            "on resume or rerun: %s",
+            identity.name,
+            describe_changes(list(identity.skipped)),
+        )
     request = Request(
         mode=options.mode,
         inputs=InputsFingerprint.of(inputs),
         settings=options.output_settings(len(inputs)),
-        fn_name=fn_name(fn),
+        fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
-        fn_code=fn_code(fn),
+        fn_code=identity.code,
         input_files=_input_files_json(inputs),
+        fn_identity=identity,
+        allow_fn_config_change=options.allow_fn_config_change,
+        allow_repeated_append=options.allow_repeated_append,
     )
     storage = open_storage(output_dir, options.storage_options, create=True)
     storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
@@ -210,7 +235,7 @@ def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
-        finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
+        finish_published(storage, plan.manifest, list(seen.index_chunks), request.fn())
     if plan.kind is PlanKind.NOOP:
         log.info("%s already holds the output of this same call; nothing to do", storage.url)
         return None
@@ -256,6 +281,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
+        fn_identity=request.fn().to_json(),
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -393,7 +419,7 @@ def _drive(
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
-    published, missing = publish_if_complete(storage, manifest, progress, (fn_name(fn), fn_code(fn)))
+    published, missing = publish_if_complete(storage, manifest, progress, fn_identity(fn))
     if published:
         _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(

@@ -6,12 +6,14 @@ from dataclasses import asdict, dataclass
 
 from ..errors import CorruptStateError
 from ..storage import Storage
+from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
 from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RUN_RECORD_KEY
 from .shards import MAX_NUM_SHARDS, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
+MAX_INPUTS_HISTORY = 10_000  # run.json's digests of every finished run's inputs (oldest dropped beyond)
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,14 @@ class Manifest:
     input_skips: list | None = None  # ... and how many outputs of each were committed before
     fn_code: str = ""  # digest of fn's code (engine.options.fn_code); "" when unknown
     input_files: dict | None = None  # InputFiles.to_json(): size+mtime of inputs that are file paths
+    fn_identity: dict | None = None  # FnIdentity.to_json(); None in manifests written before it existed
     protocol: int = PROTOCOL_VERSION
+
+    def fn(self) -> FnIdentity:
+        """The fn this run was started with (configuration None when it was not recorded)."""
+        if self.fn_identity is not None:
+            return FnIdentity.from_json(self.fn_identity, "the run manifest")
+        return FnIdentity(name=self.fn_name, code=self.fn_code)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -125,6 +134,7 @@ class Manifest:
             input_skips=data.get("input_skips"),
             fn_code=str(data.get("fn_code") or ""),
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
+            fn_identity=_fn_identity_json(data.get("fn_identity"), where),
         ).validated(where)
 
     def validated(self, where: str) -> Manifest:
@@ -193,6 +203,21 @@ def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
     return existing
 
 
+def _fn_identity_json(data: object, where: str) -> dict | None:
+    """The manifest's fn identity, checked now (absent in older manifests: None)."""
+    if data is None:
+        return None
+    return FnIdentity.from_json(data, where).to_json()
+
+
+def recorded_fn(record: dict, where: str) -> FnIdentity:
+    """The fn a run.json (or manifest json) records: its identity, or name and code of older ones."""
+    data = record.get("fn_identity")
+    if data is not None:
+        return FnIdentity.from_json(data, where)
+    return FnIdentity(name=str(record.get("fn_name") or ""), code=str(record.get("fn_code") or ""))
+
+
 def read_run_record(storage: Storage) -> dict | None:
     """run.json of the last finished run, checked: it decides what a rerun retries."""
     try:
@@ -208,6 +233,15 @@ def read_run_record(storage: Storage) -> dict | None:
     failed = record.get("failed_inputs", [])
     inputs = record.get("inputs")
     count = inputs.get("count") if isinstance(inputs, dict) else None  # run-wide: what failed ids index
+    history = record.get("inputs_history", [])
+    if (
+        not isinstance(history, list)
+        or len(history) > MAX_INPUTS_HISTORY
+        or not all(isinstance(h, str) for h in history)
+    ):
+        raise CorruptStateError(f"run record {where} has an invalid inputs_history; {fix}")
+    if record.get("fn_identity") is not None:
+        recorded_fn(record, where)  # CorruptStateError when damaged
     if (
         not isinstance(failed, list)
         or type(count) is not int

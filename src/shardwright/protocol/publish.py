@@ -12,6 +12,8 @@ from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
 from .failures import forget_resolved_failures
+from .fingerprint import InputsFingerprint
+from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .layout import (
     CHUNK_PREFIX,
@@ -27,7 +29,7 @@ from .layout import (
     record_key,
 )
 from .lease import Lease
-from .manifest import Manifest, read_manifest, read_run_record, write_run_record
+from .manifest import MAX_INPUTS_HISTORY, Manifest, read_manifest, read_run_record, write_run_record
 from .records import CommitRecord, ShardProgress, load_progress
 
 
@@ -38,11 +40,19 @@ def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
 
 
 def run_record(
-    manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]], finisher: tuple[str, str] | None = None
+    manifest: Manifest,
+    chunks: list[ChunkEntry],
+    failed: list[list[int]],
+    finisher: FnIdentity | None = None,
+    previous: dict | None = None,
 ) -> dict:
-    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
+    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries;
+    ``inputs_history`` the digests of the inputs of every run that added to the dataset
+    (``previous`` is the run.json it replaces), which refuses a repeated append."""
     new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
     now = time.time()
+    history = _inputs_history(manifest, previous)
+    fn = finisher if finisher is not None else manifest.fn()
     return {
         "failed_inputs": sorted(failed),
         "state": "complete",
@@ -62,13 +72,32 @@ def run_record(
         # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
         # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
         "published_by": socket.gethostname(),
-        "fn_name": finisher[0] if finisher else manifest.fn_name,
-        "fn_code": finisher[1] if finisher else manifest.fn_code,
+        "fn_name": fn.name,
+        "fn_code": fn.code,
+        "fn_identity": fn.to_json(),
+        "inputs_history": history[-MAX_INPUTS_HISTORY:],
     }
 
 
+def _inputs_history(manifest: Manifest, previous: dict | None) -> list[str]:
+    """Digests of the inputs of every run whose outputs the dataset holds after ``manifest``'s:
+    a new dataset (create, overwrite) starts the list, an append extends it, a retry (the same
+    inputs again) keeps it."""
+    if manifest.mode not in ("append", "retry") or previous is None:
+        earlier: list[str] = []
+    else:
+        earlier = list(previous.get("inputs_history") or [])
+        if not earlier and isinstance(previous.get("inputs"), dict):
+            try:  # a run.json written before inputs_history existed: its own inputs at least
+                earlier = [InputsFingerprint.from_json(previous["inputs"]).digest()]
+            except (KeyError, ValueError, TypeError):
+                earlier = []
+    mine = InputsFingerprint.from_json(manifest.inputs).digest()
+    return earlier + ([mine] if mine not in earlier else [])
+
+
 def finish_published(
-    storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], finisher: tuple[str, str] | None = None
+    storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], finisher: FnIdentity | None = None
 ) -> None:
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
@@ -86,13 +115,17 @@ def cleanup_after_publish(
     manifest: Manifest,
     index_chunks: list[ChunkEntry],
     failed: list[list[int]] | None,
-    finisher: tuple[str, str] | None = None,
+    finisher: FnIdentity | None = None,
 ) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent. ``failed`` holds [input id, outputs
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
     if failed is not None:
-        write_run_record(storage, run_record(manifest, index_chunks, failed, finisher))
+        try:
+            previous = read_run_record(storage)
+        except CorruptStateError:  # a damaged record of an earlier run: this run's replaces it
+            previous = None
+        write_run_record(storage, run_record(manifest, index_chunks, failed, finisher, previous))
         forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
@@ -200,11 +233,11 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
 
 
 def publish_if_complete(
-    storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: tuple[str, str] | None = None
+    storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: FnIdentity | None = None
 ) -> tuple[bool, list[int]]:
     """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
 
-    ``finisher`` is (name, code digest) of the fn that finished the run, for run.json.
+    ``finisher`` is the identity of the fn that finished the run, for run.json.
     ``known`` is what this process already knows (its own shards); the other shards' records
     are read. Whoever gets the ``publish`` lease publishes; a node finishing at the same moment
     sees the lease taken (or the manifest gone) and leaves it to the winner.
