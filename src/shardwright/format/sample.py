@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
-from .safe_pickle import load_data_only_pickle
+from .safe_pickle import load_data_only_pickle, warn_main_references
 
 __all__ = [
     "ItemEncoder",
@@ -500,6 +500,8 @@ class ItemEncoder:
                 blob = _encode_leaf(fmt, leaf)
             except Exception as exc:
                 raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
+            if fmt == "pickle":
+                warn_main_references(blob, input_index)
             if len(blob) > _U32_MAX:
                 raise SampleFormatError(
                     f"input {input_index}: leaf {position} is {len(blob)} bytes; litdata's format stores "
