@@ -18,7 +18,8 @@ from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
-from ..protocol.status import RunStatus, merge, read_status, stop_reason
+from ..protocol.publish import merge
+from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .runs import list_runs
