@@ -20,7 +20,8 @@ the jobs API answers with; :func:`classify` looks an exception up.
     │   │   └── OutputIsAFileError (NotADirectoryError)  a file where a directory must be
     │   ├── RunMismatchError                   user  409  resume refused: inputs/settings changed
     │   ├── DatasetExistsError                 user  409  a finished dataset is there, mode=None
-    │   └── SampleFormatError                  user  422  fn returned a sample that cannot be written
+    │   ├── SampleFormatError                  user  422  fn returned a sample that cannot be written
+    │   └── ResumeStateError                   user  400  a loader state of another dataset, or damaged
     ├── DatasetNotFoundError (FileNotFoundError) user 404 no dataset at that location
     │   └── IncompleteDatasetError             user  409  a run is writing it; no index.json yet
     ├── IncompleteRunError                     user  409  merge: some shards are not finished
@@ -76,6 +77,10 @@ class DatasetExistsError(UsageError):
 
 class SampleFormatError(UsageError):
     """A sample cannot be written: structure/leaf types differ from the first sample, int overflow, ..."""
+
+
+class ResumeStateError(UsageError):
+    """A loader state cannot be applied: another dataset, other order options, or damaged."""
 
 
 class DatasetNotFoundError(ShardwrightError, FileNotFoundError):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
-from .sample import parse_spec
+from .pytree import parse_spec
 
 # --- index.json -------------------------------------------------------------------------------
 
