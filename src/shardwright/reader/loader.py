@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
-from ..errors import UsageError
+from ..errors import UsageError, require_bool
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -60,7 +60,7 @@ class StreamingDataLoader(DataLoader):
         if type(batch_size) is not int or batch_size < 1:
             raise UsageError(f"batch_size must be an int >= 1, got {batch_size!r}")
         view: Resumable = dataset.loader_view()
-        view.configure_loader(batch_size, bool(drop_last))
+        view.configure_loader(batch_size, bool(require_bool("drop_last", drop_last)))
         self._view = view
         self._started = False
         self._finished = False
