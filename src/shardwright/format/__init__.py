@@ -76,7 +76,7 @@ from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
 from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
-from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
+from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
 __all__ = [
     "TOKENS_LOADER",
@@ -84,6 +84,7 @@ __all__ = [
     "IndexConfig",
     "ItemEncoder",
     "TokenEncoder",
+    "TokensLoader",
     "build_chunk",
     "chunk_item",
     "chunk_num_items",
