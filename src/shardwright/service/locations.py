@@ -10,11 +10,10 @@ token and job files): an ``overwrite`` job there would delete them.
 from __future__ import annotations
 
 import os
-import re
 
-from ..errors import UsageError
+from ..errors import OutputDirError, UsageError
+from ..storage import Location, parse_location
 
-SCHEMES = ("s3",)
 # the directories themselves and everything under them
 SYSTEM_TREES = (
     "/bin",
@@ -32,7 +31,6 @@ SYSTEM_TREES = (
 )
 # only the directories themselves (datasets under them are common)
 SYSTEM_DIRS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var")
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-_]{1,254}")
 
 
 class LocationRefused(UsageError):
@@ -44,8 +42,6 @@ class LocationRefused(UsageError):
 
 
 def _segments_problem(path: str) -> str | None:
-    if "\x00" in path:
-        return "contains a NUL byte"
     parts = path.split("/")
     for i, part in enumerate(parts):
         if part in (".", ".."):
@@ -55,21 +51,12 @@ def _segments_problem(path: str) -> str | None:
     return None
 
 
-def _normalize_url(output_dir: str) -> str:
-    scheme, rest = output_dir.split("://", 1)
-    if scheme not in SCHEMES:
-        raise LocationRefused(
-            f"output_dir: {scheme}:// is not supported; use an absolute local path or s3://bucket/prefix"
-        )
-    bucket = rest.split("/", 1)[0]
-    if not bucket:
-        raise LocationRefused(f"output_dir: {output_dir!r} names no bucket; use s3://bucket/prefix")
-    if not _BUCKET.fullmatch(bucket):
-        raise LocationRefused(f"output_dir: {bucket!r} is not a bucket name; use s3://bucket/prefix")
-    problem = _segments_problem(rest.rstrip("/"))
-    if problem:
-        raise LocationRefused(f"output_dir: {output_dir!r} {problem}; write the prefix without it")
-    return output_dir.rstrip("/")
+def _parse(output_dir: str) -> Location:
+    """The storage registry's one check of a location (schemes, buckets, //, ., .., NUL)."""
+    try:
+        return parse_location(output_dir)
+    except OutputDirError as exc:
+        raise LocationRefused(f"output_dir: {exc}") from None
 
 
 def _inside(path: str, root: str) -> bool:
@@ -89,10 +76,11 @@ def _normalize_path(output_dir: str) -> str:
 
 def check_output_location(output_dir: str, roots: tuple[str, ...], state_dirs: tuple[str, ...]) -> str:
     """The normalized location (symbolic links resolved), or LocationRefused naming the problem."""
-    if "://" in output_dir:
-        normalized = _normalize_url(output_dir)
+    location = _parse(output_dir)
+    if not location.is_local:
+        normalized = location.url
     else:
-        normalized = _normalize_path(output_dir)
+        normalized = _normalize_path(location.prefix)
         for state in state_dirs:
             real = os.path.realpath(state)
             if _inside(normalized, real) or _inside(real, normalized):
