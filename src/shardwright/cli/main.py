@@ -18,12 +18,13 @@ from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
-from ..protocol.status import RunStatus, merge, read_status, stop_reason
+from ..protocol.publish import merge
+from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .runs import list_runs
 from .slurm import add_slurm_command
-from .verify import add_verify_command
+from .verify import add_verify_command, run_verify
 
 
 def parse_storage_options(text: str | None) -> dict | None:
@@ -218,6 +219,8 @@ def _main(argv: list[str] | None) -> int:
             else:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
+        if args.command == "verify":
+            return run_verify(args.output_dir, parse_storage_options(args.storage_options), args.json)
         if args.command == "runs":
             options = parse_storage_options(args.storage_options)
             existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands

@@ -35,8 +35,10 @@ from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunM
 from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
 from .fn_identity import FnIdentity, describe_changes
+from .hints import start_over_hint
 from .layout import chunk_generation, is_our_chunk_name
-from .manifest import Manifest, OutputSettings, recorded_fn
+from .manifest import Manifest, OutputSettings, is_published
+from .run_record import RunRecord
 
 
 class PlanKind(enum.Enum):
@@ -59,7 +61,7 @@ class Observed:
     manifest_error: CorruptStateError | None = None  # the manifest, index or run record cannot be used
     index_chunks: tuple[ChunkEntry, ...] | None = None  # None: no index.json
     index_config: IndexConfig | None = None
-    last_run: dict | None = None  # run.json of the last finished run
+    last_run: RunRecord | None = None  # run.json of the last finished run
     foreign_files: tuple[str, ...] = ()  # top-level chunk/index files with no run of ours
     records_readable: bool = True  # the manifest's records parse (only read for mode="overwrite")
 
@@ -99,51 +101,35 @@ def next_generation(chunks: tuple[ChunkEntry, ...]) -> int:
     return 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0)
 
 
-def start_over_hint(manifest: Manifest, url: str) -> str:
-    """The safe way to give up an interrupted run: an append (or retry) run sits on a published
-    dataset that mode='overwrite' would delete, so it is abandoned with ``shardwright clean``."""
-    if manifest.mode in ("append", "retry"):
-        return (
-            f"or abandon the unfinished {manifest.mode} with `shardwright clean {url}` "
-            "(or shardwright.abandon(); the published dataset is kept)"
-        )
-    return f"or abandon it with `shardwright clean {url}` (or pass mode='overwrite') to start over"
-
-
 def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
     """Refuse to continue ``manifest``'s run with other inputs or output-shaping settings."""
     difference = InputsFingerprint.from_json(manifest.inputs).first_difference(request.inputs)
     if difference:
         raise RunMismatchError(
             f"inputs changed since the interrupted run in {url}: {difference}; "
-            f"pass the same inputs to resume, {start_over_hint(manifest, url)}"
+            f"pass the same inputs to resume, {start_over_hint(manifest.mode, url)}"
         )
     changed = manifest.settings.first_difference(request.settings)
     if changed is not None:
         key, was, now = changed
         raise RunMismatchError(
             f"settings changed since the interrupted run: {key} was {was!r}, now {now!r}; "
-            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest, url)}"
+            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest.mode, url)}"
         )
 
 
-def _is_published(index_chunks: tuple[ChunkEntry, ...], manifest: Manifest) -> bool:
-    # index.json already names this run's chunks: a crash between publishing and cleanup
-    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
-
-
-def _same_finished_call(last_run: dict | None, request: Request) -> bool:
+def _same_finished_call(last_run: RunRecord | None, request: Request) -> bool:
     return (
         last_run is not None
-        and last_run.get("inputs") == request.inputs.to_json()
-        and last_run.get("settings") == request.settings.to_json()
-        and last_run.get("fn_name") == request.fn_name
+        and last_run.inputs == request.inputs.to_json()
+        and last_run.settings == request.settings.to_json()
+        and last_run.fn_name == request.fn_name
     )
 
 
-def _fn_changes(last_run: dict, request: Request, where: str) -> str | None:
+def _fn_changes(last_run: RunRecord, request: Request) -> str | None:
     """How fn changed since the finished run (its code, or its configuration named), or None."""
-    recorded = recorded_fn(last_run, where)
+    recorded = last_run.fn
     config = request.fn().config_changes(recorded)
     if config:
         return f"its configuration changed since: {describe_changes(config)}"
@@ -160,18 +146,15 @@ def _check_config_unchanged(manifest: Manifest, request: Request, url: str) -> N
         raise RunMismatchError(
             f"fn's configuration changed since the interrupted run in {url}: {describe_changes(changes)}; "
             "resuming would mix outputs of two configurations in one dataset. Rerun with the configuration it "
-            f"started with, pass allow_fn_config_change=True to accept the mix, {start_over_hint(manifest, url)}"
+            f"started with, pass allow_fn_config_change=True to accept the mix, {start_over_hint(manifest.mode, url)}"
         )
 
 
-def _check_not_added_before(last_run: dict | None, request: Request, url: str) -> None:
+def _check_not_added_before(last_run: RunRecord | None, request: Request, url: str) -> None:
     """An append of inputs an earlier run (the original one or an append) already added."""
     if last_run is None or request.allow_repeated_append:
         return
-    history = list(last_run.get("inputs_history") or [])
-    if not history and isinstance(last_run.get("inputs"), dict):
-        history = [InputsFingerprint.from_json(last_run["inputs"]).digest()]
-    if request.inputs.digest() in history:
+    if request.inputs.digest() in last_run.inputs_history:
         raise DatasetExistsError(
             f"{url} already holds the outputs of these same {request.inputs.count:,} inputs (added by an earlier "
             "run of this dataset); appending them again would put each in the dataset twice. Pass "
@@ -183,9 +166,9 @@ def _exists_message(seen: Observed, request: Request, index: tuple[ChunkEntry, .
     """A finished dataset of another call is there: what to do, never advising an append that
     would add inputs twice."""
     items = sum(c.chunk_size for c in index)
-    last = seen.last_run or {}
-    if isinstance(last.get("inputs"), dict) and last.get("mode") in ("create", "overwrite"):
-        finished = InputsFingerprint.from_json(last["inputs"])
+    last = seen.last_run
+    if last is not None and last.mode in ("create", "overwrite"):
+        finished = InputsFingerprint.from_json(last.inputs)
         if finished.prefix_of(request.inputs):
             n, m = finished.count, request.inputs.count
             return (
@@ -207,7 +190,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
     if seen.manifest_error is not None:
         raise seen.manifest_error
     manifest, index = seen.manifest, seen.index_chunks
-    if manifest is not None and index is not None and _is_published(index, manifest):
+    if manifest is not None and index is not None and is_published(index, manifest):
         return RunPlan(PlanKind.FINISH_PUBLISH, manifest=manifest)
     if manifest is not None:
         if not manifest.use_checkpoint or not request.use_checkpoint:
@@ -235,8 +218,8 @@ def decide(seen: Observed, request: Request) -> RunPlan:
     if index is not None:
         assert seen.index_config is not None
         base_dataset = (index, seen.index_config)
-        fn_change = _fn_changes(seen.last_run or {}, request, seen.url) if seen.last_run else None
-        if _same_finished_call(seen.last_run, request) and fn_change:
+        fn_change = _fn_changes(seen.last_run, request) if seen.last_run is not None else None
+        if seen.last_run is not None and _same_finished_call(seen.last_run, request) and fn_change:
             # never a silent no-op: the dataset was made by another body or configuration of this fn
             if request.mode == "append":
                 raise DatasetExistsError(
@@ -254,7 +237,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             # The same call already finished (perhaps killed just after publishing): rerunning
             # it must not fail, and an append must not add its inputs twice. Inputs it skipped
             # (on_error="skip") are retried, their outputs appended.
-            failed = (seen.last_run or {}).get("failed_inputs") or []
+            failed = seen.last_run.failed_inputs if seen.last_run is not None else ()
             if failed:
                 return RunPlan(
                     PlanKind.RETRY,

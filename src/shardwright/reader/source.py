@@ -113,6 +113,11 @@ class ChunkSource:
             self.cache.check_existing()
         self._proc_state: ProcState | None = None
 
+    @property
+    def storage(self):
+        """The Storage of a remote dataset (None for a local one)."""
+        return self._storage
+
     # --- the index -------------------------------------------------------------------------
 
     def _read_index_bytes(self) -> bytes:
