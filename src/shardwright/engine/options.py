@@ -138,6 +138,17 @@ JOB_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max_retries", "int", "per-input retries of fn inside one attempt", 0, 0, MAX_JOB_RETRIES),
     OptionSpec("start_method", "choice", "how worker processes start", choices=START_METHODS),
     OptionSpec("timeout", "float", "seconds fn may spend on one input", minimum=0.001, maximum=MAX_TIMEOUT),
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    OptionSpec(
+        "allow_fn_config_change",
+        "bool",
+        "resume although fn's configuration (partial/closure/instance values) changed: mixes both in one dataset",
+    ),
+    OptionSpec(
+        "allow_repeated_append",
+        "bool",
+        "mode=append of inputs an earlier run of the dataset already added (each is then there twice)",
+    ),
 )
 
 
