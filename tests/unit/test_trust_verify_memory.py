@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from support.datasets import write_dataset
-
 from shardwright.reader.verify import verify
 from shardwright.storage import open_storage
+from support.datasets import write_dataset
 
 
 def test_verify_reads_any_backend(tmp_path):

@@ -23,7 +23,7 @@ from .options import fn_code, fn_name
 __all__ = ["fn_identity"]
 
 MAX_ARRAY_BYTES = 1 << 20  # numpy arrays up to 1 MB are hashed by value; larger ones are skipped
-MAX_VALUE_BYTES = 4 << 20  # per configuration part, all of its pieces together
+MAX_VALUE_BYTES = 2 << 20  # per configuration part, all of its pieces together (8 bytes per scalar)
 _MAX_DEPTH = 16
 _CODE_LIKE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
 
@@ -36,6 +36,9 @@ def _feed(value: Any, out: Any, budget: list[int], depth: int = 0) -> None:
     """Feed a canonical, type-tagged encoding of a plain value into ``out`` (a hash)."""
     if depth > _MAX_DEPTH:
         raise _NotPlain("nested too deeply")
+    budget[0] -= 8  # every value costs something: a dict of a million ints is not "small"
+    if budget[0] < 0:
+        raise _NotPlain("too large to hash")
     t = type(value)
     if value is None or t is bool:
         out.update(b"N" if value is None else (b"T" if value else b"F"))
@@ -49,7 +52,7 @@ def _feed(value: Any, out: Any, budget: list[int], depth: int = 0) -> None:
         data = value.encode("utf-8", "surrogatepass") if t is str else value
         budget[0] -= len(data)
         if budget[0] < 0:
-            raise _NotPlain("too large")
+            raise _NotPlain("too large to hash")
         out.update((b"s" if t is str else b"b") + struct.pack("<Q", len(data)) + data)
     elif t in (tuple, list):
         out.update((b"(" if t is tuple else b"[") + struct.pack("<Q", len(value)))
@@ -83,7 +86,7 @@ def _feed_numpy(value: Any, out: Any, budget: list[int]) -> None:
             raise _NotPlain(f"a {value.nbytes:,}-byte array")
         budget[0] -= value.nbytes
         if budget[0] < 0:
-            raise _NotPlain("too large")
+            raise _NotPlain("too large to hash")
         out.update(b"a" + value.dtype.str.encode() + repr(value.shape).encode() + np.ascontiguousarray(value).tobytes())
         return
     raise _NotPlain(type(value).__name__)
