@@ -1,6 +1,7 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
+from . import sources
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "optimize",
     "abandon",
+    "sources",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
