@@ -71,20 +71,27 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   keys may come in another order and are stored in the first sample's order.
 """
 
+from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
 from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
-from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
+from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
 __all__ = [
+    "CHECKSUM_ALGORITHM",
     "TOKENS_LOADER",
+    "ChecksumMismatch",
     "ChunkEntry",
     "IndexConfig",
     "ItemEncoder",
     "TokenEncoder",
+    "TokensLoader",
     "build_chunk",
+    "can_check",
+    "check_checksum",
+    "chunk_checksum",
     "chunk_item",
     "chunk_num_items",
     "compress",

@@ -7,6 +7,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ..errors import require_bool
 from .combined import CombinedStreamingDataset
 from .dataset import StreamingDataset, as_iterable
 from .partition import next_worker
@@ -68,7 +69,7 @@ class StreamingDataLoader(DataLoader):
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         view = as_iterable(dataset) if isinstance(dataset, StreamingDataset) else dataset
         view._batch_size = batch_size
-        view._loader_drop_last = bool(drop_last)
+        view._loader_drop_last = bool(require_bool("drop_last", drop_last))
         self._view = view
         self._started = False
         self._finished = False
