@@ -3,8 +3,8 @@ knows which inputs a dataset already holds, and a resume names the file that cha
 
 Identity of one input
 =====================
-* A plain value: its *canonical fingerprint* (8 bytes of blake2b over its canonical pickle;
-  a str, int or bytes over its type and value), version 0.
+* A plain value: its *canonical fingerprint* (8 bytes of xxh3 over its canonical pickle;
+  a str or bytes over its type and value; an int: splitmix64 of its value), version 0.
 * A row of a source (``shardwright.sources``): the *unit* it comes from (a file, or a
   Hugging Face dataset) by name and version (etag, generation, size+mtime_ns, the dataset
   fingerprint), and its row number in that unit. A ``FileRef`` is a unit with one row.
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import xxhash
 
 from ..errors import CorruptStateError
 from ..storage import Storage
@@ -83,27 +84,77 @@ class UnitLike(Protocol):
 
 
 def _h8(data: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    return xxhash.xxh3_64_intdigest(data)  # a unit's name or version
+
+
+_INT_SEED = np.uint64(0x5157_3A11_D3C0_FFEE)
+
+
+def _mix_ints(values: np.ndarray) -> np.ndarray:
+    """splitmix64 of int64 values (as uint64): the identity of a plain int, vectorised."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.int64).view(np.uint64) + _INT_SEED
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
 
 
 def value_hash(value: object) -> int:
     """The canonical fingerprint of one plain input (equal values, equal hashes, in any process)."""
     kind = type(value)
+    if kind is int and -(2**63) <= value < 2**63:  # type: ignore[operator]
+        return int(_mix_ints(np.array([value], dtype=np.int64))[0])
     if kind is str:
-        return _h8(b"s" + value.encode("utf-8", "surrogatepass"))  # type: ignore[attr-defined]
-    if kind is int:
-        return _h8(b"i" + str(value).encode())
+        return xxhash.xxh3_64_intdigest(value.encode("utf-8", "surrogatepass"), _STR_SEED)  # type: ignore[attr-defined]
     if kind is bytes:
-        return _h8(b"b" + value)  # type: ignore[operator]
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=4)
-    pickler.fast = True  # no memo: equal values pickle equal whether or not shared
-    try:
-        pickler.dump(canonical(value))
-        data = buffer.getvalue()
-    except (ValueError, RecursionError):
-        data = pickle.dumps(canonical(value), protocol=4)
-    return _h8(b"p" + data)
+        return xxhash.xxh3_64_intdigest(value, _BYTES_SEED)  # type: ignore[arg-type]
+    return _Pickled().hash(value)
+
+
+_STR_SEED, _BYTES_SEED, _PICKLE_SEED = 1, 2, 3
+
+
+class _Pickled:
+    """Hashes of values' canonical pickles, with one reusable memo-less pickler."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+        self.pickler = pickle.Pickler(self.buffer, protocol=4)
+        self.pickler.fast = True  # no memo: equal values pickle equal whether or not shared
+
+    def hash(self, value: object) -> int:
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        try:
+            self.pickler.dump(canonical(value))
+            data = self.buffer.getvalue()
+        except (ValueError, RecursionError):  # a self-referencing value
+            data = pickle.dumps(canonical(value), protocol=4)
+        return xxhash.xxh3_64_intdigest(data, _PICKLE_SEED)
+
+
+def values_hashes(inputs: Sequence) -> np.ndarray:
+    """value_hash of every input, a block at a time (ints vectorised, str through xxh3)."""
+    out = np.empty(len(inputs), dtype=np.uint64)
+    block = 65_536
+    for start in range(0, len(inputs), block):
+        values = inputs[start : start + block]
+        kinds = set(map(type, values))
+        if kinds == {int}:
+            try:
+                out[start : start + len(values)] = _mix_ints(np.array(values, dtype=np.int64))
+                continue
+            except OverflowError:
+                pass
+        if kinds == {str}:
+            digest, seed = xxhash.xxh3_64_intdigest, _STR_SEED
+            out[start : start + len(values)] = [digest(v.encode("utf-8", "surrogatepass"), seed) for v in values]
+            continue
+        pickled = _Pickled()
+        out[start : start + len(values)] = [
+            value_hash(v) if type(v) in (int, str, bytes) else pickled.hash(v) for v in values
+        ]
+    return out
 
 
 @dataclass
@@ -123,7 +174,7 @@ class IdentityTable:
 
     @classmethod
     def of_values(cls, inputs: Sequence) -> IdentityTable:
-        keys = np.fromiter((value_hash(v) for v in inputs), dtype=np.uint64, count=len(inputs))
+        keys = values_hashes(inputs)
         return cls(keys, np.zeros(len(keys), dtype=np.uint64))
 
     @classmethod
