@@ -91,7 +91,9 @@ def optimize(
             generator of samples. With ``start_method="spawn"`` it must be picklable.
         inputs: a sequence that can be sliced (list, tuple, range; a collections.deque is
             refused: pass list(d)) of picklable values; its order is the dataset's order.
-            Inputs that are paths to files are checked for changes when a run resumes.
+            Inputs that are paths to files are checked for changes when a run resumes. Or a
+            source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
+            its metadata, read by the workers (docs/sources.md).
         output_dir: a local directory or ``"s3://bucket/prefix"``.
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
@@ -99,7 +101,9 @@ def optimize(
         compression: None or ``"zstd"``.
         num_workers: worker processes (default: the number of CPUs).
         mode: None to start, resume, or do nothing when this same call already finished;
-            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it.
+            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it;
+            ``"incremental"`` to add only the inputs whose identity is not in the dataset
+            yet (a no-op when none is new; docs/sources.md).
         use_checkpoint: False keeps no resume state (a killed run starts over).
         start_method: ``"fork"`` (default on Linux), ``"spawn"`` or ``"forkserver"``.
         storage_options: boto3 client arguments for S3 (``endpoint_url``,
