@@ -11,6 +11,7 @@ from shardwright.protocol.decide import Observed, PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.identity import IdentityTable, Recorded
 from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.run_record import RunRecord
 from shardwright.sources import UnitIdentity
 
 INPUTS = InputsFingerprint.of(list(range(10)))
@@ -40,12 +41,13 @@ def manifest(*, generation=0, mode="create", inputs=INPUTS, settings=SETTINGS, u
 
 
 def finished(*, inputs=INPUTS, settings=SETTINGS, fn="m.f", failed=()):
-    return {
+    data = {
         "inputs": inputs.to_json(),
         "settings": settings.to_json(),
         "fn_name": fn,
         "failed_inputs": [list(p) for p in failed],
     }
+    return RunRecord.from_json(data, "run.json")
 
 
 def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True):
@@ -151,8 +153,9 @@ def incremental(values=tuple(range(12)), *, fn="m.f", inputs=None, table=None):
     )
 
 
-def one_run(**kw):
-    return {**finished(**kw), "generation": 0, "mode": "create"}
+def one_run(*, generation=0, **kw):
+    record = finished(**kw)
+    return RunRecord.from_json({**record.data, "generation": generation, "mode": "create"}, "run.json")
 
 
 FILES_V1 = IdentityTable.of_units(
@@ -246,7 +249,7 @@ def test_a_superset_rerun_suggests_incremental():
 
 
 def test_a_run_that_added_no_chunk_still_gets_its_own_generation():
-    plan = decide(seen(index_chunks=GEN0, last_run={**one_run(fn="m.x"), "generation": 4}), request("append"))
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append"))
     assert plan.generation == 5
 
 

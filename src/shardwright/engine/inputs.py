@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ..errors import RunMismatchError
-from ..protocol.decide import start_over_hint
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.hints import start_over_hint
 from ..protocol.identity import IdentityTable, units_fingerprint, write_units
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
@@ -101,7 +101,7 @@ def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
             name = now.names[unit] if now.names else f"unit {unit}"
             raise RunMismatchError(
                 f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
-                f"generation or modification time differ); restore it to resume, {start_over_hint(manifest, storage.url)}"
+                f"generation or modification time differ); restore it to resume, {start_over_hint(manifest.mode, storage.url)}"
             )
 
 

@@ -8,8 +8,9 @@ from ..storage import Storage
 from .decide import Observed
 from .identity import Recorded, read_recorded
 from .layout import INDEX_KEY
-from .manifest import read_manifest, read_run_record
+from .manifest import read_manifest
 from .records import load_progress
+from .run_record import read_run_record
 
 
 def foreign_files(storage: Storage) -> list[str]:
@@ -45,7 +46,7 @@ def observe(storage: Storage, *, read_records: bool = False, read_identities: bo
             manifest_error = manifest_error or exc
     recorded: Recorded | None = None
     if read_identities and index is not None and manifest_error is None:
-        last = (last_run or {}).get("generation")
+        last = last_run.data.get("generation") if last_run is not None else None
         try:
             recorded = read_recorded(storage, last) if type(last) is int and 0 <= last < 2**32 else Recorded([], [], [])
         except CorruptStateError as exc:

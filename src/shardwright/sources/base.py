@@ -143,7 +143,7 @@ class Source(Sequence):
 
     def _view(self, start: int, stop: int) -> Source:
         view = copy.copy(self)
-        view._start, view._stop, view._cache = start, stop, None
+        vars(view).update(_start=start, _stop=stop, _cache=None)  # the copy's own bounds
         return view
 
     def __getstate__(self) -> dict:
