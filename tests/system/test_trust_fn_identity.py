@@ -156,9 +156,11 @@ def test_rerun_with_a_superset_says_how_to_add_only_the_new_inputs(tmp_path):
     optimize(plain, list(range(2048)), str(out), num_workers=1, verbose=False)
     with pytest.raises(
         DatasetExistsError,
-        match=r"first 2,048 of these 3,000 inputs; to add only the 952 new ones, call optimize with inputs\[2048:\] and mode='append'",
+        match=r"first 2,048 of these 3,000 inputs; to add only the 952 new ones pass mode='incremental' \(or call with inputs\[2048:\] and mode='append'",
     ):
         optimize(plain, list(range(3000)), str(out), num_workers=1, verbose=False)
     with pytest.raises(DatasetExistsError) as info:
         optimize(plain, list(range(5)), str(out), num_workers=1, verbose=False)
     assert "inputs already in it would be there twice" in str(info.value)
+    optimize(plain, list(range(3000)), str(out), num_workers=1, verbose=False, mode="incremental")  # the advice works
+    assert len(values(out)) == 3000
