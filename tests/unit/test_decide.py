@@ -261,7 +261,9 @@ def test_a_superset_rerun_suggests_incremental():
 
 
 def test_a_run_that_added_no_chunk_still_gets_its_own_generation():
-    plan = decide(seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append", inputs=OTHER_INPUTS))
+    plan = decide(
+        seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append", inputs=OTHER_INPUTS)
+    )
     assert plan.generation == 5
 
 
