@@ -148,9 +148,13 @@ def optimize(
         UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
         InputsError: inputs is not a sequence, or an input cannot be pickled.
         OutputDirError: output_dir cannot be used.
-        DatasetExistsError: a finished dataset of another call is there and mode is None.
-        RunMismatchError: the interrupted run had other inputs or settings.
+        DatasetExistsError: a finished dataset of another call is there and mode is None; or
+            an append of inputs an earlier run already added; or the same call with a changed fn.
+        RunMismatchError: the interrupted run had other inputs, settings or fn configuration.
         ConcurrentRunError: another live run is writing the same output.
+        IncompleteRunError: a single-node run finished its shards but could not publish
+            index.json (another process holds the publish lease, or the storage does not list
+            what was written); the message says what to do. Never returned as a success.
         FnError: fn raised on an input (its index, repr and traceback are attached).
         WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
         StorageError: the storage failed (credentials, bucket, network, disk full).
