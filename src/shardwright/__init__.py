@@ -39,6 +39,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "optimize",
     "abandon",
+    "verify",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
@@ -74,4 +75,8 @@ def __getattr__(name: str) -> object:
         from . import reader
 
         return getattr(reader, name)
+    if name == "verify":
+        from .reader.verify import verify
+
+        return verify
     raise AttributeError(f"module 'shardwright' has no attribute {name!r}")

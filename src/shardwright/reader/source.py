@@ -108,6 +108,7 @@ class ChunkSource:
                 storage=self._storage,
                 max_bytes=max_cache_bytes,
                 check_checksums=check_checksums,
+                sizes_known=self.config.compression is None,
             )
             self.cache.check_existing()
         self._proc_state: ProcState | None = None
