@@ -22,7 +22,6 @@ def add_verify_command(sub) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-
     report = verify(args.output_dir, storage_options=parse_storage_options(args.storage_options))
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
