@@ -9,8 +9,8 @@ from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
 from ....engine.options import OptimizeOptions as EngineOptions
-from ....engine.options import check_storage_option_names
 from ....errors import ShardwrightError, classify
+from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
 from ...locations import LocationRefused, check_output_location
