@@ -85,6 +85,13 @@ def test_submit_start_succeed_in_fifo_order_one_at_a_time(svc):
     assert svc.http.post(f"/api/v1/jobs/{a['id']}/retry").status_code == 409  # SUCCEEDED is final
 
 
+def test_a_job_without_output_yet_has_an_empty_history_saying_why(svc):
+    a = svc.submit()
+    h = svc.http.get(f"/api/v1/jobs/{a['id']}/history").json()
+    assert h["runs"] == [] and h["note"] and h["output_dir"] == a["output_dir"]
+    assert svc.http.get("/api/v1/jobs/nope/history").status_code == 404
+
+
 def test_a_job_being_launched_is_never_launched_twice_and_cancel_waits_for_it(svc):
     a = svc.submit()
     (launch,) = svc.scheduler.choose()  # chosen under the lock, not yet started

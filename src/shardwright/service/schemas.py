@@ -128,6 +128,33 @@ class PipelineList(BaseModel):
     pipelines: list[Pipeline]
 
 
+class OutputRun(BaseModel):
+    """One optimize() call on the job's output, as the output's own history records it."""
+
+    run_id: str | None
+    mode: str | None
+    node_rank: int
+    num_nodes: int
+    host: str
+    pid: int
+    slurm_task: str | None
+    started_at: float
+    finished_at: float
+    inputs_total: int
+    inputs_done_before: int
+    inputs_done_after: int
+    items_written: int
+    ended: str
+    error: dict[str, Any] | None
+
+
+class OutputHistory(BaseModel):
+    id: str
+    output_dir: str
+    runs: list[OutputRun]
+    note: str | None = Field(None, description="why the history could not be read (nothing written yet, ...)")
+
+
 class Logs(BaseModel):
     id: str
     text: str

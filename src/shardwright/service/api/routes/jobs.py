@@ -15,6 +15,7 @@ from ... import schemas
 from ...classify import http_status
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
+from ...progress import read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -175,6 +176,13 @@ def delete_job(job: JobDep, service: ServiceDep):
     except JobStateError as exc:
         raise ApiProblem(409, "InvalidJobState", str(exc)) from None
     return Response(status_code=204)
+
+
+@router.get("/{job_id}/history", response_model=schemas.OutputHistory, responses=ERRORS)
+def job_history(job: JobDep, service: ServiceDep):
+    """The output's own record of every optimize() call on it (each attempt, each node)."""
+    runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)
