@@ -184,7 +184,7 @@ async function refreshJob() {
                 el("td", String(r.items_written)), el("td", e, "error"));
       return tr;
     }));
-    $("job-history-note").textContent = h.note ? "no history yet: " + h.note : "";
+    $("job-history-note").textContent = h.note || "";
   }
   const log = await api("GET", "/jobs/" + openJob + "/logs");
   $("job-log").textContent = log.text.split("\\n").slice(-200).join("\\n");

@@ -49,4 +49,4 @@ def read_output_history(
         data.pop("attempt_id", None)
         data.pop("user", None)
         out.append(data)
-    return out, None
+    return out, None if out else "no optimize() call is recorded in the output yet"
