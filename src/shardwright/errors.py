@@ -20,7 +20,8 @@ are transient (a new attempt may get past them); :func:`classify` looks an excep
     │   │   └── OutputIsAFileError (NotADirectoryError)  a file where a directory must be
     │   ├── RunMismatchError                   user       resume refused: inputs/settings changed
     │   ├── DatasetExistsError                 user       a finished dataset is there, mode=None
-    │   └── SampleFormatError                  user       fn returned a sample that cannot be written
+    │   ├── SampleFormatError                  user       fn returned a sample that cannot be written
+    │   └── ResumeStateError                   user       a loader state of another dataset, or damaged
     ├── DatasetNotFoundError (FileNotFoundError) user      no dataset at that location
     │   └── IncompleteDatasetError             user       a run is writing it; no index.json yet
     ├── IncompleteRunError                     user       merge: some shards are not finished
@@ -76,6 +77,10 @@ class DatasetExistsError(UsageError):
 
 class SampleFormatError(UsageError):
     """A sample cannot be written: structure/leaf types differ from the first sample, int overflow, ..."""
+
+
+class ResumeStateError(UsageError):
+    """A loader state cannot be applied: another dataset, other order options, or damaged."""
 
 
 class DatasetNotFoundError(ShardwrightError, FileNotFoundError):

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
-from ..protocol.shards import MAX_NUM_SHARDS, default_num_shards
+from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
 from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
@@ -245,5 +245,5 @@ class OptimizeOptions:
     def output_settings(self, num_inputs: int) -> OutputSettings:
         shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
         return OutputSettings(
-            self.chunk_size, self.chunk_bytes, self.compression, min(shards, max(1, num_inputs)), self.item_loader
+            self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )

@@ -16,10 +16,12 @@ from ..errors import ArgumentTypeError, UnsupportedFormatError, UsageError, requ
 from ..format import TOKENS_LOADER, TokensLoader, chunk_item, decode_plan, item_decoder, parse_size
 from ..secrets import redact_exception, secret_values
 from ..storage.options import check_storage_option_names
+from . import resume
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
+from .resume import EpochStart
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
 from .tokens import TokenLayout
@@ -112,7 +114,7 @@ class StreamingDataset(_DatasetBase):
             TokensLoader (or the reverse); when read, a pickle leaf that needs
             ``allow_pickle=True``.
         StorageError: the cache directory is a symlink, another user's or world-writable.
-        ValueError: an option is out of range.
+        UsageError (a ValueError): an option is out of range.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any):
@@ -157,9 +159,9 @@ class StreamingDataset(_DatasetBase):
         try:
             limit = parse_size(max_cache_bytes)
         except ValueError as exc:
-            raise ValueError(f"max_cache_bytes: {exc}") from None
+            raise UsageError(f"max_cache_bytes: {exc}") from None
         if item_loader is not None and not isinstance(item_loader, TokensLoader):
-            raise ValueError(
+            raise UsageError(
                 f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
             )
         if type(prefetch) is bool:
@@ -167,14 +169,14 @@ class StreamingDataset(_DatasetBase):
         elif type(prefetch) is int and prefetch >= 0:
             depth = prefetch
         else:
-            raise ValueError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
+            raise UsageError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
         self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
         self.shuffle = shuffle
         self.seed = seed
         self.pad = pad
         self.drop_last = drop_last
         if pad and drop_last:
-            raise ValueError("drop_last=True and pad=True exclude each other: pad keeps every item")
+            raise UsageError("drop_last=True and pad=True exclude each other: pad keeps every item")
         self.allow_pickle = allow_pickle
         self.item_loader = item_loader
         self.storage_options = dict(storage_options or {})
@@ -210,7 +212,7 @@ class StreamingDataset(_DatasetBase):
         self._tokens: TokenLayout | None = None
         if item_loader is not None:
             if item_loader.block_size is None:
-                raise ValueError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
+                raise UsageError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
             self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
             self._group_sizes = self._tokens.group_sizes
             self._length = self._tokens.num_blocks
@@ -280,7 +282,7 @@ class StreamingDataset(_DatasetBase):
     @property
     def _storage(self):
         """The Storage of a remote dataset (None for a local one)."""
-        return self._source._storage
+        return self._source.storage
 
     @property
     def epoch(self) -> int:
@@ -292,11 +294,11 @@ class StreamingDataset(_DatasetBase):
         same number). DataLoader workers see it too, persistent ones included.
 
         Raises:
-            ValueError: ``epoch`` is not a non-negative int.
+            UsageError (a ValueError): ``epoch`` is not a non-negative int.
         """
         epoch = operator.index(epoch)  # TypeError for floats, strings, ...
         if epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
         self._epoch = int(epoch)
         if self._epoch_shared is not None:
             self._epoch_shared.value = int(epoch)
@@ -381,7 +383,7 @@ class StreamingDataset(_DatasetBase):
             self._rank, self._world = distributed_env()
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
-        layout, total = self.layout(workers), self._plan_total()
+        layout, total = self.layout(workers), self.plan_size
         if worker == 0 and layout.drop_last and 0 < total < layout.world_size:
             warnings.warn(
                 f"{self.output_dir}: the epoch is empty: drop_last with {total} items on {layout.world_size} ranks "
@@ -442,12 +444,52 @@ class StreamingDataset(_DatasetBase):
 
         return read
 
-    def _plan_total(self) -> int:
+    @property
+    def plan_size(self) -> int:
+        """Units an epoch's plan orders: items (token datasets: blocks)."""
         return sum(self._group_sizes)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (as of the last ``set_epoch`` or iteration)."""
+        return self._rank
 
     def identity(self) -> dict:
         """What a resume state must match: the dataset (items, chunks, digest) and the order options."""
         return {"dataset": self._fingerprint, "order": order_json(self.order_spec)}
+
+    # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
+
+    def loader_view(self) -> IterableStreamingDataset:
+        return as_iterable(self)
+
+    def configure_loader(self, batch_size: int, drop_last: bool) -> None:
+        self._batch_size = batch_size
+        self._loader_drop_last = drop_last
+
+    def epoch_start(self, epoch: int, num_workers: int) -> EpochStart:
+        return resume.epoch_start(self.plan_size, self._resume_for(epoch), self.layout(num_workers))
+
+    def position_after(self, epoch: int, start: EpochStart, batches: int) -> dict:
+        return resume.single_position(self.plan_size, epoch, start, self._loader_drop_last, batches)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        return {"single": resume.fresh_point(epoch, self.layout(num_workers))}
+
+    def check_position(self, position: object) -> int:
+        return resume.parse_single(position, self.plan_size).epoch
+
+    def apply_position(self, position: dict) -> None:
+        point = resume.parse_single(position, self.plan_size)
+        self.resume_at(point)
+        self.set_epoch(point.epoch)
+
+    def resume_at(self, point: ResumePoint | None) -> None:
+        """Start the next iteration of ``point.epoch`` at ``point`` (None: from the start)."""
+        self._resume = point
+
+    def clear_resume(self) -> None:
+        self._resume = None
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
@@ -463,10 +505,16 @@ class StreamingDataset(_DatasetBase):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume this process's stream where :meth:`state_dict` left it (same layout only;
-        for another number of workers or ranks use :class:`StreamingDataLoader`)."""
-        from .loader import worker_resume
+        for another number of workers or ranks use :class:`StreamingDataLoader`).
 
-        worker_resume(self, state)
+        Raises:
+            ResumeStateError: the state is damaged or belongs to another dataset or options.
+        """
+        identity = {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window]}
+        epoch, point = resume.worker_resume_point(state, identity, self.layout)
+        self.set_epoch(epoch)
+        if point is not None:
+            self.resume_at(point)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
