@@ -19,7 +19,7 @@ def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
     """The pydantic type and Field of one row of the engine's JOB_OPTIONS (strict: "4" is not 4)."""
     kinds: dict[str, Any] = {
         "int": Annotated[StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
-        "float": Annotated[StrictFloat | StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
+        "float": Annotated[StrictFloat, Field(ge=spec.minimum, le=spec.maximum)],  # strict: ints pass, "1" not
         "bool": StrictBool,
         "size": StrictInt | StrictStr,
         "choice": Literal[spec.choices] if spec.choices else StrictStr,
