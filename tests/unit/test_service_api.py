@@ -107,6 +107,19 @@ def test_a_job_being_launched_is_never_launched_twice_and_cancel_waits_for_it(sv
     assert svc.job(a["id"])["state"] == "CANCELED" and svc.fake.started == [(a["id"], 1)]
 
 
+def test_one_job_that_cannot_be_followed_does_not_stop_the_others(tmp_path):
+    svc = Service(tmp_path, max_running=2)
+    a = svc.submit(output_dir=str(tmp_path / "out" / "a"))
+    b = svc.submit(output_dir=str(tmp_path / "out" / "b"))
+    svc.scheduler.tick()
+    svc.fake.broken.add(a["id"])
+    svc.fake.end(b["id"], done())
+    c = svc.submit(output_dir=str(tmp_path / "out" / "c"))
+    svc.scheduler.tick()
+    assert svc.job(b["id"])["state"] == "SUCCEEDED" and svc.job(a["id"])["state"] == "RUNNING"
+    assert (c["id"], 1) in svc.fake.started  # the queue moved on too
+
+
 def test_a_transient_failure_is_retried_automatically_then_fails(svc):
     a = svc.submit()
     svc.scheduler.tick()
