@@ -75,6 +75,16 @@ def test_an_old_default_store_is_moved_whole_and_an_interrupted_move_is_finished
     assert SqliteJobStore(path).get("j1") is not None
 
 
+def test_an_old_store_beside_a_new_one_is_named_not_merged(home):
+    _old_store(home)
+    new = home / ".local" / "state" / "shardwright-service"
+    new.mkdir(parents=True)
+    SqliteJobStore(str(new / "jobs.db")).close()
+    path, notice, _ = choose_db(None, FakeLock)
+    assert path == str(new / "jobs.db") and f"--db {home}/.shardwright/jobs.db" in notice
+    assert (home / ".shardwright" / "jobs.db").exists()
+
+
 def test_an_old_store_whose_slurm_jobs_still_run_is_used_where_it_is_with_a_notice(home):
     _old_store(home, executor="slurm", state="RUNNING")
     path, notice, _ = choose_db(None, FakeLock)
