@@ -78,7 +78,8 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
    <label>pipeline <select id="form-pipeline"></select></label>
    <p id="form-description" class="hint"></p>
    <label>output directory <input id="form-output-dir" size="60" placeholder="/data/datasets/name or s3://bucket/prefix"></label>
-   <label>inputs (a JSON list) <textarea id="form-inputs" rows="3" cols="60" placeholder="[1, 2, 3]"></textarea></label>
+   <label>inputs (a JSON list, or a source such as {"source": "jsonl", "url": "/data/raw/"})
+    <textarea id="form-inputs" rows="3" cols="60" placeholder="[1, 2, 3]"></textarea></label>
    <fieldset id="form-config"><legend>config</legend></fieldset>
    <fieldset id="form-options"><legend>options</legend></fieldset>
    <label>executor <select id="form-executor"><option value="local">local</option><option value="slurm">slurm</option></select>
@@ -285,7 +286,10 @@ async function submitJob(ev) {
   if (!output) problems.push("output_dir: required");
   let inputs = null;
   try { inputs = JSON.parse($("form-inputs").value); } catch (e) { problems.push("inputs: not JSON (" + e.message + ")"); }
-  if (inputs !== null && (!Array.isArray(inputs) || inputs.length === 0)) problems.push("inputs: must be a non-empty JSON list");
+  const isSource = inputs !== null && typeof inputs === "object" && !Array.isArray(inputs);
+  if (inputs !== null && !(Array.isArray(inputs) ? inputs.length > 0 : isSource && inputs.source && inputs.url)) {
+    problems.push('inputs: must be a non-empty JSON list, or a source {"source": "parquet", "url": "..."}');
+  }
   const [config, configProblems] = collect($("form-config"));
   const [options, optionProblems] = collect($("form-options"));
   problems.push(...configProblems, ...optionProblems);
