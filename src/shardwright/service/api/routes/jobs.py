@@ -9,13 +9,14 @@ from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
 from ....engine.options import OptimizeOptions as EngineOptions
-from ....engine.options import check_storage_option_names
 from ....errors import ShardwrightError, classify
+from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
 from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
+from ...progress import read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -184,6 +185,13 @@ def delete_job(job: JobDep, service: ServiceDep):
     except JobStateError as exc:
         raise ApiProblem(409, "InvalidJobState", str(exc)) from None
     return Response(status_code=204)
+
+
+@router.get("/{job_id}/history", response_model=schemas.OutputHistory, responses=ERRORS)
+def job_history(job: JobDep, service: ServiceDep):
+    """The output's own record of every optimize() call on it (each attempt, each node)."""
+    runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)
