@@ -37,10 +37,8 @@ T = TypeVar("T")
 
 _MiB = 1024 * 1024
 
-# Every upload carries this checksum of its body (x-amz-checksum-crc32, computed by botocore);
-# the server recomputes it and refuses the PUT (BadDigest, retried below) when the bytes it
-# received differ: a body damaged in flight is never stored. SeaweedFS verifies it too
-# (tests/system/test_trust_s3_upload.py).
+# Every upload sends this checksum of its body; the server refuses a body damaged in flight
+# (BadDigest, retried). SeaweedFS verifies it too: tests/system/test_trust_s3_upload.py.
 UPLOAD_CHECKSUM = "CRC32"
 
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
@@ -405,13 +403,8 @@ class S3Storage(Storage):
         full = self._key(key)
         if len(data) < self.multipart_threshold:
             body = bytes(data)
-            self._run(
-                "PUT",
-                key,
-                lambda _a: self.client().put_object(
-                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM
-                ),
-            )
+            args = {"Bucket": self.bucket, "Key": full, "Body": body, "ChecksumAlgorithm": UPLOAD_CHECKSUM}
+            self._run("PUT", key, lambda _a: self.client().put_object(**args))
             return
         import io
 
