@@ -16,15 +16,28 @@ with the guarantee "write once, resume after any crash" relies on.
 
 Keys are ``'/'``-separated paths relative to the root (the ``output_dir``), e.g.
 ``"index.json"``, ``"chunk-0-00003-000001.bin"`` or ``".shardwright/manifest.json"``.
-Backends: :mod:`.local`, :mod:`.s3`, :mod:`.memory`; :func:`~shardwright.storage.open_storage`
+Backends: :mod:`.local`, :mod:`.s3`, :mod:`.gcs`, :mod:`.azure`, :mod:`.memory`; :func:`~shardwright.storage.open_storage`
 picks one by URL scheme.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 
-__all__ = ["Storage", "check_key"]
+__all__ = ["ObjectInfo", "Storage", "check_key"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """One object of a listing: its key (relative to the root), size in bytes, version (the
+    token :meth:`Storage.replace_if_version` takes: an S3/Azure etag, a GCS generation) and
+    modification time (seconds since the epoch) when the store reports one."""
+
+    key: str
+    size: int
+    version: str
+    mtime: float | None = None
 
 
 def check_key(key: str) -> str:

@@ -6,6 +6,9 @@ use S3); a third-party backend registers itself when its module is imported.
 
 * local paths and ``file://...`` -> :class:`~shardwright.storage.local.LocalStorage`
 * ``s3://bucket/prefix`` -> :class:`~shardwright.storage.s3.S3Storage`
+* ``gs://bucket/prefix`` (alias ``gcs://``) -> :class:`~shardwright.storage.gcs.GCSStorage`
+* ``az://container/prefix``, ``abfs[s]://container@account.dfs.core.windows.net/prefix`` ->
+  :class:`~shardwright.storage.azure.AzureStorage`
 * ``memory://name`` -> :class:`~shardwright.storage.memory.MemoryStorage` (tests)
 """
 
@@ -33,6 +36,11 @@ class BackendFactory(Protocol):
 _BUILTIN = {
     "file": "shardwright.storage.local",
     "s3": "shardwright.storage.s3",
+    "gs": "shardwright.storage.gcs",
+    "gcs": "shardwright.storage.gcs",
+    "az": "shardwright.storage.azure",
+    "abfs": "shardwright.storage.azure",
+    "abfss": "shardwright.storage.azure",
     "memory": "shardwright.storage.memory",
 }
 _BACKENDS: dict[str, BackendFactory] = {}
@@ -75,7 +83,8 @@ def open_storage(
 
     ``storage_options`` goes to the backend: for S3 boto3 client kwargs such as
     ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config`` (a dict merged
-    into ``botocore.config.Config``); local paths ignore it.
+    into ``botocore.config.Config``); for GCS and Azure see docs/clouds.md; local paths
+    ignore it.
 
     ``create=True`` (writers) makes a local directory if needed and checks that it is
     writable. For S3 nothing is created; call :meth:`Storage.check` to validate bucket and
