@@ -97,7 +97,8 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
     return value
 
 
-# fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
+# fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments).
+# gs:// and az:// outputs are checked by their backends against their own SDKs' names.
 _FSSPEC_NAMES = {
     "key": "aws_access_key_id",
     "secret": "aws_secret_access_key",
@@ -109,8 +110,12 @@ _FSSPEC_NAMES = {
 }
 
 
-def check_storage_option_names(storage_options: dict) -> None:
-    """Refuse fsspec-style keys (a silent ignore would connect with other credentials)."""
+def check_storage_option_names(storage_options: dict, output_dir: object = None) -> None:
+    """Refuse fsspec-style keys for S3 and local outputs (a silent ignore would connect with
+    other credentials); a GCS or Azure backend refuses its own fsspec names when opened."""
+    scheme = output_dir.split("://", 1)[0].lower() if isinstance(output_dir, str) and "://" in output_dir else ""
+    if scheme not in ("", "s3", "file"):
+        return
     wrong = [k for k in storage_options if k in _FSSPEC_NAMES]
     if wrong:
         fixes = "; ".join(f"{k!r} -> {_FSSPEC_NAMES[k]}" for k in wrong)
@@ -172,6 +177,7 @@ class OptimizeOptions:
         max_retries: object = 0,
         timeout: object = None,
         item_loader: object = None,
+        output_dir: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -205,10 +211,10 @@ class OptimizeOptions:
         rank = _optional_int("node_rank", node_rank)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage client's options, see docs/clouds.md) or None; got {type(storage_options).__name__}"
             )
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")

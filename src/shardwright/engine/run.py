@@ -72,7 +72,8 @@ def optimize(
         inputs: a sequence that can be sliced (list, tuple, range; a collections.deque is
             refused: pass list(d)) of picklable values; its order is the dataset's order.
             Inputs that are paths to files are checked for changes when a run resumes.
-        output_dir: a local directory or ``"s3://bucket/prefix"``.
+        output_dir: a local directory, ``"s3://bucket/prefix"``, ``"gs://bucket/prefix"`` or
+            ``"az://container/prefix"`` (docs/clouds.md).
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
             ``"64MB"`` when neither is given).
@@ -141,6 +142,7 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)

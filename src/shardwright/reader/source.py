@@ -64,16 +64,13 @@ class ChunkSource:
         self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
         self._storage = None
         self.cache: ChunkCache | None = None
-        self.remote = output_dir.startswith("s3://")
-        if "://" in output_dir and not self.remote and not output_dir.startswith("file://"):
-            raise ValueError(
-                f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
-            )
+        # Any object-store URL (s3://, gs://, az://, abfs://...): the registry refuses unknown schemes
+        self.remote = "://" in output_dir and not output_dir.lower().startswith("file://")
         if self.remote:
             from ..storage import open_storage
 
             self._storage = open_storage(output_dir, storage_options)
-            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
+            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix, gs://..., az://...
             self.index_source = f"{self.output_dir}/{INDEX_NAME}"
         else:
             # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)

@@ -93,16 +93,27 @@ class _TooBig(Exception):
     pass
 
 
+# Object stores a job may write to, and the one spelling each is compared under.
+_REMOTE_SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "abfs", "abfss": "abfs"}
+
+
+def _normalize_remote(url: str) -> str:
+    """``gcs://b/p/`` -> ``gs://b/p``: one spelling per location, so roots compare as they should."""
+    scheme, rest = url.split("://", 1)
+    return f"{_REMOTE_SCHEMES.get(scheme.lower(), scheme.lower())}://{rest}".rstrip("/")
+
+
 def _check_output_dir(output_dir: str, roots: tuple, executor: str) -> str:
     if "://" in output_dir:
         scheme = output_dir.split("://", 1)[0]
-        if scheme != "s3":
+        if scheme.lower() not in _REMOTE_SCHEMES:
             raise ApiProblem(
                 422,
                 "InvalidOutputDir",
-                f"output_dir: {scheme}:// is not supported; use an absolute local path or s3://bucket/prefix",
+                f"output_dir: {scheme}:// is not supported; use an absolute local path, s3://bucket/prefix, "
+                "gs://bucket/prefix or az://container/prefix",
             )
-        normalized = output_dir.rstrip("/")
+        normalized = _normalize_remote(output_dir)
     else:
         if not os.path.isabs(output_dir):
             raise ApiProblem(
@@ -116,7 +127,8 @@ def _check_output_dir(output_dir: str, roots: tuple, executor: str) -> str:
 
         def under(root: str) -> bool:
             if "://" in root:
-                return normalized == root.rstrip("/") or normalized.startswith(root.rstrip("/") + "/")
+                root = _normalize_remote(root)
+                return normalized == root or normalized.startswith(root + "/")
             real = os.path.realpath(root)
             return normalized == real or normalized.startswith(real.rstrip("/") + "/")
 

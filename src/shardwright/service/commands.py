@@ -55,7 +55,7 @@ def add_service_commands(subparsers) -> None:
         action="append",
         default=[],
         metavar="ROOT",
-        help="allow outputs only under ROOT (a directory or s3://bucket/prefix); repeatable",
+        help="allow outputs only under ROOT (a directory, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix); repeatable",
     )
     p.add_argument("--max-inputs", type=int, default=100_000, help="most inputs one job may list")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body")

@@ -45,6 +45,18 @@ _BUILTIN = {
 }
 _BACKENDS: dict[str, BackendFactory] = {}
 _LOCK = threading.Lock()
+# Schemes users reach for that are spelled otherwise here: named in the error, never mapped.
+_NEAR_MISSES = {
+    "gcp": "gs",
+    "google": "gs",
+    "azure": "az",
+    "wasb": "az",
+    "wasbs": "az",
+    "adl": "az",
+    "blob": "az",
+    "s3a": "s3",
+    "s3n": "s3",
+}
 # "scheme:" at the start of a URL (a one-letter "scheme" is a Windows drive, not a URL).
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(//)?")
 
@@ -113,8 +125,14 @@ def open_storage(
             f"malformed URL {_safe(url)!r}: write {scheme}://{rest} (two slashes), or ./{url} for a local directory"
         )
     if not known:
+        rest = url[m.end() :]
+        near = _NEAR_MISSES.get(scheme)
+        if near == "az" and "@" in rest.split("/", 1)[0]:  # wasbs://container@account.blob...: the abfs form
+            near = "abfs"
+            rest = rest.replace(".blob.core.windows.net", ".dfs.core.windows.net", 1)
+        hint = f"did you mean {near}://{rest}? " if near else ""
         raise OutputDirError(
-            f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: use a local path or one of "
+            f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: {hint}use a local path or one of "
             + ", ".join(f"{s}://" for s in registered_schemes())
         )
     url = scheme + url[len(m.group(1)) :]  # S3://b/p and s3://b/p are the same location
