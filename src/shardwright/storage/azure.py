@@ -265,12 +265,17 @@ class AzureStorage(CloudStorage):
             return True
         if isinstance(e, aexc.ServiceRequestError):  # never sent (connect failure): fail fast if never reached
             return self._reached
-        if isinstance(e, (aexc.ServiceResponseError, aexc.IncompleteReadError, aexc.DecodeError)):
+        if isinstance(
+            e, (aexc.ServiceResponseError, aexc.IncompleteReadError, aexc.DecodeError, aexc.DeserializationError)
+        ):
             return True
         if isinstance(e, aexc.ClientAuthenticationError):
             return False
+        if type(e) is aexc.AzureError and "MD5 mismatch" in str(e):  # validate_content: a reply cut or garbled
+            return True
         if isinstance(e, aexc.HttpResponseError):
-            return self._status(e) in _RETRY_STATUS or "Md5Mismatch" in self._code(e)
+            status = self._status(e)  # None: the reply never arrived whole ("Response ended prematurely")
+            return status is None or status in _RETRY_STATUS or "Md5Mismatch" in self._code(e)
         return isinstance(e, (ConnectionError, TimeoutError))
 
     def to_storage_error(
@@ -329,7 +334,7 @@ class AzureStorage(CloudStorage):
         """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag; False
         when the condition failed."""
         from azure.core import MatchConditions
-        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+        from azure.core.exceptions import HttpResponseError
 
         kwargs: dict[str, Any] = {"overwrite": condition != "*"}
         if condition not in (None, "*"):
@@ -338,14 +343,15 @@ class AzureStorage(CloudStorage):
             self._blob(full_key).upload_blob(
                 data, length=len(data), validate_content=True, max_concurrency=self.max_concurrency, **kwargs
             )
-        except ResourceExistsError as e:
-            if condition == "*" and "BlobAlreadyExists" in self._code(e) or self._status(e) == 409:
+        except HttpResponseError as e:
+            # By status, not by exception class: a reply cut short keeps its status line but
+            # loses the error code the SDK picks its class from.
+            status = self._status(e)
+            if condition is not None and status == 412:
                 return False
-            raise
-        except ResourceModifiedError:
-            return False
-        except ResourceNotFoundError as e:
-            if condition not in (None, "*") and "ContainerNotFound" not in self._code(e):
+            if condition == "*" and status == 409:
+                return False  # BlobAlreadyExists
+            if condition not in (None, "*") and status == 404 and "ContainerNotFound" not in self._code(e):
                 return False  # deleted since it was read
             raise
         return True
@@ -422,7 +428,10 @@ class AzureStorage(CloudStorage):
 
         def once(_attempt: int) -> list[ObjectInfo]:
             blobs = self.client().list_blobs(name_starts_with=full_prefix or None)
-            return [self._info(b.name, b) for b in blobs if not b.name.endswith("/")]
+            try:
+                return [self._info(b.name, b) for b in blobs if not b.name.endswith("/")]
+            except AttributeError as e:  # the SDK read a page cut short as an empty response
+                raise TruncatedBody(f"listing page cut short: {e}") from e
 
         return sorted(self.run("LIST", None, once), key=lambda info: info.key)
 
