@@ -2,10 +2,14 @@
 gcs_server, gcs_bucket, gcs_url, azure_server, azure_container, azure_url, slurm_cluster);
 tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
+Layout: ``tests/unit/`` is pure and in-process (no servers, no subprocess pools; ``pytest tests/unit``
+is the fast loop); ``tests/system/`` runs real processes, the S3 server, the GCS and Azure
+emulators, Slurm and the browser. Test file basenames are unique across the tree (the test
+directories are not packages).
+
 Tests that use the S3 server, a cloud emulator or the Slurm cluster are marked ``s3`` / ``gcs``
 / ``azure`` / ``slurm`` here, from the fixtures they ask for (also through a parametrized
-``backend``), so ``pytest -m "not s3 and not gcs and not azure and not slurm"`` is the fast
-local loop."""
+``backend``), so ``pytest -m "not s3 and not gcs and not azure and not slurm"`` skips them."""
 
 from __future__ import annotations
 

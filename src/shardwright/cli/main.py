@@ -18,11 +18,13 @@ from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
-from ..protocol.status import RunStatus, merge, read_status, stop_reason
+from ..protocol.publish import merge
+from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .runs import list_runs
 from .slurm import add_slurm_command
+from .verify import add_verify_command
 
 
 def parse_storage_options(text: str | None) -> dict | None:
@@ -37,7 +39,9 @@ def parse_storage_options(text: str | None) -> dict | None:
             '\'{"endpoint_url": "http://127.0.0.1:8333"}\''
         ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"--storage-options must be a JSON object of storage options; got {type(value).__name__}")
+        raise UsageError(
+            f"--storage-options must be a JSON object of boto3 client arguments; got {type(value).__name__}"
+        )
     return value
 
 
@@ -89,7 +93,7 @@ def print_status(report: RunStatus) -> None:
         for lease in report.leases:
             print(
                 f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
-                f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})"
+                f"{_ago(lease.heartbeat_age_s)} ({'live' if lease.live else 'stale'})"
             )
             if lease.live and lease.current_inputs:
                 on = ", ".join(
@@ -114,6 +118,13 @@ def print_status(report: RunStatus) -> None:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
 
 
+def _ago(seconds: float) -> str:
+    """ "12.5 s ago", or for a time ahead of this clock (clock skew, a hand edit) "in the future"."""
+    if seconds < 0:
+        return f"{-seconds:,.1f} s in the future (a clock ahead of this one, or a hand edit)"
+    return f"{seconds:,.1f} s ago"
+
+
 def print_history(attempts: list[Attempt], as_json: bool) -> None:
     """The run history of an output, oldest first."""
     if as_json:
@@ -131,42 +142,33 @@ def print_history(attempts: list[Attempt], as_json: bool) -> None:
         )
 
 
+STORAGE_OPTIONS_HELP = (
+    "JSON dict of storage options (boto3 client arguments for s3://; gs:// and az://: docs/clouds.md)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardwright", description="Inspect and finish shardwright outputs.")
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="what is done, in progress, pending and failed")
     status.add_argument("output_dir")
     status.add_argument("--json", action="store_true", help="print the report as JSON")
-    status.add_argument(
-        "--storage-options",
-        help="JSON dict of storage options: boto3 client arguments for s3://, see docs/clouds.md for gs:// and az://",
-    )
+    status.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     merge_cmd = sub.add_parser("merge", help="publish index.json once every shard is done")
     merge_cmd.add_argument("output_dir")
-    merge_cmd.add_argument(
-        "--storage-options",
-        help="JSON dict of storage options: boto3 client arguments for s3://, see docs/clouds.md for gs:// and az://",
-    )
+    merge_cmd.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     clean = sub.add_parser("clean", help="abandon the unfinished run, keeping the published dataset")
     clean.add_argument("output_dir")
-    clean.add_argument(
-        "--storage-options",
-        help="JSON dict of storage options: boto3 client arguments for s3://, see docs/clouds.md for gs:// and az://",
-    )
+    clean.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     runs = sub.add_parser("runs", help="every shardwright output under a local directory or S3 prefix, with its state")
     runs.add_argument("root")
     runs.add_argument("--json", action="store_true", help="print the outputs as JSON")
-    runs.add_argument(
-        "--storage-options",
-        help="JSON dict of storage options: boto3 client arguments for s3://, see docs/clouds.md for gs:// and az://",
-    )
+    runs.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     history = sub.add_parser("history", help="the recorded attempts (optimize() calls) on an output")
     history.add_argument("output_dir")
     history.add_argument("--json", action="store_true", help="print the attempts as JSON")
-    history.add_argument(
-        "--storage-options",
-        help="JSON dict of storage options: boto3 client arguments for s3://, see docs/clouds.md for gs:// and az://",
-    )
+    history.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
+    add_verify_command(sub)
     add_slurm_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
 
@@ -186,6 +188,19 @@ def existing_storage(output_dir: str, storage_options: dict | None):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``shardwright`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `shardwright status DIR | head`: the reader went away; that is not an error. Point
+        # stdout at /dev/null so that the interpreter's final flush does not complain either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "status":
@@ -210,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
         if args.command == "runs":
-            return list_runs(args.root, parse_storage_options(args.storage_options), args.json)
+            options = parse_storage_options(args.storage_options)
+            existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands
+            return list_runs(args.root, options, args.json)
         if args.command == "history":
             attempts = read_history(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
             print_history(attempts, args.json)

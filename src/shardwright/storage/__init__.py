@@ -12,7 +12,8 @@ module                    its one job
 :mod:`.gcs`               :class:`GCSStorage`, ``gs://`` (google-cloud-storage, imported lazily)
 :mod:`.azure`             :class:`AzureStorage`, ``az://`` / ``abfs://`` (azure-storage-blob, lazily)
 :mod:`.memory`            :class:`MemoryStorage`, in-process, with fault and crash hooks (tests)
-:mod:`.registry`          URL scheme -> backend; :func:`open_storage`, :func:`register_backend`
+:mod:`.registry`          URL scheme -> backend; :func:`parse_location` (the one check of a
+                          location), :func:`open_storage`, :func:`register_backend`
 ========================  ===================================================================
 
 Layering: this package imports only :mod:`shardwright.errors` from the rest of shardwright;
@@ -26,16 +27,18 @@ from __future__ import annotations
 from .base import ObjectInfo, Storage
 from .local import LocalStorage
 from .memory import MemoryStorage
-from .registry import open_storage, register_backend, registered_schemes
+from .registry import Location, open_storage, parse_location, register_backend, registered_schemes
 from .s3 import S3Storage  # cheap: boto3 itself is imported on first use
 
 __all__ = [
     "LocalStorage",
     "ObjectInfo",
+    "Location",
     "MemoryStorage",
     "S3Storage",
     "Storage",
     "open_storage",
+    "parse_location",
     "register_backend",
     "registered_schemes",
 ]

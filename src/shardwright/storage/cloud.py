@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError, UsageError
-from .base import ObjectInfo, Storage, check_key
+from .base import ObjectInfo, Storage
 from .files import tmp_name, unlink_quiet
 
 __all__ = ["CloudStorage", "TruncatedBody", "check_prefix", "pop_number", "refuse_options"]
@@ -138,7 +138,7 @@ class CloudStorage(Storage):
     # -- keys --------------------------------------------------------------------------------
 
     def _key(self, key: str) -> str:
-        check_key(key)
+        self.checked_key(key)  # strict, or a user's input key on a read-only input view
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
