@@ -126,3 +126,18 @@ def test_azure_secrets_are_known_to_the_redaction():
     assert public_options({**options, "account_key": KEY, "sas_token": "sv=2020&sig=abcdef", "max_block_size": 1}) == {
         "max_block_size": 1
     }
+
+
+def test_shared_option_check_uses_each_clouds_names():
+    """optimize(), the reader, verify and the jobs API check names through one function: S3's
+    boto3 names for s3://, each cloud SDK's own for gs:// and az:// (pure: nothing contacted)."""
+    from shardwright.storage.options import check_storage_option_names
+
+    check_storage_option_names({"project": "p"}, "gs://b/p")
+    check_storage_option_names({"connection_string": CONN}, "az://data/p")
+    with pytest.raises(UsageError, match="'token' -> 'credentials'"):
+        check_storage_option_names({"token": "x"}, "gcs://b/p")
+    with pytest.raises(UsageError, match="'token' -> aws_session_token"):
+        check_storage_option_names({"token": "x"}, "s3://b/p")
+    with pytest.raises(UsageError, match="'blocksize' -> 'max_block_size'"):
+        check_storage_option_names({"blocksize": 1}, "abfs://data@myacct.dfs.core.windows.net/p")

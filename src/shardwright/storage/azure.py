@@ -37,7 +37,7 @@ from .base import ObjectInfo
 from .cloud import CloudStorage, TruncatedBody, check_prefix, pop_number, refuse_options
 from .registry import register_backend
 
-__all__ = ["AzureStorage", "open_azure", "parse_azure_url"]
+__all__ = ["AzureStorage", "check_option_names", "open_azure", "parse_azure_url"]
 
 _MiB = 1024 * 1024
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -77,6 +77,11 @@ _NO_CREDENTIALS = (
     "the account (abfs://container@ACCOUNT.dfs.core.windows.net/prefix or storage_options['account_url']) to use "
     "DefaultAzureCredential (az login, managed identity, AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
 )
+
+
+def check_option_names(options: dict[str, Any]) -> None:
+    """UsageError for an adlfs-style or unknown key (pure: nothing is contacted)."""
+    refuse_options("az", options, _FSSPEC_NAMES, _OPTIONS)
 
 
 def parse_azure_url(url: str) -> tuple[str, str | None, str]:
@@ -137,7 +142,7 @@ class AzureStorage(CloudStorage):
         super().__init__()
         self.container, url_account, self.prefix = parse_azure_url(url)
         opts = dict(storage_options or {})
-        refuse_options("az", opts, _FSSPEC_NAMES, _OPTIONS)
+        check_option_names(opts)
         self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
         self.max_single_put_size = int(
             pop_number(opts, "max_single_put_size", self.max_single_put_size, minimum=1, maximum=5000 * _MiB)

@@ -40,7 +40,7 @@ from .base import ObjectInfo
 from .cloud import CloudStorage, TruncatedBody, check_prefix, pop_number, refuse_options
 from .registry import register_backend
 
-__all__ = ["GCSStorage", "open_gcs"]
+__all__ = ["GCSStorage", "check_option_names", "open_gcs"]
 
 _MiB = 1024 * 1024
 _TIMEOUT = (5.0, 60.0)  # (connect, read) seconds per request
@@ -65,6 +65,11 @@ _NO_CREDENTIALS_FIX = (
     "run `gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a key file, pass "
     "storage_options={'credentials': ...}, or set STORAGE_EMULATOR_HOST for an emulator"
 )
+
+
+def check_option_names(options: dict[str, Any]) -> None:
+    """UsageError for a gcsfs-style or unknown key (pure: nothing is contacted)."""
+    refuse_options("gs", options, _FSSPEC_NAMES, _OPTIONS)
 
 
 def parse_gcs_url(url: str) -> tuple[str, str]:
@@ -99,7 +104,7 @@ class GCSStorage(CloudStorage):
         self.bucket, self.prefix = parse_gcs_url(url)
         self.url = f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
         opts = dict(storage_options or {})
-        refuse_options("gs", opts, _FSSPEC_NAMES, _OPTIONS)
+        check_option_names(opts)
         self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
         self.multipart_threshold = int(
             pop_number(opts, "multipart_threshold", self.multipart_threshold, minimum=0, maximum=8 * _MiB)
