@@ -296,7 +296,7 @@ def test_reader_cache_keys_include_the_account(azure_server, azure_url, tmp_path
 # --- the CLI -------------------------------------------------------------------------------------------
 
 
-def test_cli_status_history_runs_merge_clean(cloud, capsys):
+def test_cli_status_history_verify_runs_merge_clean(cloud, capsys):
     opts = json.dumps(cloud.options)
     n = 40
     result = optimize(plain, list(range(n)), cloud.url, chunk_size=5, num_workers=1, num_nodes=2, node_rank=0,
@@ -311,6 +311,7 @@ def test_cli_status_history_runs_merge_clean(cloud, capsys):
              storage_options=cloud.options, verbose=False)  # fmt: skip
     assert cli(["merge", cloud.url, "--storage-options", opts]) == 0
     assert cli(["history", cloud.url, "--storage-options", opts]) == 0
+    assert cli(["verify", cloud.url, "--storage-options", opts]) == 0  # every chunk's size and checksum
     root = cloud.url.rsplit("/", 1)[0]
     capsys.readouterr()
     assert cli(["runs", root, "--storage-options", opts, "--json"]) == 0

@@ -141,3 +141,17 @@ def test_shared_option_check_uses_each_clouds_names():
         check_storage_option_names({"token": "x"}, "s3://b/p")
     with pytest.raises(UsageError, match="'blocksize' -> 'max_block_size'"):
         check_storage_option_names({"blocksize": 1}, "abfs://data@myacct.dfs.core.windows.net/p")
+
+
+def test_slurm_merge_job_command_line_keeps_no_azure_secret():
+    """`shardwright slurm --merge-job --output-dir az://... --storage-options ...`: the merge job's
+    command line (kept by Slurm in its job record) carries no key; the job reads it from the
+    environment sbatch exports (AZURE_STORAGE_CONNECTION_STRING)."""
+    import json
+
+    from shardwright.cluster.slurm import public_storage_options
+
+    options = {"connection_string": CONN, "account_key": KEY, "sas_token": "sv=2024&sig=abcdefgh", "max_concurrency": 2}
+    public = public_storage_options(json.dumps(options))
+    assert KEY not in (public or "") and "abcdefgh" not in (public or "") and "AccountKey" not in (public or "")
+    assert json.loads(public or "{}") == {"max_concurrency": 2}

@@ -152,7 +152,16 @@ class GCSStorage(CloudStorage):
                 scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
             )
             project = project or default_project
-        return storage.Client(project=project, credentials=credentials, client_options=options)
+        # A connection pool as large as the threads that share this client (workers' uploads,
+        # the committer, prefetching readers); requests' default of 10 discards connections.
+        import requests.adapters
+        from google.auth.transport.requests import AuthorizedSession
+
+        session = AuthorizedSession(credentials)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        return storage.Client(project=project, credentials=credentials, client_options=options, _http=session)
 
     def _blob(self, full_key: str) -> Any:
         return self.client().bucket(self.bucket).blob(full_key)
