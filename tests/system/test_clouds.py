@@ -266,6 +266,27 @@ def test_reader_small_cache_bound_and_dataloader(cloud, tmp_path):
     assert seen == list(range(400))
 
 
+def test_prefetch_from_the_plan_hides_latency(cloud, proxy, tmp_path):
+    """Every request 50 ms slower (through the proxy): the plan-driven prefetcher downloads the
+    next window's chunks while items are consumed, so reads after the warm-up do not wait."""
+    chunks, per_chunk = 24, 20
+    optimize(array_item, list(range(chunks * per_chunk)), cloud.url, chunk_size=per_chunk, num_shards=4,
+             num_workers=2, storage_options=cloud.options, verbose=False)  # fmt: skip
+    proxy.configure(latency=0.05)
+    chunk = per_chunk * (ROWS + 100)
+    limit = 16 * chunk
+    ds = StreamingDataset(cloud.url, storage_options=cloud.proxied_options(proxy), cache_dir=tmp_path / "cache",
+                          max_cache_bytes=limit, shuffle=True, seed=2, shuffle_window=4, prefetch=4, iterable=True)  # fmt: skip
+    seen = []
+    for item in ds:
+        seen.append(int(item["i"]))
+        time.sleep(0.003)  # a training step: the next window's downloads overlap it
+    assert sorted(seen) == list(range(chunks * per_chunk))
+    waits = ds._source.cache.reader_waits
+    assert waits <= 6, f"{waits} reads waited for a download"
+    assert dir_bytes(tmp_path / "cache") <= limit + 2 * chunk
+
+
 @pytest.mark.gcs
 @pytest.mark.azure
 def test_combined_dataset_over_both_clouds(gcs_url, gcs_storage_options, azure_url, azure_storage_options, tmp_path):
