@@ -33,9 +33,9 @@ import re
 from typing import Any
 
 from ..errors import OutputDirError, StorageError
-from .base import ObjectInfo
-from .cloud import CloudStorage, TruncatedBody, check_prefix, pop_number, refuse_options
-from .registry import register_backend
+from .base import ObjectInfo, check_range
+from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .registry import parse_location, register_backend
 
 __all__ = ["AzureStorage", "check_option_names", "open_azure", "parse_azure_url"]
 
@@ -86,14 +86,15 @@ def check_option_names(options: dict[str, Any]) -> None:
 
 def parse_azure_url(url: str) -> tuple[str, str | None, str]:
     """``(container, account or None, prefix)`` of ``az://container/prefix`` or
-    ``abfs[s]://container@account.dfs.core.windows.net/prefix``; OutputDirError with the fix."""
-    m = re.match(r"^(az|abfs|abfss)://([^/]*)/?(.*)$", url, re.IGNORECASE)
-    if not m or not m.group(2) or m.group(2).startswith("@"):
+    ``abfs[s]://container@account.dfs.core.windows.net/prefix``: the registry's one check of a
+    location (no container, ``//``, ``.``, ``..``), then Azure's naming rules; OutputDirError
+    with the fix."""
+    location = parse_location(url)
+    scheme, authority = location.scheme, location.bucket
+    if authority.startswith("@"):
         raise OutputDirError(
-            f"invalid Azure URL {url!r}: no container; use az://container/prefix or "
-            "abfs://container@account.dfs.core.windows.net/prefix"
+            f"invalid Azure URL {url!r}: no container; use abfs://container@account.dfs.core.windows.net/prefix"
         )
-    scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3)
     account = None
     container = authority
     if scheme in ("abfs", "abfss"):
@@ -118,7 +119,7 @@ def parse_azure_url(url: str) -> tuple[str, str | None, str]:
             f"invalid Azure container name {container!r} in {url!r}: use 3-63 lowercase letters, digits and single "
             "hyphens (az://container/prefix)"
         )
-    return container, account, check_prefix(url, rest, f"az://{container}/a/b")
+    return container, account, location.prefix
 
 
 def _connection_string_fields(value: str) -> dict[str, str]:
@@ -402,8 +403,7 @@ class AzureStorage(CloudStorage):
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes of ``key`` from ``start`` (fewer at the end of the object)."""
-        if start < 0 or length < 0:
-            raise ValueError(f"read_range needs start >= 0 and length >= 0; got {start}, {length}")
+        check_range(start, length)
         full = self._key(key)
 
         def once(_attempt: int) -> bytes | None:

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ..errors import OutputDirError, StorageError, UsageError
+from ..errors import StorageError, UsageError
 from .base import ObjectInfo, Storage
 from .files import tmp_name, unlink_quiet
 
-__all__ = ["CloudStorage", "TruncatedBody", "check_prefix", "pop_number", "refuse_options"]
+__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
 
 T = TypeVar("T")
 
@@ -44,16 +44,6 @@ if hasattr(os, "register_at_fork"):
 
 class TruncatedBody(Exception):
     """A body shorter than announced, or a checksum that does not match: retried."""
-
-
-def check_prefix(url: str, prefix: str, example: str) -> str:
-    """``prefix`` without its outer slashes; OutputDirError for a ``//``, ``.`` or ``..`` segment."""
-    prefix = prefix.strip("/")
-    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
-        raise OutputDirError(
-            f"invalid location {url!r}: a '//', '.' or '..' segment would alias another path; write it as {example}"
-        )
-    return prefix
 
 
 def refuse_options(scheme: str, options: dict[str, Any], wrong_names: dict[str, str], accepted: Iterable[str]) -> None:

@@ -36,9 +36,9 @@ import re
 from typing import Any
 
 from ..errors import OutputDirError, StorageError
-from .base import ObjectInfo
-from .cloud import CloudStorage, TruncatedBody, check_prefix, pop_number, refuse_options
-from .registry import register_backend
+from .base import ObjectInfo, check_range
+from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .registry import parse_location, register_backend
 
 __all__ = ["GCSStorage", "check_option_names", "open_gcs"]
 
@@ -73,18 +73,16 @@ def check_option_names(options: dict[str, Any]) -> None:
 
 
 def parse_gcs_url(url: str) -> tuple[str, str]:
-    """``(bucket, prefix)`` of ``gs://bucket/prefix`` or ``gcs://bucket/prefix``; OutputDirError
-    with the fix for a missing or invalid bucket and for ``//``, ``.``, ``..`` segments."""
-    m = re.match(r"^(gs|gcs)://([^/]*)/?(.*)$", url, re.IGNORECASE)
-    if not m or not m.group(2):
-        raise OutputDirError(f"invalid GCS URL {url!r}: no bucket; use gs://bucket/prefix")
-    bucket = m.group(2)
+    """``(bucket, prefix)`` of ``gs://bucket/prefix`` or ``gcs://bucket/prefix``: the registry's
+    one check of a location (no bucket, ``//``, ``.``, ``..``), then GCS's bucket-name rules."""
+    location = parse_location(url)
+    bucket = location.bucket
     if not _BUCKET_RE.match(bucket) or ".." in bucket:
         raise OutputDirError(
             f"invalid GCS bucket name {bucket!r} in {url!r}: use 3-222 lowercase letters, digits, '-', '_' or '.' "
             "(gs://bucket/prefix)"
         )
-    return bucket, check_prefix(url, m.group(3), f"gs://{bucket}/a/b")
+    return bucket, location.prefix
 
 
 class GCSStorage(CloudStorage):
@@ -333,8 +331,7 @@ class GCSStorage(CloudStorage):
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """``length`` bytes of ``key`` from ``start`` (fewer at the end of the object)."""
-        if start < 0 or length < 0:
-            raise ValueError(f"read_range needs start >= 0 and length >= 0; got {start}, {length}")
+        check_range(start, length)
         full = self._key(key)
 
         def once(_attempt: int) -> bytes | None:
