@@ -162,6 +162,8 @@ def test_a_run_that_returns_unpublished_is_never_succeeded(svc):
         ({"output_dir": "/tmp/a//b"}, 422, "output_dir"),
         ({"output_dir": "/tmp/a\x00b"}, 422, "output_dir"),
         ({"storage_options": {"key": "AKIA", "secret": "x"}}, 422, "storage_options"),
+        ({"output_dir": "gs://bucket/a//x"}, 422, "output_dir"),
+        ({"output_dir": "gcp://bucket/x"}, 422, "output_dir"),
         ({"config": {"factr": 2}}, 422, "config.factr"),
         ({"options": {"num_workers": "4"}}, 422, "options.num_workers"),
         ({"options": {"timeout": 0}}, 422, "options.timeout"),
@@ -176,6 +178,27 @@ def test_what_the_job_would_fail_on_is_refused_at_submit(svc, body, status, fiel
     message = r.json()["error"]["message"]
     assert message.startswith(field + ":") and "\n" not in message, message
     assert os.listdir(svc.config.state_dir + "/jobs") == []  # nothing queued, no job directory
+
+
+def test_cloud_roots_and_each_clouds_option_names_at_submit(tmp_path):
+    """gcs:// is gs:// under a gs:// root; gcsfs/adlfs option names are refused at submit with
+    the right key of that cloud (not boto3's)."""
+    svc = Service(tmp_path, output_roots=("gs://bucket", "az://data"))
+    for output_dir, options, fix in [
+        ("gcs://bucket/x", {"token": "/key.json"}, "'token' -> 'credentials'"),
+        ("az://data/x", {"account_host": "a"}, "'account_host' -> 'account_url'"),
+    ]:
+        r = svc.http.post(
+            "/api/v1/jobs",
+            json={"pipeline": "square", "inputs": [1], "output_dir": output_dir, "storage_options": options},
+        )
+        assert r.status_code == 422, r.text
+        message = r.json()["error"]["message"]
+        assert message.startswith("storage_options:") and fix in message, message
+    r = svc.http.post("/api/v1/jobs", json={"pipeline": "square", "inputs": [1], "output_dir": "gs://other/x"})
+    assert r.status_code == 403 and "outside the allowed output roots" in r.text
+    r = svc.http.post("/api/v1/jobs", json={"pipeline": "square", "inputs": [1], "output_dir": "gcs://bucket/y"})
+    assert r.status_code == 201 and r.json()["output_dir"] == "gs://bucket/y", r.text
 
 
 def test_invalid_json_too_deep_and_too_big_answer_in_the_api_error_shape(tmp_path):

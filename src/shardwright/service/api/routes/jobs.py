@@ -58,14 +58,14 @@ def _options(service: ServiceDep, body: schemas.JobSubmit) -> dict:
     except ShardwrightError as exc:
         status = http_status(exc) if classify(exc).kind == "user" else 422
         raise ApiProblem(status, type(exc).__name__, f"options: {exc}") from None
-    _check_storage_options(body.storage_options)
+    _check_storage_options(body.storage_options, body.output_dir)
     return options
 
 
-def _check_storage_options(storage_options: dict | None) -> None:
+def _check_storage_options(storage_options: dict | None, output_dir: str | None = None) -> None:
     try:
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
     except ShardwrightError as exc:
         raise ApiProblem(
             422, type(exc).__name__, f"storage_options: {exc}".replace(": storage_options ", ": ")
@@ -174,7 +174,7 @@ def cancel_job(job: JobDep, service: ServiceDep):
 @router.post("/{job_id}/retry", response_model=schemas.Job, responses=ERRORS)
 def retry_job(job: JobDep, service: ServiceDep, body: schemas.RetryRequest | None = None):
     storage_options = body.storage_options if body else None
-    _check_storage_options(storage_options)
+    _check_storage_options(storage_options, job.output_dir)
     return _action(service, service.scheduler.retry, job.id, storage_options)
 
 
