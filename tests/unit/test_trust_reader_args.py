@@ -7,9 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
+from shardwright import CombinedStreamingDataset, StreamingDataset
 from shardwright.errors import ArgumentTypeError, CorruptStateError, UsageError
 from support.datasets import write_dataset
+
+
+def loader_class():
+    """StreamingDataLoader is a torch DataLoader: tests of it skip where torch is not installed
+    (the unit layer also runs on Pythons with the core dependencies only)."""
+    return pytest.importorskip("shardwright.reader.loader").StreamingDataLoader
 
 
 @pytest.fixture
@@ -47,7 +53,7 @@ def test_allow_pickle_false_string_never_unpickles(tmp_path):
 
 def test_loader_drop_last_is_strict(dataset):
     with pytest.raises(ArgumentTypeError, match="drop_last must be True or False"):
-        StreamingDataLoader(StreamingDataset(dataset), batch_size=2, drop_last="false")
+        loader_class()(StreamingDataset(dataset), batch_size=2, drop_last="false")
 
 
 def test_empty_cache_dir_is_refused(dataset):
@@ -77,7 +83,7 @@ def test_fewer_items_than_ranks_with_drop_last_warns_and_every_rank_yields_nothi
         monkeypatch.setenv("WORLD_SIZE", "4")
         ds = StreamingDataset(out, drop_last=True)
         with pytest.warns(UserWarning, match=r"the epoch is empty: drop_last with 3 items on 4 ranks"):
-            batches = list(StreamingDataLoader(ds, batch_size=2))
+            batches = list(loader_class()(ds, batch_size=2))
         assert batches == []
 
 

@@ -199,6 +199,7 @@ class OptimizeOptions:
         item_loader: object = None,
         allow_fn_config_change: object = False,
         allow_repeated_append: object = False,
+        output_dir: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -232,10 +233,10 @@ class OptimizeOptions:
         rank = _optional_int("node_rank", node_rank)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage client's options, see docs/clouds.md) or None; got {type(storage_options).__name__}"
             )
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")

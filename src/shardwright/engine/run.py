@@ -100,7 +100,8 @@ def optimize(
             Inputs that are paths to files are checked for changes when a run resumes. Or a
             source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
             its metadata, read by the workers (docs/sources.md).
-        output_dir: a local directory or ``"s3://bucket/prefix"``.
+        output_dir: a local directory, ``"s3://bucket/prefix"``, ``"gs://bucket/prefix"`` or
+            ``"az://container/prefix"`` (docs/clouds.md).
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
             ``"64MB"`` when neither is given).
@@ -185,6 +186,7 @@ def optimize(
         item_loader=item_loader,
         allow_fn_config_change=allow_fn_config_change,
         allow_repeated_append=allow_repeated_append,
+        output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)

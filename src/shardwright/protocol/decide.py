@@ -3,7 +3,7 @@
 ``decide(observed, request)`` looks only at its arguments (what :func:`observe` read from the
 output, and what the call asks for) and returns a :class:`RunPlan`, or raises the error the
 user must see. The engine carries the plan out. Keeping the decision pure makes every case
-a row of a test table (tests/test_decide.py) instead of a path through I/O code.
+a row of a test table (tests/unit/test_decide.py) instead of a path through I/O code.
 
 =================================  ===========  ===============================================
 output holds                       mode         plan

@@ -55,6 +55,7 @@ from .manifest import Manifest
 
 __all__ = [
     "IdentityTable",
+    "UnitColumns",
     "UnitLike",
     "IncrementalPlan",
     "plan_incremental",
@@ -179,17 +180,22 @@ class IdentityTable:
 
     @classmethod
     def of_units(cls, units: Iterable[UnitLike]) -> IdentityTable:
-        names, keys, versions, firsts, rows = [], [], [], [], []
-        for u in units:
-            names.append(u.name)
-            keys.append(_h8(u.name.encode("utf-8", "surrogatepass")))
-            versions.append(_h8(u.version.encode("utf-8", "surrogatepass")))
-            firsts.append(u.first)
-            rows.append(u.rows)
+        return cls.of_columns(UnitColumns.of(units))
+
+    @classmethod
+    def of_columns(cls, columns: UnitColumns) -> IdentityTable:
+        """A source's table; units of one row each (a listing of files) are stored as plain
+        entries (16 bytes each), the others with their first row and row count."""
+        digest = xxhash.xxh3_64_intdigest
         u64 = np.uint64
-        return cls(
-            np.array(keys, dtype=u64), np.array(versions, dtype=u64), np.array(firsts, u64), np.array(rows, u64), names
-        )
+        keys = np.fromiter((digest(n.encode("utf-8", "surrogatepass")) for n in columns.names), u64, len(columns.names))
+        versions = np.fromiter(
+            (digest(v.encode("utf-8", "surrogatepass")) | 1 for v in columns.versions), u64, len(columns.versions)
+        )  # | 1: never 0, the version of a plain value
+        firsts, rows = np.array(columns.firsts, dtype=u64), np.array(columns.rows, dtype=u64)
+        if len(rows) and not firsts.any() and bool((rows == 1).all()):
+            return cls(keys, versions, names=columns.names)
+        return cls(keys, versions, firsts, rows, columns.names)
 
     def to_bytes(self) -> bytes:
         sources = self.rows is not None
@@ -215,24 +221,45 @@ class IdentityTable:
         return cls(arrays[0], arrays[1])
 
 
-def units_fingerprint(units: Sequence[UnitLike], count: int) -> InputsFingerprint:
+@dataclass(frozen=True)
+class UnitColumns:
+    """A source's units as columns (cheaper than one object per file of a large listing)."""
+
+    names: list[str]
+    versions: list[str]
+    firsts: list[int]
+    rows: list[int]
+
+    @classmethod
+    def of(cls, units: Iterable[UnitLike]) -> UnitColumns:
+        columns = cls([], [], [], [])
+        for u in units:
+            columns.names.append(u.name)
+            columns.versions.append(u.version)
+            columns.firsts.append(u.first)
+            columns.rows.append(u.rows)
+        return columns
+
+
+def units_fingerprint(units: Sequence[UnitLike] | UnitColumns, count: int) -> InputsFingerprint:
     """The fingerprint of a source from its units' metadata (never its rows): one hash per
     block of rows over the identities of the units it overlaps, with a block size that
     keeps the blocks at most 4,096 (10M rows: 2,442 rows per block)."""
+    columns = units if isinstance(units, UnitColumns) else UnitColumns.of(units)
+    names, versions, firsts, rows = columns.names, columns.versions, columns.firsts, columns.rows
     block = max(256, -(-count // 4096))
     hashes = []
-    unit, offset = 0, 0  # offset: global row of units[unit]'s first covered row
+    unit, offset = 0, 0  # offset: global row of unit's first covered row
     for start in range(0, count, block):
         stop = min(start + block, count)
         digest = hashlib.blake2b(digest_size=8)
-        while unit < len(units) and offset + units[unit].rows <= start:
-            offset += units[unit].rows
+        while unit < len(rows) and offset + rows[unit] <= start:
+            offset += rows[unit]
             unit += 1
         k, at = unit, offset
-        while k < len(units) and at < stop:
-            u = units[k]
-            digest.update(f"{u.name}\0{u.version}\0{u.first}\0{u.rows}\0{max(0, start - at)}\n".encode())
-            at += u.rows
+        while k < len(rows) and at < stop:
+            digest.update(f"{names[k]}\0{versions[k]}\0{firsts[k]}\0{rows[k]}\0{max(0, start - at)}\n".encode())
+            at += rows[k]
             k += 1
         hashes.append(digest.hexdigest())
     return InputsFingerprint(count=count, block_size=block, block_hashes="".join(hashes))
