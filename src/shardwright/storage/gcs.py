@@ -192,6 +192,10 @@ class GCSStorage(CloudStorage):
 
         if isinstance(e, TruncatedBody):
             return True
+        import json
+
+        if isinstance(e, json.JSONDecodeError):  # a JSON reply cut short
+            return True
         if self._is_connect_error(e) and not self._reached:
             return False  # never reached: a wrong endpoint, reported at once
         if isinstance(e, (gexc.GoogleAPICallError, auth_exc.TransportError)) or type(e).__name__ in (
