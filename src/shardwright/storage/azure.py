@@ -281,7 +281,10 @@ class AzureStorage(CloudStorage):
             return True
         if isinstance(e, aexc.HttpResponseError):
             status = self._status(e)  # None: the reply never arrived whole ("Response ended prematurely")
-            return status is None or status in _RETRY_STATUS or "Md5Mismatch" in self._code(e)
+            # A body damaged in flight, refused by its Content-MD5: Azure says Md5Mismatch,
+            # Azurite InvalidOperation "Provided contentMD5 doesn't match".
+            damaged = "Md5Mismatch" in self._code(e) or (status == 400 and "contentmd5" in str(e).lower())
+            return status is None or status in _RETRY_STATUS or damaged
         return isinstance(e, (ConnectionError, TimeoutError))
 
     def to_storage_error(
