@@ -4,6 +4,7 @@ exactly once, resumable after any crash."""
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
+from . import sources
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,
@@ -39,6 +40,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "optimize",
     "abandon",
+    "sources",
     "verify",
     "OptimizeResult",
     "StreamingDataset",

@@ -1,7 +1,7 @@
 """StreamingDataset on local directories (no cache involved), and the chunk cache of remote
 datasets exercised over a local Storage (the S3 end-to-end tests are in test_s3.py).
 
-tests/test_litdata_compat.py already covers: access patterns and slicing on a hand-written
+tests/system/test_litdata_compat.py already covers: access patterns and slicing on a hand-written
 dataset, empty dataset, missing dir, missing index, corrupt index, missing/short chunks,
 chunk count mismatch, unsupported formats, pickling, DataLoader workers, litdata's
 decompressed copies. This file adds what those do not.

@@ -25,7 +25,7 @@ from ..storage import open_storage
 from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
-from .verify import add_verify_command
+from .verify import add_verify_command, run_verify
 
 
 def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
@@ -207,6 +207,8 @@ def _main(argv: list[str] | None) -> int:
             else:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
+        if args.command == "verify":
+            return run_verify(args.output_dir, parse_storage_options(args.storage_options), args.json)
         if args.command == "runs":
             options = parse_storage_options(args.storage_options)
             existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands
