@@ -48,6 +48,7 @@ from .inputs import (
     record_identities,
     save_source_state,
     shard_inputs,
+    shard_skips,
 )
 from .options import OptimizeOptions, fn_code, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
@@ -312,6 +313,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         fn_code=request.fn_code,
         input_files=request.input_files,
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -378,7 +380,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
 
 
 def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
@@ -394,7 +395,7 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
                 p.next_seq,
                 values,
                 ids,
-                skips[p.next_input : p.end] if skips else None,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )

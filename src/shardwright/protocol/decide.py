@@ -100,6 +100,7 @@ class RunPlan:
     input_skips: tuple[int, ...] | None = None  # ... and their outputs committed before
     fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
     input_ranges: tuple[tuple[int, int], ...] | None = None  # INCREMENTAL: positions of the inputs to run
+    range_skips: tuple[tuple[int, int], ...] = ()  # INCREMENTAL: (position, outputs already in) of retried ones
     note: str = ""  # INCREMENTAL / NOOP of an incremental call: what was skipped or left, for the user
 
 
@@ -306,6 +307,7 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             manifest_mode="incremental",
             base=base,
             input_ranges=tuple((a, b) for a, b in plan.new),
+            range_skips=plan.skips,
             note="; ".join(notes),
         )
     # Not recorded (an older shardwright's, or litdata's): only a dataset made by one run whose
