@@ -138,6 +138,17 @@ JOB_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max_retries", "int", "per-input retries of fn inside one attempt", 0, 0, MAX_JOB_RETRIES),
     OptionSpec("start_method", "choice", "how worker processes start", choices=START_METHODS),
     OptionSpec("timeout", "float", "seconds fn may spend on one input", minimum=0.001, maximum=MAX_TIMEOUT),
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    OptionSpec(
+        "allow_fn_config_change",
+        "bool",
+        "resume although fn's configuration (partial/closure/instance values) changed: mixes both in one dataset",
+    ),
+    OptionSpec(
+        "allow_repeated_append",
+        "bool",
+        "mode=append of inputs an earlier run of the dataset already added (each is then there twice)",
+    ),
 )
 
 
@@ -161,6 +172,9 @@ class OptimizeOptions:
     max_retries: int
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
     item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    allow_fn_config_change: bool = False  # resume although fn's configuration changed (mixes two)
+    allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
 
     @classmethod
     def validate(
@@ -183,6 +197,9 @@ class OptimizeOptions:
         max_retries: object = 0,
         timeout: object = None,
         item_loader: object = None,
+        allow_fn_config_change: object = False,
+        allow_repeated_append: object = False,
+        output_dir: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -216,10 +233,10 @@ class OptimizeOptions:
         rank = _optional_int("node_rank", node_rank)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage client's options, see docs/clouds.md) or None; got {type(storage_options).__name__}"
             )
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
@@ -240,6 +257,8 @@ class OptimizeOptions:
             max_retries=_require_int("max_retries", max_retries, 0),
             timeout=_require_timeout(timeout),
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
+            allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
+            allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:

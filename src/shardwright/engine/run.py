@@ -24,6 +24,7 @@ from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputFiles
+from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import lease_key
 from ..protocol.lease import Lease, live_leases
@@ -38,6 +39,7 @@ from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
+from .identity import fn_identity
 from .inputs import (
     check_source_unchanged,
     fingerprint,
@@ -50,7 +52,7 @@ from .inputs import (
     shard_inputs,
     shard_skips,
 )
-from .options import OptimizeOptions, fn_code, fn_name
+from .options import OptimizeOptions, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -82,6 +84,8 @@ def optimize(
     max_retries: int = 0,
     timeout: float | None = None,
     item_loader: object = None,
+    allow_fn_config_change: bool = False,
+    allow_repeated_append: bool = False,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -97,7 +101,8 @@ def optimize(
             Inputs that are paths to files are checked for changes when a run resumes. Or a
             source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
             its metadata, read by the workers (docs/sources.md).
-        output_dir: a local directory or ``"s3://bucket/prefix"``.
+        output_dir: a local directory, ``"s3://bucket/prefix"``, ``"gs://bucket/prefix"`` or
+            ``"az://container/prefix"`` (docs/clouds.md).
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
             ``"64MB"`` when neither is given).
@@ -128,6 +133,14 @@ def optimize(
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+        allow_fn_config_change: resume an interrupted run although fn's configuration (a
+            ``functools.partial``'s arguments, closure values, instance attributes, globals it
+            uses; see README "Identity of a call") changed since it started, mixing outputs of
+            both configurations in one dataset. Refused by default, naming what changed; a
+            change of fn's code alone is always allowed (fix and resume), with a warning.
+        allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
+            dataset (the original run or an append) already added: refused by default, since
+            each would be in the dataset twice.
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -168,6 +181,9 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        allow_fn_config_change=allow_fn_config_change,
+        allow_repeated_append=allow_repeated_append,
+        output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
     )
     inputs = check_inputs(inputs)
     node = node_identity(options.num_nodes, options.node_rank)
@@ -236,16 +252,27 @@ def optimize(
 
 def _request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
     incremental = options.mode == "incremental"
+    identity = fn_identity(fn)
+    if identity.skipped:
+        log.warning(
+            "fn %s refers to state that cannot be compared by value, so a change there cannot be detected "
+            "on resume or rerun: %s",
+            identity.name,
+            describe_changes(list(identity.skipped)),
+        )
     return Request(
         mode=options.mode,
         inputs=fingerprint(inputs),
         settings=options.output_settings(len(inputs)),
-        fn_name=fn_name(fn),
+        fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
-        fn_code=fn_code(fn),
+        fn_code=identity.code,
         input_files=input_files_json(inputs),
         identities=identities(inputs) if incremental else None,
         prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
+        fn_identity=identity,
+        allow_fn_config_change=options.allow_fn_config_change,
+        allow_repeated_append=options.allow_repeated_append,
     )
 
 
@@ -260,7 +287,7 @@ def open_run(storage: Storage, request: Request, notes: list[str] | None = None)
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
-        finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
+        finish_published(storage, plan.manifest, list(seen.index_chunks), request.fn())
     if plan.note:
         log.warning("%s", plan.note)
         if notes is not None:
@@ -312,6 +339,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
+        fn_identity=request.fn().to_json(),
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
         range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
@@ -444,7 +472,7 @@ def _drive(
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
-    published, missing = publish_if_complete(storage, manifest, progress, (fn_name(fn), fn_code(fn)))
+    published, missing = publish_if_complete(storage, manifest, progress, fn_identity(fn))
     if published:
         _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(

@@ -23,7 +23,7 @@ from .pytree import (
     unflatten_sample,
     unflattener,
 )
-from .safe_pickle import load_data_only_pickle
+from .safe_pickle import load_data_only_pickle, warn_main_references
 
 __all__ = [
     "ItemEncoder",
@@ -344,6 +344,8 @@ class ItemEncoder:
                 blob = _encode_leaf(fmt, leaf)
             except Exception as exc:
                 raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
+            if fmt == "pickle":
+                warn_main_references(blob, input_index)
             if len(blob) > _U32_MAX:
                 raise SampleFormatError(
                     f"input {input_index}: leaf {position} is {len(blob)} bytes; litdata's format stores "

@@ -72,7 +72,8 @@ class StreamingDataset(_DatasetBase):
     DataLoader worker — and ``DataLoader`` / :class:`StreamingDataLoader` iterate it.
 
     Args:
-        output_dir: the dataset: a local directory, a ``file://`` URL or ``s3://bucket/prefix``.
+        output_dir: the dataset: a local directory, a ``file://`` URL, ``s3://bucket/prefix``,
+            ``gs://bucket/prefix`` or ``az://container/prefix`` (docs/clouds.md).
         shuffle: shuffle each epoch: chunks in a random order, then the items of a window of
             ``shuffle_window`` chunks mixed together (per worker). The order depends only on
             ``seed`` and the epoch (:meth:`set_epoch`).
@@ -150,7 +151,7 @@ class StreamingDataset(_DatasetBase):
             raise ArgumentTypeError(
                 f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
             )
-        check_storage_option_names(storage_options or {})
+        check_storage_option_names(storage_options or {}, os.fspath(output_dir))
         if cache_dir is not None and not os.fspath(cache_dir).strip():
             raise UsageError(
                 "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
