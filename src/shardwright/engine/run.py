@@ -50,6 +50,7 @@ from .inputs import (
     record_identities,
     save_source_state,
     shard_inputs,
+    shard_skips,
 )
 from .options import OptimizeOptions, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
@@ -344,6 +345,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         input_files=request.input_files,
         fn_identity=request.fn().to_json(),
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -410,7 +412,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
 
 
 def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
@@ -426,7 +427,7 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
                 p.next_seq,
                 values,
                 ids,
-                skips[p.next_input : p.end] if skips else None,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )
