@@ -23,6 +23,7 @@ from .errors import (
     UsageError,
     WorkerDiedError,
 )
+from .format import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,21 @@ __all__ = [
     "StreamingDataLoader",
     "TokensLoader",
     "CombinedStreamingDataset",
+    # litdata's media wrappers (shardwright.format.media)
+    "Audio",
+    "File",
+    "Graph",
+    "Image",
+    "Jpeg",
+    "JpegArray",
+    "Mesh",
+    "Nifti",
+    "Pdf",
+    "Pil",
+    "Tensor",
+    "Text",
+    "Tiff",
+    "Video",
     "ShardwrightError",
     "ArgumentTypeError",
     "ConcurrentRunError",
