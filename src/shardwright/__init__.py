@@ -1,6 +1,8 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
+from typing import TYPE_CHECKING
+
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,
@@ -23,7 +25,26 @@ from .errors import (
     UsageError,
     WorkerDiedError,
 )
-from .format import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
+from .format import (
+    Audio,
+    File,
+    Graph,
+    Image,
+    Jpeg,
+    JpegArray,
+    Mesh,
+    Nifti,
+    Pdf,
+    Pil,
+    Tensor,
+    Text,
+    Tiff,
+    TokensLoader,
+    Video,
+)
+
+if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
+    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
 
 __version__ = "0.1.0"
 
@@ -71,7 +92,7 @@ __all__ = [
     "WorkerDiedError",
 ]
 
-_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset")
+_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "CombinedStreamingDataset")
 
 
 def __getattr__(name: str) -> object:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +208,8 @@ def test_media_items_are_byte_equal_to_litdatas(tmp_path):
     assert our_format[:4] == ["pil", "pil", "jpeg", "jpeg_array"] and "image:png" in our_format
     assert our_items == lit_items
     # Read back: our reader on litdata's dataset equals ours on our dataset (tiff included).
-    with pytest.warns(UserWarning, match="torchcodec"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # audio/video leaves come back as bytes (torchcodec does not load here)
         theirs, mine = sw.StreamingDataset(tmp_path / "lit")[3], sw.StreamingDataset(tmp_path / "ours")[3]
     for key in mine:
         if key == "graph":

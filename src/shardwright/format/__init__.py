@@ -88,7 +88,7 @@ from .layouts import DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chu
 from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
 from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
-from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
+from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
 # litdata's top-level media wrapper names (``from litdata import Image``).
 MEDIA_WRAPPERS = (
@@ -135,6 +135,7 @@ __all__ = [
     "IndexConfig",
     "ItemEncoder",
     "TokenEncoder",
+    "TokensLoader",
     "build_chunk",
     "chunk_item",
     "chunk_num_items",

@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from ..errors import UnsupportedFormatError
-from ..format import chunk_item, decode_plan, item_decoder, parse_size
+from ..format import TOKENS_LOADER, TokensLoader, chunk_item, decode_plan, item_decoder, parse_size
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
-from .tokens import TOKENS_LOADER_NAME, TokenLayout, TokensLoader
+from .tokens import TokenLayout
 
 try:  # the base classes are chosen once, when this module is imported
     from torch.utils.data import Dataset as _DatasetBase
@@ -197,17 +197,17 @@ class StreamingDataset(_DatasetBase):
 
     def _check_loader(self, written_with: str) -> None:
         where = self._source.index_source
-        if written_with == TOKENS_LOADER_NAME and self.item_loader is None:
+        if written_with == TOKENS_LOADER and self.item_loader is None:
             raise UnsupportedFormatError(
                 f"{where}: this is a token dataset (written with TokensLoader); read it with "
                 "StreamingDataset(..., item_loader=shardwright.TokensLoader(block_size=...))"
             )
-        if written_with not in ("PyTreeLoader", TOKENS_LOADER_NAME):
+        if written_with not in ("PyTreeLoader", TOKENS_LOADER):
             raise UnsupportedFormatError(
                 f"{where}: item_loader is {written_with!r}; shardwright reads PyTreeLoader and TokensLoader "
                 "datasets only. Read it with litdata.StreamingDataset"
             )
-        if written_with != TOKENS_LOADER_NAME and self.item_loader is not None:
+        if written_with != TOKENS_LOADER and self.item_loader is not None:
             raise UnsupportedFormatError(
                 f"{where}: item_loader=TokensLoader(...) was given but the dataset holds ordinary items "
                 f"(written with {written_with}); drop item_loader"

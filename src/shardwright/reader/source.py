@@ -19,7 +19,7 @@ from ..errors import (
 from ..format import ChunkEntry, DecodedItem, RowChunk, chunk_item, decompress, parse_index, unpack_chunk
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
-from ..storage import LocalStorage
+from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
 from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
 from .prefetch import Loaded, ProcState
@@ -36,7 +36,8 @@ class ChunkSource:
     threads or mmaps: each process opens its own on first use).
 
     Args:
-        output_dir: a local directory, ``file://`` URL or ``s3://bucket/prefix``.
+        output_dir: a local directory, ``file://`` URL or a URL of any registered storage backend
+            (``s3://bucket/prefix``, ...).
         storage_options: boto3 client arguments (remote only).
         cache_dir: the cache root (remote only).
         max_cache_bytes: the bound of the cache root, in bytes.
@@ -44,7 +45,8 @@ class ChunkSource:
         keep_chunks: decoded chunks kept per process.
 
     Raises:
-        DatasetNotFoundError, OutputIsAFileError, ValueError: no dataset at ``output_dir``.
+        DatasetNotFoundError, OutputIsAFileError: no dataset at ``output_dir``.
+        OutputDirError: ``output_dir`` is not a location any backend reads.
         IncompleteDatasetError: the optimize run writing it has not finished.
         CorruptStateError: index.json is damaged or names chunks that cannot be ours.
         StorageError: the cache directory is unsafe or unusable.
@@ -64,20 +66,15 @@ class ChunkSource:
         self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
         self._storage = None
         self.cache: ChunkCache | None = None
-        self.remote = output_dir.startswith("s3://")
-        if "://" in output_dir and not self.remote and not output_dir.startswith("file://"):
-            raise ValueError(
-                f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
-            )
+        location = parse_location(output_dir)  # OutputDirError (a ValueError) for what no backend reads
+        self.remote = not location.is_local
         if self.remote:
-            from ..storage import open_storage
-
-            self._storage = open_storage(output_dir, storage_options)
+            self._storage = open_storage(location.url, storage_options)
             self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
             self.index_source = f"{self.output_dir}/{INDEX_NAME}"
         else:
             # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)
-            self.output_dir = os.path.expanduser(output_dir.removeprefix("file://"))
+            self.output_dir = os.path.expanduser(location.path)
             self.index_source = os.path.join(self.output_dir, INDEX_NAME)
         self.index_bytes = self._read_index_bytes()
         try:

@@ -11,6 +11,7 @@ Registers the ``file`` scheme (and plain paths) with :mod:`.registry`.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
 from ..errors import OutputDirError, OutputIsAFileError
-from .base import Storage, check_key
+from .base import ObjectInfo, Storage
 from .files import (
     NOT_WRITABLE_ERRNOS,
     TMP_NAME_RE,
@@ -32,7 +33,7 @@ from .files import (
 )
 from .registry import register_backend
 
-__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "open_local"]
+__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "local_version", "open_local"]
 
 #: The fix for a full disk under output_dir: every commit is durable, so rerunning resumes.
 RESUME_FIX = "free space and rerun the same call to resume; nothing committed was lost"
@@ -41,6 +42,17 @@ RESUME_FIX = "free space and rerun the same call to resume; nothing committed wa
 #   .{name}.tmp-{pid}-{tid}-{random}   a write in progress (or left by a crash), files.tmp_name
 #   .{name}.cas-lock                   the side lock that serialises compare-and-swap
 _LOCK_SUFFIX = ".cas-lock"
+
+
+def local_version(st: os.stat_result) -> str:
+    """The version token of a local file: its size and modification time in ns. Unlike an
+    inode number it means the same on every host that mounts the file."""
+    return f"{st.st_size}-{st.st_mtime_ns}"
+
+
+def _check_range(start: int, length: int) -> None:
+    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+        raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
 
 
 def _is_internal_name(name: str) -> bool:
@@ -74,7 +86,7 @@ class LocalStorage(Storage):
     # -- helpers -------------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
+        return os.path.join(self.root, *self.checked_key(key, local=True).split("/"))
 
     def _mkdirs(self, directory: str) -> None:
         try:
@@ -287,6 +299,22 @@ class LocalStorage(Storage):
 
     def list(self, prefix: str = "") -> list[str]:
         return sorted(k for k, _ in self._walk(prefix))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        _check_range(start, length)
+        with open(self._path(key), "rb") as f:
+            f.seek(start)
+            return f.read(length)
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        infos = []
+        for key, path in self._walk(prefix):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # deleted while listing
+                continue
+            infos.append(ObjectInfo(key, st.st_size, local_version(st), st.st_mtime))
+        return sorted(infos, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         path = self._path(key)

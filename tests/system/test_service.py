@@ -157,8 +157,8 @@ def test_a_second_server_on_the_same_store_is_refused(server, tmp_path):
 
 
 def test_a_port_in_use_is_one_clear_line(server, tmp_path):
-    env = child_env(PYTHONPATH=str(Path(__file__).parent), SHARDWRIGHT_API_TOKEN=TOKEN)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent.parent / "src"), str(Path(__file__).parent)])
+    env = child_env(PYTHONPATH=str(Path(__file__).parents[1]), SHARDWRIGHT_API_TOKEN=TOKEN)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2] / "src"), str(Path(__file__).parents[1])])
     r = subprocess.run(
         [
             sys.executable,
