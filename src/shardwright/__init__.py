@@ -3,7 +3,7 @@ exactly once, resumable after any crash."""
 
 from typing import TYPE_CHECKING
 
-from .engine import OptimizeResult, abandon, optimize
+from .engine import OptimizeResult, abandon, merge_datasets, optimize, walk
 from .errors import (
     ArgumentTypeError,
     ConcurrentRunError,
@@ -44,13 +44,18 @@ from .format import (
 )
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
-    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
+    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.splits import train_test_split
 
 __version__ = "0.1.0"
 
 __all__ = [
     "optimize",
     "abandon",
+    "merge_datasets",
+    "walk",
+    "train_test_split",
+    "litdata_collate",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
@@ -92,7 +97,13 @@ __all__ = [
     "WorkerDiedError",
 ]
 
-_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "CombinedStreamingDataset")
+_READER_NAMES = (
+    "StreamingDataset",
+    "StreamingDataLoader",
+    "CombinedStreamingDataset",
+    "litdata_collate",
+    "train_test_split",
+)
 
 
 def __getattr__(name: str) -> object:

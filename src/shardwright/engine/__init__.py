@@ -1,7 +1,8 @@
 """The engine: optimize() and the worker processes that carry out the commit protocol."""
 
 from .abandon import abandon
+from .datasets import merge_datasets, walk
 from .result import OptimizeResult
 from .run import optimize
 
-__all__ = ["OptimizeResult", "abandon", "optimize"]
+__all__ = ["OptimizeResult", "abandon", "merge_datasets", "optimize", "walk"]

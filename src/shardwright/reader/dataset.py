@@ -11,14 +11,16 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..errors import UnsupportedFormatError
-from ..format import TOKENS_LOADER, TokensLoader, chunk_item, decode_plan, item_decoder, parse_size
+from ..errors import UnsupportedFormatError, UsageError
+from ..format import TOKENS_LOADER, chunk_item, decode_plan, item_decoder
 from .cache import DEFAULT_MAX_CACHE_BYTES
+from .litdata_args import cache_limit, input_dir_of, item_loader_of, refuse_litdata_only, transforms_of
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
+from .subsample import Subsample, check_fraction
 from .tokens import TokenLayout
 
 try:  # the base classes are chosen once, when this module is imported
@@ -61,7 +63,8 @@ class StreamingDataset(_DatasetBase):
     DataLoader worker — and ``DataLoader`` / :class:`StreamingDataLoader` iterate it.
 
     Args:
-        output_dir: the dataset: a local directory, a ``file://`` URL or ``s3://bucket/prefix``.
+        input_dir: the dataset: a local directory, a ``file://`` URL or ``s3://bucket/prefix``
+            (litdata's name; ``output_dir=`` is accepted too).
         shuffle: shuffle each epoch: chunks in a random order, then the items of a window of
             ``shuffle_window`` chunks mixed together (per worker). The order depends only on
             ``seed`` and the epoch (:meth:`set_epoch`).
@@ -83,7 +86,16 @@ class StreamingDataset(_DatasetBase):
         storage_options: boto3 client arguments such as ``endpoint_url`` (remote only).
         cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
             ``~/.cache/shardwright``); it must be yours and not writable by others.
-        max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``.
+        max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``
+            (default 10 GB). ``max_cache_size`` is litdata's name for it; it also takes a
+            fraction of the cache disk's free space (``0.9``).
+        subsample: read this fraction of the items (litdata's selection: whole chunks in order,
+            permuted by ``seed`` when shuffling, the last one cut; above 1 repeats the dataset).
+            Deterministic, so a resumed loader reads the same selection.
+        transform: a callable or a list of callables applied to each item after decoding (in
+            the process that reads it: DataLoader workers).
+        max_pre_download: litdata's name for ``prefetch=N``. ``batch_decode``: accepted for
+            litdata scripts; items are decoded one by one here, with the same values.
         prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
             reader downloads ahead of use, from its epoch plan when iterating.
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
@@ -109,29 +121,37 @@ class StreamingDataset(_DatasetBase):
 
     def __init__(
         self,
-        output_dir: str | os.PathLike,
+        input_dir: str | os.PathLike | None = None,
         *,
         shuffle: bool = False,
         seed: int = 42,
         drop_last: bool | None = None,
         pad: bool = False,
         shuffle_window: int = 4,
-        item_loader: TokensLoader | None = None,
+        item_loader: Any = None,
         allow_pickle: bool = False,
         storage_options: dict | None = None,
         cache_dir: str | os.PathLike | None = None,
-        max_cache_bytes: int | str = DEFAULT_MAX_CACHE_BYTES,
+        max_cache_bytes: int | str | None = None,
         prefetch: bool | int = True,
         iterable: bool | None = None,
+        max_cache_size: int | float | str | None = None,
+        subsample: float = 1.0,
+        transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
+        max_pre_download: int | None = None,
+        batch_decode: Any = "auto",
+        output_dir: str | os.PathLike | None = None,
+        **litdata_only: Any,
     ):
-        try:
-            limit = parse_size(max_cache_bytes)
-        except ValueError as exc:
-            raise ValueError(f"max_cache_bytes: {exc}") from None
-        if item_loader is not None and not isinstance(item_loader, TokensLoader):
-            raise ValueError(
-                f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
-            )
+        refuse_litdata_only(litdata_only)
+        location = input_dir_of(input_dir, output_dir)
+        limit = cache_limit(max_cache_bytes, max_cache_size, cache_dir, DEFAULT_MAX_CACHE_BYTES)
+        item_loader = item_loader_of(item_loader)
+        fraction = check_fraction(subsample)
+        self._transforms = transforms_of(transform)
+        if max_pre_download is not None and prefetch is True:
+            prefetch = max_pre_download  # litdata's name for the chunks fetched ahead
+        self.batch_decode = batch_decode  # litdata's decode batching: items decode one by one here, same values
         if type(prefetch) is bool:
             depth = DEFAULT_PREFETCH_DEPTH if prefetch else 0
         elif type(prefetch) is int and prefetch >= 0:
@@ -150,7 +170,7 @@ class StreamingDataset(_DatasetBase):
         self.storage_options = dict(storage_options or {})
         self.prefetch = depth > 0
         self._source = ChunkSource(
-            os.fspath(output_dir),
+            location,
             self.storage_options,
             cache_dir,
             limit,
@@ -176,6 +196,14 @@ class StreamingDataset(_DatasetBase):
         else:
             self._group_sizes = [entry.chunk_size for entry in chunks]
             self._length = total
+        self._subsample: Subsample | None = None
+        if fraction != 1.0:
+            if self._tokens is not None:
+                raise UsageError("subsample= is not supported with item_loader=TokensLoader: it selects whole items")
+            self._subsample = Subsample.of([entry.chunk_size for entry in chunks], fraction, self.shuffle, seed)
+            self._group_sizes = self._subsample.group_sizes
+            self._length = sum(self._group_sizes)
+        if self._tokens is None:
             if total and config.data_spec is not None:
                 # Builds the decode plan now, so an unreadable leaf format fails at open time.
                 decode_plan(tuple(config.data_format), config.data_spec, self.allow_pickle)
@@ -191,6 +219,8 @@ class StreamingDataset(_DatasetBase):
         self._resume: ResumePoint | None = None
         self._progress: dict | None = None  # this process's current stream (StatefulDataLoader)
         self._fingerprint = fingerprint(self._length, chunks)
+        if self._subsample is not None:
+            self._fingerprint["subsample"] = [fraction, self.shuffle, seed]
         self._decode: Callable[[Any], Any] | None = None
 
     # --- checks at open --------------------------------------------------------------------
@@ -258,6 +288,30 @@ class StreamingDataset(_DatasetBase):
     def __len__(self) -> int:
         return self._length
 
+    @property
+    def regions(self) -> list[tuple[int, int, int]]:
+        """The items read, as ``(chunk, start, end)`` regions in order (litdata's region of interest)."""
+        if self._subsample is not None:
+            return list(self._subsample.regions)
+        return [(k, 0, entry.chunk_size) for k, entry in enumerate(self._source.chunks)]
+
+    def with_regions(self, regions: list[tuple[int, int, int]]) -> StreamingDataset:
+        """A copy of this dataset that reads only ``regions`` (see :attr:`regions`), in that order."""
+        if self._tokens is not None:
+            raise UsageError("a token dataset (item_loader=TokensLoader) cannot be cut into regions")
+        sizes = [entry.chunk_size for entry in self._source.chunks]
+        for k, start, end in regions:
+            if not (0 <= k < len(sizes) and 0 <= start <= end <= sizes[k]):
+                raise UsageError(f"region {(k, start, end)} is not inside chunk {k} of this dataset")
+        clone = copy.copy(self)
+        clone._subsample = Subsample.from_regions(list(regions), sizes)
+        clone._group_sizes = clone._subsample.group_sizes
+        clone._length = sum(clone._group_sizes)
+        clone._fingerprint = {**self._fingerprint, "items": clone._length, "regions": [list(r) for r in regions]}
+        clone._epoch_shared = _shared_int()
+        clone._resume = clone._progress = None
+        return clone
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self._get(i) for i in range(*index.indices(self._length))]
@@ -284,9 +338,14 @@ class StreamingDataset(_DatasetBase):
                 for k, first, n in tokens.pieces(i)
             ]
             return tokens.assemble(parts)
+        if self._subsample is not None:
+            i = self._subsample.base(i)
         k = bisect.bisect_right(self._starts, i) - 1
         view = self._source.item_view(k, i - self._starts[k], sequential_hint=hint)
-        return self._decoder()(view)
+        item = self._decoder()(view)
+        for step in self._transforms:
+            item = step(item)
+        return item
 
     def _decoder(self):
         decode = self._decode
@@ -297,6 +356,8 @@ class StreamingDataset(_DatasetBase):
         return decode
 
     def _chunks_of_groups(self, groups: list[int]) -> list[int]:
+        if self._subsample is not None:
+            return self._subsample.chunks_of(groups)
         if self._tokens is None:
             return groups
         return [k for g in groups for k in self._tokens.chunks_of_block_range(g)]
@@ -354,11 +415,14 @@ class StreamingDataset(_DatasetBase):
     def _item_reader(self):
         """``read(i, hint)`` for iteration: the decoder bound once, the chunks of the current
         window looked up once (``_get`` pays both per item)."""
-        decode, starts, source = self._decoder(), self._starts, self._source
+        decode, starts, source, steps = self._decoder(), self._starts, self._source, self._transforms
+        base = self._subsample.base if self._subsample is not None else None
         held: dict[int, Any] = {}
         find = bisect.bisect_right
 
         def read(i: int, _hint: bool) -> Any:
+            if base is not None:
+                i = base(i)
             k = find(starts, i) - 1
             buf = held.get(k)
             if buf is None:
@@ -370,7 +434,10 @@ class StreamingDataset(_DatasetBase):
             except ValueError:  # released: another thread of this process pushed it out of the LRU
                 buf = held[k] = source.chunk(k, sequential_hint=False)
                 view = chunk_item(buf, i - starts[k])
-            return decode(view)
+            item = decode(view)
+            for step in steps:
+                item = step(item)
+            return item
 
         return read
 

@@ -3,10 +3,13 @@ resume exactly there — in another process, with other num_workers or another w
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any
 
 from torch.utils.data import DataLoader
 
+from .collate import litdata_collate
 from .combined import CombinedStreamingDataset
 from .dataset import StreamingDataset, as_iterable
 from .partition import next_worker
@@ -38,37 +41,75 @@ class StreamingDataLoader(DataLoader):
         batch_size: items per batch; workers split a rank's share at whole batches, so only a
             rank's last batch can be partial.
         num_workers: DataLoader worker processes per rank.
-        drop_last: drop the partial last batch of each worker (DataLoader's meaning). To give
-            every rank the same number of batches use the dataset's drop_last / pad.
-        **kwargs: any other DataLoader argument (collate_fn, pin_memory, persistent_workers,
-            multiprocessing_context, prefetch_factor, ...); ``shuffle`` and ``sampler`` are
-            refused: the dataset orders itself.
+        shuffle: None keeps the dataset's; True/False overrides it for this loader (litdata's
+            meaning: the dataset's chunk-aware shuffle, with its seed), the dataset object itself
+            is left as it is.
+        drop_last: None keeps the dataset's; True/False overrides the dataset's drop_last for
+            this loader (ranks equal) and also drops each worker's partial last batch, so
+            only whole batches are read, as with litdata.
+        collate_fn: default :func:`litdata_collate` (graphs batched with PyG, the rest with
+            torch's default_collate), as litdata's loader.
+        **kwargs: any other DataLoader argument (pin_memory, persistent_workers,
+            multiprocessing_context, prefetch_factor, ...); ``sampler`` and ``batch_sampler``
+            are refused: the dataset orders itself.
 
     Raises:
         TypeError: dataset is not a StreamingDataset / CombinedStreamingDataset.
-        ValueError: shuffle, sampler or batch_sampler was given.
+        ValueError: sampler or batch_sampler was given.
     """
 
     def __init__(
-        self, dataset: Any, batch_size: int = 1, num_workers: int = 0, *, drop_last: bool = False, **kwargs: Any
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        *,
+        shuffle: bool | None = None,
+        drop_last: bool | None = None,
+        collate_fn: Any = None,
+        **kwargs: Any,
     ):
         if not isinstance(dataset, (StreamingDataset, CombinedStreamingDataset)):
             raise TypeError(
                 f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
                 f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
-        for refused in ("shuffle", "sampler", "batch_sampler"):
-            if kwargs.get(refused) not in (None, False):
+        for refused in ("sampler", "batch_sampler"):
+            if kwargs.get(refused) is not None:
                 raise ValueError(
                     f"StreamingDataLoader does not take {refused}=: pass shuffle=True (and seed=) to "
-                    "the StreamingDataset, which shuffles chunk-aware and per epoch"
+                    "the StreamingDataset or the loader, which shuffle chunk-aware and per epoch"
                 )
             kwargs.pop(refused, None)
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if value is not None and type(value) is not bool:
+                raise ValueError(f"{name} must be True, False or None (keep the dataset's), got {value!r}")
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        view = as_iterable(dataset) if isinstance(dataset, StreamingDataset) else dataset
+        view: Any
+        if isinstance(dataset, StreamingDataset):
+            view = as_iterable(dataset)
+            if shuffle is not None or drop_last is not None:
+                if view is dataset:
+                    view = as_iterable(copy.copy(dataset))  # the override is this loader's, not the dataset's
+                if shuffle is not None:
+                    view.shuffle = shuffle
+                    view.order_spec = dataclasses.replace(
+                        view.order_spec, shuffle="chunk_window" if shuffle else "none"
+                    )
+                if drop_last is not None:
+                    view.drop_last = drop_last
+                    view.pad = view.pad and not drop_last
+        else:
+            view = dataset
+            if shuffle is not None:
+                raise ValueError(
+                    "shuffle= overrides a StreamingDataset's; give it to each dataset of a CombinedStreamingDataset"
+                )
+        drop_last = bool(drop_last)
         view._batch_size = batch_size
-        view._loader_drop_last = bool(drop_last)
+        view._loader_drop_last = drop_last
+        kwargs["collate_fn"] = collate_fn if collate_fn is not None else litdata_collate
         self._view = view
         self._started = False
         self._finished = False
