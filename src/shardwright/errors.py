@@ -175,6 +175,16 @@ def classify(exc: BaseException) -> ErrorClass:
     return ErrorClass("system", 500)
 
 
+def require_bool(name: str, value: object, *, optional: bool = False) -> bool | None:
+    """``value`` when it is True or False (or None when ``optional``); ArgumentTypeError naming
+    ``name`` otherwise: the string "false" is truthy, so a lenient ``bool(value)`` would
+    silently turn it into True."""
+    if isinstance(value, bool) or (optional and value is None):
+        return value
+    allowed = "True, False or None" if optional else "True or False"
+    raise ArgumentTypeError(f"{name} must be {allowed}; got {short_repr(value)} ({type(value).__name__})")
+
+
 def short_repr(value: object, limit: int = 80) -> str:
     """``repr(value)`` for a message: never raises, at most ``limit`` characters."""
     try:

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArgumentTypeError, UsageError
+from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
 from ..protocol.shards import MAX_NUM_SHARDS, default_num_shards
+from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
 MODES = (None, "overwrite", "append")
@@ -85,9 +86,7 @@ def _optional_int(name: str, value: object) -> int | None:
 
 
 def _require_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
-    return value
+    return bool(require_bool(name, value))
 
 
 def _require_choice(name: str, value: object, choices: tuple) -> Any:
@@ -95,29 +94,6 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
         listed = ", ".join(repr(c) for c in choices)
         raise UsageError(f"{name} must be one of {listed}; got {value!r}")
     return value
-
-
-# fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
-_FSSPEC_NAMES = {
-    "key": "aws_access_key_id",
-    "secret": "aws_secret_access_key",
-    "token": "aws_session_token",
-    "client_kwargs": "its contents (endpoint_url, region_name) at the top level",
-    "anon": "no credentials at all",
-    "endpoint": "endpoint_url",
-    "region": "region_name",
-}
-
-
-def check_storage_option_names(storage_options: dict) -> None:
-    """Refuse fsspec-style keys (a silent ignore would connect with other credentials)."""
-    wrong = [k for k in storage_options if k in _FSSPEC_NAMES]
-    if wrong:
-        fixes = "; ".join(f"{k!r} -> {_FSSPEC_NAMES[k]}" for k in wrong)
-        raise UsageError(
-            f"storage_options uses fsspec/s3fs names ({', '.join(repr(k) for k in wrong)}); shardwright passes "
-            f"them to boto3's client, which names them differently: {fixes}"
-        )
 
 
 def _require_timeout(value: object) -> float | None:

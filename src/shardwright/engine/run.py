@@ -13,12 +13,20 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import ConcurrentRunError, CorruptStateError, LeaseLostError, RunMismatchError, UsageError
+from ..errors import (
+    ConcurrentRunError,
+    CorruptStateError,
+    IncompleteRunError,
+    LeaseLostError,
+    RunMismatchError,
+    UsageError,
+)
 from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
-from ..protocol.lease import Lease, live_leases
+from ..protocol.layout import lease_key
+from ..protocol.lease import Lease, describe_holder, live_leases
 from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest, read_run_record
 from ..protocol.observe import observe
@@ -432,6 +440,10 @@ def _drive(
         failed=sum(len(p.failed) for p in progress.values()),
         pending_shards=missing,
     )
+    if not published and not node.is_multi_node:
+        # One node runs every shard: nobody else will publish. Returning would look like
+        # success with no dataset (e.g. records listed under another key than written).
+        raise IncompleteRunError(_unpublished_message(storage, missing), missing_shards=missing)
     if missing and node.variables:
         # a leftover export makes a single-node run one node of several: say where it came from
         log.warning(
@@ -445,3 +457,20 @@ def _drive(
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result
+
+
+def _unpublished_message(storage: Storage, missing: list[int]) -> str:
+    """Why a single-node run that ran every shard could not publish, and what to do."""
+    if missing:
+        shown = ", ".join(str(s) for s in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        return (
+            f"the run finished its inputs but {storage.url} still lacks the records of {len(missing)} shard(s) "
+            f"({shown}), so index.json was not published: the storage does not list what was written. "
+            f"Rerun the same call to redo them, or run `shardwright status {storage.url}`"
+        )
+    holders = [describe_holder(h, lease_key(n), storage.url) for n, h in live_leases(storage, "publish")]
+    who = f" (held by {holders[0]})" if holders else ""
+    return (
+        f"the run finished every shard but could not publish {storage.url}/index.json: another process holds "
+        f"the publish lease{who}. Rerun the same call once it is gone, or run `shardwright merge {storage.url}`"
+    )

@@ -80,6 +80,7 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   keys may come in another order and are stored in the first sample's order.
 """
 
+from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
@@ -130,13 +131,18 @@ __all__ = [
     "pack_framed",
     "pack_sample",
     "unpack_chunk",
+    "CHECKSUM_ALGORITHM",
     "TOKENS_LOADER",
+    "ChecksumMismatch",
     "ChunkEntry",
     "IndexConfig",
     "ItemEncoder",
     "TokenEncoder",
     "TokensLoader",
     "build_chunk",
+    "can_check",
+    "check_checksum",
+    "chunk_checksum",
     "chunk_item",
     "chunk_num_items",
     "compress",

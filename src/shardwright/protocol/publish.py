@@ -20,9 +20,9 @@ from .layout import (
     LEASES_PREFIX,
     MANIFEST_KEY,
     SHARDS_PREFIX,
-    STATE_DIR,
     chunk_generation,
     is_our_chunk_name,
+    is_state_key,
     is_top_level_chunk,
     record_key,
 )
@@ -106,7 +106,13 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     for key in storage.list("chunk-"):
         if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
             storage.delete(key)
-    storage.delete_prefix(SHARDS_PREFIX)
+    records = storage.list(SHARDS_PREFIX)
+    if all(is_state_key(key) for key in records):
+        storage.delete_prefix(SHARDS_PREFIX)  # one batch request on S3
+    else:  # a foreign file under shards/ is not ours to delete
+        for key in records:
+            if is_state_key(key):
+                storage.delete(key)
     storage.delete(FORMAT_KEY)
     storage.delete(MANIFEST_KEY)  # last
 
@@ -126,16 +132,18 @@ def our_files(storage: Storage) -> set[str]:
 
 def wipe(storage: Storage) -> None:
     """mode='overwrite': remove the dataset (index.json and the chunks it lists), every chunk
-    with one of our names, and every piece of run state; never other files the user keeps in
-    the folder (``chunk-final.bin``, ``search-index.json``), nor live leases."""
+    with one of our names, and every piece of run state (keys named as
+    :func:`~shardwright.protocol.layout.is_state_key` says); never other files the user keeps
+    in the folder (``chunk-final.bin``, ``search-index.json``) or under ``.shardwright/``
+    (another program's files), nor leases."""
     present = set(storage.list(""))
     for key in sorted(our_files(storage) & present):
         if key != INDEX_KEY:
             storage.delete(key)
     storage.delete(INDEX_KEY)  # after its chunks: a crash in between leaves chunks we still know
     for key in present:
-        if key.split("/", 1)[0] == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
-            storage.delete(key)
+        if is_state_key(key) and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
+            storage.delete(key)  # only names the engine writes: never a foreign file under .shardwright/
     storage.delete(MANIFEST_KEY)  # last, as in every cleanup
 
 

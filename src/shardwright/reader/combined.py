@@ -74,6 +74,26 @@ def mix_counts(lengths: list[int], weights: list[float], rng: np.random.Generato
     return counts.tolist()
 
 
+def _check_weights(weights: Any, count: int) -> list[float]:
+    """``weights`` as floats: ``count`` positive finite numbers whose sum is finite too (the
+    mix draws from their cumulative sum; an infinite sum would pick one dataset forever)."""
+    given = list(weights)
+    if len(given) != count or not all(
+        isinstance(w, (int, float, np.number)) and not isinstance(w, bool) for w in given
+    ):
+        raise ValueError(f"weights must be {count} positive numbers, one per dataset; got {given!r:.200}")
+    try:
+        floats = [float(w) for w in given]
+    except OverflowError:
+        floats = [float("inf")]
+    if not all(np.isfinite(w) and w > 0 for w in floats) or not np.isfinite(sum(floats)):
+        raise ValueError(
+            f"weights must be {count} positive finite numbers whose sum is finite (only their ratios "
+            f"matter: scale them down); got {given!r:.200}"
+        )
+    return floats
+
+
 class CombinedStreamingDataset(_IterableBase):
     """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
 
@@ -102,9 +122,7 @@ class CombinedStreamingDataset(_IterableBase):
                 raise TypeError(f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}")
         if weights is None:
             weights = [float(len(d._group_sizes) and sum(d._group_sizes)) or 1.0 for d in datasets]
-        weights = [float(w) for w in weights]
-        if len(weights) != len(datasets) or not all(np.isfinite(w) and w > 0 for w in weights):
-            raise ValueError(f"weights must be {len(datasets)} positive numbers, one per dataset; got {weights!r}")
+        weights = _check_weights(weights, len(datasets))
         if type(seed) is not int or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         self.datasets = [as_iterable(d) for d in datasets]

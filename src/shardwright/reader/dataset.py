@@ -8,11 +8,14 @@ import copy
 import multiprocessing
 import operator
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..errors import UnsupportedFormatError, UsageError
+from ..errors import ArgumentTypeError, UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, chunk_item, decode_plan, item_decoder
+from ..secrets import redact_exception, secret_values
+from ..storage.options import check_storage_option_names
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .litdata_args import cache_limit, input_dir_of, item_loader_of, refuse_litdata_only, transforms_of
 from .order import EpochSequence, OrderSpec, iter_segment
@@ -41,10 +44,16 @@ DEFAULT_PREFETCH_DEPTH = 4
 
 
 def _wants_iterable(kwargs: dict) -> bool:
-    choice = kwargs.get("iterable")
+    choice = require_bool("iterable", kwargs.get("iterable"), optional=True)
     if choice is not None:
-        return bool(choice)
-    return bool(kwargs.get("shuffle")) or distributed_env()[1] > 1
+        return choice
+    return bool(require_bool("shuffle", kwargs.get("shuffle", False))) or distributed_env()[1] > 1
+
+
+def _redacted(exc: BaseException, storage_options: dict | None) -> BaseException:
+    """``exc`` without a secret of ``storage_options`` or the environment, in its message or
+    its chained exceptions (botocore prints an ``endpoint_url`` with its ``user:password@``)."""
+    return redact_exception(exc, secret_values(storage_options))
 
 
 class StreamingDataset(_DatasetBase):
@@ -99,6 +108,10 @@ class StreamingDataset(_DatasetBase):
         prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
             reader downloads ahead of use, from its epoch plan when iterating.
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
+        check_checksums: check each chunk against the checksum index.json records for it, once:
+            remote chunks when downloaded, local ones on their first load in each process
+            (never per item). A mismatch raises CorruptStateError naming the chunk. False
+            skips it (``shardwright verify`` still checks everything).
 
     Raises:
         DatasetNotFoundError, OutputIsAFileError: nothing readable at ``output_dir`` (subclasses of
@@ -141,9 +154,26 @@ class StreamingDataset(_DatasetBase):
         max_pre_download: int | None = None,
         batch_decode: Any = "auto",
         output_dir: str | os.PathLike | None = None,
+        check_checksums: bool = True,
         **litdata_only: Any,
     ):
         refuse_litdata_only(litdata_only)
+        shuffle = bool(require_bool("shuffle", shuffle))
+        pad = bool(require_bool("pad", pad))
+        allow_pickle = bool(require_bool("allow_pickle", allow_pickle))
+        drop_last = require_bool("drop_last", drop_last, optional=True)
+        require_bool("iterable", iterable, optional=True)
+        self.check_checksums = bool(require_bool("check_checksums", check_checksums))
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise ArgumentTypeError(
+                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+            )
+        check_storage_option_names(storage_options or {})
+        if cache_dir is not None and not os.fspath(cache_dir).strip():
+            raise UsageError(
+                "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
+                "None for $SHARDWRIGHT_CACHE_DIR or ~/.cache/shardwright"
+            )
         location = input_dir_of(input_dir, output_dir)
         limit = cache_limit(max_cache_bytes, max_cache_size, cache_dir, DEFAULT_MAX_CACHE_BYTES)
         item_loader = item_loader_of(item_loader)
@@ -159,16 +189,27 @@ class StreamingDataset(_DatasetBase):
         else:
             raise ValueError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
         self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
-        self.shuffle = bool(shuffle)
+        self.shuffle = shuffle
         self.seed = seed
-        self.pad = bool(pad)
+        self.pad = pad
         self.drop_last = drop_last
         if pad and drop_last:
             raise ValueError("drop_last=True and pad=True exclude each other: pad keeps every item")
-        self.allow_pickle = bool(allow_pickle)
+        self.allow_pickle = allow_pickle
         self.item_loader = item_loader
         self.storage_options = dict(storage_options or {})
         self.prefetch = depth > 0
+        try:
+            self._open(location, cache_dir, limit, depth, shuffle_window, fraction)
+        except BaseException as exc:
+            clean = _redacted(exc, self.storage_options)
+            if clean is exc:
+                raise
+            raise clean from None
+
+    def _open(self, location: str, cache_dir, limit: int, depth: int, shuffle_window: int, fraction: float) -> None:
+        seed = self.seed
+        item_loader = self.item_loader
         self._source = ChunkSource(
             location,
             self.storage_options,
@@ -176,6 +217,7 @@ class StreamingDataset(_DatasetBase):
             limit,
             depth,
             keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+            check_checksums=self.check_checksums,
         )
         self.output_dir = self._source.output_dir
         config, chunks = self._source.config, self._source.chunks
@@ -193,6 +235,13 @@ class StreamingDataset(_DatasetBase):
             self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
             self._group_sizes = self._tokens.group_sizes
             self._length = self._tokens.num_blocks
+            tokens = sum(entry.dim or 0 for entry in chunks)
+            if tokens and not self._length:
+                warnings.warn(
+                    f"{self._source.index_source}: the dataset holds {tokens:,} tokens, fewer than one block of "
+                    f"block_size={item_loader.block_size:,}: it reads as 0 blocks; pass a smaller block_size",
+                    stacklevel=3,
+                )
         else:
             self._group_sizes = [entry.chunk_size for entry in chunks]
             self._length = total
@@ -314,13 +363,19 @@ class StreamingDataset(_DatasetBase):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [self._get(i) for i in range(*index.indices(self._length))]
+            return [self[i] for i in range(*index.indices(self._length))]
         i = operator.index(index)  # TypeError for floats, strings, ...
         if i < 0:
             i += self._length
         if not 0 <= i < self._length:
             raise IndexError(f"index {index} is out of range for a dataset of {self._length} items")
-        return self._get(i)
+        try:
+            return self._get(i)
+        except BaseException as exc:
+            clean = _redacted(exc, self.storage_options)
+            if clean is exc:
+                raise
+            raise clean from None
 
     def __iter__(self) -> Iterator[Any]:
         return self._epoch_iterator()
@@ -388,6 +443,14 @@ class StreamingDataset(_DatasetBase):
             self._rank, self._world = distributed_env()
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
+        layout, total = self.layout(workers), self._plan_total()
+        if worker == 0 and layout.drop_last and 0 < total < layout.world_size:
+            warnings.warn(
+                f"{self.output_dir}: the epoch is empty: drop_last with {total} items on {layout.world_size} ranks "
+                "leaves every rank 0 items (each yields 0 batches); pass pad=True to repeat a few items instead, "
+                "or read with fewer ranks",
+                stacklevel=2,
+            )
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # applied: the next iteration of this object starts afresh
         seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
@@ -403,13 +466,19 @@ class StreamingDataset(_DatasetBase):
         while current is not None:
             groups, items = current
             following = next(windows, None)
-            if remote and following is not None:
-                # The next window's chunks download while this window is read.
-                self._source.prefetch(self._chunks_of_groups(following[0]))
-            for i in items.tolist():
-                item = read(i, False)
-                progress["yielded"] += 1
-                yield item
+            try:
+                if remote and following is not None:
+                    # The next window's chunks download while this window is read.
+                    self._source.prefetch(self._chunks_of_groups(following[0]))
+                for i in items.tolist():
+                    item = read(i, False)
+                    progress["yielded"] += 1
+                    yield item
+            except Exception as exc:  # not GeneratorExit: a consumer closing us is no error
+                clean = _redacted(exc, self.storage_options)
+                if clean is exc:
+                    raise
+                raise clean from None
             current = following
 
     def _item_reader(self):

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from ..errors import require_bool
 from .collate import litdata_collate
 from .combined import CombinedStreamingDataset
 from .dataset import StreamingDataset, as_iterable
@@ -81,9 +82,8 @@ class StreamingDataLoader(DataLoader):
                     "the StreamingDataset or the loader, which shuffle chunk-aware and per epoch"
                 )
             kwargs.pop(refused, None)
-        for name, value in (("shuffle", shuffle), ("drop_last", drop_last)):
-            if value is not None and type(value) is not bool:
-                raise ValueError(f"{name} must be True, False or None (keep the dataset's), got {value!r}")
+        shuffle = require_bool("shuffle", shuffle, optional=True)  # None: keep the dataset's
+        drop_last = require_bool("drop_last", drop_last, optional=True)
         if type(batch_size) is not int or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         view: Any

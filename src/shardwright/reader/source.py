@@ -16,7 +16,16 @@ from ..errors import (
     OutputIsAFileError,
     UnsupportedFormatError,
 )
-from ..format import ChunkEntry, DecodedItem, RowChunk, chunk_item, decompress, parse_index, unpack_chunk
+from ..format import (
+    ChunkEntry,
+    DecodedItem,
+    RowChunk,
+    check_checksum,
+    chunk_item,
+    decompress,
+    parse_index,
+    unpack_chunk,
+)
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
@@ -60,8 +69,10 @@ class ChunkSource:
         max_cache_bytes: int,
         prefetch_depth: int,
         keep_chunks: int = MIN_CACHED_CHUNKS,
+        check_checksums: bool = True,
     ):
         self.output_dir = output_dir
+        self.check_checksums = check_checksums
         self.prefetch_depth = prefetch_depth
         self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
         self._storage = None
@@ -105,6 +116,7 @@ class ChunkSource:
                 url=self.output_dir,
                 storage=self._storage,
                 max_bytes=max_cache_bytes,
+                check_checksums=check_checksums,
             )
             self.cache.check_existing()
         self._proc_state: ProcState | None = None
@@ -142,6 +154,13 @@ class ChunkSource:
             message += f"; nothing at all is stored under {self.output_dir}: check the URL"
         raise IncompleteDatasetError(message) from None
 
+    def _replaced(self) -> bool:
+        """Whether index.json now differs from the one this reader opened (an overwrite)."""
+        try:
+            return self._read_index_bytes() != self.index_bytes
+        except Exception:  # gone or unreadable: not what it was either
+            return True
+
     # --- per process -----------------------------------------------------------------------
 
     def state(self) -> ProcState:
@@ -172,13 +191,21 @@ class ChunkSource:
         sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
         state.last_loaded = k
         entry = self.chunks[k]
-        if self.cache is not None:
-            if self._whole_file_compression is None:  # only uncompressed chunks stay pinned
-                with state.lock:  # unpin first, so that the download can evict what we no longer need
-                    self._trim(state, incoming=entry.chunk_bytes)
-            loaded = self._load_remote(entry)
-        else:
-            loaded = Loaded(self._load_local(entry))
+        try:
+            if self.cache is not None:
+                if self._whole_file_compression is None:  # only uncompressed chunks stay pinned
+                    with state.lock:  # unpin first, so that the download can evict what we no longer need
+                        self._trim(state, incoming=entry.chunk_bytes)
+                loaded = self._load_remote(entry)
+            else:
+                loaded = Loaded(self._load_local(entry))
+        except (CorruptStateError, FileNotFoundError):
+            if self._replaced():
+                raise CorruptStateError(
+                    f"the dataset at {self.output_dir} was replaced since it was opened (its index.json changed, "
+                    f"chunk {entry.filename} is gone or different): reopen it (a new StreamingDataset)"
+                ) from None
+            raise
         with state.lock:
             previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
             if previous is not None:
@@ -274,6 +301,17 @@ class ChunkSource:
     def _load_local(self, entry: ChunkEntry) -> bytes | memoryview:
         stored, compressed = self._stored_chunk(entry)
         name = os.path.join(self.output_dir, entry.filename)
+        as_indexed = compressed == (self._whole_file_compression is not None)  # not litdata's decompressed copy
+        verified = self.state().verified
+        if self.check_checksums and as_indexed and entry.checksum and entry.filename not in verified:
+            # Once per chunk per process, on its first load (never per item): the bytes
+            # crossed a trust boundary (a disk, a copy) since they were written.
+            try:
+                check_checksum(stored, entry.checksum, name, _FIX)
+            except CorruptStateError:
+                release_buffer(stored)
+                raise
+            verified.add(entry.filename)
         return self._decode_stored(stored, compressed, entry, name, exact=False)
 
     def _decode_stored(self, stored, compressed: bool, entry: ChunkEntry, name: str, *, exact: bool):
