@@ -3,7 +3,7 @@ exactly once, resumable after any crash."""
 
 from typing import TYPE_CHECKING
 
-from .engine import OptimizeResult, abandon, merge_datasets, optimize, walk
+from .engine import OptimizeResult, abandon, map, merge_datasets, optimize, walk
 from .errors import (
     ArgumentTypeError,
     ConcurrentRunError,
@@ -52,6 +52,7 @@ __version__ = "0.1.0"
 __all__ = [
     "optimize",
     "abandon",
+    "map",
     "merge_datasets",
     "walk",
     "train_test_split",

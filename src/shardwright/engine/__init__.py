@@ -2,7 +2,8 @@
 
 from .abandon import abandon
 from .datasets import merge_datasets, walk
+from .map_run import map
 from .result import OptimizeResult
 from .run import optimize
 
-__all__ = ["OptimizeResult", "abandon", "merge_datasets", "optimize", "walk"]
+__all__ = ["OptimizeResult", "abandon", "map", "merge_datasets", "optimize", "walk"]

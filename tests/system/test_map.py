@@ -1,0 +1,123 @@
+"""shardwright.map: fn's files appear exactly once, also after real SIGKILLs of a running map,
+on local disk and on the S3 server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import shardwright as sw
+from shardwright.engine.map_run import MAP_DIR
+from shardwright.errors import FnError, UsageError
+
+CHILD = Path(__file__).resolve().parents[1] / "support" / "map_child.py"
+
+
+def run_child(config: dict) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHILD.parents[2] / "src"), str(CHILD.parents[1])])}
+    return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], env=env, start_new_session=True)
+
+
+def visible(out: Path) -> dict[str, bytes]:
+    """The files a user sees: everything outside shardwright's own folder."""
+    found = {}
+    for folder, dirs, files in os.walk(out):
+        dirs[:] = [d for d in dirs if d != ".shardwright"]
+        for name in files:
+            path = Path(folder) / name
+            found[str(path.relative_to(out))] = path.read_bytes()
+    return found
+
+
+def expected(n: int) -> dict[str, bytes]:
+    files = {}
+    for i in range(n):
+        files[f"labels/{i:04d}.txt"] = f"label {i}\n".encode()
+        files[f"blob-{i:04d}.bin"] = bytes([i % 256]) * 65536 * 8
+    return files
+
+
+def calls(log: Path) -> Counter:
+    return Counter(int(name.split("-")[0]) for name in os.listdir(log))
+
+
+def sample_fn(i, out):
+    with open(os.path.join(out, f"{i}.txt"), "w") as handle:
+        handle.write(str(i))
+
+
+def failing_fn(i, out):
+    if i == 3:
+        raise ValueError("bad input 3")
+    sample_fn(i, out)
+
+
+def test_map_writes_each_inputs_files_once(tmp_path):
+    out = tmp_path / "out"
+    result = sw.map(sample_fn, list(range(12)), str(out), num_workers=2, verbose=False)
+    assert result.published
+    assert visible(out) == {f"{i}.txt": str(i).encode() for i in range(12)}
+    manifest = sw.StreamingDataset(str(out / MAP_DIR))
+    assert [json.loads(item["files"]) for item in manifest] == [[f"{i}.txt"] for i in range(12)]
+    again = sw.map(sample_fn, list(range(12)), str(out), num_workers=2, verbose=False)
+    assert again.items == 0 and visible(out) == {f"{i}.txt": str(i).encode() for i in range(12)}
+
+
+def test_map_on_error_and_refusals(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(FnError, match="bad input 3"):
+        sw.map(failing_fn, list(range(8)), str(out), num_workers=1, verbose=False)
+    assert visible(out) == {}  # nothing of an unfinished map is visible
+    result = sw.map(failing_fn, list(range(8)), str(tmp_path / "skip"), num_workers=1, verbose=False, on_error="skip")
+    assert result.failed == 1 and set(visible(tmp_path / "skip")) == {f"{i}.txt" for i in range(8) if i != 3}
+    with pytest.raises(UsageError, match="map takes no chunk_size"):
+        sw.map(sample_fn, [1], str(tmp_path / "x"), chunk_size=4)
+
+
+@pytest.mark.slow
+def test_map_survives_sigkill_of_the_whole_run(tmp_path):
+    n, out, log = 24, tmp_path / "out", tmp_path / "log"
+    log.mkdir()
+    config = {"n": n, "out": str(out), "log": str(log), "sleep": 0.2, "workers": 2}
+    kills = 0
+    for delay in (1.5, 2.5, 3.0):
+        child = run_child(config)
+        time.sleep(delay)
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)  # the map process and its workers, mid-write
+            kills += 1
+        child.wait()
+        assert visible(out) == {} or (out / MAP_DIR / "index.json").exists()  # nothing before the publish
+    child = run_child(config)
+    assert child.wait(timeout=300) == 0
+    assert kills >= 2
+    assert visible(out) == expected(n)  # every file, complete, once
+    done_before_last_run = calls(log)
+    # Committed inputs are not redone: some input ran only once across all the runs.
+    assert min(done_before_last_run.values()) == 1 and sum(done_before_last_run.values()) < n * (kills + 1)
+
+
+@pytest.mark.s3
+def test_map_to_s3(tmp_path, s3_url, s3_storage_options):
+    import boto3
+
+    log = tmp_path / "log"
+    log.mkdir()
+    config = {"n": 6, "out": s3_url, "log": str(log), "workers": 2, "storage_options": s3_storage_options}
+    assert run_child(config).wait(timeout=300) == 0
+    bucket, _, prefix = s3_url.removeprefix("s3://").partition("/")
+    client = boto3.client("s3", **s3_storage_options)
+    keys = {o["Key"][len(prefix) + 1 :] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
+    user = {k for k in keys if not k.startswith(".shardwright/")}
+    assert user == set(expected(6))
+    body = client.get_object(Bucket=bucket, Key=f"{prefix}/labels/0005.txt")["Body"].read()
+    assert body == b"label 5\n"
+    assert not [k for k in keys if "/staged/" in k]  # staged copies are gone once moved
