@@ -3,7 +3,16 @@ exactly once, resumable after any crash."""
 
 from typing import TYPE_CHECKING
 
-from .engine import OptimizeResult, abandon, map, merge_datasets, optimize, walk
+from .engine import (
+    OptimizeResult,
+    abandon,
+    iter_webdataset_tar,
+    list_media_folder,
+    map,
+    merge_datasets,
+    optimize,
+    walk,
+)
 from .errors import (
     ArgumentTypeError,
     ConcurrentRunError,
@@ -53,6 +62,8 @@ __all__ = [
     "optimize",
     "abandon",
     "map",
+    "list_media_folder",
+    "iter_webdataset_tar",
     "merge_datasets",
     "walk",
     "train_test_split",

@@ -53,7 +53,7 @@ from .media import (
     Video,
 )
 
-__all__ = ["FAMILIES", "encode_first", "encoder_for", "leaf_decoder", "leaf_format", "leaf_matches"]
+__all__ = ["unwrap_tensor", "FAMILIES", "encode_first", "encoder_for", "leaf_decoder", "leaf_format", "leaf_matches"]
 
 FAMILIES = (
     "str", "text", "bool", "int", "float", "video", "audio", "image", "nifti", "mesh", "pdf", "graph",
@@ -116,6 +116,11 @@ def _foreign(value: Any, family: str) -> bool:
 
 
 _ROUTED = frozenset(family for family, _ in _EXTENSIONS)
+
+
+def unwrap_tensor(value: Any) -> Any:
+    """The torch tensor of a :class:`Tensor` wrapper; any other value as it is."""
+    return _tensor_of(value) if type(value) is Tensor else value
 
 
 def _tensor_of(wrapper: Tensor) -> Any:
