@@ -169,6 +169,10 @@ def map(
     for name in ("chunk_size", "chunk_bytes", "compression", "item_loader"):
         if name in options:
             raise UsageError(f"map takes no {name}=: it writes fn's files, not a dataset")
+    if options.pop("error_when_not_empty", False):
+        out = open_storage(output_dir, storage_options, create=True)
+        if any(not key.startswith(f"{STATE_DIR}/") for key in out.list()):
+            raise UsageError(f"map: output_dir {out.url} is not empty (error_when_not_empty=True)")
     run_url = _run_url(output_dir)
     result = optimize(
         _MapInput(fn, run_url, storage_options),
