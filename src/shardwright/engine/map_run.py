@@ -130,6 +130,11 @@ def _move(run: Storage, out: Storage, staged: str, name: str) -> None:
 def materialize(output_dir: str, storage_options: dict | None = None) -> int:
     """Move a published map run's staged files to their final names (idempotent); the number of files."""
     run = open_storage(_run_url(output_dir), storage_options)
+    return move_staged(run, open_storage(output_dir, storage_options, create=True))
+
+
+def move_staged(run: Storage, out: Storage) -> int:
+    """:func:`materialize` between the run's storage and the output's (any backends)."""
     # The marker names the index it materialized: a later run of the map (overwrite, append)
     # publishes another index, whose files are moved in turn.
     index = hashlib.sha256(run.read_bytes(INDEX_KEY)).hexdigest()
@@ -137,7 +142,6 @@ def materialize(output_dir: str, storage_options: dict | None = None) -> int:
         done = json.loads(run.read_bytes(_DONE_KEY))
         if done.get("index") == index:
             return int(done["files"])
-    out = open_storage(output_dir, storage_options, create=True)
     count = 0
     for manifest in _manifests(run):
         for name in json.loads(manifest["files"]):
