@@ -121,3 +121,13 @@ def test_map_to_s3(tmp_path, s3_url, s3_storage_options):
     body = client.get_object(Bucket=bucket, Key=f"{prefix}/labels/0005.txt")["Body"].read()
     assert body == b"label 5\n"
     assert not [k for k in keys if "/staged/" in k]  # staged copies are gone once moved
+
+
+def test_map_over_two_nodes(tmp_path):
+    # Two nodes of one map (as a Slurm array's tasks would run it): the node that publishes moves the files.
+    out = tmp_path / "out"
+    first = sw.map(sample_fn, list(range(10)), str(out), num_workers=1, verbose=False, num_nodes=2, node_rank=0)
+    assert not first.published and visible(out) == {}
+    second = sw.map(sample_fn, list(range(10)), str(out), num_workers=1, verbose=False, num_nodes=2, node_rank=1)
+    assert second.published
+    assert visible(out) == {f"{i}.txt": str(i).encode() for i in range(10)}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from ..errors import UsageError
 from ..format import chunk_item, chunk_num_items, decompress, item_decoder, parse_index, unpack_chunk
 from ..protocol.layout import INDEX_KEY, STATE_DIR
 from ..storage import Storage, open_storage, parse_location
+from ..storage.files import fsync_dir
 from .result import OptimizeResult
 from .run import optimize
 
@@ -42,6 +44,7 @@ __all__ = ["MAP_DIR", "map"]
 
 MAP_DIR = f"{STATE_DIR}/map"  # the map run's own dataset, under the output
 _STAGED = "staged"
+_TMP = "staging-tmp"  # local outputs: where fn writes before its directory is renamed under staged/
 _INPUTS_PER_COMMIT = 16  # an input is committed with at most 15 others (one chunk of manifests)
 _DONE_KEY = "materialized.json"  # in the run's storage: every file is in place
 
@@ -70,18 +73,56 @@ class _MapInput:
         return state
 
     def __call__(self, item: Any) -> dict | None:
+        if self._storage is None:
+            self._storage = open_storage(self.run_url, self.storage_options)
+        attempt = uuid.uuid4().hex
+        final = self._storage.local_path(f"{_STAGED}/{attempt}")
+        if final is not None:
+            # Local output: fn writes next to the run, and the staging directory is renamed
+            # into place (no copy), its files made durable first.
+            parent = self._storage.local_path(_TMP)
+            assert parent is not None
+            os.makedirs(parent, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix="attempt-", dir=parent)
+            try:
+                self.fn(item, staging)
+                files = _staged_files(staging)
+                if not files:
+                    return None
+                _make_durable(staging, files)
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                os.replace(staging, final)
+                fsync_dir(os.path.dirname(final))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            return {"files": json.dumps(files), "staged": attempt}
         with tempfile.TemporaryDirectory(prefix="shardwright-map-") as staging:
             self.fn(item, staging)
             files = _staged_files(staging)
             if not files:
                 return None
-            if self._storage is None:
-                self._storage = open_storage(self.run_url, self.storage_options)
-            attempt = uuid.uuid4().hex
             for name in files:
                 with open(os.path.join(staging, name), "rb") as handle:
                     self._storage.write_bytes(f"{_STAGED}/{attempt}/{name}", handle.read())
         return {"files": json.dumps(files), "staged": attempt}
+
+
+def _make_durable(staging: str, files: list[str]) -> None:
+    """fsync fn's files and their directories: the commit record that follows must not outlive them."""
+    folders = {staging}
+    for name in files:
+        path = os.path.join(staging, name)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folder = os.path.dirname(path)
+        while folder != staging and folder not in folders:
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    for folder in folders:
+        fsync_dir(folder)
 
 
 def _staged_files(staging: str) -> list[str]:
@@ -149,6 +190,7 @@ def move_staged(run: Storage, out: Storage) -> int:
             count += 1
     out.barrier()
     run.delete_prefix(f"{_STAGED}/")  # attempts that died before their commit
+    run.delete_prefix(f"{_TMP}/")
     run.write_bytes(_DONE_KEY, json.dumps({"files": count, "index": index}).encode())
     return count
 
