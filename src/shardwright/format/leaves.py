@@ -21,6 +21,7 @@ __all__ = [
     "NUMPY_CODES",
     "TORCH_WRITE_CODES",
     "core_decoder",
+    "core_encoder",
     "encode_core",
     "encode_tensor",
     "core_leaf_format",
@@ -140,6 +141,19 @@ def _shape_dims(shape: tuple, what: str) -> tuple:
     if any(dim > _U32_MAX for dim in shape):
         raise ValueError(f"{what} shape {shape} has a dimension above 2**32-1")
     return tuple(shape)
+
+
+def core_encoder(fmt: str) -> Callable[[Any], bytes]:
+    """The encoder of one core format, specialised for the common ones (the hot path)."""
+    if fmt == "int":
+        return _INT64.pack
+    if fmt == "float":
+        return _FLOAT64.pack
+    if fmt == "str":
+        return lambda leaf: leaf.encode("utf-8")
+    if fmt.startswith("no_header_numpy:"):
+        return lambda leaf: np.asarray(leaf, dtype=_native(leaf.dtype)).tobytes(order="C")
+    return lambda leaf: encode_core(fmt, leaf)
 
 
 def encode_core(fmt: str, leaf: Any) -> bytes:

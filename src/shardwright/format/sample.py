@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 _U32_MAX = 0xFFFFFFFF
+_EXACT: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
 
 _FIX_HINT = (
     "Every sample must have the same structure (same dict keys, same list/tuple lengths) and the "
@@ -67,10 +68,9 @@ def _collect(node: _Node, value: Any, formats: list[str], out: list, path: str) 
         fmt = formats[len(out)]
         # A position whose first value was pickled takes anything (litdata pickles it too).
         if fmt != "pickle":
-            if type(value) in _CONTAINER_NAMES:
-                raise _Mismatch(path, fmt, _describe(value))
-            if not leaf_matches(fmt, value):
-                raise _Mismatch(path, fmt, _describe(value))
+            if _EXACT.get(type(value)) != fmt:  # the common case (int, float, str ...) needs no lookup
+                if type(value) in _CONTAINER_NAMES or not leaf_matches(fmt, value):
+                    raise _Mismatch(path, fmt, _describe(value))
         out.append(value)
         return
     if node.kind in _MAPPINGS:
@@ -204,18 +204,24 @@ class ItemEncoder:
 
     def _pack(self, leaves: list, input_index: int) -> bytes:
         assert self.data_format is not None and self._sizes is not None
-        parts: list[bytes] = [b""]
-        lengths: list[int] = []
-        for position, (encode, leaf) in enumerate(zip(self._encoders, leaves)):
-            try:
-                blob = encode(leaf)
-            except Exception as exc:
-                fmt = self.data_format[position]
-                raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
-            parts.append(self._checked(blob, position, input_index))
-            lengths.append(len(blob))
-        parts[0] = self._sizes.pack(*lengths)
-        return b"".join(parts)
+        try:
+            blobs = [encode(leaf) for encode, leaf in zip(self._encoders, leaves)]
+        except Exception:
+            blobs = [self._encode_one(position, leaf, input_index) for position, leaf in enumerate(leaves)]
+        lengths = [len(blob) for blob in blobs]
+        if max(lengths, default=0) > _U32_MAX:
+            for position, blob in enumerate(blobs):
+                self._checked(blob, position, input_index)
+        return self._sizes.pack(*lengths) + b"".join(blobs)
+
+    def _encode_one(self, position: int, leaf: Any, input_index: int) -> bytes:
+        """One leaf, with the error naming it (the slow path, taken once a leaf failed)."""
+        assert self.data_format is not None
+        try:
+            return self._encoders[position](leaf)
+        except Exception as exc:
+            fmt = self.data_format[position]
+            raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
 
     def _leaf_error(self, fmt: str, leaf: Any, position: int, input_index: int, exc: Exception) -> str:
         if fmt == "int" and isinstance(exc, struct.error):

@@ -20,6 +20,8 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..errors import UnsupportedFormatError
 from . import jsonleaf
 from .files import decoder_for_file_leaf, encode_file_leaf, is_nibabel_image
@@ -34,7 +36,7 @@ from .images import (
     is_pil_image,
     media_bytes,
 )
-from .leaves import core_decoder, core_leaf_format, encode_core
+from .leaves import core_decoder, core_encoder, core_leaf_format, encode_core
 from .media import (
     Audio,
     File,
@@ -143,6 +145,8 @@ def leaf_format(value: Any) -> str:
     name = _EXACT.get(type(value))
     if name is not None:
         return name
+    if type(value) is np.ndarray:
+        return core_leaf_format(value)
     family = _WRAPPERS.get(type(value))
     if family is not None:
         return _routed(value, family)
@@ -224,7 +228,7 @@ def _plain_encoder(fmt: str, family: str) -> Callable[[Any], bytes]:
         return lambda value: encode_file_leaf(value)[0]
     if fmt == "tensor" or fmt.startswith("no_header_tensor:"):
         return lambda value: encode_core(fmt, _tensor_of(value) if type(value) is Tensor else value)
-    return lambda value: encode_core(fmt, value)
+    return core_encoder(fmt)
 
 
 def leaf_decoder(fmt: str, allow_pickle: bool) -> Callable[[memoryview], Any]:
