@@ -1,6 +1,7 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from .engine import (
@@ -56,7 +57,10 @@ if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imp
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
     from .reader.splits import train_test_split
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: one home, pyproject.toml
+    __version__ = _metadata.version("shardwright")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "optimize",
@@ -68,6 +72,7 @@ __all__ = [
     "walk",
     "train_test_split",
     "litdata_collate",
+    "verify",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
@@ -124,4 +129,8 @@ def __getattr__(name: str) -> object:
         from . import reader
 
         return getattr(reader, name)
+    if name == "verify":
+        from .reader.verify import verify
+
+        return verify
     raise AttributeError(f"module 'shardwright' has no attribute {name!r}")

@@ -23,16 +23,18 @@ from ..errors import (
 )
 from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
-from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
+from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.hints import start_over_hint
 from ..protocol.layout import lease_key
-from ..protocol.lease import Lease, describe_holder, live_leases
+from ..protocol.lease import Lease, live_leases
 from ..protocol.links import check_no_links
-from ..protocol.manifest import Manifest, create_manifest, read_run_record
+from ..protocol.manifest import Manifest, create_manifest
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
 from ..protocol.records import ShardProgress, load_progress
-from ..protocol.shards import shards_of_node
+from ..protocol.run_record import read_run_record
+from ..protocol.shards import clamp_num_shards, shards_of_node
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
@@ -217,7 +219,16 @@ def optimize(
         opened = open_run(storage, request)
         if opened is None:
             attempt.close("noop")
-            return OptimizeResult(storage.url, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
+            return OptimizeResult(
+                output_dir=storage.url,
+                items=0,
+                chunks=0,
+                bytes=0,
+                seconds=time.monotonic() - started,
+                resumed=True,
+                published=True,
+                inputs=len(inputs),
+            )
         manifest, resumed = opened
         if resumed:
             _check_input_files(manifest, inputs, storage.url)
@@ -276,7 +287,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         generation=plan.generation,
         mode=plan.manifest_mode,
         num_inputs=count,
-        num_shards=max(1, min(request.settings.num_shards, count)),
+        num_shards=clamp_num_shards(request.settings.num_shards, count),
         inputs=request.inputs.to_json(),
         input_ids=list(plan.input_ids) if plan.input_ids is not None else None,
         input_skips=list(plan.input_skips) if plan.input_skips is not None else None,
@@ -304,10 +315,10 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
 def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> None:
     """Live nodes with another num_nodes would own overlapping shards: refuse, never race."""
     for _name, holder in live_leases(storage):
-        if holder.get("owner") != lease.owner and holder.get("num_nodes", node.count) != node.count:
+        if holder.owner != lease.owner and holder.num_nodes is not None and holder.num_nodes != node.count:
             raise ConcurrentRunError(
-                f"node {holder.get('node_rank')} of {holder.get('num_nodes')} (host {holder.get('host')}, "
-                f"pid {holder.get('pid')}) is running on {storage.url}, and this call is node {node.rank} of "
+                f"node {holder.node_rank} of {holder.num_nodes} (host {holder.host}, "
+                f"pid {holder.pid}) is running on {storage.url}, and this call is node {node.rank} of "
                 f"{node.count}: every node of a run must use the same number of nodes ({node.origin}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
@@ -329,7 +340,7 @@ def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
     if changed:
         raise RunMismatchError(
             f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-            f"Restore the file to resume, {start_over_hint(manifest, url)}"
+            f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
         )
 
 
@@ -339,7 +350,7 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
         last = read_run_record(storage)
     except CorruptStateError:
         return
-    if last and last.get("run_id") == manifest.run_id and manifest.num_inputs and last.get("items_added") == 0:
+    if last and last.run_id == manifest.run_id and manifest.num_inputs and last.items_added == 0:
         log.warning(
             "fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
             "`return`? Fix it and rerun (the changed fn is detected)",
@@ -468,7 +479,7 @@ def _unpublished_message(storage: Storage, missing: list[int]) -> str:
             f"({shown}), so index.json was not published: the storage does not list what was written. "
             f"Rerun the same call to redo them, or run `shardwright status {storage.url}`"
         )
-    holders = [describe_holder(h, lease_key(n), storage.url) for n, h in live_leases(storage, "publish")]
+    holders = [h.describe(lease_key(n), storage.url) for n, h in live_leases(storage, "publish")]
     who = f" (held by {holders[0]})" if holders else ""
     return (
         f"the run finished every shard but could not publish {storage.url}/index.json: another process holds "

@@ -4,6 +4,10 @@ Pure functions only (no processes, no file I/O), so every byte can be unit-teste
 imported lazily: only when a leaf is a torch tensor (then it is already imported) or when a
 tensor leaf has to be decoded.
 
+Modules: ``pytree`` (sample <-> leaves + data_spec), ``sample`` (leaf formats, item bytes),
+``decode`` (many items of one dataset), ``chunk`` (chunk bytes, zstd), ``index`` (index.json),
+``tokens`` (TokensLoader datasets), ``safe_pickle`` (plain-data pickles of untrusted data).
+
 Byte layout (all integers little-endian unless said otherwise)
 ----------------------------------------------------------------
 Sample -> leaves. A sample is flattened like a torch pytree: ``dict``, ``OrderedDict``, ``list``
@@ -87,8 +91,9 @@ from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_inde
 from .jsonleaf import JsonLeaf
 from .layouts import DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
 from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
+from .pytree import flatten_sample, parse_spec, unflatten_sample
 from .safe_pickle import load_data_only_pickle
-from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
+from .sample import ItemEncoder, decode_plan, leaf_format
 from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
 # litdata's top-level media wrapper names (``from litdata import Image``).

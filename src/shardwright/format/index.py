@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
 from .checksum import parse_checksum
-from .sample import parse_spec
+from .pytree import parse_spec
 
 # --- index.json -------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Pytree flattening as torch and litdata do it, and ``data_spec`` (the treespec JSON) both ways."""
+"""Samples as pytrees: flattening a sample into leaves and its ``data_spec`` (torch's treespec
+JSON, as litdata writes it), parsing a data_spec, and rebuilding samples from leaves."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ __all__ = [
 _LEAF_SCHEMA: dict[str, Any] = {"type": None, "context": None, "children_spec": []}
 _TREESPEC_PROTOCOL = 1
 
+#: The containers a sample may be made of, by their treespec names (everything else is a leaf).
 CONTAINER_NAMES: dict[type, str] = {
     dict: "builtins.dict",
     OrderedDict: "collections.OrderedDict",
@@ -34,9 +36,8 @@ CONTAINER_NAMES: dict[type, str] = {
     tuple: "builtins.tuple",
 }
 _NAME_TO_CONTAINER: dict[str, type] = {name: typ for typ, name in CONTAINER_NAMES.items()}
+#: The containers stored as dicts (their keys in the treespec's context).
 MAPPINGS = (dict, OrderedDict)
-
-# --- pytree flatten / unflatten ---------------------------------------------------------------
 
 
 def _check_keys(keys: list, path: str) -> None:

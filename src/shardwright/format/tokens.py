@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SampleFormatError
-from .sample import ItemEncoder, flatten_sample, leaf_format
+from .pytree import flatten_sample
+from .sample import ItemEncoder, leaf_format
 from .serializers import unwrap_tensor
 
 __all__ = ["TOKENS_LOADER", "TokenEncoder", "TokensLoader", "is_tokens_loader"]

@@ -1,12 +1,11 @@
-"""Publishing: index.json from every shard's records (the publication point), then ONE cleanup."""
+"""Publishing: index.json from every shard's records (the publication point), then ONE cleanup;
+and ``merge``, which publishes once every shard is done (``shardwright merge``)."""
 
 from __future__ import annotations
 
-import socket
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import CorruptStateError
+from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteRunError
 from ..format import ChunkEntry, IndexConfig, parse_index, render_index
 from ..storage import Storage
 from .claim import read_format
@@ -27,44 +26,10 @@ from .layout import (
     record_key,
 )
 from .lease import Lease
-from .manifest import Manifest, read_manifest, read_run_record, write_run_record
+from .links import check_no_links
+from .manifest import Manifest, read_manifest
 from .records import CommitRecord, ShardProgress, load_progress
-
-
-def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
-    """True when index.json already holds this run's chunks (a crash between steps 3 and 5).
-    A run that produced no chunk can't be told apart, but publishing it again is harmless."""
-    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
-
-
-def run_record(
-    manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]], finisher: tuple[str, str] | None = None
-) -> dict:
-    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
-    new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
-    now = time.time()
-    return {
-        "failed_inputs": sorted(failed),
-        "state": "complete",
-        "run_id": manifest.run_id,
-        "generation": manifest.generation,
-        "mode": manifest.mode,
-        "inputs": manifest.inputs,
-        "num_inputs": manifest.num_inputs,
-        "settings": manifest.settings.to_json(),
-        "items": sum(c.chunk_size for c in chunks),
-        "items_added": sum(c.chunk_size for c in new),
-        "chunks": len(chunks),
-        "chunks_added": len(new),
-        "started_at": manifest.created_at,
-        "finished_at": now,
-        "seconds": now - manifest.created_at,
-        # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
-        # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
-        "published_by": socket.gethostname(),
-        "fn_name": finisher[0] if finisher else manifest.fn_name,
-        "fn_code": finisher[1] if finisher else manifest.fn_code,
-    }
+from .run_record import RunRecord, read_run_record, write_run_record
 
 
 def finish_published(
@@ -73,7 +38,7 @@ def finish_published(
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
     previous = read_run_record(storage)
-    if previous is not None and previous.get("run_id") == manifest.run_id:
+    if previous is not None and previous.run_id == manifest.run_id:
         cleanup_after_publish(storage, manifest, index_chunks, None)
         return
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
@@ -92,7 +57,7 @@ def cleanup_after_publish(
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
     if failed is not None:
-        write_run_record(storage, run_record(manifest, index_chunks, failed, finisher))
+        write_run_record(storage, RunRecord.of_run(manifest, index_chunks, failed, finisher))
         forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
@@ -193,7 +158,7 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
     """Publishing writes index.json, then run.json (with the run's id), and only then deletes
     records (the manifest last): whoever sees records vanish sees one of these."""
     previous = read_run_record(storage)
-    if previous is not None and previous.get("run_id") == manifest.run_id:
+    if previous is not None and previous.run_id == manifest.run_id:
         return True
     current = read_manifest(storage)
     return current is None or current.run_id != manifest.run_id
@@ -246,3 +211,25 @@ def publish_if_complete(
     finally:
         publisher.release()
     return True, []
+
+
+def merge(storage: Storage) -> None:
+    """Publish index.json if every shard is done (a no-op when it is published already).
+
+    Raises:
+        IncompleteRunError: some shards are not finished (``missing_shards`` lists them).
+        DatasetNotFoundError: there is neither a run nor a dataset.
+    """
+    check_no_links(storage)  # merging writes and deletes
+    manifest = read_manifest(storage)
+    if manifest is None:
+        if storage.exists(INDEX_KEY):
+            return
+        raise DatasetNotFoundError(f"{storage.url} has no run to merge (no manifest) and no dataset")
+    published, missing = publish_if_complete(storage, manifest, {})
+    if missing:
+        raise IncompleteRunError(
+            f"not merged: {len(missing)} shard(s) are not finished: {missing[:20]}"
+            f"{' ...' if len(missing) > 20 else ''}; rerun the array tasks that own them",
+            missing_shards=missing,
+        )

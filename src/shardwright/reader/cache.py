@@ -145,9 +145,21 @@ def _filelock(path: str):
 class ChunkCache:
     """Chunk files of one remote dataset in ``root/name``; the bound covers all of ``root``."""
 
-    def __init__(self, root: str, name: str, url: str, storage, max_bytes: int, check_checksums: bool = True):
+    def __init__(
+        self,
+        root: str,
+        name: str,
+        url: str,
+        storage,
+        max_bytes: int,
+        check_checksums: bool = True,
+        sizes_known: bool = False,
+    ):
         self.root, self.name, self.url, self.storage, self.max_bytes = root, name, url, storage, max_bytes
         self.check_checksums = check_checksums  # verify each download against index.json's checksum
+        # Uncompressed chunks: index.json gives the file size, and a file of another size is
+        # left to the reader's size check, whose message says "truncated" plainly.
+        self.sizes_known = sizes_known
         self.directory = os.path.join(root, name)
         self._ready_pid: int | None = None
         self.reader_waits = 0  # reads (not prefetches) that found their chunk missing, in this process
@@ -299,8 +311,17 @@ class ChunkCache:
             if not (self.check_checksums and entry.checksum):
                 return
             try:
-                with open(path, "rb", buffering=0) as f:
+                try:
+                    f = open(path, "rb", buffering=0)
+                except FileNotFoundError:
+                    return  # evicted by another process already: the caller's pin sees it gone and fetches again
+                with f:
                     size = os.fstat(f.fileno()).st_size
+                    if self.sizes_known and size not in (
+                        entry.chunk_bytes,
+                        entry.chunk_bytes + 4 * (entry.chunk_size + 2),
+                    ):
+                        return
                     data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
                 try:
                     check_checksum(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import multiprocessing
 import operator
 import os
@@ -12,18 +13,18 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..errors import ArgumentTypeError, UnsupportedFormatError, UsageError, require_bool
+from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, chunk_item, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
-from ..storage.options import check_storage_option_names
-from .cache import DEFAULT_MAX_CACHE_BYTES
-from .litdata_args import cache_limit, input_dir_of, item_loader_of, refuse_litdata_only, transforms_of
+from . import resume
+from .options import ReaderOptions
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
+from .resume import EpochStart
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
-from .subsample import Subsample, check_fraction
+from .subsample import RegionSelection, Subsample
 from .tokens import TokenLayout
 
 try:  # the base classes are chosen once, when this module is imported
@@ -40,8 +41,6 @@ except ImportError:  # torch is optional: plain objects then
 
 __all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
 
-DEFAULT_PREFETCH_DEPTH = 4
-
 
 def _wants_iterable(kwargs: dict) -> bool:
     choice = require_bool("iterable", kwargs.get("iterable"), optional=True)
@@ -56,7 +55,7 @@ def _redacted(exc: BaseException, storage_options: dict | None) -> BaseException
     return redact_exception(exc, secret_values(storage_options))
 
 
-class StreamingDataset(_DatasetBase):
+class StreamingDataset(RegionSelection, _DatasetBase):
     """A dataset written by shardwright (or litdata) in a local directory or on S3.
 
     ``len(ds)``, ``ds[i]`` (negative indices too) and ``ds[a:b:c]`` (a list) read any item;
@@ -96,15 +95,9 @@ class StreamingDataset(_DatasetBase):
         cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
             ``~/.cache/shardwright``); it must be yours and not writable by others.
         max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``
-            (default 10 GB). ``max_cache_size`` is litdata's name for it; it also takes a
-            fraction of the cache disk's free space (``0.9``).
-        subsample: read this fraction of the items (litdata's selection: whole chunks in order,
-            permuted by ``seed`` when shuffling, the last one cut; above 1 repeats the dataset).
-            Deterministic, so a resumed loader reads the same selection.
-        transform: a callable or a list of callables applied to each item after decoding (in
-            the process that reads it: DataLoader workers).
-        max_pre_download: litdata's name for ``prefetch=N``. ``batch_decode``: accepted for
-            litdata scripts; items are decoded one by one here, with the same values.
+            (default 10 GB).
+        max_cache_size, subsample, transform, max_pre_download, batch_decode: litdata's
+            arguments, see :class:`~shardwright.reader.options.ReaderOptions`.
         prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
             reader downloads ahead of use, from its epoch plan when iterating.
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
@@ -124,7 +117,7 @@ class StreamingDataset(_DatasetBase):
             TokensLoader (or the reverse); when read, a pickle leaf that needs
             ``allow_pickle=True``.
         StorageError: the cache directory is a symlink, another user's or world-writable.
-        ValueError: an option is out of range.
+        UsageError (a ValueError): an option is out of range.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any):
@@ -157,66 +150,56 @@ class StreamingDataset(_DatasetBase):
         check_checksums: bool = True,
         **litdata_only: Any,
     ):
-        refuse_litdata_only(litdata_only)
-        shuffle = bool(require_bool("shuffle", shuffle))
-        pad = bool(require_bool("pad", pad))
-        allow_pickle = bool(require_bool("allow_pickle", allow_pickle))
-        drop_last = require_bool("drop_last", drop_last, optional=True)
-        require_bool("iterable", iterable, optional=True)
-        self.check_checksums = bool(require_bool("check_checksums", check_checksums))
-        if storage_options is not None and not isinstance(storage_options, dict):
-            raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
-            )
-        check_storage_option_names(storage_options or {})
-        if cache_dir is not None and not os.fspath(cache_dir).strip():
-            raise UsageError(
-                "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
-                "None for $SHARDWRIGHT_CACHE_DIR or ~/.cache/shardwright"
-            )
-        location = input_dir_of(input_dir, output_dir)
-        limit = cache_limit(max_cache_bytes, max_cache_size, cache_dir, DEFAULT_MAX_CACHE_BYTES)
-        item_loader = item_loader_of(item_loader)
-        fraction = check_fraction(subsample)
-        self._transforms = transforms_of(transform)
-        if max_pre_download is not None and prefetch is True:
-            prefetch = max_pre_download  # litdata's name for the chunks fetched ahead
-        self.batch_decode = batch_decode  # litdata's decode batching: items decode one by one here, same values
-        if type(prefetch) is bool:
-            depth = DEFAULT_PREFETCH_DEPTH if prefetch else 0
-        elif type(prefetch) is int and prefetch >= 0:
-            depth = prefetch
-        else:
-            raise ValueError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
-        self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pad = pad
-        self.drop_last = drop_last
-        if pad and drop_last:
-            raise ValueError("drop_last=True and pad=True exclude each other: pad keeps every item")
-        self.allow_pickle = allow_pickle
-        self.item_loader = item_loader
-        self.storage_options = dict(storage_options or {})
-        self.prefetch = depth > 0
+        opts = ReaderOptions.validate(
+            input_dir=input_dir,
+            output_dir=output_dir,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            pad=pad,
+            shuffle_window=shuffle_window,
+            item_loader=item_loader,
+            allow_pickle=allow_pickle,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            max_cache_bytes=max_cache_bytes,
+            prefetch=prefetch,
+            iterable=iterable,
+            max_cache_size=max_cache_size,
+            subsample=subsample,
+            transform=transform,
+            max_pre_download=max_pre_download,
+            batch_decode=batch_decode,
+            check_checksums=check_checksums,
+            litdata_only=litdata_only,
+        )
+        self.check_checksums = opts.check_checksums
+        self._transforms = opts.transforms
+        self.batch_decode = opts.batch_decode
+        self.order_spec = OrderSpec("chunk_window" if opts.shuffle else "none", opts.seed, opts.shuffle_window)
+        self.shuffle, self.seed, self.pad, self.drop_last = opts.shuffle, opts.seed, opts.pad, opts.drop_last
+        self.allow_pickle = opts.allow_pickle
+        self.item_loader = opts.item_loader
+        self.storage_options = opts.storage_options
+        self.prefetch = opts.prefetch_depth > 0
         try:
-            self._open(location, cache_dir, limit, depth, shuffle_window, fraction)
+            self._open(opts)
         except BaseException as exc:
             clean = _redacted(exc, self.storage_options)
             if clean is exc:
                 raise
             raise clean from None
 
-    def _open(self, location: str, cache_dir, limit: int, depth: int, shuffle_window: int, fraction: float) -> None:
-        seed = self.seed
-        item_loader = self.item_loader
+    def _open(self, opts: ReaderOptions) -> None:
+        seed, item_loader, fraction = self.seed, self.item_loader, opts.subsample
+        limit, depth = opts.cache_limit, opts.prefetch_depth
         self._source = ChunkSource(
-            location,
+            opts.location,
             self.storage_options,
-            cache_dir,
+            opts.cache_dir,
             limit,
             depth,
-            keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+            keep_chunks=max(MIN_CACHED_CHUNKS, opts.shuffle_window + 2),
             check_checksums=self.check_checksums,
         )
         self.output_dir = self._source.output_dir
@@ -231,7 +214,7 @@ class StreamingDataset(_DatasetBase):
         self._tokens: TokenLayout | None = None
         if item_loader is not None:
             if item_loader.block_size is None:
-                raise ValueError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
+                raise UsageError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
             self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
             self._group_sizes = self._tokens.group_sizes
             self._length = self._tokens.num_blocks
@@ -311,7 +294,7 @@ class StreamingDataset(_DatasetBase):
     @property
     def _storage(self):
         """The Storage of a remote dataset (None for a local one)."""
-        return self._source._storage
+        return self._source.storage
 
     @property
     def epoch(self) -> int:
@@ -323,11 +306,11 @@ class StreamingDataset(_DatasetBase):
         same number). DataLoader workers see it too, persistent ones included.
 
         Raises:
-            ValueError: ``epoch`` is not a non-negative int.
+            UsageError (a ValueError): ``epoch`` is not a non-negative int.
         """
         epoch = operator.index(epoch)  # TypeError for floats, strings, ...
         if epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
         self._epoch = int(epoch)
         if self._epoch_shared is not None:
             self._epoch_shared.value = int(epoch)
@@ -337,29 +320,8 @@ class StreamingDataset(_DatasetBase):
     def __len__(self) -> int:
         return self._length
 
-    @property
-    def regions(self) -> list[tuple[int, int, int]]:
-        """The items read, as ``(chunk, start, end)`` regions in order (litdata's region of interest)."""
-        if self._subsample is not None:
-            return list(self._subsample.regions)
-        return [(k, 0, entry.chunk_size) for k, entry in enumerate(self._source.chunks)]
-
-    def with_regions(self, regions: list[tuple[int, int, int]]) -> StreamingDataset:
-        """A copy of this dataset that reads only ``regions`` (see :attr:`regions`), in that order."""
-        if self._tokens is not None:
-            raise UsageError("a token dataset (item_loader=TokensLoader) cannot be cut into regions")
-        sizes = [entry.chunk_size for entry in self._source.chunks]
-        for k, start, end in regions:
-            if not (0 <= k < len(sizes) and 0 <= start <= end <= sizes[k]):
-                raise UsageError(f"region {(k, start, end)} is not inside chunk {k} of this dataset")
-        clone = copy.copy(self)
-        clone._subsample = Subsample.from_regions(list(regions), sizes)
-        clone._group_sizes = clone._subsample.group_sizes
-        clone._length = sum(clone._group_sizes)
-        clone._fingerprint = {**self._fingerprint, "items": clone._length, "regions": [list(r) for r in regions]}
-        clone._epoch_shared = _shared_int()
-        clone._resume = clone._progress = None
-        return clone
+    def _fresh_epoch_state(self) -> dict[str, Any]:
+        return {"_epoch_shared": _shared_int()}  # a copy counts its own epochs
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
@@ -443,7 +405,7 @@ class StreamingDataset(_DatasetBase):
             self._rank, self._world = distributed_env()
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
-        layout, total = self.layout(workers), self._plan_total()
+        layout, total = self.layout(workers), self.plan_size
         if worker == 0 and layout.drop_last and 0 < total < layout.world_size:
             warnings.warn(
                 f"{self.output_dir}: the epoch is empty: drop_last with {total} items on {layout.world_size} ranks "
@@ -510,12 +472,61 @@ class StreamingDataset(_DatasetBase):
 
         return read
 
-    def _plan_total(self) -> int:
+    @property
+    def plan_size(self) -> int:
+        """Units an epoch's plan orders: items (token datasets: blocks)."""
         return sum(self._group_sizes)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (as of the last ``set_epoch`` or iteration)."""
+        return self._rank
 
     def identity(self) -> dict:
         """What a resume state must match: the dataset (items, chunks, digest) and the order options."""
         return {"dataset": self._fingerprint, "order": order_json(self.order_spec)}
+
+    # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
+
+    def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> IterableStreamingDataset:
+        if shuffle is None and drop_last is None:
+            return as_iterable(self)
+        view = as_iterable(copy.copy(self))  # a loader's override is its own, not the dataset's
+        if shuffle is not None:
+            view.shuffle = shuffle
+            view.order_spec = dataclasses.replace(view.order_spec, shuffle="chunk_window" if shuffle else "none")
+        if drop_last is not None:
+            view.drop_last = drop_last
+            view.pad = view.pad and not drop_last
+        return view
+
+    def configure_loader(self, batch_size: int, drop_last: bool) -> None:
+        self._batch_size = batch_size
+        self._loader_drop_last = drop_last
+
+    def epoch_start(self, epoch: int, num_workers: int) -> EpochStart:
+        return resume.epoch_start(self.plan_size, self._resume_for(epoch), self.layout(num_workers))
+
+    def position_after(self, epoch: int, start: EpochStart, batches: int) -> dict:
+        return resume.single_position(self.plan_size, epoch, start, self._loader_drop_last, batches)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        return {"single": resume.fresh_point(epoch, self.layout(num_workers))}
+
+    def check_position(self, position: object) -> int:
+        return resume.parse_single(position, self.plan_size).epoch
+
+    def apply_position(self, position: dict) -> None:
+        point = resume.parse_single(position, self.plan_size)
+        self.resume_at(point)
+        self.set_epoch(point.epoch)
+
+    def resume_at(self, point: ResumePoint | None) -> None:
+        """Start the next iteration of ``point.epoch`` at ``point`` (None: from the start)."""
+        self._resume = point
+
+    def clear_resume(self) -> None:
+        self._resume = None
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
@@ -531,10 +542,16 @@ class StreamingDataset(_DatasetBase):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume this process's stream where :meth:`state_dict` left it (same layout only;
-        for another number of workers or ranks use :class:`StreamingDataLoader`)."""
-        from .loader import worker_resume
+        for another number of workers or ranks use :class:`StreamingDataLoader`).
 
-        worker_resume(self, state)
+        Raises:
+            ResumeStateError: the state is damaged or belongs to another dataset or options.
+        """
+        identity = {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window]}
+        epoch, point = resume.worker_resume_point(state, identity, self.layout)
+        self.set_epoch(epoch)
+        if point is not None:
+            self.resume_at(point)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -117,9 +117,15 @@ class ChunkSource:
                 storage=self._storage,
                 max_bytes=max_cache_bytes,
                 check_checksums=check_checksums,
+                sizes_known=self.config.compression is None,
             )
             self.cache.check_existing()
         self._proc_state: ProcState | None = None
+
+    @property
+    def storage(self):
+        """The Storage of a remote dataset (None for a local one)."""
+        return self._storage
 
     # --- the index -------------------------------------------------------------------------
 

@@ -11,12 +11,16 @@ the index, the fraction, ``shuffle`` and ``seed``: a resumed run selects the sam
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Subsample", "check_fraction", "split_regions"]
+from ..errors import UsageError
+
+__all__ = ["RegionSelection", "Subsample", "check_fraction", "split_regions"]
 
 
 def check_fraction(subsample: object) -> float:
@@ -94,3 +98,46 @@ def split_regions(regions: list[tuple[int, int, int]], counts: list[int]) -> lis
             count -= take
         runs.append(run)
     return runs
+
+
+class RegionSelection:
+    """StreamingDataset's region methods (litdata's region of interest): which items it reads,
+    and copies that read only some of them (``train_test_split``)."""
+
+    # Set by StreamingDataset.__init__:
+    _subsample: Subsample | None
+    _source: Any
+    _tokens: Any
+    _fingerprint: dict
+
+    @property
+    def regions(self) -> list[tuple[int, int, int]]:
+        """The items read, as ``(chunk, start, end)`` regions in order."""
+        if self._subsample is not None:
+            return list(self._subsample.regions)
+        return [(k, 0, entry.chunk_size) for k, entry in enumerate(self._source.chunks)]
+
+    def with_regions(self, regions: list[tuple[int, int, int]]) -> Any:
+        """A copy of this dataset that reads only ``regions`` (see :attr:`regions`), in that order."""
+        if self._tokens is not None:
+            raise UsageError("a token dataset (item_loader=TokensLoader) cannot be cut into regions")
+        sizes = [entry.chunk_size for entry in self._source.chunks]
+        for k, start, end in regions:
+            if not (0 <= k < len(sizes) and 0 <= start <= end <= sizes[k]):
+                raise UsageError(f"region {(k, start, end)} is not inside chunk {k} of this dataset")
+        selection = Subsample.from_regions(list(regions), sizes)
+        length = sum(selection.group_sizes)
+        clone = copy.copy(self)
+        clone.__dict__.update(
+            _subsample=selection,
+            _group_sizes=selection.group_sizes,
+            _length=length,
+            _fingerprint={**self._fingerprint, "items": length, "regions": [list(r) for r in regions]},
+            _resume=None,
+            _progress=None,
+        )
+        clone.__dict__.update(self._fresh_epoch_state())
+        return clone
+
+    def _fresh_epoch_state(self) -> dict[str, Any]:
+        raise NotImplementedError

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, Storage
-from .files import tmp_name, unlink_quiet
+from .files import download_atomically
 from .registry import register_backend
 
 __all__ = ["OPERATIONS", "MemoryStorage", "open_memory"]
@@ -364,19 +364,7 @@ class MemoryStorage(Storage):
         obj = self._get("download_to", key)
         if obj is None:
             raise FileNotFoundError(errno.ENOENT, "no such object", f"{self.url}/{key}")
-        dst = os.path.abspath(local_path)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = tmp_name(dst)
-        try:
-            with open(tmp, "xb") as f:
-                f.write(obj.data)
-                f.flush()
-                if durable:
-                    os.fsync(f.fileno())
-            os.replace(tmp, dst)
-        except BaseException:
-            unlink_quiet(tmp)  # a full disk stays an OSError: the caller's directory, the caller's fix
-            raise
+        download_atomically(local_path, [obj.data], durable=durable)
 
     def __repr__(self) -> str:
         return f"MemoryStorage({self.name!r})"

@@ -37,6 +37,12 @@ T = TypeVar("T")
 
 _MiB = 1024 * 1024
 
+# Every upload carries this checksum of its body (x-amz-checksum-crc32, computed by botocore);
+# the server recomputes it and refuses the PUT (BadDigest, retried below) when the bytes it
+# received differ: a body damaged in flight is never stored. SeaweedFS verifies it too
+# (tests/system/test_trust_s3_upload.py).
+UPLOAD_CHECKSUM = "CRC32"
+
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
 _RETRY_CODES = frozenset(
     "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeTooSkewed Throttling ThrottlingException RequestLimitExceeded"
@@ -378,7 +384,9 @@ class S3Storage(Storage):
 
         def once(attempt: int) -> bool:
             try:
-                self.client().put_object(Bucket=self.bucket, Key=full, Body=body, **condition)
+                self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
+                )
                 return True
             except ClientError as e:
                 code, status, _ = _client_error_info(e)
@@ -400,7 +408,13 @@ class S3Storage(Storage):
         full = self._key(key)
         if len(data) < self.multipart_threshold:
             body = bytes(data)
-            self._run("PUT", key, lambda _a: self.client().put_object(Bucket=self.bucket, Key=full, Body=body))
+            self._run(
+                "PUT",
+                key,
+                lambda _a: self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM
+                ),
+            )
             return
         import io
 
@@ -411,7 +425,9 @@ class S3Storage(Storage):
 
         def upload(_attempt: int) -> None:
             # Parts are invisible until CompleteMultipartUpload: readers still see old or new.
-            self.client().upload_fileobj(io.BytesIO(data), self.bucket, full, Config=cfg)
+            self.client().upload_fileobj(
+                io.BytesIO(data), self.bucket, full, Config=cfg, ExtraArgs={"ChecksumAlgorithm": UPLOAD_CHECKSUM}
+            )
 
         self._run("multipart PUT", key, upload)
 
