@@ -17,7 +17,7 @@ from .runner import read_status, status_path
 from .store import JobRecord, StoreFullError, is_disk_full
 
 if TYPE_CHECKING:
-    from .scheduler import ServiceConfig
+    from .config import ServiceConfig
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
 
