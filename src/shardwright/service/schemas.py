@@ -22,7 +22,10 @@ def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
         "float": Annotated[StrictFloat | StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
         "bool": StrictBool,
         "size": StrictInt | StrictStr,
-        "choice": Literal[spec.choices] if spec.choices else StrictStr,
+        # Sorted: typing caches ``Literal[...] | None`` by value, and two Literals of the same
+        # values in another order are equal, so an earlier import (litdata's optimize has
+        # ``Literal["append", "overwrite"] | None``) would decide the order of the schema's enum.
+        "choice": Literal[tuple(sorted(spec.choices))] if spec.choices else StrictStr,
     }
     kind = kinds[spec.kind]
     if spec.default is None:
