@@ -4,6 +4,7 @@ exactly once, resumable after any crash."""
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
+from . import sources
 from .engine import (
     OptimizeResult,
     abandon,
@@ -72,6 +73,7 @@ __all__ = [
     "walk",
     "train_test_split",
     "litdata_collate",
+    "sources",
     "verify",
     "OptimizeResult",
     "StreamingDataset",

@@ -60,32 +60,40 @@ class _MapInput:
     It carries the user fn's name and code so the run's identity is the user's fn."""
 
     def __init__(self, fn: Callable[[Any, str], Any], run_url: str, storage_options: dict | None):
-        self.fn, self.run_url, self.storage_options = fn, run_url, storage_options
+        # The run's identity is the user's fn (engine.identity follows __wrapped__; fn_name and
+        # fn_code read __module__/__qualname__/__code__); the rest sits under a dunder key, which
+        # identity does not hash: new credentials must not make a resume "another call".
+        self.__wrapped__ = fn
         self.__module__ = getattr(fn, "__module__", "?")
         self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
         self.__code__ = getattr(fn, "__code__", None)
-        self._storage: Storage | None = None
+        self.__dict__["__map__"] = {"run_url": run_url, "storage_options": storage_options, "storage": None}
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["__code__"] = None  # code objects do not pickle; only the parent fingerprints fn
-        state["_storage"] = None
+        state["__map__"] = {**state["__map__"], "storage": None}
         return state
 
+    def _run_storage(self) -> Storage:
+        state = self.__dict__["__map__"]
+        if state["storage"] is None:
+            state["storage"] = open_storage(state["run_url"], state["storage_options"])
+        return state["storage"]
+
     def __call__(self, item: Any) -> dict | None:
-        if self._storage is None:
-            self._storage = open_storage(self.run_url, self.storage_options)
+        storage, fn = self._run_storage(), self.__wrapped__
         attempt = uuid.uuid4().hex
-        final = self._storage.local_path(f"{_STAGED}/{attempt}")
+        final = storage.local_path(f"{_STAGED}/{attempt}")
         if final is not None:
             # Local output: fn writes next to the run, and the staging directory is renamed
             # into place (no copy), its files made durable first.
-            parent = self._storage.local_path(_TMP)
+            parent = storage.local_path(_TMP)
             assert parent is not None
             os.makedirs(parent, exist_ok=True)
             staging = tempfile.mkdtemp(prefix="attempt-", dir=parent)
             try:
-                self.fn(item, staging)
+                fn(item, staging)
                 files = _staged_files(staging)
                 if not files:
                     return None
@@ -97,13 +105,13 @@ class _MapInput:
                 shutil.rmtree(staging, ignore_errors=True)
             return {"files": json.dumps(files), "staged": attempt}
         with tempfile.TemporaryDirectory(prefix="shardwright-map-") as staging:
-            self.fn(item, staging)
+            fn(item, staging)
             files = _staged_files(staging)
             if not files:
                 return None
             for name in files:
                 with open(os.path.join(staging, name), "rb") as handle:
-                    self._storage.write_bytes(f"{_STAGED}/{attempt}/{name}", handle.read())
+                    storage.write_bytes(f"{_STAGED}/{attempt}/{name}", handle.read())
         return {"files": json.dumps(files), "staged": attempt}
 
 

@@ -19,10 +19,11 @@ from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
 from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
+from ..sources import Source
 from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
-MODES = (None, "overwrite", "append")
+MODES = (None, "overwrite", "append", "incremental")  # "incremental": see the sources block below
 COMPRESSIONS = (None, "zstd")
 ON_ERROR = ("raise", "skip")
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -138,6 +139,17 @@ JOB_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max_retries", "int", "per-input retries of fn inside one attempt", 0, 0, MAX_JOB_RETRIES),
     OptionSpec("start_method", "choice", "how worker processes start", choices=START_METHODS),
     OptionSpec("timeout", "float", "seconds fn may spend on one input", minimum=0.001, maximum=MAX_TIMEOUT),
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    OptionSpec(
+        "allow_fn_config_change",
+        "bool",
+        "resume although fn's configuration (partial/closure/instance values) changed: mixes both in one dataset",
+    ),
+    OptionSpec(
+        "allow_repeated_append",
+        "bool",
+        "mode=append of inputs an earlier run of the dataset already added (each is then there twice)",
+    ),
 )
 
 
@@ -161,6 +173,9 @@ class OptimizeOptions:
     max_retries: int
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
     item_loader: str = "PyTreeLoader"  # "TokensLoader": fn returns 1-D token arrays
+    # --- trust (issue 14): explicit consent to what is refused by default -----------------
+    allow_fn_config_change: bool = False  # resume although fn's configuration changed (mixes two)
+    allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
 
     @classmethod
     def validate(
@@ -183,6 +198,9 @@ class OptimizeOptions:
         max_retries: object = 0,
         timeout: object = None,
         item_loader: object = None,
+        allow_fn_config_change: object = False,
+        allow_repeated_append: object = False,
+        output_dir: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -216,10 +234,10 @@ class OptimizeOptions:
         rank = _optional_int("node_rank", node_rank)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage client's options, see docs/clouds.md) or None; got {type(storage_options).__name__}"
             )
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
@@ -240,6 +258,8 @@ class OptimizeOptions:
             max_retries=_require_int("max_retries", max_retries, 0),
             timeout=_require_timeout(timeout),
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
+            allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
+            allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:
@@ -247,6 +267,12 @@ class OptimizeOptions:
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )
+
+
+# --- sources (issue 17): mode="incremental" ------------------------------------------------
+# mode="incremental" processes only the inputs whose identity (protocol.identity) is not in
+# the dataset yet and appends their outputs; it is validated with the other modes above
+# (MODES) and needs no option of its own.
 
 
 # --- litdata's optimize() arguments (issue 15: litdata parity) ---------------------------------
@@ -280,6 +306,11 @@ class LitdataArgs:
 
     def apply(self, inputs: Any) -> Any:
         """litdata's order: inputs grouped into batches (fn receives a list), then cut to the first few."""
+        if self.batch_size is not None and isinstance(inputs, Source):
+            raise UsageError(
+                "batch_size= groups a list of inputs; a source's rows are read lazily by the workers: "
+                "drop batch_size (or pass a list of inputs)"
+            )
         if self.batch_size is not None:
             inputs = [list(inputs[pos : pos + self.batch_size]) for pos in range(0, len(inputs), self.batch_size)]
         if self.fast_dev_run is not None:

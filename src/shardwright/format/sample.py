@@ -13,6 +13,7 @@ from .pytree import CONTAINER_NAMES as _CONTAINER_NAMES
 from .pytree import MAPPINGS as _MAPPINGS
 from .pytree import SpecNode as _Node
 from .pytree import flatten_sample, parse_spec, spec_or_corrupt, unflatten_sample, unflattener
+from .safe_pickle import warn_main_references
 from .serializers import encode_first, encoder_for, leaf_decoder, leaf_format, leaf_matches
 
 __all__ = [
@@ -113,6 +114,7 @@ class ItemEncoder:
         self._root: _Node | None = None
         self._sizes: struct.Struct | None = None
         self._encoders: list[Callable[[Any], bytes]] = []
+        self._pickled: list[int] = []
         if data_format is not None and data_spec is not None:
             self._fix(list(data_format), data_spec)
 
@@ -125,6 +127,8 @@ class ItemEncoder:
         self.data_format, self.data_spec, self._root = data_format, data_spec, root
         self._sizes = struct.Struct(f"<{len(data_format)}I")
         self._encoders = [encoder_for(fmt) for fmt in data_format]
+        # pickle leaves that name __main__ cannot be read by another process: warn (once per name)
+        self._pickled = [i for i, fmt in enumerate(data_format) if fmt in ("pickle", "graph:pickle")]
 
     def __getstate__(self) -> dict[str, Any]:
         # struct.Struct cannot be pickled: workers rebuild the parsed form from the strings.
@@ -166,6 +170,8 @@ class ItemEncoder:
                     fmt = leaf_format(leaf)
                     raise SampleFormatError(self._leaf_error(fmt, leaf, position, input_index, exc)) from exc
                 formats.append(name)
+                if name in ("pickle", "graph:pickle"):
+                    warn_main_references(blob, input_index)
                 blobs.append(self._checked(blob, position, input_index))
             data = struct.pack(f"<{len(blobs)}I", *map(len, blobs)) + b"".join(blobs)
             # Fix the format only once the first sample encoded cleanly.
@@ -208,6 +214,8 @@ class ItemEncoder:
             blobs = [encode(leaf) for encode, leaf in zip(self._encoders, leaves)]
         except Exception:
             blobs = [self._encode_one(position, leaf, input_index) for position, leaf in enumerate(leaves)]
+        for position in self._pickled:
+            warn_main_references(blobs[position], input_index)
         lengths = [len(blob) for blob in blobs]
         if max(lengths, default=0) > _U32_MAX:
             for position, blob in enumerate(blobs):

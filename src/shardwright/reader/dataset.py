@@ -71,8 +71,9 @@ class StreamingDataset(RegionSelection, _DatasetBase):
     DataLoader worker — and ``DataLoader`` / :class:`StreamingDataLoader` iterate it.
 
     Args:
-        input_dir: the dataset: a local directory, a ``file://`` URL or ``s3://bucket/prefix``
-            (litdata's name; ``output_dir=`` is accepted too).
+        input_dir: the dataset: a local directory, a ``file://`` URL, ``s3://bucket/prefix``,
+            ``gs://bucket/prefix`` or ``az://container/prefix`` (docs/clouds.md); litdata's name
+            (``output_dir=`` is accepted too).
         shuffle: shuffle each epoch: chunks in a random order, then the items of a window of
             ``shuffle_window`` chunks mixed together (per worker). The order depends only on
             ``seed`` and the epoch (:meth:`set_epoch`).

@@ -12,7 +12,7 @@ from .collate import litdata_collate
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
-__all__ = ["StreamingDataLoader"]
+__all__ = ["StreamingDataLoader", "worker_resume"]
 
 
 class StreamingDataLoader(DataLoader):
@@ -162,3 +162,8 @@ class StreamingDataLoader(DataLoader):
         self._pending_epoch = self._view.check_position(position)
         self._pending = position
         self._started = False
+
+
+def worker_resume(dataset: Any, state: dict) -> None:
+    """Deprecated alias of ``dataset.load_state_dict(state)`` (kept for one release)."""
+    dataset.load_state_dict(state)

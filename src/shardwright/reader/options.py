@@ -84,7 +84,8 @@ class ReaderOptions:
             raise ArgumentTypeError(
                 f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
             )
-        check_storage_option_names(storage_options or {})
+        location = input_dir_of(input_dir, output_dir)
+        check_storage_option_names(storage_options or {}, location)
         if cache_dir is not None and not os.fspath(cache_dir).strip():
             raise UsageError(
                 "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
@@ -103,7 +104,7 @@ class ReaderOptions:
         if pad and drop_last:
             raise UsageError("drop_last=True and pad=True exclude each other: pad keeps every item")
         return cls(
-            location=input_dir_of(input_dir, output_dir),
+            location=location,
             shuffle=bool(require_bool("shuffle", shuffle)),
             seed=seed,
             drop_last=drop_last,

@@ -81,7 +81,7 @@ class ChunkSource:
         self.remote = not location.is_local
         if self.remote:
             self._storage = open_storage(location.url, storage_options)
-            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
+            self.output_dir = self._storage.url  # normalised: s3://bucket/prefix, gs://..., az://...
             self.index_source = f"{self.output_dir}/{INDEX_NAME}"
         else:
             # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)

@@ -9,15 +9,12 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from ..secrets import redact, secret_values
+from .config import ServiceConfig
 from .model import RunnerReport
 from .runner import read_status, status_path
 from .store import JobRecord, StoreFullError, is_disk_full
-
-if TYPE_CHECKING:
-    from .config import ServiceConfig
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
 
@@ -50,6 +47,8 @@ class JobFiles:
             "inputs": job.inputs,
             "output_dir": job.output_dir,
             "output_roots": list(self.config.output_roots),
+            "input_roots": list(self.config.input_roots),
+            "max_inputs": self.config.max_inputs,
             "state_dirs": list(self.config.state_dirs),
             "config": job.config,
             "options": job.options,
