@@ -105,22 +105,26 @@ def test_map_survives_sigkill_of_the_whole_run(tmp_path):
     assert min(done_before_last_run.values()) == 1 and sum(done_before_last_run.values()) < n * (kills + 1)
 
 
-@pytest.mark.s3
-def test_map_to_s3(tmp_path, s3_url, s3_storage_options):
-    import boto3
+@pytest.mark.parametrize(
+    "backend",
+    [pytest.param("s3", marks=pytest.mark.s3), pytest.param("gcs", marks=pytest.mark.gcs),
+     pytest.param("azure", marks=pytest.mark.azure)],
+)  # fmt: skip
+def test_map_to_object_stores(tmp_path, request, backend):
+    from shardwright.storage import open_storage
 
+    url = request.getfixturevalue(f"{backend}_url")
+    options = request.getfixturevalue(f"{backend}_storage_options")
     log = tmp_path / "log"
     log.mkdir()
-    config = {"n": 6, "out": s3_url, "log": str(log), "workers": 2, "storage_options": s3_storage_options}
+    config = {"n": 6, "out": url, "log": str(log), "workers": 2, "storage_options": options}
     assert run_child(config).wait(timeout=300) == 0
-    bucket, _, prefix = s3_url.removeprefix("s3://").partition("/")
-    client = boto3.client("s3", **s3_storage_options)
-    keys = {o["Key"][len(prefix) + 1 :] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]}
-    user = {k for k in keys if not k.startswith(".shardwright/")}
-    assert user == set(expected(6))
-    body = client.get_object(Bucket=bucket, Key=f"{prefix}/labels/0005.txt")["Body"].read()
-    assert body == b"label 5\n"
+    out = open_storage(url, options)
+    keys = out.list()
+    assert {k for k in keys if not k.startswith(".shardwright/")} == set(expected(6))
+    assert out.read_bytes("labels/0005.txt") == b"label 5\n"
     assert not [k for k in keys if "/staged/" in k]  # staged copies are gone once moved
+    assert sw.StreamingDataset(f"{url}/{MAP_DIR}", storage_options=options, cache_dir=str(tmp_path / "c"))[5]
 
 
 def test_map_over_two_nodes(tmp_path):
