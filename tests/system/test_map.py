@@ -135,3 +135,19 @@ def test_map_over_two_nodes(tmp_path):
     second = sw.map(sample_fn, list(range(10)), str(out), num_workers=1, verbose=False, num_nodes=2, node_rank=1)
     assert second.published
     assert visible(out) == {f"{i}.txt": str(i).encode() for i in range(10)}
+
+
+def device_fn(i, out, device):
+    with open(os.path.join(out, f"{i}.txt"), "w") as handle:
+        handle.write(device)
+
+
+def last_fn(i, out, is_last):
+    pass
+
+
+def test_map_passes_device_and_refuses_is_last(tmp_path):
+    sw.map(device_fn, [0, 1], str(tmp_path / "out"), num_workers=1, verbose=False)
+    assert visible(tmp_path / "out") == {"0.txt": b"cpu", "1.txt": b"cpu"}  # no GPU here
+    with pytest.raises(UsageError, match="is_last"):
+        sw.map(last_fn, [0], str(tmp_path / "x"))

@@ -23,10 +23,13 @@ The run's own dataset (``OUTPUT/.shardwright/map``) lists every input's files:
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -68,6 +71,7 @@ class _MapInput:
         self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
         self.__code__ = getattr(fn, "__code__", None)
         self.__dict__["__map__"] = {"run_url": run_url, "storage_options": storage_options, "storage": None}
+        self.__dict__["__wants_device__"] = _takes(fn, "device")
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -82,7 +86,11 @@ class _MapInput:
         return state["storage"]
 
     def __call__(self, item: Any) -> dict | None:
-        storage, fn = self._run_storage(), self.__wrapped__
+        storage = self._run_storage()
+        user_fn: Callable[..., Any] = self.__wrapped__
+        fn = user_fn
+        if self.__dict__["__wants_device__"]:
+            fn = functools.partial(user_fn, device=_device())  # litdata passes it when fn takes it
         attempt = uuid.uuid4().hex
         final = storage.local_path(f"{_STAGED}/{attempt}")
         if final is not None:
@@ -131,6 +139,21 @@ def _make_durable(staging: str, files: list[str]) -> None:
             folder = os.path.dirname(folder)
     for folder in folders:
         fsync_dir(folder)
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def _device() -> str:
+    """litdata's ``device`` argument: this worker's GPU when torch sees some, else ``"cpu"``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return f"cuda:{os.getpid() % torch.cuda.device_count()}"
+    return "cpu"
 
 
 def _staged_files(staging: str) -> list[str]:
@@ -227,6 +250,11 @@ def map(
         out = open_storage(output_dir, storage_options, create=True)
         if any(not key.startswith(f"{STATE_DIR}/") for key in out.list()):
             raise UsageError(f"map: output_dir {out.url} is not empty (error_when_not_empty=True)")
+    if _takes(fn, "is_last"):
+        raise UsageError(
+            "map: fn takes is_last, litdata's signal for a worker's last input; shardwright's workers take "
+            "shards as they free up and have no last input: make fn complete on each input instead"
+        )
     run_url = _run_url(output_dir)
     result = optimize(
         _MapInput(fn, run_url, storage_options),
