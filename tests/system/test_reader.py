@@ -114,7 +114,7 @@ def test_output_dir_is_a_file(tmp_path):
 
 def test_unsupported_url_and_bad_cache_bound(dataset):
     with pytest.raises(ValueError, match="unsupported URL"):
-        StreamingDataset("gs://bucket/data")
+        StreamingDataset("hdfs://bucket/data")
     with pytest.raises(ValueError, match="max_cache_bytes"):
         StreamingDataset(dataset, max_cache_bytes="lots")
     # Cache settings do not apply to local datasets: nothing is created.

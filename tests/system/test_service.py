@@ -230,6 +230,7 @@ def test_pipelines_list_their_config_schema(client):
         ({"output_dir": "relative/dir"}, 422, "output_dir"),
         ({"output_dir": "/etc/elsewhere"}, 403, "output_dir"),
         ({"output_dir": "ftp://bucket/x"}, 422, "output_dir"),
+        ({"output_dir": "gs://bucket/x"}, 403, "output_dir"),  # a supported store, outside the roots
         ({"inputs": list(range(501))}, 413, "inputs"),
         ({"pipeline": "echo", "config": {"factor": 2}}, 422, "config"),
         ({"executor": {"kind": "k8s"}}, 422, "executor.kind"),
@@ -503,7 +504,7 @@ def test_cli_submit_wait_list_show_logs_cancel_retry(server, tmp_path):
         "--output-dir",
         out_dir(server, "cli2"),
         "--config",
-        '{"sleep": 0.1}',
+        '{"sleep": 0.5}',  # long enough (7.5 s) that the cancel below arrives while it runs, even on a loaded machine
         "--options",
         '{"chunk_size": 2}',
     )

@@ -52,7 +52,7 @@ def test_allow_pickle_false_string_never_unpickles(tmp_path):
 
 
 def test_loader_drop_last_is_strict(dataset):
-    with pytest.raises(ArgumentTypeError, match="drop_last must be True or False"):
+    with pytest.raises(ArgumentTypeError, match="drop_last must be True, False or None"):
         loader_class()(StreamingDataset(dataset), batch_size=2, drop_last="false")
 
 
@@ -114,3 +114,24 @@ def test_dataset_replaced_under_an_open_reader_says_reopen(tmp_path):
     write_dataset(out, [{"i": -i} for i in range(8)], chunk_size=4, generation=1)  # mode="overwrite" did this
     with pytest.raises(CorruptStateError, match=r"was replaced since it was opened.*reopen it"):
         ds[5]
+
+
+def test_pickle_leaf_of_a_main_class_warns_at_write_time():
+    import __main__
+    from shardwright.format import ItemEncoder
+
+    class Point:
+        pass
+
+    Point.__module__, Point.__qualname__ = "__main__", "TrustPoint"
+    __main__.TrustPoint = Point  # a class defined in the script that runs optimize()
+    try:
+        with pytest.warns(UserWarning, match=r"input 7: a pickle leaf refers to __main__.TrustPoint.*cannot unpickle"):
+            ItemEncoder().encode({"p": Point()}, 7)
+    finally:
+        del __main__.TrustPoint
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ItemEncoder().encode({"p": {"plain": [1, "__main__"]}}, 8)  # the string alone is no reference

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import (
     ConcurrentRunError,
@@ -23,7 +24,8 @@ from ..errors import (
 from ..format import ChunkEntry, IndexConfig
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.fingerprint import InputFiles
+from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import lease_key
 from ..protocol.lease import Lease, live_leases
@@ -34,10 +36,24 @@ from ..protocol.publish import discard_run_state, finish_published, publish_if_c
 from ..protocol.records import ShardProgress, load_progress
 from ..protocol.run_record import read_run_record
 from ..protocol.shards import clamp_num_shards, shards_of_node
+from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
-from .options import OptimizeOptions, fn_code, fn_name
+from .identity import fn_identity
+from .inputs import (
+    check_source_unchanged,
+    fingerprint,
+    identities,
+    input_files_json,
+    load_source_state,
+    prefix_fingerprint,
+    record_identities,
+    save_source_state,
+    shard_inputs,
+    shard_skips,
+)
+from .options import OptimizeOptions, fn_name, litdata_args
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -69,6 +85,17 @@ def optimize(
     max_retries: int = 0,
     timeout: float | None = None,
     item_loader: object = None,
+    allow_fn_config_change: bool = False,
+    allow_repeated_append: bool = False,
+    # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
+    batch_size: int | None = None,
+    fast_dev_run: bool | int = False,
+    keep_data_ordered: bool | None = None,
+    reorder_files: bool = True,
+    compression_level: str | None = None,
+    input_dir: str | None = None,
+    align_chunking: bool = False,
+    **litdata_only: Any,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -81,15 +108,20 @@ def optimize(
             generator of samples. With ``start_method="spawn"`` it must be picklable.
         inputs: a sequence that can be sliced (list, tuple, range; a collections.deque is
             refused: pass list(d)) of picklable values; its order is the dataset's order.
-            Inputs that are paths to files are checked for changes when a run resumes.
-        output_dir: a local directory or ``"s3://bucket/prefix"``.
+            Inputs that are paths to files are checked for changes when a run resumes. Or a
+            source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
+            its metadata, read by the workers (docs/sources.md).
+        output_dir: a local directory, ``"s3://bucket/prefix"``, ``"gs://bucket/prefix"`` or
+            ``"az://container/prefix"`` (docs/clouds.md).
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
             ``"64MB"`` when neither is given).
         compression: None or ``"zstd"``.
         num_workers: worker processes (default: the number of CPUs).
         mode: None to start, resume, or do nothing when this same call already finished;
-            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it.
+            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it;
+            ``"incremental"`` to add only the inputs whose identity is not in the dataset
+            yet (a no-op when none is new; docs/sources.md).
         use_checkpoint: False keeps no resume state (a killed run starts over).
         start_method: ``"fork"`` (default on Linux), ``"spawn"`` or ``"forkserver"``.
         storage_options: boto3 client arguments for S3 (``endpoint_url``,
@@ -111,6 +143,25 @@ def optimize(
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+        allow_fn_config_change: resume an interrupted run although fn's configuration (a
+            ``functools.partial``'s arguments, closure values, instance attributes, globals it
+            uses; see README "Identity of a call") changed since it started, mixing outputs of
+            both configurations in one dataset. Refused by default, naming what changed; a
+            change of fn's code alone is always allowed (fix and resume), with a warning.
+        allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
+            dataset (the original run or an append) already added: refused by default, since
+            each would be in the dataset twice.
+        batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
+        fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
+            that many; the output is a real, small dataset.
+        keep_data_ordered, reorder_files: accepted (litdata's names); the dataset always keeps
+            the inputs' order. ``align_chunking=True`` needs ``chunk_size`` (as litdata): the
+            chunk layout never depends on num_workers here; ``num_shards=1`` gives a single
+            worker's boundaries.
+        compression_level: None or ``"chunk"`` (whole-file zstd); litdata's in-file levels
+            are refused. ``input_dir``: a local directory (validated); fn gets the inputs as given.
+        Other litdata arguments are refused with the reason (Lightning-platform ones such as
+            ``machine``, ``num_downloaders``, ``optimize_dns``; ``weights``, ``key_fn``, ...).
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -120,9 +171,13 @@ def optimize(
         UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
         InputsError: inputs is not a sequence, or an input cannot be pickled.
         OutputDirError: output_dir cannot be used.
-        DatasetExistsError: a finished dataset of another call is there and mode is None.
-        RunMismatchError: the interrupted run had other inputs or settings.
+        DatasetExistsError: a finished dataset of another call is there and mode is None; or
+            an append of inputs an earlier run already added; or the same call with a changed fn.
+        RunMismatchError: the interrupted run had other inputs, settings or fn configuration.
         ConcurrentRunError: another live run is writing the same output.
+        IncompleteRunError: a single-node run finished its shards but could not publish
+            index.json (another process holds the publish lease, or the storage does not list
+            what was written); the message says what to do. Never returned as a success.
         FnError: fn raised on an input (its index, repr and traceback are attached).
         WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
         StorageError: the storage failed (credentials, bucket, network, disk full).
@@ -151,8 +206,22 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        allow_fn_config_change=allow_fn_config_change,
+        allow_repeated_append=allow_repeated_append,
+        output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
     )
-    inputs = check_inputs(inputs)
+    extra = litdata_args(
+        batch_size=batch_size,
+        fast_dev_run=fast_dev_run,
+        keep_data_ordered=keep_data_ordered,
+        reorder_files=reorder_files,
+        compression_level=compression_level,
+        input_dir=input_dir,
+        align_chunking=align_chunking,
+        chunk_size=chunk_size,
+        others=litdata_only,
+    )
+    inputs = extra.apply(check_inputs(inputs))
     node = node_identity(options.num_nodes, options.node_rank)
     if node.is_multi_node and not options.use_checkpoint:
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
@@ -161,18 +230,15 @@ def optimize(
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
-    request = Request(
-        mode=options.mode,
-        inputs=InputsFingerprint.of(inputs),
-        settings=options.output_settings(len(inputs)),
-        fn_name=fn_name(fn),
-        use_checkpoint=options.use_checkpoint,
-        fn_code=fn_code(fn),
-        input_files=_input_files_json(inputs),
-    )
+    is_source = isinstance(inputs, Source)
+    request = None if is_source else _request(fn, inputs, options)
     storage = open_storage(output_dir, options.storage_options, create=True)
     storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
     check_no_links(storage)  # before the first write: never follow a link out of the output
+    if is_source:
+        load_source_state(storage, inputs)  # a JSONL line index an earlier attempt kept
+        request = _request(fn, inputs, options)  # the source's metadata: read once, here
+    assert request is not None
 
     lease = Lease(
         storage,
@@ -184,10 +250,12 @@ def optimize(
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     try:
         _check_peers_agree(storage, lease, node)
-        opened = open_run(storage, request)
+        check_source_unchanged(storage, inputs)  # names the file, before decide's general mismatch
+        notes: list[str] = []
+        opened = open_run(storage, request, notes)
         if opened is None:
             attempt.close("noop")
-            return OptimizeResult(
+            result = OptimizeResult(
                 output_dir=storage.url,
                 items=0,
                 chunks=0,
@@ -196,11 +264,18 @@ def optimize(
                 resumed=True,
                 published=True,
                 inputs=len(inputs),
+                note="; ".join(notes),
             )
+            if options.verbose and notes:
+                print(f"shardwright: {result}", file=sys.stderr)
+            return result
         manifest, resumed = opened
+        record_identities(storage, manifest, inputs, created=not resumed)
+        save_source_state(storage, inputs)
         if resumed:
             _check_input_files(manifest, inputs, storage.url)
         result = _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started, attempt)
+        result.note = "; ".join(notes)
         attempt.close("published" if result.published else "waiting")
         return result
     except BaseException as exc:  # recorded in the run's history, then raised unchanged
@@ -211,17 +286,48 @@ def optimize(
         lease.release()
 
 
-def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None:
+def _request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
+    incremental = options.mode == "incremental"
+    identity = fn_identity(fn)
+    if identity.skipped:
+        log.warning(
+            "fn %s refers to state that cannot be compared by value, so a change there cannot be detected "
+            "on resume or rerun: %s",
+            identity.name,
+            describe_changes(list(identity.skipped)),
+        )
+    return Request(
+        mode=options.mode,
+        inputs=fingerprint(inputs),
+        settings=options.output_settings(len(inputs)),
+        fn_name=identity.name,
+        use_checkpoint=options.use_checkpoint,
+        fn_code=identity.code,
+        input_files=input_files_json(inputs),
+        identities=identities(inputs) if incremental else None,
+        prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
+        fn_identity=identity,
+        allow_fn_config_change=options.allow_fn_config_change,
+        allow_repeated_append=options.allow_repeated_append,
+    )
+
+
+def open_run(storage: Storage, request: Request, notes: list[str] | None = None) -> tuple[Manifest, bool] | None:
     """Carry out :func:`decide`'s plan: returns (the manifest to run, whether it is a resume),
-    or None when the same call already finished."""
+    or None when the same call already finished (or, incremental, nothing is new). What the
+    user should know of the plan (inputs skipped, left) is logged and added to ``notes``."""
     while True:
-        seen = observe(storage, read_records=request.mode == "overwrite")
+        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=request.mode == "incremental")
         plan = decide(seen, request)
         if plan.kind is not PlanKind.FINISH_PUBLISH:
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
-        finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
+        finish_published(storage, plan.manifest, list(seen.index_chunks), request.fn())
+    if plan.note:
+        log.warning("%s", plan.note)
+        if notes is not None:
+            notes.append(plan.note)
     if plan.kind is PlanKind.NOOP:
         log.info("%s already holds the output of this same call; nothing to do", storage.url)
         return None
@@ -250,6 +356,8 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
     base_chunks: tuple[ChunkEntry, ...] = plan.base[0] if plan.base else ()
     base_config: IndexConfig | None = plan.base[1] if plan.base else None
     count = len(plan.input_ids) if plan.input_ids is not None else request.inputs.count
+    if plan.input_ranges is not None:
+        count = sum(b - a for a, b in plan.input_ranges)
     wanted = Manifest(
         run_id=uuid.uuid4().hex,
         generation=plan.generation,
@@ -267,6 +375,9 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
+        fn_identity=request.fn().to_json(),
+        input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -290,12 +401,6 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
                 f"{node.count}: every node of a run must use the same number of nodes ({node.origin}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
-
-
-def _input_files_json(inputs: Sequence) -> dict | None:
-    files = InputFiles.of(inputs)
-    # the host: another node may see the same inputs as node-local copies with other mtimes
-    return {**files.to_json(), "host": socket.gethostname()} if files is not None else None
 
 
 def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
@@ -339,12 +444,11 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
 
 
 def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    ids, skips = manifest.input_ids, manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
             continue
-        values = [inputs[i] for i in ids[p.next_input : p.end]] if ids else list(inputs[p.next_input : p.end])
+        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -354,8 +458,8 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
                 p.skip_outputs,
                 p.next_seq,
                 values,
-                ids[p.next_input : p.end] if ids else None,
-                skips[p.next_input : p.end] if skips else None,
+                ids,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )
@@ -404,7 +508,7 @@ def _drive(
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
-    published, missing = publish_if_complete(storage, manifest, progress, (fn_name(fn), fn_code(fn)))
+    published, missing = publish_if_complete(storage, manifest, progress, fn_identity(fn))
     if published:
         _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(

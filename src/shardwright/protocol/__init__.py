@@ -3,14 +3,14 @@ nothing and repeats nothing. This docstring is THE specification; docs/design.md
 the rest of the system and points here.
 
 Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
-identity), ``manifest``, ``records``, ``claim`` (sample format), ``lease``, ``failures``,
+identity), ``identity`` (per-input identities, the incremental plan), ``manifest``, ``records``, ``claim`` (sample format), ``lease``, ``failures``,
 ``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
 (fault injection for tests).
 
 Terms
 =====
-An *output* is a local directory or an S3 prefix, reached only through
+An *output* is a local directory or an S3, GCS or Azure Blob prefix, reached only through
 :class:`shardwright.storage.Storage`. A *run* is one manifest's life: fresh, append, retry
 or overwrite. Its inputs are cut into ``num_shards`` contiguous *shards*; a shard is worked
 on by one worker at a time, in input order, and its chunks hold only its own inputs. The
@@ -28,6 +28,9 @@ Steps and the state on disk after each
 1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
    run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
    start together, and all of them use the winner's (after checking it is the same call).
+   The node that created it then writes the *unit table* of the call's inputs,
+   ``.shardwright/inputs/{gen}.units`` (see Incremental runs); a node that resumes and
+   misses it writes the same bytes.
    *After:* a manifest, no records: a rerun resumes every shard from its start.
 2. **Chunk** (per chunk, in a worker's commit round): the chunk file is written
    (``durable=False``); when the round's files are written, one ``storage.barrier()``
@@ -46,15 +49,19 @@ Steps and the state on disk after each
    *After:* the chunk is committed; a rerun starts right after it.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
    its node lease): the records are read again from storage (never from memory), every
-   chunk they name must exist with the recorded size, and index.json = the base chunks (append/retry: the dataset as the run found it, copied into the
+   chunk they name must exist with the recorded size; the run's *selection*
+   ``.shardwright/inputs/{gen}.json`` is written (which inputs it put into the dataset: the
+   ones it ran minus those that failed and were skipped); then index.json = the base
+   chunks (append/retry/incremental: the dataset as the run found it, copied into the
    manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
    exists only for a complete dataset.
    *After:* the dataset is readable; the manifest and records are still there.
 5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
    orphan chunks of the generation, the records, the format claim, and the manifest LAST.
-   *After:* only index.json, chunks, run.json, failure details and the run history
-   (``history/``, informational: see the history module) remain.
+   *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
+   failure details and the run history (``history/``, informational: see the history
+   module) remain.
 
 Crash points
 ============
@@ -82,6 +89,36 @@ shard's records after them (a power cut), and records of a lower epoch than the 
 (a gap, a record after the shard's last, garbage) is a CorruptStateError naming the file,
 never skipped. A record of another run id is a leftover of a cleanup cut short and is
 dropped like a torn one.
+
+Incremental runs (``mode="incremental"``)
+==========================================
+Every run records its inputs (module ``identity``): the unit table at step 1, the selection
+at step 4, both under its generation. The dataset's *recorded inputs* are the pairs of the
+generations up to run.json's (the last finished run); a higher generation is an unfinished
+or abandoned run's, ignored and rewritten by the next run of that generation (new runs get
+a generation above run.json's, so no two finished runs share one). An incremental call
+reads them (``observe(read_identities=True)``) and ``decide`` computes, purely, which of
+its inputs are not in the dataset, counting repeats by occurrence and retrying inputs that
+failed; the plan is a new run (``manifest.mode == "incremental"``) whose
+``input_ranges`` name those positions of the call's inputs, appended to the dataset like an
+append run (base chunks in the manifest). Everything else is the ordinary protocol, so it
+resumes after a crash at any point like any run:
+
+=================================  =========================================================
+crash                              the rerun (the same incremental call)
+=================================  =========================================================
+before the manifest                decides again from the same published state: same plan
+after the manifest, before units   RESUME (same fingerprint); writes the missing unit table
+during the chunks and records      RESUME after the last committed record
+after the selection, before index  RESUME, publishes again (the selection rewritten, same)
+after index.json                   FINISH_PUBLISH, then decides again: nothing new, NOOP
+=================================  =========================================================
+
+Nothing new is a NOOP that says so. An input recorded under another version (a file
+rewritten since it was added) is refused naming it (RunMismatchError); recorded inputs no
+longer given are reported and stay in the dataset. A dataset without recorded inputs (an
+older shardwright's, or litdata's) is refused, unless one run made it and its inputs'
+fingerprint equals that of the first inputs of this call: then the tail is appended.
 
 Fencing (a paused writer wakes up)
 ==================================
@@ -115,11 +152,23 @@ Assumptions
 - **Clocks agree within the lease TTL** (default 30 s, ``SHARDWRIGHT_LEASE_TTL``): a lease
   is stale when its heartbeat is older than the TTL by the reader's clock.
 - **Rename is atomic** and a directory fsync makes it durable (local disk); an S3 PUT or a
-  completed multipart upload is atomic and durable when it returns.
+  completed multipart upload, a completed GCS upload, an Azure Put Blob or Put Block List is
+  atomic and durable when it returns.
 - **fsync is honest**: after ``barrier()`` (``syncfs``, or an fsync per file) the bytes
   survive a power cut.
 - **The object store honours conditional writes**: ``If-None-Match: *`` (create) and
-  ``If-Match: etag`` (compare-and-swap) are atomic; exactly one of racing writers wins.
+  ``If-Match: etag`` (compare-and-swap) on S3 and Azure, ``ifGenerationMatch=0`` and
+  ``ifGenerationMatch=<generation>`` on GCS, are atomic; exactly one of racing writers wins.
+  Where a test emulator does not enforce a precondition the protocol never relies on that
+  path: fake-gcs-server ignores ``ifGenerationMatch`` on a resumable upload without a chunk
+  size, a media upload, a copy and a delete, so the GCS backend makes conditional writes only
+  as multipart uploads (up to 8 MiB) or resumable uploads with an explicit chunk size, and
+  deletes nothing conditionally (steps 0-6 need no conditional delete). What a store may do
+  around a conditional write (apply it and lose the reply, fail before or after applying it)
+  is proven on the memory backend with its fault hooks (``fail_next(..., after=True)``,
+  ``fail_when``, ``crash``) and through the fault proxy on SeaweedFS, fake-gcs-server and
+  Azurite; a lost reply is recognised by reading the object back (ours iff it holds our
+  bytes, which carry the run id). See docs/clouds.md for what each emulator verifies.
 - **A torn file reads as empty or NUL bytes** after a power cut (what ext4/xfs leave of
   data that never reached the disk), never as a valid older record.
 - A process whose lease was taken over notices at its next heartbeat (or its committer at

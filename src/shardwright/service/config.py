@@ -23,6 +23,7 @@ class ServiceConfig:
     cancel_grace: float = 30.0
     poll_interval: float = 0.25
     output_roots: tuple[str, ...] = ()
+    input_roots: tuple[str, ...] = ()  # where jobs whose inputs are a source may read (service.input_sources)
     max_inputs: int = 100_000
     max_body_bytes: int = 16 * 1024 * 1024
     pipeline_names: tuple[str, ...] | None = None  # --pipelines MODULE:a,b (None: every public function)

@@ -47,6 +47,8 @@ class JobFiles:
             "inputs": job.inputs,
             "output_dir": job.output_dir,
             "output_roots": list(self.config.output_roots),
+            "input_roots": list(self.config.input_roots),
+            "max_inputs": self.config.max_inputs,
             "state_dirs": list(self.config.state_dirs),
             "config": job.config,
             "options": job.options,

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
 from ....engine.options import OptimizeOptions as EngineOptions
-from ....engine.options import check_storage_option_names
 from ....errors import ShardwrightError, classify
+from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
+from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
+from ...progress import read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -56,14 +58,14 @@ def _options(service: ServiceDep, body: schemas.JobSubmit) -> dict:
     except ShardwrightError as exc:
         status = http_status(exc) if classify(exc).kind == "user" else 422
         raise ApiProblem(status, type(exc).__name__, f"options: {exc}") from None
-    _check_storage_options(body.storage_options)
+    _check_storage_options(body.storage_options, body.output_dir)
     return options
 
 
-def _check_storage_options(storage_options: dict | None) -> None:
+def _check_storage_options(storage_options: dict | None, output_dir: str | None = None) -> None:
     try:
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
     except ShardwrightError as exc:
         raise ApiProblem(
             422, type(exc).__name__, f"storage_options: {exc}".replace(": storage_options ", ": ")
@@ -97,11 +99,19 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
             f"pipeline: no pipeline {body.pipeline!r}; the pipelines are "
             f"{', '.join(sorted(service.pipelines))} (GET {API}/pipelines)",
         )
-    if len(body.inputs) > config.max_inputs:
+    inputs: list | dict = body.inputs if isinstance(body.inputs, list) else body.inputs.model_dump(exclude_none=True)
+    if isinstance(inputs, dict):  # a source: read only under an --input-root
+        try:
+            inputs["url"] = check_input_location(inputs["url"], config.input_roots)
+        except LocationRefused as exc:
+            raise ApiProblem(exc.status, "InputNotAllowed" if exc.status == 403 else "InvalidInput", str(exc)) from None
+    elif not inputs:
+        raise ApiProblem(422, "ValidationError", "inputs: the list is empty; give at least one input")
+    elif len(inputs) > config.max_inputs:
         raise ApiProblem(
             413,
             "TooManyInputs",
-            f"inputs: {len(body.inputs):,} inputs, more than this server's "
+            f"inputs: {len(inputs):,} inputs, more than this server's "
             f"limit of {config.max_inputs:,}; split them into several jobs",
         )
     job_config = _config(service, body)
@@ -117,14 +127,14 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         id=new_job_id(),
         state=JobState.PENDING,
         pipeline=body.pipeline,
-        inputs=body.inputs,
+        inputs=inputs,
         output_dir=output_dir,
         config=job_config,
         options=options,
         executor=body.executor.model_dump(),
         storage_option_keys=tuple(sorted(body.storage_options or {})),
         created_at=time.time(),
-        progress=Progress(0, len(body.inputs), 0),
+        progress=Progress(0, len(inputs) if isinstance(inputs, list) else 0, 0),
     )
     try:
         job = service.scheduler.submit(record, body.storage_options)
@@ -164,7 +174,7 @@ def cancel_job(job: JobDep, service: ServiceDep):
 @router.post("/{job_id}/retry", response_model=schemas.Job, responses=ERRORS)
 def retry_job(job: JobDep, service: ServiceDep, body: schemas.RetryRequest | None = None):
     storage_options = body.storage_options if body else None
-    _check_storage_options(storage_options)
+    _check_storage_options(storage_options, job.output_dir)
     return _action(service, service.scheduler.retry, job.id, storage_options)
 
 
@@ -175,6 +185,13 @@ def delete_job(job: JobDep, service: ServiceDep):
     except JobStateError as exc:
         raise ApiProblem(409, "InvalidJobState", str(exc)) from None
     return Response(status_code=204)
+
+
+@router.get("/{job_id}/history", response_model=schemas.OutputHistory, responses=ERRORS)
+def job_history(job: JobDep, service: ServiceDep):
+    """The output's own record of every optimize() call on it (each attempt, each node)."""
+    runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)
