@@ -120,6 +120,33 @@ def test_one_job_that_cannot_be_followed_does_not_stop_the_others(tmp_path):
     assert (c["id"], 1) in svc.fake.started  # the queue moved on too
 
 
+def test_speed_and_eta_come_from_the_progress_of_the_running_attempt():
+    from shardwright.service.client import _line
+    from shardwright.service.scheduler import Speed
+
+    speed = Speed(1)
+    speed.add(1, 100.0, Progress(10, 100, 20))
+    assert speed.rate(Progress(10, 100, 20)) is None  # one sample: no speed yet
+    speed.add(1, 110.0, Progress(30, 100, 60))
+    assert speed.rate(Progress(30, 100, 60)) == (4.0, 35.0)  # 40 items in 10 s; 70 inputs at 2/s
+    speed.add(2, 120.0, Progress(30, 100, 60))  # a new attempt starts over
+    assert speed.rate(Progress(30, 100, 60)) is None
+    speed.add(2, 150.0, Progress(30, 100, 60))
+    assert speed.rate(Progress(30, 100, 60)) == (0.0, None)  # stalled: no ETA rather than a wrong one
+    job = {
+        "id": "j",
+        "state": "RUNNING",
+        "pipeline": "p",
+        "progress": {"inputs_done": 30, "inputs_total": 100, "items": 60},
+        "attempts": 1,
+        "output_dir": "/o",
+        "error": None,
+        "items_per_second": 4.0,
+        "eta_seconds": 35.0,
+    }
+    assert _line(job).splitlines()[1] == "    4.0 items/s, about 35 s left"
+
+
 def test_a_transient_failure_is_retried_automatically_then_fails(svc):
     a = svc.submit()
     svc.scheduler.tick()

@@ -95,6 +95,9 @@ def _line(job: dict) -> str:
         f"{job['id']}  {job['state']:<9} {job['pipeline']:<16} {p['inputs_done']}/{p['inputs_total']} inputs "
         f"{p['items']} items  attempts {job['attempts']}  {job['output_dir']}"
     )
+    speed, eta = job.get("items_per_second"), job.get("eta_seconds")
+    if speed is not None:
+        text += f"\n    {speed:.1f} items/s" + (f", about {round(eta)} s left" if eta is not None else "")
     if error:
         text += f"\n    {error['kind']} error: {error['type']}{where}: {error['message'].splitlines()[0]}"
     return text
