@@ -4,10 +4,12 @@ and stored in index.json's chunk entries as an extra ``"checksum"`` field, which
 readers ignore.
 
 The format is ``"<algorithm>:<hex digest>"``. The algorithm is xxHash's XXH3 with a 128-bit
-digest, the fastest of those measured on this project's machine (benchmarks/bench_checksum.py,
-GB/s over 64 MB, best of 3, quiet machine): xxh3_128 15.5, xxh3_64 12.8, crc32c 12.3, xxh64
-6.6, zlib.crc32 1.7, blake2b 0.9 (figures in benchmarks/README.md). ``xxh3_64`` digests (the
-first datasets with checksums) are still checked.
+digest: XXH3 was the fastest candidate measured on this project's machine
+(benchmarks/bench_checksum.py, GB/s over 64 MB, best of 5; two runs: xxh3_128 15.5 / 25.7,
+xxh3_64 12.8 / 25.9, crc32c 12.3 / 18.2, xxh64 6.6 / 10.0, zlib.crc32 1.7 / 2.1, blake2b
+0.9 / 0.95), and its 128-bit form costs nothing more. ``xxh3_64`` digests (the first datasets
+with checksums) are still checked.
+
 It detects accidental damage (bit rot, truncation, a chunk copied over another); it is not
 a signature: whoever can write the dataset can also rewrite its index.
 """
