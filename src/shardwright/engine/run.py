@@ -51,6 +51,7 @@ from .inputs import (
     record_identities,
     save_source_state,
     shard_inputs,
+    shard_skips,
 )
 from .options import OptimizeOptions, fn_name, litdata_args
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
@@ -170,9 +171,13 @@ def optimize(
         UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
         InputsError: inputs is not a sequence, or an input cannot be pickled.
         OutputDirError: output_dir cannot be used.
-        DatasetExistsError: a finished dataset of another call is there and mode is None.
-        RunMismatchError: the interrupted run had other inputs or settings.
+        DatasetExistsError: a finished dataset of another call is there and mode is None; or
+            an append of inputs an earlier run already added; or the same call with a changed fn.
+        RunMismatchError: the interrupted run had other inputs, settings or fn configuration.
         ConcurrentRunError: another live run is writing the same output.
+        IncompleteRunError: a single-node run finished its shards but could not publish
+            index.json (another process holds the publish lease, or the storage does not list
+            what was written); the message says what to do. Never returned as a success.
         FnError: fn raised on an input (its index, repr and traceback are attached).
         WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
         StorageError: the storage failed (credentials, bucket, network, disk full).
@@ -372,6 +377,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         input_files=request.input_files,
         fn_identity=request.fn().to_json(),
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -438,7 +444,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
 
 
 def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
@@ -454,7 +459,7 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
                 p.next_seq,
                 values,
                 ids,
-                skips[p.next_input : p.end] if skips else None,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )
