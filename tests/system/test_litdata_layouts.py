@@ -254,3 +254,25 @@ def test_mixed_dataset_through_the_dataloader(tmp_path):
         all(torch.equal(theirs[k], got[k]) for k in ("image", "tokens", "array"))
         and theirs["caption"] == got["caption"]
     )
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("s3", marks=pytest.mark.s3), pytest.param("gcs", marks=pytest.mark.gcs)]
+)
+def test_litdata_layouts_read_remotely(tmp_path, request, backend):
+    # The reader's cache path (download, map, unpack) for Arrow-footer and framed-zstd chunks.
+    from shardwright.storage import open_storage
+
+    url = request.getfixturevalue(f"{backend}_url")
+    options = request.getfixturevalue(f"{backend}_storage_options")
+    frame = lambda i: {"a": np.arange(i % 5 + 1), "i": i}  # noqa: E731
+    for name, fn, kwargs in (("arrow", rows, {}), ("framed", frame, {"compression": "zstd"})):
+        local = tmp_path / name
+        lit_optimize(fn, 30, local, **kwargs)
+        remote = open_storage(f"{url}/{name}", options, create=True)
+        for path in sorted(local.iterdir()):
+            remote.write_bytes(path.name, path.read_bytes())
+        ours = sw.StreamingDataset(f"{url}/{name}", storage_options=options, cache_dir=str(tmp_path / "cache"))
+        theirs = ld.StreamingDataset(str(local))
+        assert len(ours) == 30 and all(same(ours[i], theirs[i]) for i in range(30))
+        assert len([x for x in ours]) == 30

@@ -84,9 +84,9 @@ def test_map_on_error_and_refusals(tmp_path):
 
 @pytest.mark.slow
 def test_map_survives_sigkill_of_the_whole_run(tmp_path):
-    n, out, log = 24, tmp_path / "out", tmp_path / "log"
+    n, out, log = 40, tmp_path / "out", tmp_path / "log"
     log.mkdir()
-    config = {"n": n, "out": str(out), "log": str(log), "sleep": 0.2, "workers": 2}
+    config = {"n": n, "out": str(out), "log": str(log), "sleep": 0.5, "workers": 2}  # about 10 s undisturbed
     kills = 0
     for delay in (1.5, 2.5, 3.0):
         child = run_child(config)

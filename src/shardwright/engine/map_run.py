@@ -265,5 +265,7 @@ def map(
         **options,
     )
     if result.published:
-        materialize(os.fspath(output_dir), storage_options)
+        files = materialize(os.fspath(output_dir), storage_options)
+        if options.get("verbose", True):
+            print(f"shardwright map: {files:,} files of {result.inputs:,} inputs in {output_dir}", file=sys.stderr)
     return result

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .images import media_bytes
-from .media import Audio, File, Mesh, Nifti, Pdf, Text, Tiff, Video
+from .media import Audio, File, Mesh, Nifti, Pdf, Text, Tiff, Video, media_bytes
 from .optional import available, require
 
 __all__ = ["decoder_for_file_leaf", "encode_file_leaf"]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .media import Image, Jpeg, JpegArray, Pil
+from .media import Image, Jpeg, JpegArray, Pil, media_bytes
 from .optional import require
 
 __all__ = ["decode_image_tensor", "decode_jpeg_array", "decode_pil", "encode_image", "is_jpeg_file", "is_pil_image"]
@@ -116,20 +116,6 @@ def decode_jpeg_array(raw: memoryview) -> list[Any]:
 
 
 # --- writing ----------------------------------------------------------------------------------
-
-
-def media_bytes(item: Any) -> tuple[bytes, str]:
-    """(bytes, lower-case extension without the dot) of a wrapper's ``bytes=`` or ``path=``."""
-    path, payload = getattr(item, "path", None), getattr(item, "bytes", None)
-    ext = os.path.splitext(str(path).split("?", 1)[0])[1].lstrip(".").lower() if path else ""
-    if payload is not None:
-        return bytes(payload), ext
-    if path:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{type(item).__name__}(path={path!r}): no such file")
-        with open(path, "rb") as handle:
-            return handle.read(), ext
-    raise TypeError(f"{type(item).__name__} needs path=, bytes= or pixels (array=/image=)")
 
 
 def _pil_from_array(array: Any) -> Any:

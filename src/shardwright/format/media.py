@@ -9,6 +9,7 @@ same ``data_format`` with either library. Encoding happens in ``format.images`` 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "Text",
     "Tiff",
     "Video",
+    "media_bytes",
 ]
 
 
@@ -242,3 +244,17 @@ class Tensor(MediaRef):
         if self.array is None:
             raise AttributeError("Tensor.shape needs array=")
         return tuple(self.array.shape)
+
+
+def media_bytes(item: Any) -> tuple[bytes, str]:
+    """(bytes, lower-case extension without the dot) of a wrapper's ``bytes=`` or ``path=``."""
+    path, payload = getattr(item, "path", None), getattr(item, "bytes", None)
+    ext = os.path.splitext(str(path).split("?", 1)[0])[1].lstrip(".").lower() if path else ""
+    if payload is not None:
+        return bytes(payload), ext
+    if path:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{type(item).__name__}(path={path!r}): no such file")
+        with open(path, "rb") as handle:
+            return handle.read(), ext
+    raise TypeError(f"{type(item).__name__} needs path=, bytes= or pixels (array=/image=)")

@@ -34,7 +34,6 @@ from .images import (
     encode_image,
     is_jpeg_file,
     is_pil_image,
-    media_bytes,
 )
 from .leaves import core_decoder, core_encoder, core_leaf_format, encode_core
 from .media import (
@@ -53,6 +52,7 @@ from .media import (
     Text,
     Tiff,
     Video,
+    media_bytes,
 )
 
 __all__ = ["unwrap_tensor", "FAMILIES", "encode_first", "encoder_for", "leaf_decoder", "leaf_format", "leaf_matches"]
@@ -134,7 +134,6 @@ def _tensor_of(wrapper: Tensor) -> Any:
         return tensor.to(wrapper.dtype) if wrapper.dtype is not None else tensor
     if wrapper.dtype is None:
         raise TypeError("Tensor(path=...)/Tensor(bytes=...) needs dtype=")
-    from .images import media_bytes
 
     return torch.frombuffer(bytearray(media_bytes(wrapper)[0]), dtype=wrapper.dtype)
 
