@@ -20,7 +20,7 @@ import pytest
 
 from shardwright import CombinedStreamingDataset, StorageError, StreamingDataLoader, StreamingDataset, optimize
 from shardwright.cli.main import main as cli
-from shardwright.protocol.layout import HISTORY_PREFIX, RUN_RECORD_KEY, STATE_DIR
+from shardwright.protocol.layout import HISTORY_PREFIX, INPUTS_PREFIX, RUN_RECORD_KEY, STATE_DIR
 from shardwright.storage import open_storage
 from support.cloudemulators import AZURITE_ACCOUNT, AZURITE_KEY
 from support.crash_child import expected, generator, plain
@@ -78,9 +78,8 @@ def assert_clean_finish(url: str, options: dict) -> None:
     named = {c["filename"] for c in json.loads(storage.read_bytes("index.json"))["chunks"]}
     chunks = {k for k in keys if k.startswith("chunk-")}
     assert chunks == named, f"orphan chunks {sorted(chunks - named)[:5]}, missing {sorted(named - chunks)[:5]}"
-    state = [
-        k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(HISTORY_PREFIX)
-    ]
+    kept = (HISTORY_PREFIX, INPUTS_PREFIX)  # what a finished run keeps: run.json, input identities, history
+    state = [k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(kept)]
     assert state == [], state
 
 
