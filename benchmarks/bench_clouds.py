@@ -214,6 +214,10 @@ def run_cloud(cloud: Cloud, items: int, repeats: int) -> dict:
             rows.setdefault("obstore put MB/s", []).append(
                 stored_mb / _timed(lambda c=container, sizes=sizes: cloud.obstore_put(c, sizes))
             )
+        local_ds = StreamingDataset(os.path.join(local, "out"))  # the reader's own ceiling: no network
+        rows.setdefault("shardwright read local disk MB/s", []).append(
+            payload_mb / _timed(lambda local_ds=local_ds: sum(1 for _ in local_ds))
+        )
         cache = tempfile.mkdtemp(dir=cloud.workdir)
         ds = StreamingDataset(url, storage_options=cloud.options, cache_dir=cache)
         got: list[int] = []
