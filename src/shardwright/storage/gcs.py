@@ -401,7 +401,7 @@ class GCSStorage(CloudStorage):
 
         def once(_attempt: int) -> list[ObjectInfo]:
             blobs = self.client().list_blobs(self.bucket, prefix=full_prefix, retry=None, timeout=_TIMEOUT)
-            return [self._info(b) for b in blobs if not b.name.endswith("/")]
+            return [self._info(b) for b in _pages_read_whole(blobs) if not b.name.endswith("/")]
 
         return sorted(self.run("LIST", None, once), key=lambda info: info.key)
 
@@ -449,9 +449,18 @@ class GCSStorage(CloudStorage):
             blobs = self.client().list_blobs(
                 self.bucket, prefix=self._full_prefix(""), max_results=1, retry=None, timeout=_TIMEOUT
             )
-            list(blobs)
+            list(_pages_read_whole(blobs))
 
         self.run("LIST", None, once)
+
+
+def _pages_read_whole(blobs: Any) -> list[Any]:
+    """Every item of a listing; TruncatedBody (retried) when a page came back cut short: the
+    SDK then hands its page parser the raw bytes, which fail as an AttributeError."""
+    try:
+        return list(blobs)
+    except AttributeError as e:
+        raise TruncatedBody(f"listing page cut short: {e}") from e
 
 
 def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> GCSStorage:
