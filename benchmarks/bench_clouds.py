@@ -184,6 +184,11 @@ class Cloud:
         self.server.stop()
 
 
+def _backend_put(storage, sizes: list[int], payload: bytes) -> None:
+    with ThreadPoolExecutor(NUM_WORKERS) as pool:
+        list(pool.map(lambda item: storage.write_bytes(f"backend/{item[0]}", payload[: item[1]]), enumerate(sizes)))
+
+
 def run_cloud(cloud: Cloud, items: int, repeats: int) -> dict:
     from shardwright import StreamingDataset, optimize
     from shardwright.storage import open_storage
@@ -210,10 +215,19 @@ def run_cloud(cloud: Cloud, items: int, repeats: int) -> dict:
         rows.setdefault("sdk put MB/s", []).append(
             stored_mb / _timed(lambda c=container, sizes=sizes: cloud.sdk_put(c, sizes))
         )
+        payload = os.urandom(max(sizes))
+        rows.setdefault("backend write_bytes MB/s", []).append(  # our backend alone, the same objects
+            stored_mb
+            / _timed(lambda sizes=sizes, payload=payload, storage=storage: _backend_put(storage, sizes, payload))
+        )
         if cloud.name == "azure":
             rows.setdefault("obstore put MB/s", []).append(
                 stored_mb / _timed(lambda c=container, sizes=sizes: cloud.obstore_put(c, sizes))
             )
+        local_ds = StreamingDataset(os.path.join(local, "out"))  # the reader's own ceiling: no network
+        rows.setdefault("shardwright read local disk MB/s", []).append(
+            payload_mb / _timed(lambda local_ds=local_ds: sum(1 for _ in local_ds))
+        )
         cache = tempfile.mkdtemp(dir=cloud.workdir)
         ds = StreamingDataset(url, storage_options=cloud.options, cache_dir=cache)
         got: list[int] = []
@@ -225,11 +239,16 @@ def run_cloud(cloud: Cloud, items: int, repeats: int) -> dict:
         rows.setdefault("sdk get MB/s", []).append(
             stored_mb / _timed(lambda c=container, names=names: cloud.sdk_get(c, names))
         )
+        rows.setdefault("backend read_bytes MB/s", []).append(
+            stored_mb / _timed(lambda chunks=chunks, storage=storage: [storage.read_bytes(info.key) for info in chunks])
+        )
         if cloud.name == "azure":
             rows.setdefault("obstore get MB/s", []).append(
                 stored_mb / _timed(lambda c=container, names=names: cloud.obstore_get(c, names))
             )
     result = {k: statistics.median(v) for k, v in rows.items()}
+    result["backend write / sdk"] = result["backend write_bytes MB/s"] / result["sdk put MB/s"]
+    result["backend read / sdk"] = result["backend read_bytes MB/s"] / result["sdk get MB/s"]
     result["write / sdk"] = result["shardwright write MB/s"] / result["sdk put MB/s"]
     result["read / sdk"] = result["shardwright read MB/s"] / result["sdk get MB/s"]
     result["capabilities"] = cloud.capabilities()

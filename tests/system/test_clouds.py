@@ -20,7 +20,7 @@ import pytest
 
 from shardwright import CombinedStreamingDataset, StorageError, StreamingDataLoader, StreamingDataset, optimize
 from shardwright.cli.main import main as cli
-from shardwright.protocol.layout import HISTORY_PREFIX, RUN_RECORD_KEY, STATE_DIR
+from shardwright.protocol.layout import HISTORY_PREFIX, INPUTS_PREFIX, RUN_RECORD_KEY, STATE_DIR
 from shardwright.storage import open_storage
 from support.cloudemulators import AZURITE_ACCOUNT, AZURITE_KEY
 from support.crash_child import expected, generator, plain
@@ -78,9 +78,8 @@ def assert_clean_finish(url: str, options: dict) -> None:
     named = {c["filename"] for c in json.loads(storage.read_bytes("index.json"))["chunks"]}
     chunks = {k for k in keys if k.startswith("chunk-")}
     assert chunks == named, f"orphan chunks {sorted(chunks - named)[:5]}, missing {sorted(named - chunks)[:5]}"
-    state = [
-        k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(HISTORY_PREFIX)
-    ]
+    kept = (HISTORY_PREFIX, INPUTS_PREFIX)  # what a finished run keeps: run.json, input identities, history
+    state = [k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(kept)]
     assert state == [], state
 
 
@@ -225,6 +224,24 @@ def test_a_body_flipped_in_flight_is_never_left_stored(cloud, proxy, size):
     s.write_bytes("chunk-0-00000-000000.bin", data)
     assert proxy.stats["corrupt_body"] == 1, "the fault was injected"
     assert s.read_bytes("chunk-0-00000-000000.bin") == data
+
+
+def test_conditional_writes_in_parts_are_enforced(cloud):
+    """Above the SDK's single-request size (GCS 8 MiB; Azure set to 4 MiB here: Put Block List)
+    a conditional write still holds for the loser (GCS: always one multipart request, the path
+    fake-gcs-server enforces)."""
+    options = dict(cloud.options)
+    if cloud.name == "azure":
+        options.update(max_single_put_size=4 * 1024 * 1024, max_block_size=4 * 1024 * 1024)
+    s = open_storage(cloud.url, options)
+    first, second = os.urandom(9 * 1024 * 1024), os.urandom(9 * 1024 * 1024)
+    assert s.create_exclusive("big", first) is True
+    assert s.create_exclusive("big", second) is False
+    assert s.read_bytes("big") == first
+    _, version = s.read_versioned("big")
+    assert s.replace_if_version("big", second, version) is True
+    assert s.replace_if_version("big", first, version) is False  # stale: refused
+    assert s.read_bytes("big") == second
 
 
 def test_persistent_failure_is_one_clear_error(cloud, proxy):

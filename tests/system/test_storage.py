@@ -43,7 +43,7 @@ ALL_BACKENDS = ["memory", "local", *CLOUDS]
 PROCESS_BACKENDS = ["local", *CLOUDS]
 # Each cloud's names for "upload in parts above this size, parts of this size".
 _PART_OPTIONS = {
-    "gcs": {"multipart_threshold": "multipart_threshold", "multipart_chunksize": "upload_chunk_size"},
+    "gcs": {},  # its SDK picks: multipart up to 8 MiB, one resumable request above
     "azure": {"multipart_threshold": "max_single_put_size", "multipart_chunksize": "max_block_size"},
 }
 
@@ -55,8 +55,11 @@ def _make(backend: str, tmp_path: Path, request: pytest.FixtureRequest, extra_op
         return open_storage(f"memory://{name}")
     if backend == "local":
         return open_storage(tmp_path / "out", create=True)
-    names = _PART_OPTIONS.get(backend, {})
-    extra = {names.get(k, k): v for k, v in (extra_options or {}).items()}
+    if backend in _PART_OPTIONS:  # S3's part-size names, translated (GCS: none, its SDK decides)
+        names = _PART_OPTIONS[backend]
+        extra = {names[k]: v for k, v in (extra_options or {}).items() if k in names}
+    else:
+        extra = dict(extra_options or {})
     url = request.getfixturevalue(f"{backend}_url")
     options = dict(request.getfixturevalue(f"{backend}_storage_options"), **extra)
     return open_storage(url, options)

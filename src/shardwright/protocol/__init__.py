@@ -160,10 +160,10 @@ Assumptions
   ``If-Match: etag`` (compare-and-swap) on S3 and Azure, ``ifGenerationMatch=0`` and
   ``ifGenerationMatch=<generation>`` on GCS, are atomic; exactly one of racing writers wins.
   Where a test emulator does not enforce a precondition the protocol never relies on that
-  path: fake-gcs-server ignores ``ifGenerationMatch`` on a resumable upload without a chunk
-  size, a media upload, a copy and a delete, so the GCS backend makes conditional writes only
-  as multipart uploads (up to 8 MiB) or resumable uploads with an explicit chunk size, and
-  deletes nothing conditionally (steps 0-6 need no conditional delete). What a store may do
+  path: fake-gcs-server ignores ``ifGenerationMatch`` on resumable uploads (with or without a
+  chunk size), media uploads, copies and deletes, so the GCS backend makes every conditional
+  write one multipart upload, at any size, and deletes nothing conditionally (steps 0-6 need
+  no conditional delete). What a store may do
   around a conditional write (apply it and lose the reply, fail before or after applying it)
   is proven on the memory backend with its fault hooks (``fail_next(..., after=True)``,
   ``fail_when``, ``crash``) and through the fault proxy on SeaweedFS, fake-gcs-server and

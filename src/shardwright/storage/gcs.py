@@ -6,15 +6,15 @@ implements, and it exposes every precondition we need.
 
 Every guarantee of the interface maps onto one GCS feature:
 
-* atomic replace: an object upload is visible only once complete. Objects up to
-  ``multipart_threshold`` (8 MiB) go in one multipart request; larger ones in a resumable
-  upload with an explicit ``chunk_size`` (invisible until its last chunk).
+* atomic replace: an object upload is visible only once complete. Objects up to 8 MiB go in
+  one multipart request; larger ones in one resumable upload (invisible until complete).
 * create-if-absent: ``ifGenerationMatch=0``; compare-and-swap: ``ifGenerationMatch=<generation>``
-  (the version token is the generation). Conditional writes use only the two upload paths on
-  which fake-gcs-server enforces the precondition (multipart, and resumable with a chunk
-  size), never a plain media upload, a copy or a conditional delete (not enforced there).
+  (the version token is the generation). A conditional write is always one multipart upload,
+  at any size: the one upload path on which fake-gcs-server enforces the precondition (it
+  ignores it on resumable uploads, with or without a chunk size, on media uploads, copies and
+  deletes: checked with v1.54); nothing is deleted or copied conditionally.
 * checksums: every upload sends its CRC32C (in the multipart metadata, or ``x-goog-hash`` on
-  the last resumable chunk), which GCS verifies; we also compare the CRC32C the service
+  the resumable upload's last request), which GCS verifies; we also compare the CRC32C the service
   reports for the stored object with ours and rewrite on a mismatch (fake-gcs-server does not
   verify what is sent, but does report what it stored: that comparison is what the tests cover).
   Downloads are checked against the service's CRC32C by the SDK.
@@ -45,7 +45,7 @@ __all__ = ["GCSStorage", "check_option_names", "open_gcs"]
 _MiB = 1024 * 1024
 _TIMEOUT = (5.0, 60.0)  # (connect, read) seconds per request
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
-_OPTIONS = ("project", "credentials", "api_endpoint", "retry_timeout", "multipart_threshold", "upload_chunk_size")
+_OPTIONS = ("project", "credentials", "api_endpoint", "retry_timeout")
 # gcsfs/fsspec spellings: refused with the right key (never mapped: see refuse_options)
 _FSSPEC_NAMES = {
     "token": "'credentials' (a google.auth credentials object), or GOOGLE_APPLICATION_CREDENTIALS for a key file",
@@ -89,13 +89,10 @@ class GCSStorage(CloudStorage):
     """Objects under ``gs://bucket/prefix`` (see the module docstring for the guarantees).
 
     ``storage_options``: ``project``, ``credentials`` (a google.auth credentials object),
-    ``api_endpoint``, and the shardwright settings ``retry_timeout`` (seconds),
-    ``multipart_threshold`` and ``upload_chunk_size`` (bytes).
+    ``api_endpoint``, and the shardwright setting ``retry_timeout`` (seconds).
     """
 
     scheme = "gs"
-    multipart_threshold: int = 8 * _MiB
-    upload_chunk_size: int = 16 * _MiB
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         super().__init__()
@@ -104,20 +101,21 @@ class GCSStorage(CloudStorage):
         opts = dict(storage_options or {})
         check_option_names(opts)
         self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
-        self.multipart_threshold = int(
-            pop_number(opts, "multipart_threshold", self.multipart_threshold, minimum=0, maximum=8 * _MiB)
-        )
-        chunk = int(pop_number(opts, "upload_chunk_size", self.upload_chunk_size, minimum=256 * 1024, maximum=1 << 32))
-        self.upload_chunk_size = chunk - chunk % (256 * 1024)  # GCS wants multiples of 256 KiB
         self._project = opts.pop("project", None)
         self._credentials = opts.pop("credentials", None)  # never printed
         self._api_endpoint = opts.pop("api_endpoint", None)
+        self._session: Any = None
         for name, value in (("project", self._project), ("api_endpoint", self._api_endpoint)):
             if value is not None and not isinstance(value, str):
                 raise OutputDirError(f"storage_options[{name!r}] must be a str; got {type(value).__name__}")
 
     def __repr__(self) -> str:
         return f"GCSStorage({self.url!r}, endpoint={self.endpoint!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_session"] = None
+        return state
 
     # -- client ------------------------------------------------------------------------------
 
@@ -159,6 +157,7 @@ class GCSStorage(CloudStorage):
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
         session.mount("https://", adapter)
         session.mount("http://", adapter)
+        self._session = session  # this process's, like the client (dropped when pickled)
         return storage.Client(project=project, credentials=credentials, client_options=options, _http=session)
 
     def _blob(self, full_key: str) -> Any:
@@ -267,34 +266,69 @@ class GCSStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {blob.size} bytes")
         return data, str(blob.generation)
 
-    def _upload(self, full_key: str, data: bytes, generation: int | None) -> bool:
-        """One upload (precondition ``generation``: 0 = must not exist); False on 412."""
+    def _upload(self, full_key: str, data: bytes) -> None:
+        """One unconditional upload: multipart up to 8 MiB, else one resumable request."""
+        blob = self._blob(full_key)
+        blob.upload_from_string(
+            data, content_type="application/octet-stream", checksum="crc32c", retry=None, timeout=_TIMEOUT
+        )
+        self._check_stored(blob.crc32c, data)
+
+    @staticmethod
+    def _check_stored(stored_crc32c: str | None, data: bytes) -> None:
+        """Rewrite (retry) when the service stored other bytes than we sent: GCS refuses such an
+        upload itself by the CRC32C we send; fake-gcs-server does not, but reports its own."""
+        import base64
+
+        import google_crc32c
+
+        ours = base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+        if stored_crc32c is not None and stored_crc32c != ours:
+            raise TruncatedBody(f"stored CRC32C {stored_crc32c} != sent {ours}: rewriting")
+
+    def _conditional_upload(self, full_key: str, data: bytes, generation: int) -> bool:
+        """One multipart upload with ``ifGenerationMatch=generation`` (0: must not exist), at any
+        size; False when the precondition failed.
+
+        Always a single multipart request: fake-gcs-server enforces ``ifGenerationMatch`` on
+        multipart uploads only (not on resumable ones, whatever their chunk size: checked with
+        v1.54), and the SDK switches to a resumable upload above 8 MiB. GCS itself takes
+        multipart uploads of any size; the metadata carries the CRC32C, which GCS verifies."""
+        import base64
+        import json
+        import uuid
+        from urllib.parse import quote
+
         import google_crc32c
         from google.api_core import exceptions as gexc
 
-        blob = self._blob(full_key)
-        if len(data) > self.multipart_threshold:
-            blob.chunk_size = self.upload_chunk_size  # a resumable upload that enforces its precondition
-        try:
-            blob.upload_from_string(
+        self.client()  # this process's client and session
+        crc = base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+        boundary = "sw-" + uuid.uuid4().hex
+        meta = json.dumps({"name": full_key, "contentType": "application/octet-stream", "crc32c": crc})
+        body = b"".join(
+            [
+                f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{meta}\r\n".encode(),
+                f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n".encode(),
                 data,
-                content_type="application/octet-stream",
-                if_generation_match=generation,
-                checksum="crc32c",
-                retry=None,
-                timeout=_TIMEOUT,
-            )
-        except gexc.PreconditionFailed:
+                f"\r\n--{boundary}--\r\n".encode(),
+            ]
+        )
+        url = (
+            f"{self.endpoint}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
+            f"?uploadType=multipart&ifGenerationMatch={generation}"
+        )
+        response = self._session.post(
+            url, data=body, headers={"Content-Type": f"multipart/related; boundary={boundary}"}, timeout=_TIMEOUT
+        )
+        if response.status_code == 412:
             return False
-        except gexc.NotFound:
-            if generation not in (None, 0):  # the object was deleted since it was read
-                return False
-            raise
-        import base64
-
-        ours = base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
-        if blob.crc32c is not None and blob.crc32c != ours:
-            raise TruncatedBody(f"stored CRC32C {blob.crc32c} != sent {ours}: rewriting")
+        if response.status_code == 404 and generation != 0:
+            return False  # the object was deleted since it was read
+        if response.status_code >= 300:
+            raise gexc.from_http_response(response)
+        stored = response.json()  # a body cut short is a JSONDecodeError: retried
+        self._check_stored(stored.get("crc32c"), data)
         return True
 
     # -- Storage API -------------------------------------------------------------------------
@@ -302,11 +336,13 @@ class GCSStorage(CloudStorage):
     def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
         # An upload is durable when it returns: ``durable`` changes nothing on GCS.
         full, body = self._key(key), bytes(data)
-        self.run("PUT", key, lambda _a: self._upload(full, body, None))
+        self.run("PUT", key, lambda _a: self._upload(full, body))
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT ifGenerationMatch=0", key, body, lambda: self._upload(full, body, 0))
+        return self.conditional_write(
+            "PUT ifGenerationMatch=0", key, body, lambda: self._conditional_upload(full, body, 0)
+        )
 
     def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
         try:
@@ -315,7 +351,10 @@ class GCSStorage(CloudStorage):
             return False  # not a generation of this store: it cannot match
         full, body = self._key(key), bytes(data)
         return self.conditional_write(
-            "PUT ifGenerationMatch", key, body, lambda: self._upload(full, body, generation) if generation else False
+            "PUT ifGenerationMatch",
+            key,
+            body,
+            lambda: self._conditional_upload(full, body, generation) if generation else False,
         )
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -362,7 +401,7 @@ class GCSStorage(CloudStorage):
 
         def once(_attempt: int) -> list[ObjectInfo]:
             blobs = self.client().list_blobs(self.bucket, prefix=full_prefix, retry=None, timeout=_TIMEOUT)
-            return [self._info(b) for b in blobs if not b.name.endswith("/")]
+            return [self._info(b) for b in _pages_read_whole(blobs) if not b.name.endswith("/")]
 
         return sorted(self.run("LIST", None, once), key=lambda info: info.key)
 
@@ -410,9 +449,18 @@ class GCSStorage(CloudStorage):
             blobs = self.client().list_blobs(
                 self.bucket, prefix=self._full_prefix(""), max_results=1, retry=None, timeout=_TIMEOUT
             )
-            list(blobs)
+            list(_pages_read_whole(blobs))
 
         self.run("LIST", None, once)
+
+
+def _pages_read_whole(blobs: Any) -> list[Any]:
+    """Every item of a listing; TruncatedBody (retried) when a page came back cut short: the
+    SDK then hands its page parser the raw bytes, which fail as an AttributeError."""
+    try:
+        return list(blobs)
+    except AttributeError as e:
+        raise TruncatedBody(f"listing page cut short: {e}") from e
 
 
 def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> GCSStorage:
