@@ -260,3 +260,22 @@ def test_incremental_retries_an_input_that_failed_midway_without_repeating_its_o
     ds = StreamingDataset(str(out))
     pairs = sorted((ds[i]["name"], ds[i]["k"]) for i in range(len(ds)))
     assert pairs == sorted((f"{i:02d}.bin", k) for i in range(8) for k in range(3))
+
+
+def square(i):
+    return {"i": i}
+
+
+def test_a_dataset_without_recorded_identities_takes_the_tail_of_a_longer_input_list(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    optimize(square, list(range(30)), out, chunk_size=4, num_workers=2, verbose=False)
+    shutil.rmtree(out / ".shardwright" / "inputs")  # as an older shardwright left it
+    with pytest.raises(DatasetExistsError, match="no record of which inputs it holds"):
+        optimize(square, [*range(5, 40)], out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    result = optimize(square, list(range(40)), out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    assert result.items == 10 and "tail is appended" in result.note
+    assert ids_of(out, "i") == list(range(40))
+    again = optimize(square, list(range(40)), out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    assert again.items == 0 and again.note.startswith("nothing new")  # now recorded
