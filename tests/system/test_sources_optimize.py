@@ -279,3 +279,13 @@ def test_a_dataset_without_recorded_identities_takes_the_tail_of_a_longer_input_
     assert ids_of(out, "i") == list(range(40))
     again = optimize(square, list(range(40)), out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
     assert again.items == 0 and again.note.startswith("nothing new")  # now recorded
+
+
+def test_the_parquet_to_tokens_example_runs(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "examples" / "parquet_to_tokens.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent.parent / "src"), TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "blocks of 128 tokens; the first starts with 'document 0-0: the quick" in proc.stdout
+    assert "2,000 input(s) already in the dataset are skipped" in proc.stderr + proc.stdout
+    assert "after the incremental run:" in proc.stdout
