@@ -90,7 +90,9 @@ def save_source_state(storage: Storage, inputs: Sequence) -> None:
 def record_identities(storage: Storage, manifest: Manifest, inputs: Sequence, created: bool) -> None:
     """The unit table of this run's generation (protocol.identity): written by the node that
     created the run, and by any later attempt that finds it missing (the same bytes)."""
-    write_units(storage, manifest.generation, identities(inputs), only_if_missing=not created)
+    if not created and storage.exists(units_key(manifest.generation)):
+        return  # a resume: written when the run was created
+    write_units(storage, manifest.generation, identities(inputs), only_if_missing=False)
 
 
 def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
