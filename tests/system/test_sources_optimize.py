@@ -216,6 +216,14 @@ def test_parquet_on_s3_reads_through_storage_options(tmp_path, s3_url, s3_storag
     out = f"{s3_url}/ds"
     optimize(row_id, source, out, chunk_size=16, num_workers=2, storage_options=s3_storage_options, verbose=False)
     assert ids_of(out, storage_options=s3_storage_options) == list(range(200))
+    import gzip
+
+    lines = b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(3000))
+    client.put_object(Bucket=bucket, Key=f"{prefix}/logs/a.jsonl", Body=lines)
+    client.put_object(Bucket=bucket, Key=f"{prefix}/logs/b.jsonl.gz", Body=gzip.compress(lines[:600]))
+    logs = sources.jsonl(f"{s3_url}/logs/", storage_options=s3_storage_options)
+    assert len(logs) == 3000 + lines[:600].count(b"\n")
+    assert logs[2500] == {"n": 2500} and logs[3000] == {"n": 0} and logs[-1]["n"] == lines[:600].count(b"\n") - 1
     refs = sources.files(f"{s3_url}/raw", pattern="*.parquet", storage_options=s3_storage_options)
     assert [r.path for r in refs] == [f"{s3_url}/raw/p0.parquet", f"{s3_url}/raw/p1.parquet"]
     assert refs[0].read()[:4] == b"PAR1" and refs[1].version
