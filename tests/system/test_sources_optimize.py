@@ -297,3 +297,25 @@ def test_the_parquet_to_tokens_example_runs(tmp_path):
     assert "blocks of 128 tokens; the first starts with 'document 0-0: the quick" in proc.stdout
     assert "2,000 input(s) already in the dataset are skipped" in proc.stderr + proc.stdout
     assert "after the incremental run:" in proc.stdout
+
+
+@pytest.mark.parametrize("cloud", ["gcs", "azure"])
+def test_parquet_and_files_sources_on_gcs_and_azure(tmp_path, request, cloud):
+    from shardwright.storage import open_storage
+
+    url = request.getfixturevalue(f"{cloud}_url")
+    options = request.getfixturevalue(f"{cloud}_storage_options")
+    writer = open_storage(url, options)
+    for f in range(2):
+        path = tmp_path / f"p{f}.parquet"
+        write_parquet(path, f * 60, 60, row_group=25)
+        writer.write_bytes(f"raw/p{f}.parquet", path.read_bytes())
+    source = sources.parquet(f"{url}/raw/", columns=["id"], storage_options=options)
+    assert len(source) == 120 and source[70] == {"id": 70}
+    optimize(row_id, source, tmp_path / "out", chunk_size=16, num_workers=2, verbose=False)
+    assert ids_of(tmp_path / "out") == list(range(120))
+    refs = sources.files(f"{url}/raw", pattern="*.parquet", storage_options=options)
+    assert [r.path.rsplit("/", 1)[-1] for r in refs] == ["p0.parquet", "p1.parquet"]
+    assert (
+        refs[1].read()[:4] == b"PAR1" and refs[1].version and refs[1].size == (tmp_path / "p1.parquet").stat().st_size
+    )
