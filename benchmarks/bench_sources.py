@@ -113,30 +113,29 @@ def make_files(root: str, first: int, count: int) -> None:
             f.write(i.to_bytes(8, "little") * 4)
 
 
-def bench_parquet(tmp: str, rows: int, files: int, workers: int) -> dict:
+def bench_parquet(tmp: str, rows: int, files: int, workers: int, kinds: tuple[str, ...]) -> dict:
     data = os.path.join(tmp, "parquet")
-    os.makedirs(data)
-    t = time.perf_counter()
-    make_parquet(data, rows, files)
-    print(f"corpus: {rows:,} rows in {files} files ({time.perf_counter() - t:.0f} s to write)", flush=True)
-    from shardwright import sources
-    from shardwright.engine.inputs import fingerprint
+    results: dict = {"rows": rows, "files": files}
+    if not os.path.isdir(data):
+        os.makedirs(data)
+        t = time.perf_counter()
+        make_parquet(data, rows, files)
+        print(f"corpus: {rows:,} rows in {files} files ({time.perf_counter() - t:.0f} s to write)", flush=True)
+        from shardwright import sources
+        from shardwright.engine.inputs import fingerprint
 
-    t = time.perf_counter()
-    source = sources.parquet(data)
-    fp = fingerprint(source)
-    fingerprint_s = time.perf_counter() - t
-    assert fp.count == rows
-    results = {"rows": rows, "files": files, "fingerprint_s": fingerprint_s}
-    for kind in ("shardwright", "litdata"):
+        t = time.perf_counter()
+        source = sources.parquet(data)
+        fp = fingerprint(source)
+        results["fingerprint_s"] = time.perf_counter() - t
+        assert fp.count == rows
+        print(f"fingerprint (list + footers + hash): {results['fingerprint_s']:.2f} s", flush=True)
+    for kind in kinds:
         out = os.path.join(tmp, f"out-{kind}")
         results[kind] = run_child(kind, data, out, str(workers), "")
         shutil.rmtree(out, ignore_errors=True)
-    sw, lit = results["shardwright"], results["litdata"]
-    print(f"fingerprint (list + footers + hash): {fingerprint_s:.2f} s")
-    print(f"shardwright: {sw['seconds']:.1f} s, main-process peak +{sw['peak_mb']:.0f} MB")
-    print(f"litdata:     {lit['seconds']:.1f} s, main-process peak +{lit['peak_mb']:.0f} MB")
-    print(f"ratio shardwright/litdata: time {sw['seconds'] / lit['seconds']:.2f}", flush=True)
+        r = results[kind]
+        print(f"{kind}: {r['seconds']:.1f} s, main-process peak +{r['peak_mb']:.0f} MB", flush=True)
     return results
 
 
@@ -181,10 +180,19 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="bench-sources-")
     results: dict = {"quick": args.quick, "load": os.getloadavg()}
     try:
+        # litdata last: the longest, and the other figures are out before it
         if args.only in (None, "parquet"):
-            results["parquet"] = bench_parquet(tmp, rows, files, args.workers)
+            results["parquet"] = bench_parquet(tmp, rows, files, args.workers, ("shardwright",))
         if args.only in (None, "incremental"):
             results["incremental"] = bench_incremental(tmp, listing, args.workers)
+        if args.only in (None, "parquet"):
+            results["parquet_litdata"] = bench_parquet(tmp, rows, files, args.workers, ("litdata",))
+            sw, lit = results["parquet"]["shardwright"], results["parquet_litdata"]["litdata"]
+            print(
+                f"ratio shardwright/litdata: time {sw['seconds'] / lit['seconds']:.2f}, "
+                f"main-process peak {sw['peak_mb']:.0f} vs {lit['peak_mb']:.0f} MB",
+                flush=True,
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -12,17 +13,24 @@ from shardwright import optimize, sources
 CONFIG = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 
 
+def _pause() -> None:
+    # from the environment, not from CONFIG: fn's identity includes the globals it reads, and
+    # a test slows a rerun down without changing fn
+    time.sleep(float(os.environ.get("SOURCES_CHILD_SLEEP", "0")))
+
+
 def row_id(row: dict) -> dict:
-    time.sleep(CONFIG.get("sleep", 0))
+    _pause()
     return {"id": row["id"]}
 
 
 def file_bytes(ref) -> dict:
-    time.sleep(CONFIG.get("sleep", 0))
+    _pause()
     return {"name": ref.path.rsplit("/", 1)[-1], "data": ref.read()}
 
 
 def main() -> None:
+    os.environ["SOURCES_CHILD_SLEEP"] = str(CONFIG.get("sleep", 0))
     kind = CONFIG["kind"]
     if kind == "parquet":
         inputs, fn = sources.parquet(CONFIG["path"], columns=["id"]), row_id

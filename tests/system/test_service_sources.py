@@ -4,6 +4,7 @@ job has listed it, and refused clearly otherwise."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -24,7 +25,19 @@ def server(tmp_path_factory):
         pq.write_table(pa.table({"id": list(range(f * 50, f * 50 + 50))}), str(root / "raw" / f"p{f}.parquet"))
     pq.write_table(pa.table({"id": [1]}), str(root / "secret" / "s.parquet"))
     os.symlink(root / "secret", root / "raw" / "escape")
-    srv = Server(root, "--output-root", str(root / "out"), "--input-root", str(root / "raw"), "--max-inputs", "1000")
+    (root / "more" / "linked").mkdir(parents=True)
+    os.symlink(root / "secret" / "s.parquet", root / "more" / "linked" / "l.parquet")
+    srv = Server(
+        root,
+        "--output-root",
+        str(root / "out"),
+        "--input-root",
+        str(root / "raw"),
+        "--input-root",
+        str(root / "more"),
+        "--max-inputs",
+        "1000",
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -82,3 +95,16 @@ def test_a_server_without_input_roots_reads_no_source(tmp_path):
         assert r.status_code == 403 and "--input-root" in r.text, r.text
     finally:
         srv.stop()
+
+
+def test_a_listed_file_linking_out_of_the_root_fails_the_job(server):
+    with server.client() as client:
+        job = server.submit(
+            client,
+            pipeline="echo",
+            inputs={"source": "parquet", "url": str(server.root / "more" / "linked")},
+            output_dir=str(server.root / "out" / "linked"),
+        )
+        done = server.wait_state(client, job["id"], "SUCCEEDED", "FAILED", timeout=120)
+    assert done["state"] == "FAILED" and "symbolic link out of" in json.dumps(done), done
+    assert not (server.root / "out" / "linked" / "index.json").exists()

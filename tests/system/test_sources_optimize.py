@@ -216,6 +216,14 @@ def test_parquet_on_s3_reads_through_storage_options(tmp_path, s3_url, s3_storag
     out = f"{s3_url}/ds"
     optimize(row_id, source, out, chunk_size=16, num_workers=2, storage_options=s3_storage_options, verbose=False)
     assert ids_of(out, storage_options=s3_storage_options) == list(range(200))
+    import gzip
+
+    lines = b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(3000))
+    client.put_object(Bucket=bucket, Key=f"{prefix}/logs/a.jsonl", Body=lines)
+    client.put_object(Bucket=bucket, Key=f"{prefix}/logs/b.jsonl.gz", Body=gzip.compress(lines[:600]))
+    logs = sources.jsonl(f"{s3_url}/logs/", storage_options=s3_storage_options)
+    assert len(logs) == 3000 + lines[:600].count(b"\n")
+    assert logs[2500] == {"n": 2500} and logs[3000] == {"n": 0} and logs[-1]["n"] == lines[:600].count(b"\n") - 1
     refs = sources.files(f"{s3_url}/raw", pattern="*.parquet", storage_options=s3_storage_options)
     assert [r.path for r in refs] == [f"{s3_url}/raw/p0.parquet", f"{s3_url}/raw/p1.parquet"]
     assert refs[0].read()[:4] == b"PAR1" and refs[1].version
@@ -260,3 +268,54 @@ def test_incremental_retries_an_input_that_failed_midway_without_repeating_its_o
     ds = StreamingDataset(str(out))
     pairs = sorted((ds[i]["name"], ds[i]["k"]) for i in range(len(ds)))
     assert pairs == sorted((f"{i:02d}.bin", k) for i in range(8) for k in range(3))
+
+
+def square(i):
+    return {"i": i}
+
+
+def test_a_dataset_without_recorded_identities_takes_the_tail_of_a_longer_input_list(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    optimize(square, list(range(30)), out, chunk_size=4, num_workers=2, verbose=False)
+    shutil.rmtree(out / ".shardwright" / "inputs")  # as an older shardwright left it
+    with pytest.raises(DatasetExistsError, match="no record of which inputs it holds"):
+        optimize(square, [*range(5, 40)], out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    result = optimize(square, list(range(40)), out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    assert result.items == 10 and "tail is appended" in result.note
+    assert ids_of(out, "i") == list(range(40))
+    again = optimize(square, list(range(40)), out, chunk_size=4, num_workers=2, mode="incremental", verbose=False)
+    assert again.items == 0 and again.note.startswith("nothing new")  # now recorded
+
+
+def test_the_parquet_to_tokens_example_runs(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "examples" / "parquet_to_tokens.py"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent.parent / "src"), TMPDIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(example)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "blocks of 128 tokens; the first starts with 'document 0-0: the quick" in proc.stdout
+    assert "2,000 input(s) already in the dataset are skipped" in proc.stderr + proc.stdout
+    assert "after the incremental run:" in proc.stdout
+
+
+@pytest.mark.parametrize("cloud", ["gcs", "azure"])
+def test_parquet_and_files_sources_on_gcs_and_azure(tmp_path, request, cloud):
+    from shardwright.storage import open_storage
+
+    url = request.getfixturevalue(f"{cloud}_url")
+    options = request.getfixturevalue(f"{cloud}_storage_options")
+    writer = open_storage(url, options)
+    for f in range(2):
+        path = tmp_path / f"p{f}.parquet"
+        write_parquet(path, f * 60, 60, row_group=25)
+        writer.write_bytes(f"raw/p{f}.parquet", path.read_bytes())
+    source = sources.parquet(f"{url}/raw/", columns=["id"], storage_options=options)
+    assert len(source) == 120 and source[70] == {"id": 70}
+    optimize(row_id, source, tmp_path / "out", chunk_size=16, num_workers=2, verbose=False)
+    assert ids_of(tmp_path / "out") == list(range(120))
+    refs = sources.files(f"{url}/raw", pattern="*.parquet", storage_options=options)
+    assert [r.path.rsplit("/", 1)[-1] for r in refs] == ["p0.parquet", "p1.parquet"]
+    assert (
+        refs[1].read()[:4] == b"PAR1" and refs[1].version and refs[1].size == (tmp_path / "p1.parquet").stat().st_size
+    )

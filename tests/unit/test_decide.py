@@ -310,3 +310,11 @@ def test_an_input_that_failed_midway_is_retried_skipping_its_outputs_in_the_data
     failed_4 = Recorded([0], [FIRST_TEN], [[[0, 4], [5, 10]]], partials=[[[4, 2]]])  # 4 failed after 2 outputs
     plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=failed_4), incremental(range(2, 12)))
     assert plan.input_ranges == ((2, 3), (8, 10)) and plan.range_skips == ((2, 2),)
+
+
+def test_the_tail_of_an_unrecorded_dataset_records_its_run_first():
+    plan = decide(
+        seen(index_chunks=GEN0, last_run=one_run(failed=[(3, 1)]), recorded=Recorded([], [], [])), incremental()
+    )
+    assert plan.kind is PlanKind.INCREMENTAL and plan.input_ranges == ((10, 12),)
+    assert plan.backfill == (0, 10, ((3, 1),))

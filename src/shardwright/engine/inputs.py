@@ -12,9 +12,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ..errors import RunMismatchError
+from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
 from ..protocol.hints import start_over_hint
-from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint, write_units
+from ..protocol.identity import (
+    IdentityTable,
+    UnitColumns,
+    subtract,
+    units_fingerprint,
+    write_selection,
+    write_units,
+)
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
 from ..sources import Source
@@ -82,7 +90,9 @@ def save_source_state(storage: Storage, inputs: Sequence) -> None:
 def record_identities(storage: Storage, manifest: Manifest, inputs: Sequence, created: bool) -> None:
     """The unit table of this run's generation (protocol.identity): written by the node that
     created the run, and by any later attempt that finds it missing (the same bytes)."""
-    write_units(storage, manifest.generation, identities(inputs), only_if_missing=not created)
+    if not created and storage.exists(units_key(manifest.generation)):
+        return  # a resume: written when the run was created
+    write_units(storage, manifest.generation, identities(inputs), only_if_missing=False)
 
 
 def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
@@ -108,6 +118,21 @@ def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
                 f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
                 f"generation or modification time differ); restore it to resume, {start_over_hint(manifest.mode, storage.url)}"
             )
+
+
+def backfill_identities(storage: Storage, backfill: tuple, request: Request) -> None:
+    """Record the identities of a dataset's one unrecorded run (whose inputs are the first
+    ``count`` of this call's): the call's unit table under its generation, and the positions
+    it put in the dataset (all but its failed inputs). True of the dataset whatever becomes of
+    the incremental run, so written before it starts."""
+    generation, count, failed = backfill
+    table = request.identities
+    if table is None:
+        return
+    selected = subtract([[0, count]] if count else [], [pair[0] for pair in failed])
+    partial = [list(pair) for pair in failed if pair[1] > 0]
+    write_units(storage, generation, table, only_if_missing=False)
+    write_selection(storage, generation, count, selected, partial)
 
 
 # --- the inputs of an incremental run ---------------------------------------------------------

@@ -42,6 +42,7 @@ from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .identity import fn_identity
 from .inputs import (
+    backfill_identities,
     check_source_unchanged,
     fingerprint,
     identities,
@@ -347,6 +348,8 @@ def open_run(storage: Storage, request: Request, notes: list[str] | None = None)
         discard_run_state(storage, plan.manifest.generation)
     elif plan.kind is PlanKind.OVERWRITE:
         wipe(storage)
+    elif plan.backfill is not None:  # the dataset's one run, recorded with this call's identities
+        backfill_identities(storage, plan.backfill, request)
     elif plan.kind is PlanKind.RETRY:
         log.warning("retrying %d input(s) that failed in the previous run of this call", len(plan.input_ids or ()))
     return _create(storage, request, plan)

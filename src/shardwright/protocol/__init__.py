@@ -118,7 +118,10 @@ Nothing new is a NOOP that says so. An input recorded under another version (a f
 rewritten since it was added) is refused naming it (RunMismatchError); recorded inputs no
 longer given are reported and stay in the dataset. A dataset without recorded inputs (an
 older shardwright's, or litdata's) is refused, unless one run made it and its inputs'
-fingerprint equals that of the first inputs of this call: then the tail is appended.
+fingerprint equals that of the first inputs of this call: then that run is recorded with
+this call's identities (its generation's unit table and selection, minus its failed inputs,
+written before the new run's manifest: true of the dataset whatever becomes of the new run),
+and the tail is appended.
 
 Fencing (a paused writer wakes up)
 ==================================

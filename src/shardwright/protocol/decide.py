@@ -110,6 +110,9 @@ class RunPlan:
     fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
     input_ranges: tuple[tuple[int, int], ...] | None = None  # INCREMENTAL: positions of the inputs to run
     range_skips: tuple[tuple[int, int], ...] = ()  # INCREMENTAL: (position, outputs already in) of retried ones
+    # INCREMENTAL over an unrecorded one-run dataset: (its generation, its input count, its failed
+    # [id, outputs] pairs), recorded with this call's identities before the run (protocol.identity)
+    backfill: tuple[int, int, tuple[tuple[int, int], ...]] | None = None
     note: str = ""  # INCREMENTAL / NOOP of an incremental call: what was skipped or left, for the user
 
 
@@ -385,6 +388,11 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             manifest_mode="incremental",
             base=base,
             input_ranges=((count, request.inputs.count),),
+            backfill=(
+                int(last_run["generation"]),
+                count,
+                seen.last_run.failed_inputs if seen.last_run is not None else (),
+            ),
             note=f"the dataset has no recorded input identities; its {count:,} inputs are a prefix of these, "
             "so the tail is appended",
         )

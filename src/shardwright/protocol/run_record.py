@@ -142,9 +142,13 @@ class RunRecord:
 
 def inputs_history(manifest: Manifest, previous: RunRecord | None) -> list[str]:
     """Digests of the inputs of every run whose outputs the dataset holds after ``manifest``'s
-    run: a new dataset (create, overwrite) starts the list, an append extends it, a retry (the
+    run: a new dataset (create, overwrite) starts the list, an append (or incremental run) extends it, a retry (the
     same inputs again) keeps it. An append of inputs on this list is refused (decide)."""
-    earlier = list(previous.inputs_history) if previous is not None and manifest.mode in ("append", "retry") else []
+    earlier = (
+        list(previous.inputs_history)
+        if previous is not None and manifest.mode in ("append", "retry", "incremental")
+        else []
+    )
     mine = InputsFingerprint.from_json(manifest.inputs).digest()
     return earlier + ([mine] if mine not in earlier else [])
 

@@ -6,6 +6,8 @@
   check of the URL by the storage registry (schemes, ``//``, ``.``, ``..``), symbolic links
   resolved (a local path must stay under its root once resolved), and checked again when
   the job process starts (a directory swapped for a link while the job was queued).
+* A listed local file that is a symbolic link out of the source's directory fails the job
+  when it starts (a user error naming the file).
 * Bounded: the URL, the columns and the pattern have size limits (the request body's limit
   bounds the rest); the job's ``--max-inputs`` applies to the rows or files it lists once
   the job process has built the source.
@@ -93,6 +95,14 @@ def open_source(spec: dict, storage_options: dict | None, max_inputs: int | None
         source = sources.jsonl(parsed.url, storage_options=options)
     else:
         source = sources.files(parsed.url, pattern=parsed.pattern or "**/*", storage_options=options)
+    if "://" not in parsed.url:  # a listed file may be a link: it must stay under the url too
+        root = os.path.realpath(parsed.url)
+        for name in source.unit_columns()[0]:
+            if not _inside(os.path.realpath(name), root):
+                raise UsageError(
+                    f"inputs: {name} is a symbolic link out of {parsed.url}; this server reads only under its "
+                    "input roots: replace the link with the file"
+                )
     if max_inputs is not None and len(source) > max_inputs:
         raise UsageError(
             f"inputs: the {parsed.source} source {parsed.url} has {len(source):,} inputs, more than this "
