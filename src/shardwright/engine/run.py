@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import socket
 import sys
 import time
 import uuid
@@ -14,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import ConcurrentRunError, CorruptStateError, LeaseLostError, RunMismatchError, UsageError
 from ..format import ChunkEntry, IndexConfig
+from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
@@ -22,17 +22,14 @@ from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest, read_run_record
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
-from ..protocol.records import ShardProgress, load_progress
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .options import OptimizeOptions, fn_code, fn_name
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
-from .pool import WorkerPool
-from .progress import Tracker
-from .result import OptimizeResult, raise_for_outcome
-from .worker import ShardTask, WorkerConfig
+from .result import OptimizeResult
+from .share import run_share
 
 log = logging.getLogger("shardwright")
 
@@ -276,14 +273,14 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
 def _input_files_json(inputs: Sequence) -> dict | None:
     files = InputFiles.of(inputs)
     # the host: another node may see the same inputs as node-local copies with other mtimes
-    return {**files.to_json(), "host": socket.gethostname()} if files is not None else None
+    return {**files.to_json(), "host": host_identity()} if files is not None else None
 
 
 def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
     """A resume refuses inputs whose files changed since the run started (size or mtime):
     half the dataset would come from the old content."""
     recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-    if recorded is None or (manifest.input_files or {}).get("host") != socket.gethostname():
+    if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
         return  # stats are only comparable on the host that recorded them
     changed = recorded.first_changed(inputs, manifest.created_at)
     if changed:
@@ -319,30 +316,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
         ) from None
 
 
-def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    ids, skips = manifest.input_ids, manifest.input_skips
-    tasks = []
-    for p in progress.values():
-        if p.done:
-            continue
-        values = [inputs[i] for i in ids[p.next_input : p.end]] if ids else list(inputs[p.next_input : p.end])
-        tasks.append(
-            ShardTask(
-                p.shard,
-                p.start,
-                p.end,
-                p.next_input,
-                p.skip_outputs,
-                p.next_seq,
-                values,
-                ids[p.next_input : p.end] if ids else None,
-                skips[p.next_input : p.end] if skips else None,
-                p.records[-1].epoch if p.records else None,
-            )
-        )
-    return tasks
-
-
 def _drive(
     storage: Storage,
     manifest: Manifest,
@@ -355,33 +328,25 @@ def _drive(
     started: float,
     attempt: AttemptLog,
 ) -> OptimizeResult:
-    all_bounds = manifest.shard_bounds()
-    mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
-    if manifest.use_checkpoint and resumed:
-        progress = load_progress(storage, mine, manifest.run_id, repair=True)
-    else:
-        progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
-    tracker = Tracker(progress, options.verbose)
-    attempt.attach(manifest, tracker)
-    tasks = _tasks(progress, inputs, manifest)
-    if tasks:
-        cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank, lease)
-        workers = max(1, min(options.num_workers, len(tasks)))
-        tracker.open_bar()
+    def on_idle(current: list[int]) -> str | None:
+        # the next heartbeat publishes which input each worker is on (shardwright status)
+        lease.extra["current_inputs"] = current
+        return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
-        pool = WorkerPool(fn, cfg, workers, options.start_method)
-
-        def on_idle() -> str | None:
-            tracker.on_idle()
-            # the next heartbeat publishes which input each worker is on (shardwright status)
-            lease.extra["current_inputs"] = pool.current_inputs()
-            return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
-
-        try:
-            outcome = pool.run(tasks, tracker.on_message, on_idle)
-        finally:
-            tracker.close_bar()
-        raise_for_outcome(outcome, inputs, tracker)
+    share = run_share(
+        storage,
+        manifest,
+        fn,
+        inputs,
+        options,
+        node.rank,
+        shards_of_node(manifest.num_shards, node.rank, node.count),
+        claim_extra={"node_rank": node.rank, "num_nodes": node.count},
+        attempt=attempt,
+        on_idle=on_idle,
+        verbose=options.verbose,
+    )
+    tracker, progress = share.tracker, share.progress
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes

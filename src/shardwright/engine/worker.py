@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import socket
 import time
 import traceback
 import types
@@ -24,8 +23,9 @@ from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, short_repr
 from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
-from ..process import die_with_parent
+from ..process import die_with_parent, host_identity
 from ..protocol.claim import claim_format, read_format
+from ..protocol.claims import ClaimTicket
 from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.manifest import Manifest
@@ -66,8 +66,15 @@ class WorkerConfig:
 
     @classmethod
     def for_run(
-        cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int, lease: LeaseTicket
+        cls,
+        output_url: str,
+        options: OptimizeOptions,
+        manifest: Manifest,
+        node_rank: int,
+        lease: LeaseTicket | None = None,
     ) -> WorkerConfig:
+        """``lease``: a run-wide lease every record write checks (None: each shard's claim,
+        carried by its ShardTask, is the lease its writes are fenced by)."""
         settings = manifest.settings
         return cls(
             output_dir=output_url,
@@ -77,9 +84,9 @@ class WorkerConfig:
                 generation=manifest.generation,
                 compression=settings.compression,
                 use_checkpoint=manifest.use_checkpoint,
-                epoch=lease.epoch,
-                lease_key=lease.key,
-                lease_owner=lease.owner,
+                epoch=lease.epoch if lease is not None else 0,
+                lease_key=lease.key if lease is not None else None,
+                lease_owner=lease.owner if lease is not None else None,
             ),
             chunk_size=settings.chunk_size,
             chunk_bytes=settings.chunk_bytes,
@@ -103,6 +110,7 @@ class ShardTask:
     ids: list | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
     base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
     prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
+    claim: ClaimTicket | None = None  # the shard's claim (protocol 5): its epoch names what we write
 
     def input_id(self, position: int) -> int:
         return self.ids[position - self.next_input] if self.ids is not None else position
@@ -165,6 +173,8 @@ class ShardWriter:
         self.first_input = task.next_input
         self.failed: list[list[int]] = []  # [run-wide id, outputs committed] skipped since the last commit
         self.prev_epoch = task.prev_epoch  # the next record follows this epoch's (see protocol: fencing)
+        self.epoch = task.claim.epoch if task.claim is not None else cfg.round.epoch
+        self.claim = (task.claim.key, task.claim.owner) if task.claim is not None else None
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -196,9 +206,11 @@ class ShardWriter:
                 tuple(tuple(pair) for pair in self.failed),
                 prev_epoch=self.prev_epoch,
                 dim=dim,
+                epoch=self.epoch,
+                claim=self.claim,
             )
         )
-        self.prev_epoch = self.cfg.round.epoch
+        self.prev_epoch = self.epoch
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []
@@ -332,7 +344,7 @@ class Worker:
                 exception_type=type(exc).__name__,
                 message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
                 traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
-                host=socket.gethostname(),
+                host=host_identity(),
                 pid=os.getpid(),
                 node=self.cfg.node_rank,
                 attempts=attempts,

@@ -1,16 +1,16 @@
-"""Leases: one live owner per node share of a run, and one publisher."""
+"""Leases: one live owner per node share of a run, one per shard (its claim), and one publisher."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from ..errors import ConcurrentRunError, LeaseLostError
-from ..process import pid_alive
+from ..process import host_identity, pid_alive
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import LEASES_PREFIX, lease_key, lease_name
@@ -48,7 +48,7 @@ def dead_reason(holder: dict) -> str | None:
     ttl = min(max(number(holder, "ttl", lease_ttl()), 0.0), MAX_TTL)
     if age > ttl:
         return f"its last heartbeat was {age:.0f} s ago"
-    if holder.get("host") == socket.gethostname() and not pid_alive(int(number(holder, "pid", -1))):
+    if holder.get("host") == host_identity() and not pid_alive(int(number(holder, "pid", -1))):
         return "its process is gone"
     return None
 
@@ -87,16 +87,44 @@ def slurm_identity() -> str | None:
     return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}_{os.environ.get('SLURM_PROCID', '0')}"
 
 
+def task_identity() -> str | None:
+    """The scheduler's task this process is, if its scheduler restarts a task only after the
+    previous incarnation is gone: a Slurm array task (requeue), or a Kubernetes Indexed Job's
+    index (a pod restarted with the same index; the manifest asks for podReplacementPolicy
+    Failed). A lease held by the same task identity is then a leftover of that incarnation."""
+    slurm = slurm_identity()
+    if slurm is not None:
+        return f"slurm:{slurm}"
+    host = host_identity()
+    return host if host.startswith("k8s:") else None
+
+
+# A judge of lease holders that only the caller can see dead (a Ray task asks Ray whether the
+# holder's node or job is gone): returns why the holder is gone, or None.
+HolderJudge = Callable[[dict], "str | None"]
+
+
 class Lease:
     """A heartbeat-renewed claim on ``leases/{name}.json``, taken with conditional writes.
 
     A lease is stale (and may be taken over) when its heartbeat is older than the TTL, when
-    its holder was on this host and its pid is gone, or when it was held by this same Slurm
-    array task before a requeue (Slurm only restarts a task after killing the old one).
+    its holder was on this host and its pid is gone, when it was held by this same scheduler
+    task before a restart (Slurm requeue, a pod of the same Job index: the scheduler only
+    restarts a task after the old one is gone), or when ``judge`` says its holder is gone (a
+    Ray node that Ray reports dead). Fencing keeps a takeover safe even when that holder
+    still runs, cut off.
     """
 
-    def __init__(self, storage: Storage, name: str, what: str, extra: dict | None = None):
+    def __init__(
+        self,
+        storage: Storage,
+        name: str,
+        what: str,
+        extra: dict | None = None,
+        judge: HolderJudge | None = None,
+    ):
         self.storage = storage
+        self.judge = judge
         self.key = lease_key(name)
         self.extra = extra or {}
         self.what = what
@@ -112,9 +140,10 @@ class Lease:
         return dumps(
             {
                 "owner": self.owner,
-                "host": socket.gethostname(),
+                "host": host_identity(),
                 "pid": os.getpid(),
                 "slurm": slurm_identity(),
+                "task": task_identity(),
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
                 "epoch": self.epoch,
@@ -126,7 +155,7 @@ class Lease:
         dead = dead_reason(holder)
         if dead is not None:
             return dead
-        if holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid():
+        if holder.get("host") == host_identity() and holder.get("pid") == os.getpid():
             with _held_lock:
                 if holder.get("owner") in _held_here:
                     return None  # a live call in another thread of this process
@@ -134,6 +163,11 @@ class Lease:
         slurm = slurm_identity()
         if slurm is not None and holder.get("slurm") == slurm:
             return "it belongs to this same Slurm task before its requeue"
+        task = task_identity()
+        if task is not None and holder.get("task") == task:
+            return f"it belongs to this same task ({task}) before its restart"
+        if self.judge is not None:
+            return self.judge(holder)
         return None
 
     def _next_epoch(self, holder: dict | None) -> int:
@@ -186,6 +220,10 @@ class Lease:
                 "Wait for it to finish or stop it; a dead run's lease expires "
                 f"{number(holder, 'ttl', lease_ttl()):.0f} s after its last heartbeat"
             )
+        self.start_heartbeat()
+
+    def start_heartbeat(self) -> None:
+        """Renew the (acquired) lease every TTL/4 until released."""
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.key}", daemon=True)
         self._thread.start()
 

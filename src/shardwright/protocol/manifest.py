@@ -8,7 +8,7 @@ from ..errors import CorruptStateError
 from ..storage import Storage
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
-from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RUN_RECORD_KEY
+from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, RUN_RECORD_KEY
 from .shards import MAX_NUM_SHARDS, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
@@ -103,7 +103,8 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict, where: str) -> Manifest:
         what = "run manifest"
-        if data.get("protocol") != PROTOCOL_VERSION:
+        protocol = data.get("protocol")
+        if type(protocol) is not int or protocol not in RESUMABLE_PROTOCOLS:
             raise CorruptStateError(
                 f"{what} {where} has protocol {data.get('protocol')!r}, this shardwright writes {PROTOCOL_VERSION}; "
                 "finish the run with the shardwright version that started it, or rerun with mode='overwrite'"
@@ -125,6 +126,7 @@ class Manifest:
             input_skips=data.get("input_skips"),
             fn_code=str(data.get("fn_code") or ""),
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
+            protocol=protocol,
         ).validated(where)
 
     def validated(self, where: str) -> Manifest:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry, IndexConfig, parse_index, render_index
+from ..process import host_identity
 from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
@@ -61,7 +61,7 @@ def run_record(
         "seconds": now - manifest.created_at,
         # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
         # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
-        "published_by": socket.gethostname(),
+        "published_by": host_identity(),
         "fn_name": finisher[0] if finisher else manifest.fn_name,
         "fn_code": finisher[1] if finisher else manifest.fn_code,
     }
