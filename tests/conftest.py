@@ -1,17 +1,19 @@
 """Fixtures live in tests/support/ (s3_server, s3_bucket, s3_url, s3_storage_options, fault_proxy,
 slurm_cluster); tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
-Tests that use the S3 server or the Slurm cluster are marked ``s3`` / ``slurm`` here, from the
+Tests that use the S3 server, the Slurm cluster or the Ray cluster are marked ``s3`` / ``slurm`` /
+``ray`` here, from the
 fixtures they ask for, so ``pytest -m "not s3 and not slurm"`` is the fast local loop."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ("support.s3_fixtures", "support.slurm_fixtures")
+pytest_plugins = ("support.s3_fixtures", "support.slurm_fixtures", "support.ray_fixtures")
 
 S3_FIXTURES = {"s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_proxy"}
 SLURM_FIXTURES = {"slurm_cluster"}
+RAY_FIXTURES = {"ray_cluster"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -21,3 +23,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.s3)
         if used & SLURM_FIXTURES:
             item.add_marker(pytest.mark.slurm)
+        if used & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)

@@ -1,6 +1,7 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
+from . import cluster as _cluster  # noqa: F401  (registers the cluster executors: executor="ray")
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,

@@ -17,6 +17,7 @@ from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.layout import INDEX_KEY
 from ..protocol.lease import Lease, live_leases
 from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest, read_run_record
@@ -25,9 +26,10 @@ from ..protocol.publish import discard_run_state, finish_published, publish_if_c
 from ..protocol.shards import shards_of_node
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
+from .executors import LOCAL, ExecutorCall, get_executor
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .options import OptimizeOptions, fn_code, fn_name
-from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
+from .planning import KUBERNETES, NodeIdentity, check_inputs, check_output_dir, node_identity
 from .result import OptimizeResult
 from .share import run_share
 
@@ -56,6 +58,10 @@ def optimize(
     max_retries: int = 0,
     timeout: float | None = None,
     item_loader: object = None,
+    executor: str = "local",
+    ray_remote_args: dict | None = None,
+    failed_dir: str | os.PathLike[str] | None = None,
+    shared_output: bool = False,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -98,6 +104,17 @@ def optimize(
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+        executor: ``"local"`` (default, even when ``RAY_ADDRESS`` is set): this machine, or
+            this node of a Slurm or Kubernetes run. ``"ray"``: spread the shards over a Ray
+            cluster's nodes (connects the way ``ray.init()`` does; see docs/ray.md).
+        ray_remote_args: with ``executor="ray"``, Ray's options of each task (``num_cpus``,
+            ``num_gpus``, ``resources``, ``max_retries``, ...); each task runs
+            ``num_workers`` worker processes.
+        failed_dir: a local path or bucket URL (default ``$SHARDWRIGHT_FAILED_DIR``) that
+            collects one JSON record per failed input of this and other runs (run, node,
+            task, attempt), and a "resolved" record when a retry succeeds; best effort.
+        shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
+            multi-node Ray or Kubernetes run refuses a local path without it.
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -138,8 +155,15 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        executor=executor,
+        ray_remote_args=ray_remote_args,
+        failed_dir=failed_dir,
+        shared_output=shared_output,
     )
     inputs = check_inputs(inputs)
+    if options.engines.executor != LOCAL:
+        runner = get_executor(options.engines.executor)  # an unknown name fails before anything is written
+        return runner.run(ExecutorCall(fn, inputs, os.fspath(output_dir), options, started))
     node = node_identity(options.num_nodes, options.node_rank)
     if node.is_multi_node and not options.use_checkpoint:
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
@@ -148,18 +172,10 @@ def optimize(
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
-    request = Request(
-        mode=options.mode,
-        inputs=InputsFingerprint.of(inputs),
-        settings=options.output_settings(len(inputs)),
-        fn_name=fn_name(fn),
-        use_checkpoint=options.use_checkpoint,
-        fn_code=fn_code(fn),
-        input_files=_input_files_json(inputs),
-    )
-    storage = open_storage(output_dir, options.storage_options, create=True)
-    storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
-    check_no_links(storage)  # before the first write: never follow a link out of the output
+    request = make_request(fn, inputs, options)
+    storage = open_output(output_dir, options)
+    if node.is_multi_node and node.source == KUBERNETES:
+        check_shared_output(storage, options, f"{node.count} pods of a Kubernetes Indexed Job")
 
     lease = Lease(
         storage,
@@ -187,6 +203,39 @@ def optimize(
         raise
     finally:
         lease.release()
+
+
+def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
+    """What this call asks of the output (compared with what is there by ``decide``)."""
+    return Request(
+        mode=options.mode,
+        inputs=InputsFingerprint.of(inputs),
+        settings=options.output_settings(len(inputs)),
+        fn_name=fn_name(fn),
+        use_checkpoint=options.use_checkpoint,
+        fn_code=fn_code(fn),
+        input_files=_input_files_json(inputs),
+    )
+
+
+def open_output(output_dir: str | os.PathLike[str], options: OptimizeOptions) -> Storage:
+    storage = open_storage(output_dir, options.storage_options, create=True)
+    storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
+    check_no_links(storage)  # before the first write: never follow a link out of the output
+    return storage
+
+
+def check_shared_output(storage: Storage, options: OptimizeOptions, nodes: str) -> None:
+    """A local output_dir on several machines is a dataset split over their disks: refused
+    unless the user says every node sees the same directory."""
+    if storage.url.startswith("memory://"):
+        raise UsageError(f"output_dir {storage.url} lives in one process; {nodes} cannot share it")
+    if storage.local_path(INDEX_KEY) is not None and not options.engines.shared_output:
+        raise UsageError(
+            f"output_dir {storage.url} is a local path, and {nodes} would each write their own disk's copy; "
+            "write to a bucket URL (s3://...), or pass shared_output=True if every node mounts this same "
+            "directory (NFS, Lustre)"
+        )
 
 
 def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None:

@@ -119,7 +119,7 @@ def run_share(
             def message(msg: Any) -> None:
                 tracker.on_message(msg)
                 if isinstance(msg, Committed) and msg.record.done:
-                    claims.release(msg.record.shard)  # nobody writes a done shard again
+                    claims.release_later(msg.record.shard)  # nobody writes a done shard again
                 if on_message is not None:
                     on_message(msg)
 

@@ -10,11 +10,13 @@ shards resume on the others) without waiting for the node that held it.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 from ..storage import Storage
 from .layout import claim_name
-from .lease import HolderJudge, Lease
+from .lease import HolderJudge, Lease, lease_ttl
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,8 @@ class ClaimTicket:
 
 
 class ShardClaims:
-    """The claims this process holds on the shards of one run.
+    """The claims this process holds on the shards of one run, renewed by ONE thread (a node
+    may hold many claims), which also releases done shards off the caller's thread.
 
     ``extra`` goes into every claim file (node rank, Ray node: what ``shardwright status``
     shows of who holds which shard); ``judge`` sees holders dead that only the caller can
@@ -40,6 +43,11 @@ class ShardClaims:
         self.extra = dict(extra or {})
         self.judge = judge
         self.held: dict[int, Lease] = {}
+        self._lock = threading.Lock()
+        self._to_release: list[int] = []
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def claim(self, shard: int) -> dict | None:
         """Take ``shard``'s claim: None on success (or when already held here), else the live
@@ -50,8 +58,11 @@ class ShardClaims:
         holder = lease.try_acquire()
         if holder is not None:
             return holder
-        lease.start_heartbeat()
-        self.held[shard] = lease
+        with self._lock:
+            self.held[shard] = lease
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._renew_all, name="shard-claims", daemon=True)
+                self._thread.start()
         return None
 
     def ticket(self, shard: int) -> ClaimTicket:
@@ -60,21 +71,54 @@ class ShardClaims:
 
     def lost(self) -> str | None:
         """Why a claim of ours was taken over (its heartbeat found another owner), or None."""
-        for shard, lease in self.held.items():
+        with self._lock:
+            leases = list(self.held.items())
+        for shard, lease in leases:
             if lease.lost:
                 return f"the claim on shard {shard} was taken over by another run"
         return None
 
     def set_extra(self, key: str, value: object) -> None:
         """Published by each claim's next heartbeat (e.g. the input its worker is on)."""
-        for lease in self.held.values():
-            lease.extra[key] = value
+        with self._lock:
+            for lease in self.held.values():
+                lease.extra[key] = value
+
+    def release_later(self, shard: int) -> None:
+        """Release ``shard``'s claim from the renewing thread (its shard is done): the caller,
+        a pool's message loop, must not wait for storage."""
+        with self._lock:
+            self._to_release.append(shard)
+        self._wake.set()
 
     def release(self, shard: int) -> None:
-        lease = self.held.pop(shard, None)
+        with self._lock:
+            lease = self.held.pop(shard, None)
         if lease is not None:
             lease.release()
 
     def release_all(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
         for shard in list(self.held):
             self.release(shard)
+
+    def _renew_all(self) -> None:
+        interval = max(0.5, lease_ttl() / 4)
+        next_beat = time.monotonic() + interval
+        while not self._closed:
+            self._wake.wait(max(0.0, next_beat - time.monotonic()))
+            self._wake.clear()
+            with self._lock:
+                done, self._to_release = self._to_release, []
+            for shard in done:
+                self.release(shard)
+            if self._closed or time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + interval
+            with self._lock:
+                leases = list(self.held.values())
+            for lease in leases:
+                lease.renew()  # sets lease.lost when another run took it: lost() reports it

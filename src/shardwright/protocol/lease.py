@@ -242,19 +242,27 @@ class Lease:
     def _heartbeat(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
         while not self._stop.wait(interval):
-            try:
-                with self._renew_lock:
-                    renewed = self._version is not None and self.storage.replace_if_version(
-                        self.key, self._body(), self._version
-                    )
-                    if renewed:
-                        self._version = self._current_version()
-                        renewed = self._version is not None
-            except Exception:  # a flaky network must not kill the run; the next beat retries
-                continue
-            if not renewed:
-                self.lost = f"the lease on {self.what} was taken over by another run"
+            if not self.renew():
                 return
+
+    def renew(self) -> bool:
+        """One heartbeat: False once the lease is lost (``lost`` says why); a storage error
+        counts as renewed (a flaky network must not kill the run; the next beat retries)."""
+        if self.lost is not None:
+            return False
+        try:
+            with self._renew_lock:
+                renewed = self._version is not None and self.storage.replace_if_version(
+                    self.key, self._body(), self._version
+                )
+                if renewed:
+                    self._version = self._current_version()
+                    renewed = self._version is not None
+        except Exception:
+            return True
+        if not renewed:
+            self.lost = f"the lease on {self.what} was taken over by another run"
+        return renewed
 
     def confirm(self) -> None:
         """Renew now, or raise LeaseLostError: called right before publishing, so a run that
