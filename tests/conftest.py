@@ -1,9 +1,13 @@
 """Fixtures live in tests/support/ (s3_server, s3_bucket, s3_url, s3_storage_options, fault_proxy,
 slurm_cluster); tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
+Layout: ``tests/unit/`` is pure and in-process (no servers, no subprocess pools; ``pytest tests/unit``
+is the fast loop); ``tests/system/`` runs real processes, the S3 server, Slurm, Ray and the browser.
+Test file basenames are unique across the tree (the test directories are not packages).
+
 Tests that use the S3 server, the Slurm cluster or the Ray cluster are marked ``s3`` / ``slurm`` /
-``ray`` here, from the
-fixtures they ask for, so ``pytest -m "not s3 and not slurm"`` is the fast local loop."""
+``ray`` here, from the fixtures they ask for, so ``pytest -m "not s3 and not slurm and not ray"``
+skips those three."""
 
 from __future__ import annotations
 

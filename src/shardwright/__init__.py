@@ -1,6 +1,9 @@
 """shardwright: turn any list of inputs into a chunked, streamable dataset (litdata's format),
 exactly once, resumable after any crash."""
 
+from importlib import metadata as _metadata
+from typing import TYPE_CHECKING
+
 from . import cluster as _cluster  # noqa: F401  (registers the cluster executors: executor="ray")
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
@@ -24,12 +27,20 @@ from .errors import (
     UsageError,
     WorkerDiedError,
 )
+from .format import TokensLoader
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
+    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
+
+try:  # the installed distribution's version: one home, pyproject.toml
+    __version__ = _metadata.version("shardwright")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "optimize",
     "abandon",
+    "verify",
     "OptimizeResult",
     "StreamingDataset",
     "StreamingDataLoader",
@@ -56,7 +67,7 @@ __all__ = [
     "WorkerDiedError",
 ]
 
-_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "TokensLoader", "CombinedStreamingDataset")
+_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "CombinedStreamingDataset")
 
 
 def __getattr__(name: str) -> object:
@@ -65,4 +76,8 @@ def __getattr__(name: str) -> object:
         from . import reader
 
         return getattr(reader, name)
+    if name == "verify":
+        from .reader.verify import verify
+
+        return verify
     raise AttributeError(f"module 'shardwright' has no attribute {name!r}")

@@ -7,30 +7,31 @@ Each message names the problem and the fix in one or two sentences. Catch
 
 Every class is either a **user** error (the caller can fix it: arguments, inputs, fn, the
 output's contents) or a **system** error (the machine, the network, the storage, a dead
-worker: retrying may help). :data:`ERROR_CLASSIFICATION` says which, with the HTTP status
-the jobs API answers with; :func:`classify` looks an exception up.
+worker: retrying may help). :data:`ERROR_CLASSIFICATION` says which, and which system errors
+are transient (a new attempt may get past them); :func:`classify` looks an exception up.
 
 ::
 
     ShardwrightError
-    ├── UsageError (ValueError)                user  400  a bad argument
-    │   ├── ArgumentTypeError (TypeError)      user  400  an argument of the wrong type
-    │   ├── InputsError (TypeError)            user  400  inputs not a sequence / not picklable
-    │   ├── OutputDirError                     user  400  output_dir unusable or holds foreign files
+    ├── UsageError (ValueError)                user       a bad argument
+    │   ├── ArgumentTypeError (TypeError)      user       an argument of the wrong type
+    │   ├── InputsError (TypeError)            user       inputs not a sequence / not picklable
+    │   ├── OutputDirError                     user       output_dir unusable or holds foreign files
     │   │   └── OutputIsAFileError (NotADirectoryError)  a file where a directory must be
-    │   ├── RunMismatchError                   user  409  resume refused: inputs/settings changed
-    │   ├── DatasetExistsError                 user  409  a finished dataset is there, mode=None
-    │   └── SampleFormatError                  user  422  fn returned a sample that cannot be written
-    ├── DatasetNotFoundError (FileNotFoundError) user 404 no dataset at that location
-    │   └── IncompleteDatasetError             user  409  a run is writing it; no index.json yet
-    ├── IncompleteRunError                     user  409  merge: some shards are not finished
-    ├── ConcurrentRunError                     user  409  another live run holds the lease
-    ├── FnError                                user  422  fn raised on an input
-    ├── UnsupportedFormatError                 user  415  a litdata-only feature or a pickle leaf
-    ├── CorruptStateError                      system 500 a state file or chunk is damaged
-    ├── StorageError (OSError)                 system 503 credentials, bucket, network, disk full
-    ├── WorkerDiedError                        system 500 a worker died (OOM killer, segfault)
-    └── LeaseLostError                         system 409 another run took this run's lease
+    │   ├── RunMismatchError                   user       resume refused: inputs/settings changed
+    │   ├── DatasetExistsError                 user       a finished dataset is there, mode=None
+    │   ├── SampleFormatError                  user       fn returned a sample that cannot be written
+    │   └── ResumeStateError                   user       a loader state of another dataset, or damaged
+    ├── DatasetNotFoundError (FileNotFoundError) user      no dataset at that location
+    │   └── IncompleteDatasetError             user       a run is writing it; no index.json yet
+    ├── IncompleteRunError                     user       merge: some shards are not finished
+    ├── ConcurrentRunError                     user       another live run holds the lease
+    ├── FnError                                user       fn raised on an input
+    ├── UnsupportedFormatError                 user       a litdata-only feature or a pickle leaf
+    ├── CorruptStateError                      system    a state file or chunk is damaged
+    ├── StorageError (OSError)                 system, transient  credentials, bucket, network, disk full
+    ├── WorkerDiedError                        system, transient  a worker died (OOM killer, segfault)
+    └── LeaseLostError                         system, transient  another run took this run's lease
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ class DatasetExistsError(UsageError):
 
 class SampleFormatError(UsageError):
     """A sample cannot be written: structure/leaf types differ from the first sample, int overflow, ..."""
+
+
+class ResumeStateError(UsageError):
+    """A loader state cannot be applied: another dataset, other order options, or damaged."""
 
 
 class DatasetNotFoundError(ShardwrightError, FileNotFoundError):
@@ -139,40 +144,57 @@ class LeaseLostError(ShardwrightError):
 @dataclass(frozen=True)
 class ErrorClass:
     kind: str  # "user" or "system"
-    http_status: int
+    transient: bool = False  # a system error a new attempt may get past (the jobs service retries it)
 
 
-#: The one place that says whether an error is the caller's to fix, and its HTTP status.
+_USER = ErrorClass("user")
+_SYSTEM = ErrorClass("system")
+_TRANSIENT = ErrorClass("system", transient=True)
+
+#: The one place that says whether an error is the caller's to fix, and whether a new attempt may
+#: succeed (the HTTP status the jobs API answers with is the service's: shardwright.service.classify).
 ERROR_CLASSIFICATION: dict[type[ShardwrightError], ErrorClass] = {
-    ArgumentTypeError: ErrorClass("user", 400),
-    InputsError: ErrorClass("user", 400),
-    OutputIsAFileError: ErrorClass("user", 400),
-    OutputDirError: ErrorClass("user", 400),
-    RunMismatchError: ErrorClass("user", 409),
-    DatasetExistsError: ErrorClass("user", 409),
-    SampleFormatError: ErrorClass("user", 422),
-    UsageError: ErrorClass("user", 400),
-    IncompleteDatasetError: ErrorClass("user", 409),
-    DatasetNotFoundError: ErrorClass("user", 404),
-    IncompleteRunError: ErrorClass("user", 409),
-    ConcurrentRunError: ErrorClass("user", 409),
-    FnError: ErrorClass("user", 422),
-    UnsupportedFormatError: ErrorClass("user", 415),
-    CorruptStateError: ErrorClass("system", 500),
-    StorageError: ErrorClass("system", 503),
-    WorkerDiedError: ErrorClass("system", 500),
-    LeaseLostError: ErrorClass("system", 409),
-    ShardwrightError: ErrorClass("system", 500),
+    ArgumentTypeError: _USER,
+    InputsError: _USER,
+    OutputIsAFileError: _USER,
+    OutputDirError: _USER,
+    RunMismatchError: _USER,
+    DatasetExistsError: _USER,
+    SampleFormatError: _USER,
+    UsageError: _USER,
+    IncompleteDatasetError: _USER,
+    DatasetNotFoundError: _USER,
+    IncompleteRunError: _USER,
+    ConcurrentRunError: _USER,
+    FnError: _USER,
+    UnsupportedFormatError: _USER,
+    CorruptStateError: _SYSTEM,
+    StorageError: _TRANSIENT,  # unreachable, throttled, a network blip
+    WorkerDiedError: _TRANSIENT,  # a worker killed (the OOM killer, a node's hiccup)
+    LeaseLostError: _TRANSIENT,  # paused too long, another took over: resume
+    ShardwrightError: _SYSTEM,
 }
 
 
-def classify(exc: BaseException) -> ErrorClass:
-    """The classification of ``exc``: its nearest class in :data:`ERROR_CLASSIFICATION`;
-    anything that is not a ShardwrightError is a system error (500)."""
-    for cls in type(exc).__mro__:
-        if cls in ERROR_CLASSIFICATION:
-            return ERROR_CLASSIFICATION[cls]
-    return ErrorClass("system", 500)
+def classify(exc: BaseException | type[BaseException]) -> ErrorClass:
+    """The classification of an exception (or its class): its nearest class in
+    :data:`ERROR_CLASSIFICATION`; anything that is not a ShardwrightError is a system error that
+    a retry would not fix (a bug)."""
+    cls = exc if isinstance(exc, type) else type(exc)
+    for base in cls.__mro__:
+        if base in ERROR_CLASSIFICATION:
+            return ERROR_CLASSIFICATION[base]
+    return _SYSTEM
+
+
+def require_bool(name: str, value: object, *, optional: bool = False) -> bool | None:
+    """``value`` when it is True or False (or None when ``optional``); ArgumentTypeError naming
+    ``name`` otherwise: the string "false" is truthy, so a lenient ``bool(value)`` would
+    silently turn it into True."""
+    if isinstance(value, bool) or (optional and value is None):
+        return value
+    allowed = "True, False or None" if optional else "True or False"
+    raise ArgumentTypeError(f"{name} must be {allowed}; got {short_repr(value)} ({type(value).__name__})")
 
 
 def short_repr(value: object, limit: int = 80) -> str:

@@ -8,6 +8,8 @@ It sits between boto3 and the test S3 server and, per request, can:
                 the nastiest case, because the client cannot know the write happened
 * ``truncate``  forward, then cut the response after N body bytes (random N by default) and close
 * ``hang``      read the request and never answer (until ``hang_seconds`` or the proxy stops)
+* ``corrupt_body`` flip one bit in the middle of the request body, then forward it (an upload
+                damaged in flight: only forced through ``next_faults``)
 * ``latency``   add a delay before every request
 
 Probabilities (``p_503``, ``p_reset``, ``p_truncate``, ``p_hang``; ``p_reset`` is split evenly
@@ -35,7 +37,7 @@ import sys
 import threading
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-FAULTS = ("503", "reset", "reset_after", "truncate", "hang")
+FAULTS = ("503", "reset", "reset_after", "truncate", "hang", "corrupt_body")
 
 _SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -316,6 +318,9 @@ class FaultProxy:
             if fault == "hang":
                 self._stop.wait(self.hang_seconds)
                 return
+
+            if fault == "corrupt_body" and len(body) > 64:
+                body[len(body) // 2] ^= 0x01  # one bit flipped in flight, in the middle of the payload
 
             headers = [(k, v) for k, v in headers if k.lower() not in ("connection", "keep-alive")]
             headers.append(("Connection", "close"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from pydantic import BaseModel, Field
@@ -16,6 +17,10 @@ class SquareConfig(BaseModel):
     fail_on: int | None = Field(None, description="raise on this input (a user error)...")
     unless_exists: str | None = Field(None, description="...unless this file exists (the fix)")
     pid_dir: str | None = Field(None, description="each worker writes its pid here (so tests can kill one)")
+    kill_runner_on: int | None = Field(
+        None, description="SIGKILL the job process on this input (the OOM killer's way)..."
+    )
+    once_marker: str | None = Field(None, description="...once: only while this file does not exist (created then)")
 
 
 def square(i: int, config: SquareConfig):
@@ -27,6 +32,9 @@ def square(i: int, config: SquareConfig):
                 f.write(str(i))
     if config.sleep:
         time.sleep(config.sleep)
+    if config.kill_runner_on == i and config.once_marker and not os.path.exists(config.once_marker):
+        open(config.once_marker, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)  # the worker's parent: the job process, dead without a word
     if config.fail_on == i and not (config.unless_exists and os.path.exists(config.unless_exists)):
         raise ValueError(f"input {i} is bad (test failure)")
     return {"i": i, "sq": i * i * config.factor}

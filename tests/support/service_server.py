@@ -27,9 +27,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, root: Path, *args: str, token: str | None = TOKEN, env: dict | None = None):
+    def __init__(
+        self, root: Path, *args: str, token: str | None = TOKEN, env: dict | None = None, default_db: bool = False
+    ):
         self.root = root
-        self.db = root / "state" / "jobs.db"
+        self.db: Path | None = None if default_db else root / "state" / "jobs.db"  # None: serve's default
         self.port = free_port()
         self.args = list(args)
         self.token = token
@@ -62,8 +64,7 @@ class Server:
                     "serve",
                     "--pipelines",
                     "support.service_pipelines",
-                    "--db",
-                    str(self.db),
+                    *(["--db", str(self.db)] if self.db else []),
                     "--port",
                     str(self.port),
                     *self.args,

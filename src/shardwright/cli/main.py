@@ -18,11 +18,13 @@ from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
-from ..protocol.status import RunStatus, merge, read_status, stop_reason
+from ..protocol.publish import merge
+from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .runs import list_runs
 from .slurm import add_slurm_command
+from .verify import add_verify_command
 
 
 def parse_storage_options(text: str | None) -> dict | None:
@@ -91,7 +93,7 @@ def print_status(report: RunStatus) -> None:
         for lease in report.leases:
             print(
                 f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
-                f"{lease.heartbeat_age_s} s ago ({'live' if lease.live else 'stale'})"
+                f"{_ago(lease.heartbeat_age_s)} ({'live' if lease.live else 'stale'})"
             )
             if lease.live and lease.current_inputs:
                 on = ", ".join(
@@ -114,6 +116,13 @@ def print_status(report: RunStatus) -> None:
             )
     if report.failed_records:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
+
+
+def _ago(seconds: float) -> str:
+    """ "12.5 s ago", or for a time ahead of this clock (clock skew, a hand edit) "in the future"."""
+    if seconds < 0:
+        return f"{-seconds:,.1f} s in the future (a clock ahead of this one, or a hand edit)"
+    return f"{seconds:,.1f} s ago"
 
 
 def print_history(attempts: list[Attempt], as_json: bool) -> None:
@@ -154,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("output_dir")
     history.add_argument("--json", action="store_true", help="print the attempts as JSON")
     history.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    add_verify_command(sub)
     add_slurm_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
 
@@ -173,6 +183,19 @@ def existing_storage(output_dir: str, storage_options: dict | None):
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``shardwright`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `shardwright status DIR | head`: the reader went away; that is not an error. Point
+        # stdout at /dev/null so that the interpreter's final flush does not complain either.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "status":
@@ -197,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
         if args.command == "runs":
-            return list_runs(args.root, parse_storage_options(args.storage_options), args.json)
+            options = parse_storage_options(args.storage_options)
+            existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands
+            return list_runs(args.root, options, args.json)
         if args.command == "history":
             attempts = read_history(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
             print_history(attempts, args.json)

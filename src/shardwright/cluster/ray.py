@@ -42,7 +42,7 @@ from ..engine.run import check_shared_output, make_request, open_output, open_ru
 from ..engine.share import run_share
 from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
 from ..process import HOST_ID_VAR, host_identity
-from ..protocol.lease import Lease, lease_ttl
+from ..protocol.lease import Lease, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.publish import publish_if_complete
 from ..protocol.records import load_progress
@@ -367,8 +367,8 @@ class RayJudge:
         except Exception:
             self.dead_jobs = set()
 
-    def __call__(self, holder: dict) -> str | None:
-        node, job = holder.get("ray_node"), holder.get("ray_job")
+    def __call__(self, holder: LeaseHolder) -> str | None:
+        node, job = holder.ray_node, holder.ray_job
         if not node and not job:
             return None
         self._refresh()

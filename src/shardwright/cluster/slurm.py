@@ -384,3 +384,73 @@ def cluster_max_array_size(env: dict | None = None) -> int | None:
         return None
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.M)
     return int(match.group(1)) if match else None
+
+
+# --- following submitted jobs ---------------------------------------------------------------------
+
+
+class SlurmUnavailable(Exception):
+    """Slurm could not be asked (controller down, command failed): ask again later."""
+
+
+def _ask(argv: list[str], env: dict | None) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def find_jobs_by_name(name: str, env: dict | None = None) -> list[str]:
+    """Array job ids Slurm knows under ``name`` (pending, running or recently ended)."""
+    r = _ask(["squeue", "-h", "-t", "all", "--name", name, "-o", "%F"], env)
+    if r is None or r.returncode != 0:
+        raise SlurmUnavailable(f"squeue --name {name}: {r.stderr.strip() if r else 'no answer'}")
+    return sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
+
+
+def expand_task_ids(spec: str) -> list[str]:
+    """ArrayTaskId '0-3%2' / '1,4' -> ['0','1','2','3'] / ['1','4']."""
+    out: list[str] = []
+    for part in spec.split("%")[0].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::\d+)?", part)
+        if m:
+            first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+            out += [str(i) for i in range(first, min(last, first + 1_000_000) + 1)]
+    return out
+
+
+def task_states(job_ids: list[str], env: dict | None = None) -> dict[str, str] | None:
+    """{"JOB_TASK": STATE} of every task of the submissions (``scontrol``, then ``sacct`` once the
+    job left the controller's memory), or None if Slurm does not know them any more (purged, no
+    accounting). Raises SlurmUnavailable when Slurm cannot answer now."""
+    states: dict[str, str] = {}
+    for job_id in job_ids:
+        r = _ask(["scontrol", "-o", "show", "job", job_id], env)
+        if r is None:
+            raise SlurmUnavailable("scontrol did not answer")
+        if r.returncode != 0 and "invalid job id" not in r.stderr.lower():
+            raise SlurmUnavailable(f"scontrol show job {job_id}: {r.stderr.strip()}")
+        if r.returncode == 0 and r.stdout.strip():
+            for line in r.stdout.splitlines():
+                state = re.search(r"\bJobState=(\S+)", line)
+                task = re.search(r"\bArrayTaskId=(\S+)", line)
+                if state:
+                    for t in expand_task_ids(task.group(1)) if task else ["-"]:
+                        states[f"{job_id}_{t}"] = state.group(1)
+            continue
+        r = _ask(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"], env)
+        rows = [line.split("|") for line in (r.stdout.splitlines() if r is not None and r.returncode == 0 else [])]
+        rows = [row for row in rows if len(row) == 2 and row[1].strip()]
+        if not rows:
+            return None
+        for jid, state in rows:
+            states[jid] = state.split()[0]
+    return states
+
+
+def cancel_jobs(job_ids: list[str], env: dict | None = None) -> None:
+    """scancel: Slurm sends SIGTERM; optimize() commits what is done and stops."""
+    for job_id in job_ids:
+        r = _ask(["scancel", job_id], env)
+        if r is None or r.returncode != 0:
+            raise SlurmUnavailable(f"scancel {job_id} failed: {r.stderr.strip() if r else 'scancel not found'}")

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ArgumentTypeError, UsageError
+from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
-from ..protocol.shards import MAX_NUM_SHARDS, default_num_shards
+from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
+from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
 MODES = (None, "overwrite", "append")
@@ -85,9 +86,7 @@ def _optional_int(name: str, value: object) -> int | None:
 
 
 def _require_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
-    return value
+    return bool(require_bool(name, value))
 
 
 def _require_choice(name: str, value: object, choices: tuple) -> Any:
@@ -95,29 +94,6 @@ def _require_choice(name: str, value: object, choices: tuple) -> Any:
         listed = ", ".join(repr(c) for c in choices)
         raise UsageError(f"{name} must be one of {listed}; got {value!r}")
     return value
-
-
-# fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
-_FSSPEC_NAMES = {
-    "key": "aws_access_key_id",
-    "secret": "aws_secret_access_key",
-    "token": "aws_session_token",
-    "client_kwargs": "its contents (endpoint_url, region_name) at the top level",
-    "anon": "no credentials at all",
-    "endpoint": "endpoint_url",
-    "region": "region_name",
-}
-
-
-def check_storage_option_names(storage_options: dict) -> None:
-    """Refuse fsspec-style keys (a silent ignore would connect with other credentials)."""
-    wrong = [k for k in storage_options if k in _FSSPEC_NAMES]
-    if wrong:
-        fixes = "; ".join(f"{k!r} -> {_FSSPEC_NAMES[k]}" for k in wrong)
-        raise UsageError(
-            f"storage_options uses fsspec/s3fs names ({', '.join(repr(k) for k in wrong)}); shardwright passes "
-            f"them to boto3's client, which names them differently: {fixes}"
-        )
 
 
 def _require_timeout(value: object) -> float | None:
@@ -128,6 +104,41 @@ def _require_timeout(value: object) -> float | None:
     if not 0 < value < 10**7:
         raise UsageError(f"timeout must be a positive number of seconds (per input); got {value!r}")
     return float(value)
+
+
+MAX_JOB_WORKERS = 256  # the most worker processes one job of the jobs service may ask for
+MAX_JOB_RETRIES = 100
+MAX_TIMEOUT = 10**7  # seconds
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One optimize() keyword argument that callers outside Python may set (the jobs API and CLI)."""
+
+    name: str
+    kind: str  # "int" | "float" | "bool" | "choice" | "size" (an int of bytes or a string like "64MB")
+    help: str
+    default: object = None  # None: optimize()'s own default applies
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple = ()
+
+
+#: The one list of optimize() options a job of the service (and ``shardwright jobs submit``) may
+#: set; the API model ``JobOptions`` and the CLI's flags are generated from it. Adding an option
+#: to optimize() for jobs is adding one row here (OptimizeOptions.validate still checks it).
+JOB_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("chunk_size", "int", "items per chunk", minimum=1),
+    OptionSpec("chunk_bytes", "size", f"bytes per chunk, an int or e.g. '64MB' (default {DEFAULT_CHUNK_BYTES})"),
+    OptionSpec("compression", "choice", "compress chunks", choices=tuple(c for c in COMPRESSIONS if c)),
+    OptionSpec("num_workers", "int", "worker processes (default: the CPUs)", minimum=1, maximum=MAX_JOB_WORKERS),
+    OptionSpec("mode", "choice", "what to do with an existing dataset", choices=tuple(m for m in MODES if m)),
+    OptionSpec("num_shards", "int", "logical shards of the run", minimum=1, maximum=MAX_NUM_SHARDS),
+    OptionSpec("on_error", "choice", "when fn raises: stop, or skip the input", default="raise", choices=ON_ERROR),
+    OptionSpec("max_retries", "int", "per-input retries of fn inside one attempt", 0, 0, MAX_JOB_RETRIES),
+    OptionSpec("start_method", "choice", "how worker processes start", choices=START_METHODS),
+    OptionSpec("timeout", "float", "seconds fn may spend on one input", minimum=0.001, maximum=MAX_TIMEOUT),
+)
 
 
 @dataclass(frozen=True)
@@ -242,7 +253,7 @@ class OptimizeOptions:
     def output_settings(self, num_inputs: int) -> OutputSettings:
         shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
         return OutputSettings(
-            self.chunk_size, self.chunk_bytes, self.compression, min(shards, max(1, num_inputs)), self.item_loader
+            self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )
 
 

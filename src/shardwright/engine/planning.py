@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ArgumentTypeError, InputsError, OutputDirError, UsageError
+from ..storage import Location, parse_location
 
 
 def check_inputs(inputs: object) -> Sequence:
@@ -28,9 +29,11 @@ def check_inputs(inputs: object) -> Sequence:
     return inputs
 
 
-def check_output_dir(output_dir: object) -> None:
-    """Typos that would silently write somewhere else: "" (the current directory) and a
-    mistyped S3 URL ("s3:/bucket" is a valid local path: a folder named "s3:")."""
+def check_output_dir(output_dir: object) -> Location:
+    """The writer's check of ``output_dir``, before anything is created: a str or path that
+    :func:`~shardwright.storage.parse_location` accepts (so "" and a mistyped URL such as
+    "s3:/bucket", a valid local folder named "s3:", never write somewhere else), with its
+    scheme spelled as written in the dataset's records (lower case)."""
     if isinstance(output_dir, os.PathLike):
         output_dir = os.fspath(output_dir)
     if not isinstance(output_dir, str):
@@ -38,15 +41,12 @@ def check_output_dir(output_dir: object) -> None:
             f"output_dir must be a str or a path (a local directory or 's3://bucket/prefix'); got "
             f"{type(output_dir).__name__}"
         )
-    if not output_dir.strip():
-        raise OutputDirError("output_dir is empty; pass a directory (e.g. 'out/') or 's3://bucket/prefix'")
-    lowered = output_dir.lower()
-    if lowered.startswith(("s3:", "s3a:", "s3n:")) and not output_dir.startswith("s3://"):
-        rest = output_dir.split(":", 1)[1].lstrip("/")
+    location = parse_location(output_dir)
+    if not location.is_local and not output_dir.startswith(f"{location.scheme}://"):
         raise OutputDirError(
-            f"output_dir {output_dir!r} looks like a mistyped S3 URL (it would create a local folder named "
-            f"{output_dir.split('/', 1)[0]!r}); write it as 's3://{rest}'"
+            f"output_dir {output_dir!r} spells its URL scheme in capitals; write it as {location.url!r}"
         )
+    return location
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,28 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from ..errors import ConcurrentRunError, CorruptStateError, LeaseLostError, RunMismatchError, UsageError
+from ..errors import (
+    ConcurrentRunError,
+    CorruptStateError,
+    IncompleteRunError,
+    LeaseLostError,
+    RunMismatchError,
+    UsageError,
+)
 from ..format import ChunkEntry, IndexConfig
 from ..process import host_identity
 from ..protocol.claim import claim_format
-from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide, start_over_hint
+from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
-from ..protocol.layout import INDEX_KEY
+from ..protocol.hints import start_over_hint
+from ..protocol.layout import INDEX_KEY, lease_key
 from ..protocol.lease import Lease, live_leases
 from ..protocol.links import check_no_links
-from ..protocol.manifest import Manifest, create_manifest, read_run_record
+from ..protocol.manifest import Manifest, create_manifest
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
-from ..protocol.shards import shards_of_node
+from ..protocol.run_record import read_run_record
+from ..protocol.shards import clamp_num_shards, shards_of_node
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .executors import LOCAL, ExecutorCall, get_executor
@@ -190,7 +199,16 @@ def optimize(
         opened = open_run(storage, request)
         if opened is None:
             attempt.close("noop")
-            return OptimizeResult(storage.url, 0, 0, 0, time.monotonic() - started, True, True, len(inputs))
+            return OptimizeResult(
+                output_dir=storage.url,
+                items=0,
+                chunks=0,
+                bytes=0,
+                seconds=time.monotonic() - started,
+                resumed=True,
+                published=True,
+                inputs=len(inputs),
+            )
         manifest, resumed = opened
         if resumed:
             _check_input_files(manifest, inputs, storage.url)
@@ -282,7 +300,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         generation=plan.generation,
         mode=plan.manifest_mode,
         num_inputs=count,
-        num_shards=max(1, min(request.settings.num_shards, count)),
+        num_shards=clamp_num_shards(request.settings.num_shards, count),
         inputs=request.inputs.to_json(),
         input_ids=list(plan.input_ids) if plan.input_ids is not None else None,
         input_skips=list(plan.input_skips) if plan.input_skips is not None else None,
@@ -310,10 +328,10 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
 def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> None:
     """Live nodes with another num_nodes would own overlapping shards: refuse, never race."""
     for _name, holder in live_leases(storage):
-        if holder.get("owner") != lease.owner and holder.get("num_nodes", node.count) != node.count:
+        if holder.owner != lease.owner and holder.num_nodes is not None and holder.num_nodes != node.count:
             raise ConcurrentRunError(
-                f"node {holder.get('node_rank')} of {holder.get('num_nodes')} (host {holder.get('host')}, "
-                f"pid {holder.get('pid')}) is running on {storage.url}, and this call is node {node.rank} of "
+                f"node {holder.node_rank} of {holder.num_nodes} (host {holder.host}, "
+                f"pid {holder.pid}) is running on {storage.url}, and this call is node {node.rank} of "
                 f"{node.count}: every node of a run must use the same number of nodes ({node.origin}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
@@ -335,7 +353,7 @@ def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
     if changed:
         raise RunMismatchError(
             f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-            f"Restore the file to resume, {start_over_hint(manifest, url)}"
+            f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
         )
 
 
@@ -345,7 +363,7 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
         last = read_run_record(storage)
     except CorruptStateError:
         return
-    if last and last.get("run_id") == manifest.run_id and manifest.num_inputs and last.get("items_added") == 0:
+    if last and last.run_id == manifest.run_id and manifest.num_inputs and last.items_added == 0:
         log.warning(
             "fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
             "`return`? Fix it and rerun (the changed fn is detected)",
@@ -414,6 +432,10 @@ def _drive(
         failed=sum(len(p.failed) for p in progress.values()),
         pending_shards=missing,
     )
+    if not published and not node.is_multi_node:
+        # One node runs every shard: nobody else will publish. Returning would look like
+        # success with no dataset (e.g. records listed under another key than written).
+        raise IncompleteRunError(_unpublished_message(storage, missing), missing_shards=missing)
     if missing and node.variables:
         # a leftover export makes a single-node run one node of several: say where it came from
         log.warning(
@@ -427,3 +449,20 @@ def _drive(
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result
+
+
+def _unpublished_message(storage: Storage, missing: list[int]) -> str:
+    """Why a single-node run that ran every shard could not publish, and what to do."""
+    if missing:
+        shown = ", ".join(str(s) for s in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        return (
+            f"the run finished its inputs but {storage.url} still lacks the records of {len(missing)} shard(s) "
+            f"({shown}), so index.json was not published: the storage does not list what was written. "
+            f"Rerun the same call to redo them, or run `shardwright status {storage.url}`"
+        )
+    holders = [h.describe(lease_key(n), storage.url) for n, h in live_leases(storage, "publish")]
+    who = f" (held by {holders[0]})" if holders else ""
+    return (
+        f"the run finished every shard but could not publish {storage.url}/index.json: another process holds "
+        f"the publish lease{who}. Rerun the same call once it is gone, or run `shardwright merge {storage.url}`"
+    )

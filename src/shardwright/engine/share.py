@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ConcurrentRunError
 from ..protocol.claims import ShardClaims
-from ..protocol.layout import claim_name, lease_key
-from ..protocol.lease import HolderJudge, describe_holder
+from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
+from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
@@ -32,7 +32,7 @@ class ShareOutcome:
 
     tracker: Tracker
     progress: dict[int, ShardProgress]
-    busy: dict[int, dict] = field(default_factory=dict)
+    busy: dict[int, LeaseHolder] = field(default_factory=dict)
 
 
 def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
@@ -77,44 +77,55 @@ def run_share(
     on_idle: Callable[[list[int]], str | None] | None = None,
     verbose: bool = False,
 ) -> ShareOutcome:
-    """Claim ``shards``, resume each from its committed records, run the unfinished ones on
-    ``options.num_workers`` processes and release each claim once its shard is done.
+    """Run ``shards`` on ``options.num_workers`` processes: each shard is claimed just before
+    a worker can take it (so a node holds a few claims, not one per shard of its share),
+    resumed from the records read after claiming, and released once it is done.
 
-    ``require_all``: a shard claimed by another live process is a ConcurrentRunError (raised
-    before anything is written); otherwise it is skipped and reported in ``busy``.
-    ``on_message`` sees every worker message after the tracker; ``on_idle`` (with the input
-    each worker is on) is called ten times a second and stops the pool with its reason.
+    ``require_all``: a shard claimed by another live process is a ConcurrentRunError (checked
+    before anything is written, and again when the shard is claimed); otherwise it is
+    skipped and reported in ``busy``. ``on_message`` sees every worker message after the
+    tracker; ``on_idle`` (with the input each worker is on) is called ten times a second and
+    stops the pool with its reason.
     """
+    bounds = manifest.shard_bounds()
+    mine = {s: bounds[s] for s in shards}
+    if manifest.use_checkpoint:
+        # a look without claims: the bar's start, and which shards are left at all
+        progress = load_progress(storage, mine, manifest.run_id)
+    else:
+        progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
+    if require_all:
+        refuse_live_claims(storage, [s for s, p in progress.items() if not p.done])
     claims = ShardClaims(storage, claim_extra, judge)
-    busy: dict[int, dict] = {}
-    try:
-        for shard in shards:
+    busy: dict[int, LeaseHolder] = {}
+    tracker = Tracker(progress, verbose)
+    if attempt is not None:
+        attempt.attach(manifest, tracker)
+    waiting = [s for s, p in progress.items() if not p.done]
+
+    def next_task() -> ShardTask | None:
+        while waiting:
+            shard = waiting.pop(0)
             holder = claims.claim(shard)
             if holder is not None:
-                busy[shard] = holder
                 if require_all:
-                    raise ConcurrentRunError(
-                        f"another run is already writing shard {shard} of {storage.url} "
-                        f"({describe_holder(holder, lease_key(claim_name(shard)), storage.url)}); two runs must not "
-                        "interleave. Wait for it to finish or stop it; a dead run's claim expires one lease TTL "
-                        "after its last heartbeat"
-                    )
-        bounds = manifest.shard_bounds()
-        mine = {s: bounds[s] for s in shards if s in claims.held}
-        if manifest.use_checkpoint:
-            progress = load_progress(storage, mine, manifest.run_id, repair=True)
-        else:
-            progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
-        for shard, p in progress.items():
-            if p.done:
+                    raise ConcurrentRunError(busy_message(storage, shard, holder))
+                busy[shard] = holder
+                continue
+            if manifest.use_checkpoint:  # read after claiming: nobody else writes it now
+                fresh = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)[shard]
+                tracker.progress[shard] = fresh
+            if tracker.progress[shard].done:
                 claims.release(shard)
-        tracker = Tracker(progress, verbose)
-        if attempt is not None:
-            attempt.attach(manifest, tracker)
-        tasks = [replace(t, claim=claims.ticket(t.shard)) for t in shard_tasks(progress, inputs, manifest)]
-        if tasks:
+                continue
+            task = shard_tasks({shard: tracker.progress[shard]}, inputs, manifest)[0]
+            return replace(task, claim=claims.ticket(shard))
+        return None
+
+    try:
+        if waiting:
             cfg = WorkerConfig.for_run(storage.url, options, manifest, node_rank)
-            pool = WorkerPool(fn, cfg, max(1, min(options.num_workers, len(tasks))), options.start_method)
+            pool = WorkerPool(fn, cfg, max(1, min(options.num_workers, len(waiting))), options.start_method)
 
             def message(msg: Any) -> None:
                 tracker.on_message(msg)
@@ -131,10 +142,28 @@ def run_share(
 
             tracker.open_bar()
             try:
-                outcome = pool.run(tasks, message, idle)
+                outcome = pool.run([], message, idle, feed=next_task)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)
         return ShareOutcome(tracker, progress, busy)
     finally:
         claims.release_all()
+
+
+def busy_message(storage: Storage, shard: int, holder: LeaseHolder) -> str:
+    return (
+        f"another run is already writing shard {shard} of {storage.url} "
+        f"({holder.describe(lease_key(claim_name(shard)), storage.url)}); two runs must not interleave. "
+        "Wait for it to finish or stop it; a dead run's claim expires one lease TTL after its last heartbeat"
+    )
+
+
+def refuse_live_claims(storage: Storage, shards: list[int]) -> None:
+    """ConcurrentRunError before anything is written when another live process (another
+    executor's task, a run with another node count) holds a claim on one of ``shards``."""
+    wanted = set(shards)
+    for name, holder in read_leases(storage, CLAIM_PREFIX):
+        shard = claimed_shard(name)
+        if shard in wanted and stale_reason(holder) is None:
+            raise ConcurrentRunError(busy_message(storage, shard, holder))

@@ -4,6 +4,10 @@ Pure functions only (no processes, no file I/O), so every byte can be unit-teste
 imported lazily: only when a leaf is a torch tensor (then it is already imported) or when a
 tensor leaf has to be decoded.
 
+Modules: ``pytree`` (sample <-> leaves + data_spec), ``sample`` (leaf formats, item bytes),
+``decode`` (many items of one dataset), ``chunk`` (chunk bytes, zstd), ``index`` (index.json),
+``tokens`` (TokensLoader datasets), ``safe_pickle`` (plain-data pickles of untrusted data).
+
 Byte layout (all integers little-endian unless said otherwise)
 ----------------------------------------------------------------
 Sample -> leaves. A sample is flattened like a torch pytree: ``dict``, ``OrderedDict``, ``list``
@@ -71,20 +75,28 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   keys may come in another order and are stored in the first sample's order.
 """
 
+from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .pytree import flatten_sample, parse_spec, unflatten_sample
 from .safe_pickle import load_data_only_pickle
-from .sample import ItemEncoder, decode_plan, flatten_sample, leaf_format, parse_spec, unflatten_sample
-from .tokens import TOKENS_LOADER, TokenEncoder, is_tokens_loader
+from .sample import ItemEncoder, decode_plan, leaf_format
+from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
 __all__ = [
+    "CHECKSUM_ALGORITHM",
     "TOKENS_LOADER",
+    "ChecksumMismatch",
     "ChunkEntry",
     "IndexConfig",
     "ItemEncoder",
     "TokenEncoder",
+    "TokensLoader",
     "build_chunk",
+    "can_check",
+    "check_checksum",
+    "chunk_checksum",
     "chunk_item",
     "chunk_num_items",
     "compress",

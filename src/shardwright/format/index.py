@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
-from .sample import parse_spec
+from .checksum import parse_checksum
+from .pytree import parse_spec
 
 # --- index.json -------------------------------------------------------------------------------
 
@@ -20,14 +21,18 @@ class ChunkEntry:
     chunk_size: int  # items in the chunk
     chunk_bytes: int  # size of the uncompressed chunk
     dim: int | None = None
+    checksum: str | None = None  # "<algorithm>:<hex>" of the bytes as stored (format.checksum)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        entry: dict[str, Any] = {
             "chunk_bytes": self.chunk_bytes,
             "chunk_size": self.chunk_size,
             "dim": self.dim,
             "filename": self.filename,
         }
+        if self.checksum is not None:  # an extra field: litdata's readers ignore it
+            entry["checksum"] = self.checksum
+        return entry
 
     @classmethod
     def from_json(cls, data: Any) -> ChunkEntry:
@@ -45,7 +50,11 @@ class ChunkEntry:
                 raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
         if dim is not None and type(dim) is not int:
             raise ValueError(f"chunk {filename!r} has dim {dim!r}, not an int or null")
-        return cls(filename=filename, chunk_size=size, chunk_bytes=nbytes, dim=dim)
+        try:
+            checksum = parse_checksum(data.get("checksum"))
+        except ValueError as exc:
+            raise ValueError(f"chunk {filename!r}: {exc}") from None
+        return cls(filename=filename, chunk_size=size, chunk_bytes=nbytes, dim=dim, checksum=checksum)
 
 
 def _safe_filename(name: str) -> bool:

@@ -1,22 +1,28 @@
-"""Samples: pytree flattening, leaf formats, and encoding/decoding one item (see the package docstring)."""
+"""Samples: leaf formats, and encoding/decoding one item (see the package docstring); the pytree
+structure of a sample (flatten, data_spec, unflatten) is :mod:`.pytree`."""
 
 from __future__ import annotations
 
-import json
-import math
 import pickle
 import struct
 import sys
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import lru_cache
-from itertools import islice
 from typing import Any
 
 import numpy as np
 
 from ..errors import CorruptStateError, SampleFormatError, UnsupportedFormatError
+from .pytree import (
+    CONTAINER_NAMES,
+    MAPPINGS,
+    SpecNode,
+    flatten_sample,
+    parse_spec,
+    spec_or_corrupt,
+    unflatten_sample,
+    unflattener,
+)
 from .safe_pickle import load_data_only_pickle
 
 __all__ = [
@@ -57,18 +63,6 @@ _TORCH_DTYPE_NAMES: dict[int, str] = {
 # litdata inverts its table, so the last code of each alias pair is the one it writes.
 _TORCH_WRITE_CODES: dict[str, int] = {name: code for code, name in _TORCH_DTYPE_NAMES.items()}
 
-_LEAF_SCHEMA: dict[str, Any] = {"type": None, "context": None, "children_spec": []}
-_TREESPEC_PROTOCOL = 1
-
-_CONTAINER_NAMES: dict[type, str] = {
-    dict: "builtins.dict",
-    OrderedDict: "collections.OrderedDict",
-    list: "builtins.list",
-    tuple: "builtins.tuple",
-}
-_NAME_TO_CONTAINER: dict[str, type] = {name: typ for typ, name in _CONTAINER_NAMES.items()}
-_MAPPINGS = (dict, OrderedDict)
-
 # Python types whose format name is fixed (checked by exact type first: the hot path).
 _EXACT_FORMATS: dict[type, str] = {bool: "bool", int: "int", float: "float", str: "str", bytes: "bytes"}
 
@@ -80,156 +74,6 @@ _FIX_HINT = (
     "variable parts as one leaf (e.g. pickle.dumps(part) as bytes). To change the structure of "
     "a dataset that has committed samples, start over with mode='overwrite'."
 )
-
-
-# --- pytree flatten / unflatten ---------------------------------------------------------------
-
-
-def _check_keys(keys: list, path: str) -> None:
-    # The keys travel as JSON in data_spec: only types that come back from JSON unchanged work
-    # (a tuple key would come back as an unhashable list).
-    for key in keys:
-        if key is None or isinstance(key, (str, bool, int)):
-            continue
-        if type(key) is float and math.isfinite(key):
-            continue
-        raise SampleFormatError(
-            f"dict at {path or 'the top'} has key {key!r} of type {type(key).__name__}; dict keys "
-            "are stored as JSON in data_spec, so they must be str, int, finite float, bool or None. "
-            "Use string keys (e.g. str(key))."
-        )
-
-
-def _flatten(obj: Any, leaves: list, path: str) -> dict[str, Any]:
-    name = _CONTAINER_NAMES.get(type(obj))
-    if name is None:
-        leaves.append(obj)
-        return _LEAF_SCHEMA
-    if type(obj) in _MAPPINGS:
-        keys = list(obj.keys())
-        _check_keys(keys, path)
-        children = [_flatten(value, leaves, f"{path}[{key!r}]") for key, value in obj.items()]
-        context = json.dumps(keys)
-    else:
-        children = [_flatten(value, leaves, f"{path}[{i}]") for i, value in enumerate(obj)]
-        context = "null"
-    return {"type": name, "context": context, "children_spec": children}
-
-
-def flatten_sample(sample: Any) -> tuple[list, str]:
-    """Leaves of ``sample`` in torch-pytree order and its ``data_spec`` JSON (as litdata writes it)."""
-    leaves: list = []
-    schema = _flatten(sample, leaves, "")
-    return leaves, json.dumps([_TREESPEC_PROTOCOL, schema])
-
-
-@dataclass(frozen=True)
-class _Node:
-    """A parsed treespec node; ``kind`` is None for a leaf."""
-
-    kind: type | None
-    keys: tuple  # dict keys, or () for list/tuple/leaf
-    children: tuple[_Node, ...]
-    num_leaves: int
-
-
-_LEAF = _Node(None, (), (), 1)
-
-
-_MAX_SPEC_DEPTH = 64  # containers nested deeper than this are not a dataset anyone wrote
-
-
-def _node_from_json(schema: Any, where: str, depth: int = 0) -> _Node:
-    if depth > _MAX_SPEC_DEPTH:
-        raise ValueError(f"containers are nested more than {_MAX_SPEC_DEPTH} deep")
-    if not isinstance(schema, dict) or not {"type", "context", "children_spec"} <= schema.keys():
-        raise ValueError(f"{where}: expected an object with type/context/children_spec, got {schema!r:.80}")
-    typ, context, children = schema["type"], schema["context"], schema["children_spec"]
-    if not isinstance(children, list):
-        raise ValueError(f"{where}: children_spec is not a list")
-    if typ is None:
-        if context is not None or children:
-            raise ValueError(f"{where}: a leaf must have context null and no children")
-        return _LEAF
-    kind = _NAME_TO_CONTAINER.get(typ)
-    if kind is None:
-        raise ValueError(
-            f"{where}: container type {typ!r} is not supported (shardwright reads builtins.dict, "
-            "collections.OrderedDict, builtins.list and builtins.tuple)"
-        )
-    nodes = tuple(_node_from_json(child, f"{where}.children_spec[{i}]", depth + 1) for i, child in enumerate(children))
-    keys: tuple = ()
-    if kind in _MAPPINGS:
-        if not isinstance(context, str):
-            raise ValueError(f"{where}: dict context must be a JSON string of keys")
-        decoded = json.loads(context)
-        if not isinstance(decoded, list) or len(decoded) != len(nodes):
-            raise ValueError(f"{where}: dict context must list one key per child")
-        keys = tuple(decoded)
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"{where}: dict context has duplicate keys")
-    return _Node(kind, keys, nodes, sum(node.num_leaves for node in nodes))
-
-
-@lru_cache(maxsize=64)
-def parse_spec(data_spec: str) -> _Node:
-    """Parse a data_spec; raises ValueError naming what is wrong."""
-    try:
-        parsed = json.loads(data_spec)
-    except RecursionError:
-        raise ValueError(f"containers are nested more than {_MAX_SPEC_DEPTH} deep") from None
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(parsed, list) or len(parsed) != 2:
-        raise ValueError("expected [protocol, treespec]")
-    if parsed[0] != _TREESPEC_PROTOCOL:
-        raise ValueError(f"treespec protocol {parsed[0]!r} is not supported (only 1)")
-    try:
-        return _node_from_json(parsed[1], "treespec")
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _spec_or_corrupt(data_spec: str) -> _Node:
-    try:
-        return parse_spec(data_spec)
-    except ValueError as exc:
-        raise CorruptStateError(
-            f"data_spec {data_spec!r:.120} is not a valid treespec: {exc}; restore the dataset's "
-            "index.json or rerun optimize with mode='overwrite'"
-        ) from None
-
-
-def _builder(node: _Node) -> Callable[[Iterator], Any]:
-    """A function that rebuilds ``node`` by pulling leaves from an iterator."""
-    if node.kind is None:
-        return next
-    kind, keys, n = node.kind, node.keys, len(node.children)
-    if all(child.kind is None for child in node.children):
-        # Flat containers (the common case) are built with one C-level call.
-        if kind is dict:
-            return lambda it: dict(zip(keys, islice(it, n)))
-        if kind is OrderedDict:
-            return lambda it: OrderedDict(zip(keys, islice(it, n)))
-        return lambda it: kind(islice(it, n))
-    builders = [_builder(child) for child in node.children]
-    if kind in _MAPPINGS:
-        return lambda it: kind((key, build(it)) for key, build in zip(keys, builders))
-    return lambda it: kind(build(it) for build in builders)
-
-
-@lru_cache(maxsize=64)
-def _unflattener(data_spec: str) -> tuple[int, Callable[[Iterator], Any]]:
-    node = _spec_or_corrupt(data_spec)
-    return node.num_leaves, _builder(node)
-
-
-def unflatten_sample(leaves: list, data_spec: str) -> Any:
-    """Inverse of :func:`flatten_sample`."""
-    num_leaves, build = _unflattener(data_spec)
-    if len(leaves) != num_leaves:
-        raise CorruptStateError(f"data_spec has {num_leaves} leaves but {len(leaves)} values were given")
-    return build(iter(leaves))
 
 
 # --- leaf formats -----------------------------------------------------------------------------
@@ -354,38 +198,38 @@ class _Mismatch(Exception):
 
 
 def _describe(value: Any) -> str:
-    kind = _CONTAINER_NAMES.get(type(value))
+    kind = CONTAINER_NAMES.get(type(value))
     if kind is None:
         fmt, name = leaf_format(value), type(value).__name__
         return fmt if fmt == name else f"{fmt} ({name})"
-    if type(value) in _MAPPINGS:
+    if type(value) in MAPPINGS:
         return f"{type(value).__name__} with keys {list(value.keys())!r}"
     return f"{type(value).__name__} of length {len(value)}"
 
 
-def _describe_node(node: _Node) -> str:
-    if node.kind in _MAPPINGS:
+def _describe_node(node: SpecNode) -> str:
+    if node.kind in MAPPINGS:
         return f"{node.kind.__name__} with keys {list(node.keys)!r}"
     return f"{node.kind.__name__} of length {len(node.children)}"  # type: ignore[union-attr]
 
 
-def _collect(node: _Node, value: Any, formats: list[str], out: list, path: str) -> None:
+def _collect(node: SpecNode, value: Any, formats: list[str], out: list, path: str) -> None:
     """Leaves of ``value`` in the order of ``node``; raises _Mismatch at the first difference."""
     if node.kind is None:
         fmt = formats[len(out)]
         # A position whose first value was pickled takes anything (litdata pickles it too).
         if fmt != "pickle":
-            if type(value) in _CONTAINER_NAMES:
+            if type(value) in CONTAINER_NAMES:
                 raise _Mismatch(path, fmt, _describe(value))
             got = leaf_format(value)
             if got != fmt:
                 raise _Mismatch(path, fmt, _describe(value))
         out.append(value)
         return
-    if node.kind in _MAPPINGS:
+    if node.kind in MAPPINGS:
         # dict and OrderedDict are interchangeable (as in torch); key order may differ: values
         # are taken by key, in the first sample's order.
-        if type(value) not in _MAPPINGS:
+        if type(value) not in MAPPINGS:
             raise _Mismatch(path, _describe_node(node), _describe(value))
         if len(value) != len(node.keys) or not all(key in value for key in node.keys):
             missing = [key for key in node.keys if key not in value]
@@ -419,13 +263,13 @@ class ItemEncoder:
         self.data_format: list[str] | None = None
         self.data_spec: str | None = None
         self.format_input_index: int | None = None
-        self._root: _Node | None = None
+        self._root: SpecNode | None = None
         self._sizes: struct.Struct | None = None
         if data_format is not None and data_spec is not None:
             self._fix(list(data_format), data_spec)
 
     def _fix(self, data_format: list[str], data_spec: str) -> None:
-        root = _spec_or_corrupt(data_spec)
+        root = spec_or_corrupt(data_spec)
         if root.num_leaves != len(data_format):
             raise CorruptStateError(
                 f"data_format has {len(data_format)} names but data_spec has {root.num_leaves} leaves"
@@ -606,7 +450,7 @@ def decode_plan(
 ) -> tuple[struct.Struct, list, Callable]:
     """(size header struct, leaf decoders, unflattener) of a dataset; building it checks that
     every leaf format is readable (UnsupportedFormatError) and the spec is sound (CorruptStateError)."""
-    num_leaves, build = _unflattener(data_spec)
+    num_leaves, build = unflattener(data_spec)
     if num_leaves != len(data_format):
         raise CorruptStateError(f"data_format has {len(data_format)} names but data_spec has {num_leaves} leaves")
     return struct.Struct(f"<{len(data_format)}I"), [_leaf_decoder(fmt, allow_pickle) for fmt in data_format], build

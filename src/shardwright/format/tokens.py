@@ -1,5 +1,5 @@
-"""Token datasets: litdata's TokensLoader layout (written here; read by
-shardwright.reader.tokens).
+"""Token datasets: litdata's TokensLoader layout, and :class:`TokensLoader`, the value users
+pass to choose it (written here; read by shardwright.reader.tokens).
 
 Each item is one 1-D array of tokens stored raw, with no size header (so a chunk's tokens are
 one contiguous run after its offset table); ``data_format`` is that one leaf's
@@ -9,19 +9,52 @@ tokens; ``config.item_loader`` is ``"TokensLoader"``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SampleFormatError
-from .sample import ItemEncoder, flatten_sample, leaf_format
+from .pytree import flatten_sample
+from .sample import ItemEncoder, leaf_format
 
-__all__ = ["TOKENS_LOADER", "TokenEncoder", "is_tokens_loader"]
+__all__ = ["TOKENS_LOADER", "TokenEncoder", "TokensLoader", "is_tokens_loader"]
 
+#: ``config.item_loader`` of a token dataset (litdata's name).
 TOKENS_LOADER = "TokensLoader"
 
 
+@dataclass(frozen=True)
+class TokensLoader:
+    """Read (and write) a dataset as a stream of tokens cut into fixed-length blocks.
+
+    Writing: ``optimize(fn, inputs, out, item_loader=TokensLoader())`` where ``fn`` returns
+    (or yields) 1-D integer numpy arrays or torch tensors; the dataset is litdata's token
+    layout, so ``litdata.StreamingDataset(out, item_loader=litdata.TokensLoader(B))`` reads it.
+
+    Reading: ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``: item ``i`` is
+    tokens ``[i*B, (i+1)*B)`` of the whole stream, a 1-D array (a torch tensor if the tokens
+    were written as tensors), crossing chunk boundaries where needed.
+
+    Args:
+        block_size: tokens per item when reading (None when writing).
+
+    Raises:
+        ValueError: block_size is not a positive int.
+    """
+
+    block_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size is not None and (type(self.block_size) is not int or self.block_size < 1):
+            raise ValueError(f"TokensLoader(block_size={self.block_size!r}): block_size must be a positive int")
+
+
 def is_tokens_loader(item_loader: Any) -> bool:
-    """True for shardwright's (or litdata's) TokensLoader; False for None."""
-    return item_loader is not None and type(item_loader).__name__ == TOKENS_LOADER
+    """True for shardwright's TokensLoader, and for litdata's (so a litdata script's
+    ``optimize(..., item_loader=litdata.TokensLoader())`` runs unchanged); False for None."""
+    if isinstance(item_loader, TokensLoader):
+        return True
+    kind = type(item_loader)
+    return kind.__name__ == TOKENS_LOADER and kind.__module__.partition(".")[0] == "litdata"
 
 
 class TokenEncoder:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..storage import Storage
 from .layout import claim_name
-from .lease import HolderJudge, Lease, lease_ttl
+from .lease import HolderJudge, Lease, LeaseHolder, lease_ttl
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ShardClaims:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def claim(self, shard: int) -> dict | None:
+    def claim(self, shard: int) -> LeaseHolder | None:
         """Take ``shard``'s claim: None on success (or when already held here), else the live
         holder's record (another process works on the shard)."""
         if shard in self.held:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..format import ChunkEntry, build_chunk, compress
+from ..format import ChunkEntry, build_chunk, chunk_checksum, compress
 from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
@@ -72,7 +72,13 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
             name = chunk_filename(run.generation, job.shard, job.seq, run.compression, epoch)
             data = compress(raw, run.compression)
             storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
-            entry = ChunkEntry(filename=name, chunk_size=len(job.items), chunk_bytes=len(raw), dim=job.dim)
+            entry = ChunkEntry(
+                filename=name,
+                chunk_size=len(job.items),
+                chunk_bytes=len(raw),
+                dim=job.dim,
+                checksum=chunk_checksum(data),  # over the bytes as stored, from memory: no second pass
+            )
             stored = len(data)
         prev = None if job.seq == 0 else epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
         records.append(

@@ -32,8 +32,10 @@ from dataclasses import dataclass
 from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
 from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
+from .hints import start_over_hint
 from .layout import chunk_generation, is_our_chunk_name
-from .manifest import Manifest, OutputSettings
+from .manifest import Manifest, OutputSettings, is_published
+from .run_record import RunRecord
 
 
 class PlanKind(enum.Enum):
@@ -56,7 +58,7 @@ class Observed:
     manifest_error: CorruptStateError | None = None  # the manifest, index or run record cannot be used
     index_chunks: tuple[ChunkEntry, ...] | None = None  # None: no index.json
     index_config: IndexConfig | None = None
-    last_run: dict | None = None  # run.json of the last finished run
+    last_run: RunRecord | None = None  # run.json of the last finished run
     foreign_files: tuple[str, ...] = ()  # top-level chunk/index files with no run of ours
     records_readable: bool = True  # the manifest's records parse (only read for mode="overwrite")
 
@@ -90,51 +92,35 @@ def next_generation(chunks: tuple[ChunkEntry, ...]) -> int:
     return 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0)
 
 
-def start_over_hint(manifest: Manifest, url: str) -> str:
-    """The safe way to give up an interrupted run: an append (or retry) run sits on a published
-    dataset that mode='overwrite' would delete, so it is abandoned with ``shardwright clean``."""
-    if manifest.mode in ("append", "retry"):
-        return (
-            f"or abandon the unfinished {manifest.mode} with `shardwright clean {url}` "
-            "(or shardwright.abandon(); the published dataset is kept)"
-        )
-    return f"or abandon it with `shardwright clean {url}` (or pass mode='overwrite') to start over"
-
-
 def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
     """Refuse to continue ``manifest``'s run with other inputs or output-shaping settings."""
     difference = InputsFingerprint.from_json(manifest.inputs).first_difference(request.inputs)
     if difference:
         raise RunMismatchError(
             f"inputs changed since the interrupted run in {url}: {difference}; "
-            f"pass the same inputs to resume, {start_over_hint(manifest, url)}"
+            f"pass the same inputs to resume, {start_over_hint(manifest.mode, url)}"
         )
     changed = manifest.settings.first_difference(request.settings)
     if changed is not None:
         key, was, now = changed
         raise RunMismatchError(
             f"settings changed since the interrupted run: {key} was {was!r}, now {now!r}; "
-            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest, url)}"
+            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest.mode, url)}"
         )
 
 
-def _is_published(index_chunks: tuple[ChunkEntry, ...], manifest: Manifest) -> bool:
-    # index.json already names this run's chunks: a crash between publishing and cleanup
-    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
-
-
-def _same_finished_call(last_run: dict | None, request: Request) -> bool:
+def _same_finished_call(last_run: RunRecord | None, request: Request) -> bool:
     return (
         last_run is not None
-        and last_run.get("inputs") == request.inputs.to_json()
-        and last_run.get("settings") == request.settings.to_json()
-        and last_run.get("fn_name") == request.fn_name
+        and last_run.inputs == request.inputs.to_json()
+        and last_run.settings == request.settings.to_json()
+        and last_run.fn_name == request.fn_name
     )
 
 
-def _fn_code_changed(last_run: dict, request: Request) -> bool:
+def _fn_code_changed(last_run: RunRecord, request: Request) -> bool:
     """fn kept its name but not its code (compared when both are known)."""
-    recorded = last_run.get("fn_code")
+    recorded = last_run.fn_code
     return bool(recorded) and bool(request.fn_code) and recorded != request.fn_code
 
 
@@ -145,7 +131,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
     if seen.manifest_error is not None:
         raise seen.manifest_error
     manifest, index = seen.manifest, seen.index_chunks
-    if manifest is not None and index is not None and _is_published(index, manifest):
+    if manifest is not None and index is not None and is_published(index, manifest):
         return RunPlan(PlanKind.FINISH_PUBLISH, manifest=manifest)
     if manifest is not None:
         if not manifest.use_checkpoint or not request.use_checkpoint:
@@ -172,7 +158,11 @@ def decide(seen: Observed, request: Request) -> RunPlan:
     if index is not None:
         assert seen.index_config is not None
         base_dataset = (index, seen.index_config)
-        if _same_finished_call(seen.last_run, request) and _fn_code_changed(seen.last_run or {}, request):
+        if (
+            seen.last_run is not None
+            and _same_finished_call(seen.last_run, request)
+            and _fn_code_changed(seen.last_run, request)
+        ):
             # never a silent no-op: the dataset was made by another body of this fn
             if request.mode == "append":
                 raise DatasetExistsError(
@@ -190,7 +180,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             # The same call already finished (perhaps killed just after publishing): rerunning
             # it must not fail, and an append must not add its inputs twice. Inputs it skipped
             # (on_error="skip") are retried, their outputs appended.
-            failed = (seen.last_run or {}).get("failed_inputs") or []
+            failed = seen.last_run.failed_inputs if seen.last_run is not None else ()
             if failed:
                 return RunPlan(
                     PlanKind.RETRY,

@@ -7,3 +7,15 @@ START_OVER = (
     "Abandon the run with `shardwright clean OUTPUT_DIR` (the published dataset is kept) and rerun; "
     "mode='overwrite' replaces the dataset too"
 )
+
+
+def start_over_hint(mode: str, url: str) -> str:
+    """The safe way to give up the interrupted run (of manifest mode ``mode``) in ``url``: an
+    append (or retry) run sits on a published dataset that mode='overwrite' would delete, so
+    it is abandoned with ``shardwright clean``."""
+    if mode in ("append", "retry"):
+        return (
+            f"or abandon the unfinished {mode} with `shardwright clean {url}` "
+            "(or shardwright.abandon(); the published dataset is kept)"
+        )
+    return f"or abandon it with `shardwright clean {url}` (or pass mode='overwrite') to start over"

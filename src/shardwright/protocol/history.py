@@ -173,10 +173,12 @@ def read_history(storage: Storage, limit: int = MAX_ATTEMPTS) -> list[Attempt]:
     attempts = []
     for key in keys:
         try:
+            if storage.size(key) > MAX_RECORD_BYTES:
+                continue  # never read a huge (hand-made or damaged) file into memory
             raw = storage.read_bytes(key)
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):
             continue
-        if len(raw) > MAX_RECORD_BYTES:
+        if len(raw) > MAX_RECORD_BYTES:  # grew between the two calls
             continue
         try:
             attempt = Attempt.from_json(json.loads(raw))

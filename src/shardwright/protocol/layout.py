@@ -148,3 +148,27 @@ def parse_failure_key(key: str) -> int | None:
     """The input index of a failure record key, None for anything else."""
     head = key[len(FAILED_PREFIX) :].split("-", 1)[0]
     return int(head) if key.startswith(FAILED_PREFIX) and head.isdigit() else None
+
+
+_FAILURE_NAME = re.compile(r"^\d{12}-g\d{1,16}\.json$")
+_HISTORY_NAME = re.compile(r"^\d{20}-[A-Za-z0-9_-]{1,100}\.json$")
+_LEASE_NAME = re.compile(r"^(node-\d{1,9}|publish)\.json$")
+
+
+def is_state_key(key: str) -> bool:
+    """A key under ``.shardwright/`` with a name the engine writes (manifest, format, run.json,
+    record, failure, history and lease files). Anything else there is not ours: a user's file,
+    or another program's state that happens to use a directory of the same name, which
+    overwrite and cleanup must never delete."""
+    if key in (MANIFEST_KEY, FORMAT_KEY, RUN_RECORD_KEY):
+        return True
+    if key.startswith(SHARDS_PREFIX):
+        return parse_record_key(key) is not None
+    for prefix, pattern in (
+        (FAILED_PREFIX, _FAILURE_NAME),
+        (HISTORY_PREFIX, _HISTORY_NAME),
+        (LEASES_PREFIX, _LEASE_NAME),
+    ):
+        if key.startswith(prefix):
+            return bool(pattern.match(key[len(prefix) :]))
+    return False

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..process import host_identity, pid_alive
@@ -38,42 +40,112 @@ def number(holder: dict, name: str, default: float) -> float:
     return float(value)
 
 
-def heartbeat_age(holder: dict) -> float:
-    return time.time() - number(holder, "heartbeat", 0.0)
+def _optional_int(holder: dict, name: str) -> int | None:
+    value = holder.get(name)
+    return value if type(value) is int and abs(value) <= 1e15 else None
 
 
-def dead_reason(holder: dict) -> str | None:
-    """Why a lease holder is certainly gone (whoever looks), or None."""
-    age = heartbeat_age(holder)
-    ttl = min(max(number(holder, "ttl", lease_ttl()), 0.0), MAX_TTL)
-    if age > ttl:
-        return f"its last heartbeat was {age:.0f} s ago"
-    if holder.get("host") == host_identity() and not pid_alive(int(number(holder, "pid", -1))):
-        return "its process is gone"
-    return None
+def _optional_str(holder: dict, name: str) -> str | None:
+    value = holder.get(name)
+    return value[:1000] if isinstance(value, str) else None
 
 
-def describe_holder(holder: dict, key: str, url: str) -> str:
-    """Who holds a lease, for a message; a heartbeat in the future (clock skew, a hand edit)
-    says how to clear it, since the lease would otherwise look live until that time passes."""
-    age = heartbeat_age(holder)
-    who = f"host {holder.get('host')!s:.100}, pid {holder.get('pid')!s:.20}"
-    if age < -5:
-        return (
-            f"{who}, heartbeat {-age:.0f} s in the future (a clock ahead or a hand edit); if no run is "
-            f"writing there, delete {url}/{key} (or run `shardwright clean {url}` once it expires)"
+@dataclass(frozen=True)
+class LeaseHolder:
+    """A lease file, read. Damaged or missing fields read as their defaults (numbers bounded),
+    so a hand-edited lease never crashes a reader nor stays live for ever."""
+
+    owner: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    slurm: str | None = None  # the Slurm task that held it (slurm_identity())
+    task: str | None = None  # the scheduler task that held it (task_identity(): Slurm or a Kubernetes index)
+    heartbeat: float = 0.0  # time.time() of its last renewal
+    ttl: float | None = None  # None: this process's lease_ttl()
+    epoch: int = 0
+    node_rank: int | None = None
+    num_nodes: int | None = None
+    current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    shard: int | None = None  # a shard claim's shard (protocol 5)
+    ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
+    ray_job: str | None = None
+    ray_ip: str | None = None
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> LeaseHolder:
+        """``where`` names the file for messages; a lease is never refused (a damaged one is
+        simply not live), so nothing is raised."""
+        if not isinstance(data, dict):
+            return cls()
+        inputs = data.get("current_inputs")
+        ttl = number(data, "ttl", math.inf)  # inf: no usable ttl (number() bounds real values)
+        return cls(
+            owner=_optional_str(data, "owner"),
+            host=_optional_str(data, "host"),
+            pid=_optional_int(data, "pid"),
+            slurm=_optional_str(data, "slurm"),
+            task=_optional_str(data, "task"),
+            heartbeat=number(data, "heartbeat", 0.0),
+            ttl=None if ttl == math.inf else ttl,
+            epoch=int(number(data, "epoch", 0)),
+            node_rank=_optional_int(data, "node_rank"),
+            num_nodes=_optional_int(data, "num_nodes"),
+            current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
+            shard=_optional_int(data, "shard"),
+            ray_node=_optional_str(data, "ray_node"),
+            ray_job=_optional_str(data, "ray_job"),
+            ray_ip=_optional_str(data, "ray_ip"),
         )
-    return f"{who}, heartbeat {age:.0f} s ago"
+
+    @classmethod
+    def parse(cls, raw: bytes, where: str) -> LeaseHolder | None:
+        """The holder in a lease file's bytes; None when they are not a JSON object."""
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        return cls.from_json(data, where) if isinstance(data, dict) else None
+
+    def heartbeat_age(self) -> float:
+        return time.time() - self.heartbeat
+
+    def effective_ttl(self) -> float:
+        return min(max(self.ttl if self.ttl is not None else lease_ttl(), 0.0), MAX_TTL)
+
+    def dead_reason(self) -> str | None:
+        """Why the holder is certainly gone (whoever looks), or None."""
+        age = self.heartbeat_age()
+        if age > self.effective_ttl():
+            return f"its last heartbeat was {age:.0f} s ago"
+        if self.host == host_identity() and not pid_alive(self.pid if self.pid is not None else -1):
+            return "its process is gone"
+        return None
+
+    def is_live(self) -> bool:
+        """Heartbeat within its TTL, and not a process of this host that is gone."""
+        return self.dead_reason() is None
+
+    def describe(self, key: str, url: str) -> str:
+        """Who holds the lease, for a message; a heartbeat in the future (clock skew, a hand
+        edit) says how to clear it, since the lease would otherwise look live until then."""
+        age = self.heartbeat_age()
+        who = f"host {self.host!s:.100}, pid {self.pid!s:.20}"
+        if age < -5:
+            return (
+                f"{who}, heartbeat {-age:.0f} s in the future (a clock ahead or a hand edit); if no run is "
+                f"writing there, delete {url}/{key} (or run `shardwright clean {url}` once it expires)"
+            )
+        return f"{who}, heartbeat {age:.0f} s ago"
 
 
 def check_still_held(storage: Storage, key: str, owner: str) -> None:
     """Raise LeaseLostError unless the lease ``key`` still names ``owner``: called before
     each commit-record write, so a writer that was paused past its TTL stops there."""
     try:
-        holder = json.loads(storage.read_bytes(key))
-    except (FileNotFoundError, ValueError):
-        holder = {}
-    if not isinstance(holder, dict) or holder.get("owner") != owner:
+        holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+    except FileNotFoundError:
+        holder = None
+    if holder is None or holder.owner != owner:
         raise LeaseLostError(
             f"stopped: the lease {storage.url}/{key} was taken over by another run "
             "(this one was paused or cut off longer than the lease TTL)"
@@ -101,7 +173,26 @@ def task_identity() -> str | None:
 
 # A judge of lease holders that only the caller can see dead (a Ray task asks Ray whether the
 # holder's node or job is gone): returns why the holder is gone, or None.
-HolderJudge = Callable[[dict], "str | None"]
+HolderJudge = Callable[[LeaseHolder], "str | None"]
+
+
+def stale_reason(holder: LeaseHolder, judge: HolderJudge | None = None) -> str | None:
+    """Why ``holder``'s lease may be taken over by this process, or None (see :class:`Lease`;
+    the package docstring's "Who may take a claim over")."""
+    dead = holder.dead_reason()
+    if dead is not None:
+        return dead
+    if holder.host == host_identity() and holder.pid == os.getpid():
+        return "it is this process's own (an earlier call that did not release it)"
+    slurm = slurm_identity()
+    if slurm is not None and holder.slurm == slurm:
+        return "it belongs to this same Slurm task before its requeue"
+    task = task_identity()
+    if task is not None and holder.task == task:
+        return f"it belongs to this same task ({task}) before its restart"
+    if judge is not None:
+        return judge(holder)
+    return None
 
 
 class Lease:
@@ -151,33 +242,21 @@ class Lease:
             }
         )
 
-    def _stale_reason(self, holder: dict) -> str | None:
-        dead = dead_reason(holder)
-        if dead is not None:
-            return dead
-        if holder.get("host") == host_identity() and holder.get("pid") == os.getpid():
+    def _stale_reason(self, holder: LeaseHolder) -> str | None:
+        if holder.host == host_identity() and holder.pid == os.getpid() and holder.dead_reason() is None:
             with _held_lock:
-                if holder.get("owner") in _held_here:
+                if holder.owner in _held_here:
                     return None  # a live call in another thread of this process
-            return "it is this process's own (an earlier call that did not release it)"
-        slurm = slurm_identity()
-        if slurm is not None and holder.get("slurm") == slurm:
-            return "it belongs to this same Slurm task before its requeue"
-        task = task_identity()
-        if task is not None and holder.get("task") == task:
-            return f"it belongs to this same task ({task}) before its restart"
-        if self.judge is not None:
-            return self.judge(holder)
-        return None
+        return stale_reason(holder, self.judge)
 
-    def _next_epoch(self, holder: dict | None) -> int:
+    def _next_epoch(self, holder: LeaseHolder | None) -> int:
         # Above the fenced holder's epoch whatever the clocks say, and above any earlier
         # holder's by the clock assumption (a lease is taken over only TTL after its last
         # heartbeat, and a released lease's holder has stopped writing).
-        previous = int(number(holder, "epoch", 0)) if holder else 0
+        previous = holder.epoch if holder is not None else 0
         return max(int(time.time() * 1000), previous + 1)
 
-    def try_acquire(self) -> dict | None:
+    def try_acquire(self) -> LeaseHolder | None:
         """Take the lease; None on success, else the live holder's record."""
         while True:
             self.epoch = self._next_epoch(None)
@@ -191,13 +270,8 @@ class Lease:
             if current is None:
                 continue  # released between our two calls
             data, version = current
-            try:
-                holder = json.loads(data)
-            except ValueError:
-                holder = {}
-            if not isinstance(holder, dict):
-                holder = {}
-            if holder and self._stale_reason(holder) is None:
+            holder = LeaseHolder.parse(data, f"{self.storage.url}/{self.key}")  # None: damaged, taken over
+            if holder is not None and self._stale_reason(holder) is None:
                 return holder
             self.epoch = self._next_epoch(holder)
             if self.storage.replace_if_version(self.key, self._body(), version):
@@ -216,9 +290,9 @@ class Lease:
         if holder is not None:
             raise ConcurrentRunError(
                 f"another run is already writing {self.what} of {output_url} "
-                f"({describe_holder(holder, self.key, output_url)}); two runs must not interleave. "
+                f"({holder.describe(self.key, output_url)}); two runs must not interleave. "
                 "Wait for it to finish or stop it; a dead run's lease expires "
-                f"{number(holder, 'ttl', lease_ttl()):.0f} s after its last heartbeat"
+                f"{holder.ttl if holder.ttl is not None else lease_ttl():.0f} s after its last heartbeat"
             )
         self.start_heartbeat()
 
@@ -233,11 +307,8 @@ class Lease:
         current = self.storage.read_versioned(self.key)
         if current is None:
             return None
-        try:
-            mine = json.loads(current[0]).get("owner") == self.owner
-        except (ValueError, AttributeError):
-            mine = False
-        return current[1] if mine else None
+        holder = LeaseHolder.parse(current[0], f"{self.storage.url}/{self.key}")
+        return current[1] if holder is not None and holder.owner == self.owner else None
 
     def _heartbeat(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
@@ -287,29 +358,26 @@ class Lease:
             storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
                 current = storage.read_versioned(self.key)
-                if current is not None and json.loads(current[0]).get("owner") == self.owner:
+                holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
+                if holder is not None and holder.owner == self.owner:
                     storage.delete(self.key)
             except Exception:
                 pass  # the lease expires on its own
         self._version = None  # released: a second call does nothing
 
 
-def lease_is_live(holder: dict) -> bool:
-    """Heartbeat within its TTL, and not a process of this host that is gone."""
-    return dead_reason(holder) is None
-
-
-def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, dict]]:
+def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, LeaseHolder]]:
     """(name, holder) of every readable lease."""
     found = []
     for key in storage.list(LEASES_PREFIX + prefix):
         try:
-            holder = json.loads(storage.read_bytes(key))
-        except (FileNotFoundError, ValueError):
+            holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+        except FileNotFoundError:
             continue
-        found.append((lease_name(key), holder))
+        if holder is not None:
+            found.append((lease_name(key), holder))
     return found
 
 
-def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, dict]]:
-    return [(name, holder) for name, holder in read_leases(storage, prefix) if lease_is_live(holder)]
+def live_leases(storage: Storage, prefix: str = "node-") -> list[tuple[str, LeaseHolder]]:
+    return [(name, holder) for name, holder in read_leases(storage, prefix) if holder.is_live()]

@@ -1,15 +1,18 @@
-"""The run manifest (identity of the run in progress) and the run record (the last finished run)."""
+"""The run manifest: the identity of the run in progress (the last finished run's record is
+:mod:`.run_record`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import CorruptStateError
+from ..format import ChunkEntry
 from ..storage import Storage
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
-from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, RUN_RECORD_KEY
-from .shards import MAX_NUM_SHARDS, shard_bounds
+from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, chunk_generation
+from .shards import MAX_NUM_SHARDS, clamp_num_shards, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
 
@@ -143,7 +146,7 @@ class Manifest:
             problem = f"generation {self.generation} is negative"
         elif self.input_ids is None and self.num_inputs != inputs["count"]:
             problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
-        elif not 1 <= self.num_shards <= max(1, self.num_inputs):
+        elif self.num_shards != clamp_num_shards(self.num_shards, self.num_inputs):
             problem = f"num_shards {self.num_shards} is out of range for {self.num_inputs} inputs"
         elif self.input_ids is not None and not (
             isinstance(self.input_ids, list)
@@ -195,33 +198,8 @@ def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
     return existing
 
 
-def read_run_record(storage: Storage) -> dict | None:
-    """run.json of the last finished run, checked: it decides what a rerun retries."""
-    try:
-        data = storage.read_bytes(RUN_RECORD_KEY)
-    except FileNotFoundError:
-        return None
-    where = f"{storage.url}/{RUN_RECORD_KEY}"
-    fix = f"delete {where} (it only describes the last finished run; the dataset is not affected) and rerun"
-    try:
-        record = loads_object(data, "run record", storage, RUN_RECORD_KEY)
-    except CorruptStateError:
-        raise CorruptStateError(f"run record {where} is not a JSON object; {fix}") from None
-    failed = record.get("failed_inputs", [])
-    inputs = record.get("inputs")
-    count = inputs.get("count") if isinstance(inputs, dict) else None  # run-wide: what failed ids index
-    if (
-        not isinstance(failed, list)
-        or type(count) is not int
-        or not 0 <= count <= MAX_INPUTS
-        or not all(
-            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x >= 0 for x in p) and p[0] < count
-            for p in failed
-        )
-    ):
-        raise CorruptStateError(f"run record {where} has an invalid input count or failed-input list; {fix}")
-    return record
-
-
-def write_run_record(storage: Storage, record: dict) -> None:
-    storage.write_bytes(RUN_RECORD_KEY, dumps(record))
+def is_published(index_chunks: Sequence[ChunkEntry], manifest: Manifest) -> bool:
+    """True when index.json already holds this run's chunks (a crash between publishing and
+    cleanup). A run that produced no chunk can't be told apart, but publishing it again is
+    harmless."""
+    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)

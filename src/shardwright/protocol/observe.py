@@ -7,8 +7,9 @@ from ..format import parse_index
 from ..storage import Storage
 from .decide import Observed
 from .layout import INDEX_KEY
-from .manifest import read_manifest, read_run_record
+from .manifest import read_manifest
 from .records import load_progress
+from .run_record import read_run_record
 
 
 def foreign_files(storage: Storage) -> list[str]:

@@ -1,13 +1,12 @@
-"""Publishing: index.json from every shard's records (the publication point), then ONE cleanup."""
+"""Publishing: index.json from every shard's records (the publication point), then ONE cleanup;
+and ``merge``, which publishes once every shard is done (``shardwright merge``)."""
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import CorruptStateError
+from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteRunError
 from ..format import ChunkEntry, IndexConfig, parse_index, render_index
-from ..process import host_identity
 from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
@@ -20,51 +19,17 @@ from .layout import (
     LEASES_PREFIX,
     MANIFEST_KEY,
     SHARDS_PREFIX,
-    STATE_DIR,
     chunk_generation,
     is_our_chunk_name,
+    is_state_key,
     is_top_level_chunk,
     record_key,
 )
 from .lease import Lease
-from .manifest import Manifest, read_manifest, read_run_record, write_run_record
+from .links import check_no_links
+from .manifest import Manifest, read_manifest
 from .records import CommitRecord, ShardProgress, load_progress
-
-
-def is_published(index_chunks: list[ChunkEntry], manifest: Manifest) -> bool:
-    """True when index.json already holds this run's chunks (a crash between steps 3 and 5).
-    A run that produced no chunk can't be told apart, but publishing it again is harmless."""
-    return any(chunk_generation(c.filename) == manifest.generation for c in index_chunks)
-
-
-def run_record(
-    manifest: Manifest, chunks: list[ChunkEntry], failed: list[list[int]], finisher: tuple[str, str] | None = None
-) -> dict:
-    """What ``status`` shows of a finished run; ``failed_inputs`` is what a later run retries."""
-    new = [c for c in chunks if chunk_generation(c.filename) == manifest.generation]
-    now = time.time()
-    return {
-        "failed_inputs": sorted(failed),
-        "state": "complete",
-        "run_id": manifest.run_id,
-        "generation": manifest.generation,
-        "mode": manifest.mode,
-        "inputs": manifest.inputs,
-        "num_inputs": manifest.num_inputs,
-        "settings": manifest.settings.to_json(),
-        "items": sum(c.chunk_size for c in chunks),
-        "items_added": sum(c.chunk_size for c in new),
-        "chunks": len(chunks),
-        "chunks_added": len(new),
-        "started_at": manifest.created_at,
-        "finished_at": now,
-        "seconds": now - manifest.created_at,
-        # the fn that finished the run (a fixed fn resuming a failed run), so that rerunning
-        # the call that finished it is a no-op; merge (no fn at hand) records the manifest's
-        "published_by": host_identity(),
-        "fn_name": finisher[0] if finisher else manifest.fn_name,
-        "fn_code": finisher[1] if finisher else manifest.fn_code,
-    }
+from .run_record import RunRecord, read_run_record, write_run_record
 
 
 def finish_published(
@@ -73,7 +38,7 @@ def finish_published(
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
     previous = read_run_record(storage)
-    if previous is not None and previous.get("run_id") == manifest.run_id:
+    if previous is not None and previous.run_id == manifest.run_id:
         cleanup_after_publish(storage, manifest, index_chunks, None)
         return
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
@@ -92,7 +57,7 @@ def cleanup_after_publish(
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
     if failed is not None:
-        write_run_record(storage, run_record(manifest, index_chunks, failed, finisher))
+        write_run_record(storage, RunRecord.of_run(manifest, index_chunks, failed, finisher))
         forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
@@ -106,7 +71,13 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     for key in storage.list("chunk-"):
         if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
             storage.delete(key)
-    storage.delete_prefix(SHARDS_PREFIX)
+    records = storage.list(SHARDS_PREFIX)
+    if all(is_state_key(key) for key in records):
+        storage.delete_prefix(SHARDS_PREFIX)  # one batch request on S3
+    else:  # a foreign file under shards/ is not ours to delete
+        for key in records:
+            if is_state_key(key):
+                storage.delete(key)
     storage.delete(FORMAT_KEY)
     storage.delete(MANIFEST_KEY)  # last
 
@@ -126,16 +97,18 @@ def our_files(storage: Storage) -> set[str]:
 
 def wipe(storage: Storage) -> None:
     """mode='overwrite': remove the dataset (index.json and the chunks it lists), every chunk
-    with one of our names, and every piece of run state; never other files the user keeps in
-    the folder (``chunk-final.bin``, ``search-index.json``), nor live leases."""
+    with one of our names, and every piece of run state (keys named as
+    :func:`~shardwright.protocol.layout.is_state_key` says); never other files the user keeps
+    in the folder (``chunk-final.bin``, ``search-index.json``) or under ``.shardwright/``
+    (another program's files), nor leases."""
     present = set(storage.list(""))
     for key in sorted(our_files(storage) & present):
         if key != INDEX_KEY:
             storage.delete(key)
     storage.delete(INDEX_KEY)  # after its chunks: a crash in between leaves chunks we still know
     for key in present:
-        if key.split("/", 1)[0] == STATE_DIR and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
-            storage.delete(key)
+        if is_state_key(key) and not key.startswith(LEASES_PREFIX) and key != MANIFEST_KEY:
+            storage.delete(key)  # only names the engine writes: never a foreign file under .shardwright/
     storage.delete(MANIFEST_KEY)  # last, as in every cleanup
 
 
@@ -185,7 +158,7 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
     """Publishing writes index.json, then run.json (with the run's id), and only then deletes
     records (the manifest last): whoever sees records vanish sees one of these."""
     previous = read_run_record(storage)
-    if previous is not None and previous.get("run_id") == manifest.run_id:
+    if previous is not None and previous.run_id == manifest.run_id:
         return True
     current = read_manifest(storage)
     return current is None or current.run_id != manifest.run_id
@@ -238,3 +211,25 @@ def publish_if_complete(
     finally:
         publisher.release()
     return True, []
+
+
+def merge(storage: Storage) -> None:
+    """Publish index.json if every shard is done (a no-op when it is published already).
+
+    Raises:
+        IncompleteRunError: some shards are not finished (``missing_shards`` lists them).
+        DatasetNotFoundError: there is neither a run nor a dataset.
+    """
+    check_no_links(storage)  # merging writes and deletes
+    manifest = read_manifest(storage)
+    if manifest is None:
+        if storage.exists(INDEX_KEY):
+            return
+        raise DatasetNotFoundError(f"{storage.url} has no run to merge (no manifest) and no dataset")
+    published, missing = publish_if_complete(storage, manifest, {})
+    if missing:
+        raise IncompleteRunError(
+            f"not merged: {len(missing)} shard(s) are not finished: {missing[:20]}"
+            f"{' ...' if len(missing) > 20 else ''}; rerun the array tasks that own them",
+            missing_shards=missing,
+        )

@@ -17,7 +17,13 @@ MAX_NUM_SHARDS = 100_000
 def default_num_shards(num_inputs: int) -> int:
     """Enough shards to keep every local worker busy and balance uneven inputs, few enough
     that each shard's last, partly filled chunk is not noise in the dataset."""
-    return max(1, min(num_inputs, DEFAULT_MAX_SHARDS))
+    return clamp_num_shards(DEFAULT_MAX_SHARDS, num_inputs)
+
+
+def clamp_num_shards(num_shards: int, num_inputs: int) -> int:
+    """The shards a run of ``num_inputs`` inputs really has: at least one, and no more than
+    inputs (an empty shard would only be noise)."""
+    return max(1, min(num_shards, num_inputs))
 
 
 def shard_bounds(num_inputs: int, num_shards: int, shard: int) -> tuple[int, int]:

@@ -1,19 +1,21 @@
 """A typed report of an output's run state (what ``shardwright status`` prints and the jobs
-service serves), and ``merge`` (publish once every shard is done)."""
+service serves). ``merge`` moved to :mod:`.publish`; the name stays importable here for one
+release."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..errors import DatasetNotFoundError, IncompleteRunError
 from ..storage import Storage
 from .history import Attempt, read_history
 from .layout import FAILED_PREFIX, INDEX_KEY
-from .lease import heartbeat_age, lease_is_live, read_leases
-from .links import check_no_links
-from .manifest import read_manifest, read_run_record
-from .publish import publish_if_complete
+from .lease import read_leases
+from .manifest import read_manifest
+from .publish import merge
 from .records import load_progress
+from .run_record import read_run_record
+
+__all__ = ["STATES", "LeaseStatus", "RunStatus", "merge", "read_status", "stop_reason"]
 
 STATES = ("empty", "complete", "running", "interrupted", "failed")
 
@@ -67,7 +69,8 @@ def read_status(storage: Storage) -> RunStatus:
     """What is done, in progress, pending and failed in ``storage``'s output."""
     published = storage.exists(INDEX_KEY)
     manifest = read_manifest(storage)
-    last_run = read_run_record(storage)
+    record = read_run_record(storage)
+    last_run = record.to_json() if record is not None else None
     failed = len([k for k in storage.list(FAILED_PREFIX) if k.endswith(".json")])
     if manifest is None:
         return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
@@ -75,11 +78,11 @@ def read_status(storage: Storage) -> RunStatus:
     leases = [
         LeaseStatus(
             name,
-            holder.get("host"),
-            holder.get("pid"),
-            round(heartbeat_age(holder), 1),
-            lease_is_live(holder),
-            _current_inputs(holder),
+            holder.host,
+            holder.pid,
+            round(holder.heartbeat_age(), 1),
+            holder.is_live(),
+            list(holder.current_inputs),
         )
         for name, holder in read_leases(storage)
     ]
@@ -119,13 +122,6 @@ def read_status(storage: Storage) -> RunStatus:
     )
 
 
-def _current_inputs(holder: dict) -> list[int]:
-    value = holder.get("current_inputs")
-    if not isinstance(value, list):
-        return []
-    return [v for v in value[:1024] if isinstance(v, int) and not isinstance(v, bool)]
-
-
 def stop_reason(attempt: Attempt) -> str:
     """How an attempt ended, in a few words: ``user error: FnError on input 150``."""
     error = attempt.error
@@ -135,25 +131,3 @@ def stop_reason(attempt: Attempt) -> str:
         where = f" on input {error.input_index:,}" if error.input_index is not None and error.input_index >= 0 else ""
         return f"{error.kind} error: {error.type}{where}"
     return attempt.ended
-
-
-def merge(storage: Storage) -> None:
-    """Publish index.json if every shard is done (a no-op when it is published already).
-
-    Raises:
-        IncompleteRunError: some shards are not finished (``missing_shards`` lists them).
-        DatasetNotFoundError: there is neither a run nor a dataset.
-    """
-    check_no_links(storage)  # merging writes and deletes
-    manifest = read_manifest(storage)
-    if manifest is None:
-        if storage.exists(INDEX_KEY):
-            return
-        raise DatasetNotFoundError(f"{storage.url} has no run to merge (no manifest) and no dataset")
-    published, missing = publish_if_complete(storage, manifest, {})
-    if missing:
-        raise IncompleteRunError(
-            f"not merged: {len(missing)} shard(s) are not finished: {missing[:20]}"
-            f"{' ...' if len(missing) > 20 else ''}; rerun the array tasks that own them",
-            missing_shards=missing,
-        )

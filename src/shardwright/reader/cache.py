@@ -25,7 +25,7 @@ import threading
 import time
 
 from ..errors import CorruptStateError, StorageError
-from ..format import ChunkEntry
+from ..format import ChunkEntry, check_checksum
 from ..process import pid_alive
 from ..protocol.layout import INDEX_KEY
 from ..storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
@@ -145,8 +145,21 @@ def _filelock(path: str):
 class ChunkCache:
     """Chunk files of one remote dataset in ``root/name``; the bound covers all of ``root``."""
 
-    def __init__(self, root: str, name: str, url: str, storage, max_bytes: int):
+    def __init__(
+        self,
+        root: str,
+        name: str,
+        url: str,
+        storage,
+        max_bytes: int,
+        check_checksums: bool = True,
+        sizes_known: bool = False,
+    ):
         self.root, self.name, self.url, self.storage, self.max_bytes = root, name, url, storage, max_bytes
+        self.check_checksums = check_checksums  # verify each download against index.json's checksum
+        # Uncompressed chunks: index.json gives the file size, and a file of another size is
+        # left to the reader's size check, whose message says "truncated" plainly.
+        self.sizes_known = sizes_known
         self.directory = os.path.join(root, name)
         self._ready_pid: int | None = None
         self.reader_waits = 0  # reads (not prefetches) that found their chunk missing, in this process
@@ -260,7 +273,7 @@ class ChunkCache:
                         downloading[0] += entry.chunk_bytes
                     try:
                         self.evict(self.max_bytes - entry.chunk_bytes - others)
-                        self.storage.download_to(entry.filename, path, durable=False)  # checked on use
+                        self._download(entry, path)
                     except FileNotFoundError:
                         raise CorruptStateError(
                             f"chunk {self.url}/{entry.filename} named in {self.url}/{INDEX_NAME} is missing; "
@@ -288,6 +301,44 @@ class ChunkCache:
             f"before it could be read: max_cache_bytes ({self.max_bytes:,}) is too small for the readers sharing "
             f"{self.root}; raise it"
         )
+
+    def _download(self, entry: ChunkEntry, path: str) -> None:
+        """Fetch a chunk into ``path`` and check its checksum (the bytes crossed the network
+        and the object store): a mismatch is fetched once more, then CorruptStateError. What
+        lands in the cache was checked, so later loads from the cache (by any process) are not."""
+        for attempt in range(2):
+            self.storage.download_to(entry.filename, path, durable=False)  # sizes are checked on use
+            if not (self.check_checksums and entry.checksum):
+                return
+            try:
+                try:
+                    f = open(path, "rb", buffering=0)
+                except FileNotFoundError:
+                    return  # evicted by another process already: the caller's pin sees it gone and fetches again
+                with f:
+                    size = os.fstat(f.fileno()).st_size
+                    if self.sizes_known and size not in (
+                        entry.chunk_bytes,
+                        entry.chunk_bytes + 4 * (entry.chunk_size + 2),
+                    ):
+                        return
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                try:
+                    check_checksum(
+                        data,
+                        entry.checksum,
+                        f"{self.url}/{entry.filename}",
+                        "restore it from a good copy or rerun optimize with mode='overwrite' "
+                        "(`shardwright verify` lists every damaged chunk)",
+                    )
+                finally:
+                    if isinstance(data, mmap.mmap):
+                        data.close()
+                return
+            except CorruptStateError:
+                unlink_quiet(path)
+                if attempt:
+                    raise
 
     def discard(self, pin: Pin) -> None:
         """Delete a bad cache file (if it is still the one pinned), then unpin it."""

@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentTypeError, UsageError
 from .dataset import StreamingDataset, as_iterable
+from .resume import EpochStart, combined_position, fresh_point, parse_combined
 
 try:
     from torch.utils.data import IterableDataset as _IterableBase
@@ -74,6 +76,26 @@ def mix_counts(lengths: list[int], weights: list[float], rng: np.random.Generato
     return counts.tolist()
 
 
+def _check_weights(weights: Any, count: int) -> list[float]:
+    """``weights`` as floats: ``count`` positive finite numbers whose sum is finite too (the
+    mix draws from their cumulative sum; an infinite sum would pick one dataset forever)."""
+    given = list(weights)
+    if len(given) != count or not all(
+        isinstance(w, (int, float, np.number)) and not isinstance(w, bool) for w in given
+    ):
+        raise UsageError(f"weights must be {count} positive numbers, one per dataset; got {given!r:.200}")
+    try:
+        floats = [float(w) for w in given]
+    except OverflowError:
+        floats = [float("inf")]
+    if not all(np.isfinite(w) and w > 0 for w in floats) or not np.isfinite(sum(floats)):
+        raise UsageError(
+            f"weights must be {count} positive finite numbers whose sum is finite (only their ratios "
+            f"matter: scale them down); got {given!r:.200}"
+        )
+    return floats
+
+
 class CombinedStreamingDataset(_IterableBase):
     """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
 
@@ -89,27 +111,26 @@ class CombinedStreamingDataset(_IterableBase):
         seed: a non-negative int, the same on every rank.
 
     Raises:
-        TypeError: an element of datasets is not a StreamingDataset.
-        ValueError: no datasets, or weights of the wrong length or not positive.
+        ArgumentTypeError (a TypeError): an element of datasets is not a StreamingDataset.
+        UsageError (a ValueError): no datasets, or weights of the wrong length or not positive.
     """
 
     def __init__(self, datasets: list[StreamingDataset], weights: list[float] | None = None, seed: int = 42):
         datasets = list(datasets)
         if not datasets:
-            raise ValueError("CombinedStreamingDataset needs at least one dataset")
+            raise UsageError("CombinedStreamingDataset needs at least one dataset")
         for d in datasets:
             if not isinstance(d, StreamingDataset):
-                raise TypeError(f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}")
+                raise ArgumentTypeError(
+                    f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}"
+                )
         if weights is None:
-            weights = [float(len(d._group_sizes) and sum(d._group_sizes)) or 1.0 for d in datasets]
-        weights = [float(w) for w in weights]
-        if len(weights) != len(datasets) or not all(np.isfinite(w) and w > 0 for w in weights):
-            raise ValueError(f"weights must be {len(datasets)} positive numbers, one per dataset; got {weights!r}")
+            weights = [float(d.plan_size) or 1.0 for d in datasets]
+        weights = _check_weights(weights, len(datasets))
         if type(seed) is not int or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+            raise UsageError(f"seed must be a non-negative int, got {seed!r}")
         self.datasets = [as_iterable(d) for d in datasets]
         self.weights, self.seed = weights, seed
-        self._batch_size = 1
         self._loader_drop_last = False
         self._mix_resume: tuple | None = None  # (epoch, generation) of a resumed epoch
 
@@ -123,12 +144,6 @@ class CombinedStreamingDataset(_IterableBase):
         """Use epoch ``epoch`` for every dataset from the next iteration on."""
         for d in self.datasets:
             d.set_epoch(epoch)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if name in ("_batch_size", "_loader_drop_last") and "datasets" in self.__dict__:
-            for d in self.datasets:
-                setattr(d, name, value)
 
     def layout(self, num_workers: int):
         return self.datasets[0].layout(num_workers)
@@ -147,11 +162,11 @@ class CombinedStreamingDataset(_IterableBase):
         for d in self.datasets:
             plan, _stream, skip = d.stream_plan(epoch, workers, worker)
             lengths.append(sum(seg[3] - seg[2] for seg, _ in plan) - skip)
-        stream = self.datasets[0]._rank * workers + worker
+        stream = self.datasets[0].rank * workers + worker
         generation = self.generation(epoch)
         if info is None and self._mix_resume is not None and self._mix_resume[0] == epoch:
             self._mix_resume = None  # applied: the next iteration of this object starts afresh
-        iterators = [d._epoch_iterator() for d in self.datasets]
+        iterators = [iter(d) for d in self.datasets]
         return self._interleave(iterators, lengths, _draws(self.seed, epoch, stream, generation))
 
     def generation(self, epoch: int) -> int:
@@ -163,6 +178,47 @@ class CombinedStreamingDataset(_IterableBase):
     def stream_mix(self, epoch: int, stream: int, generation: int, lengths: list[int], steps: int) -> list[int]:
         """Items taken from each dataset by ``stream`` in its first ``steps`` steps."""
         return mix_counts(lengths, self.weights, _draws(self.seed, epoch, stream, generation), steps)
+
+    # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
+
+    def loader_view(self) -> CombinedStreamingDataset:
+        return self
+
+    def configure_loader(self, batch_size: int, drop_last: bool) -> None:
+        self._loader_drop_last = drop_last
+        for d in self.datasets:
+            d.configure_loader(batch_size, drop_last)
+
+    def epoch_start(self, epoch: int, num_workers: int) -> tuple[list[EpochStart], int]:
+        return [d.epoch_start(epoch, num_workers) for d in self.datasets], self.generation(epoch)
+
+    def position_after(self, epoch: int, start: tuple[list[EpochStart], int], batches: int) -> dict:
+        starts, generation = start
+
+        def stream_mix(stream: int, lengths: list[int], steps: int) -> list[int]:
+            return self.stream_mix(epoch, stream, generation, lengths, steps)
+
+        totals = [d.plan_size for d in self.datasets]
+        return combined_position(totals, epoch, starts, generation, self._loader_drop_last, batches, stream_mix)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        return {"combined": [fresh_point(epoch, d.layout(num_workers)) for d in self.datasets], "generation": 0}
+
+    def check_position(self, position: object) -> int:
+        points, _generation = parse_combined(position, [d.plan_size for d in self.datasets])
+        return points[0].epoch
+
+    def apply_position(self, position: dict) -> None:
+        points, generation = parse_combined(position, [d.plan_size for d in self.datasets])
+        for d, point in zip(self.datasets, points):
+            d.resume_at(point)
+        self._mix_resume = (points[0].epoch, generation + 1)
+        self.set_epoch(points[0].epoch)
+
+    def clear_resume(self) -> None:
+        for d in self.datasets:
+            d.clear_resume()
+        self._mix_resume = None
 
     def _interleave(
         self, iterators: list[Iterator[Any]], lengths: list[int], rng: np.random.Generator

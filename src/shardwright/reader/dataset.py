@@ -8,18 +8,23 @@ import copy
 import multiprocessing
 import operator
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..errors import UnsupportedFormatError
-from ..format import chunk_item, decode_plan, item_decoder, parse_size
+from ..errors import ArgumentTypeError, UnsupportedFormatError, UsageError, require_bool
+from ..format import TOKENS_LOADER, TokensLoader, chunk_item, decode_plan, item_decoder, parse_size
+from ..secrets import redact_exception, secret_values
+from ..storage.options import check_storage_option_names
+from . import resume
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
+from .resume import EpochStart
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
-from .tokens import TOKENS_LOADER_NAME, TokenLayout, TokensLoader
+from .tokens import TokenLayout
 
 try:  # the base classes are chosen once, when this module is imported
     from torch.utils.data import Dataset as _DatasetBase
@@ -39,10 +44,16 @@ DEFAULT_PREFETCH_DEPTH = 4
 
 
 def _wants_iterable(kwargs: dict) -> bool:
-    choice = kwargs.get("iterable")
+    choice = require_bool("iterable", kwargs.get("iterable"), optional=True)
     if choice is not None:
-        return bool(choice)
-    return bool(kwargs.get("shuffle")) or distributed_env()[1] > 1
+        return choice
+    return bool(require_bool("shuffle", kwargs.get("shuffle", False))) or distributed_env()[1] > 1
+
+
+def _redacted(exc: BaseException, storage_options: dict | None) -> BaseException:
+    """``exc`` without a secret of ``storage_options`` or the environment, in its message or
+    its chained exceptions (botocore prints an ``endpoint_url`` with its ``user:password@``)."""
+    return redact_exception(exc, secret_values(storage_options))
 
 
 class StreamingDataset(_DatasetBase):
@@ -87,6 +98,10 @@ class StreamingDataset(_DatasetBase):
         prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
             reader downloads ahead of use, from its epoch plan when iterating.
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
+        check_checksums: check each chunk against the checksum index.json records for it, once:
+            remote chunks when downloaded, local ones on their first load in each process
+            (never per item). A mismatch raises CorruptStateError naming the chunk. False
+            skips it (``shardwright verify`` still checks everything).
 
     Raises:
         DatasetNotFoundError, OutputIsAFileError: nothing readable at ``output_dir`` (subclasses of
@@ -99,7 +114,7 @@ class StreamingDataset(_DatasetBase):
             TokensLoader (or the reverse); when read, a pickle leaf that needs
             ``allow_pickle=True``.
         StorageError: the cache directory is a symlink, another user's or world-writable.
-        ValueError: an option is out of range.
+        UsageError (a ValueError): an option is out of range.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any):
@@ -123,13 +138,30 @@ class StreamingDataset(_DatasetBase):
         max_cache_bytes: int | str = DEFAULT_MAX_CACHE_BYTES,
         prefetch: bool | int = True,
         iterable: bool | None = None,
+        check_checksums: bool = True,
     ):
+        shuffle = bool(require_bool("shuffle", shuffle))
+        pad = bool(require_bool("pad", pad))
+        allow_pickle = bool(require_bool("allow_pickle", allow_pickle))
+        drop_last = require_bool("drop_last", drop_last, optional=True)
+        require_bool("iterable", iterable, optional=True)
+        self.check_checksums = bool(require_bool("check_checksums", check_checksums))
+        if storage_options is not None and not isinstance(storage_options, dict):
+            raise ArgumentTypeError(
+                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+            )
+        check_storage_option_names(storage_options or {})
+        if cache_dir is not None and not os.fspath(cache_dir).strip():
+            raise UsageError(
+                "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
+                "None for $SHARDWRIGHT_CACHE_DIR or ~/.cache/shardwright"
+            )
         try:
             limit = parse_size(max_cache_bytes)
         except ValueError as exc:
-            raise ValueError(f"max_cache_bytes: {exc}") from None
+            raise UsageError(f"max_cache_bytes: {exc}") from None
         if item_loader is not None and not isinstance(item_loader, TokensLoader):
-            raise ValueError(
+            raise UsageError(
                 f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
             )
         if type(prefetch) is bool:
@@ -137,18 +169,28 @@ class StreamingDataset(_DatasetBase):
         elif type(prefetch) is int and prefetch >= 0:
             depth = prefetch
         else:
-            raise ValueError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
+            raise UsageError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
         self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
-        self.shuffle = bool(shuffle)
+        self.shuffle = shuffle
         self.seed = seed
-        self.pad = bool(pad)
+        self.pad = pad
         self.drop_last = drop_last
         if pad and drop_last:
-            raise ValueError("drop_last=True and pad=True exclude each other: pad keeps every item")
-        self.allow_pickle = bool(allow_pickle)
+            raise UsageError("drop_last=True and pad=True exclude each other: pad keeps every item")
+        self.allow_pickle = allow_pickle
         self.item_loader = item_loader
         self.storage_options = dict(storage_options or {})
         self.prefetch = depth > 0
+        try:
+            self._open(output_dir, cache_dir, limit, depth, shuffle_window)
+        except BaseException as exc:
+            clean = _redacted(exc, self.storage_options)
+            if clean is exc:
+                raise
+            raise clean from None
+
+    def _open(self, output_dir, cache_dir, limit: int, depth: int, shuffle_window: int) -> None:
+        item_loader = self.item_loader
         self._source = ChunkSource(
             os.fspath(output_dir),
             self.storage_options,
@@ -156,6 +198,7 @@ class StreamingDataset(_DatasetBase):
             limit,
             depth,
             keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+            check_checksums=self.check_checksums,
         )
         self.output_dir = self._source.output_dir
         config, chunks = self._source.config, self._source.chunks
@@ -169,10 +212,17 @@ class StreamingDataset(_DatasetBase):
         self._tokens: TokenLayout | None = None
         if item_loader is not None:
             if item_loader.block_size is None:
-                raise ValueError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
+                raise UsageError("reading a token dataset needs a block size: item_loader=TokensLoader(block_size=...)")
             self._tokens = TokenLayout(chunks, config.data_format, item_loader.block_size, self._source.index_source)
             self._group_sizes = self._tokens.group_sizes
             self._length = self._tokens.num_blocks
+            tokens = sum(entry.dim or 0 for entry in chunks)
+            if tokens and not self._length:
+                warnings.warn(
+                    f"{self._source.index_source}: the dataset holds {tokens:,} tokens, fewer than one block of "
+                    f"block_size={item_loader.block_size:,}: it reads as 0 blocks; pass a smaller block_size",
+                    stacklevel=3,
+                )
         else:
             self._group_sizes = [entry.chunk_size for entry in chunks]
             self._length = total
@@ -197,17 +247,17 @@ class StreamingDataset(_DatasetBase):
 
     def _check_loader(self, written_with: str) -> None:
         where = self._source.index_source
-        if written_with == TOKENS_LOADER_NAME and self.item_loader is None:
+        if written_with == TOKENS_LOADER and self.item_loader is None:
             raise UnsupportedFormatError(
                 f"{where}: this is a token dataset (written with TokensLoader); read it with "
                 "StreamingDataset(..., item_loader=shardwright.TokensLoader(block_size=...))"
             )
-        if written_with not in ("PyTreeLoader", TOKENS_LOADER_NAME):
+        if written_with not in ("PyTreeLoader", TOKENS_LOADER):
             raise UnsupportedFormatError(
                 f"{where}: item_loader is {written_with!r}; shardwright reads PyTreeLoader and TokensLoader "
                 "datasets only. Read it with litdata.StreamingDataset"
             )
-        if written_with != TOKENS_LOADER_NAME and self.item_loader is not None:
+        if written_with != TOKENS_LOADER and self.item_loader is not None:
             raise UnsupportedFormatError(
                 f"{where}: item_loader=TokensLoader(...) was given but the dataset holds ordinary items "
                 f"(written with {written_with}); drop item_loader"
@@ -232,7 +282,7 @@ class StreamingDataset(_DatasetBase):
     @property
     def _storage(self):
         """The Storage of a remote dataset (None for a local one)."""
-        return self._source._storage
+        return self._source.storage
 
     @property
     def epoch(self) -> int:
@@ -244,11 +294,11 @@ class StreamingDataset(_DatasetBase):
         same number). DataLoader workers see it too, persistent ones included.
 
         Raises:
-            ValueError: ``epoch`` is not a non-negative int.
+            UsageError (a ValueError): ``epoch`` is not a non-negative int.
         """
         epoch = operator.index(epoch)  # TypeError for floats, strings, ...
         if epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+            raise UsageError(f"epoch must be a non-negative int, got {epoch!r}")
         self._epoch = int(epoch)
         if self._epoch_shared is not None:
             self._epoch_shared.value = int(epoch)
@@ -260,13 +310,19 @@ class StreamingDataset(_DatasetBase):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [self._get(i) for i in range(*index.indices(self._length))]
+            return [self[i] for i in range(*index.indices(self._length))]
         i = operator.index(index)  # TypeError for floats, strings, ...
         if i < 0:
             i += self._length
         if not 0 <= i < self._length:
             raise IndexError(f"index {index} is out of range for a dataset of {self._length} items")
-        return self._get(i)
+        try:
+            return self._get(i)
+        except BaseException as exc:
+            clean = _redacted(exc, self.storage_options)
+            if clean is exc:
+                raise
+            raise clean from None
 
     def __iter__(self) -> Iterator[Any]:
         return self._epoch_iterator()
@@ -327,6 +383,14 @@ class StreamingDataset(_DatasetBase):
             self._rank, self._world = distributed_env()
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
+        layout, total = self.layout(workers), self.plan_size
+        if worker == 0 and layout.drop_last and 0 < total < layout.world_size:
+            warnings.warn(
+                f"{self.output_dir}: the epoch is empty: drop_last with {total} items on {layout.world_size} ranks "
+                "leaves every rank 0 items (each yields 0 batches); pass pad=True to repeat a few items instead, "
+                "or read with fewer ranks",
+                stacklevel=2,
+            )
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # applied: the next iteration of this object starts afresh
         seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
@@ -342,13 +406,19 @@ class StreamingDataset(_DatasetBase):
         while current is not None:
             groups, items = current
             following = next(windows, None)
-            if remote and following is not None:
-                # The next window's chunks download while this window is read.
-                self._source.prefetch(self._chunks_of_groups(following[0]))
-            for i in items.tolist():
-                item = read(i, False)
-                progress["yielded"] += 1
-                yield item
+            try:
+                if remote and following is not None:
+                    # The next window's chunks download while this window is read.
+                    self._source.prefetch(self._chunks_of_groups(following[0]))
+                for i in items.tolist():
+                    item = read(i, False)
+                    progress["yielded"] += 1
+                    yield item
+            except Exception as exc:  # not GeneratorExit: a consumer closing us is no error
+                clean = _redacted(exc, self.storage_options)
+                if clean is exc:
+                    raise
+                raise clean from None
             current = following
 
     def _item_reader(self):
@@ -374,12 +444,52 @@ class StreamingDataset(_DatasetBase):
 
         return read
 
-    def _plan_total(self) -> int:
+    @property
+    def plan_size(self) -> int:
+        """Units an epoch's plan orders: items (token datasets: blocks)."""
         return sum(self._group_sizes)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (as of the last ``set_epoch`` or iteration)."""
+        return self._rank
 
     def identity(self) -> dict:
         """What a resume state must match: the dataset (items, chunks, digest) and the order options."""
         return {"dataset": self._fingerprint, "order": order_json(self.order_spec)}
+
+    # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
+
+    def loader_view(self) -> IterableStreamingDataset:
+        return as_iterable(self)
+
+    def configure_loader(self, batch_size: int, drop_last: bool) -> None:
+        self._batch_size = batch_size
+        self._loader_drop_last = drop_last
+
+    def epoch_start(self, epoch: int, num_workers: int) -> EpochStart:
+        return resume.epoch_start(self.plan_size, self._resume_for(epoch), self.layout(num_workers))
+
+    def position_after(self, epoch: int, start: EpochStart, batches: int) -> dict:
+        return resume.single_position(self.plan_size, epoch, start, self._loader_drop_last, batches)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        return {"single": resume.fresh_point(epoch, self.layout(num_workers))}
+
+    def check_position(self, position: object) -> int:
+        return resume.parse_single(position, self.plan_size).epoch
+
+    def apply_position(self, position: dict) -> None:
+        point = resume.parse_single(position, self.plan_size)
+        self.resume_at(point)
+        self.set_epoch(point.epoch)
+
+    def resume_at(self, point: ResumePoint | None) -> None:
+        """Start the next iteration of ``point.epoch`` at ``point`` (None: from the start)."""
+        self._resume = point
+
+    def clear_resume(self) -> None:
+        self._resume = None
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
@@ -395,10 +505,16 @@ class StreamingDataset(_DatasetBase):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume this process's stream where :meth:`state_dict` left it (same layout only;
-        for another number of workers or ranks use :class:`StreamingDataLoader`)."""
-        from .loader import worker_resume
+        for another number of workers or ranks use :class:`StreamingDataLoader`).
 
-        worker_resume(self, state)
+        Raises:
+            ResumeStateError: the state is damaged or belongs to another dataset or options.
+        """
+        identity = {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window]}
+        epoch, point = resume.worker_resume_point(state, identity, self.layout)
+        self.set_epoch(epoch)
+        if point is not None:
+            self.resume_at(point)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -3,23 +3,15 @@ resume exactly there — in another process, with other num_workers or another w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
-from .combined import CombinedStreamingDataset
-from .dataset import StreamingDataset, as_iterable
-from .partition import next_worker
-from .plan import length, remaining, stream_plans
-from .state import (
-    STATE_VERSION,
-    ResumePoint,
-    ResumeStateError,
-    consumed_from_batches,
-    distributed_env,
-)
+from ..errors import UsageError, require_bool
+from .resume import Resumable
+from .state import STATE_VERSION, ResumeStateError
 
-__all__ = ["StreamingDataLoader", "worker_resume"]
+__all__ = ["StreamingDataLoader"]
 
 
 class StreamingDataLoader(DataLoader):
@@ -45,45 +37,45 @@ class StreamingDataLoader(DataLoader):
             refused: the dataset orders itself.
 
     Raises:
-        TypeError: dataset is not a StreamingDataset / CombinedStreamingDataset.
-        ValueError: shuffle, sampler or batch_sampler was given.
+        TypeError: dataset is not a StreamingDataset / CombinedStreamingDataset (any
+            :class:`~shardwright.reader.resume.Resumable`).
+        UsageError: shuffle, sampler or batch_sampler was given, or batch_size is not an int >= 1.
     """
 
     def __init__(
         self, dataset: Any, batch_size: int = 1, num_workers: int = 0, *, drop_last: bool = False, **kwargs: Any
     ):
-        if not isinstance(dataset, (StreamingDataset, CombinedStreamingDataset)):
+        if not isinstance(dataset, Resumable):
             raise TypeError(
                 f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
                 f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
         for refused in ("shuffle", "sampler", "batch_sampler"):
             if kwargs.get(refused) not in (None, False):
-                raise ValueError(
+                raise UsageError(
                     f"StreamingDataLoader does not take {refused}=: pass shuffle=True (and seed=) to "
                     "the StreamingDataset, which shuffles chunk-aware and per epoch"
                 )
             kwargs.pop(refused, None)
         if type(batch_size) is not int or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        view = as_iterable(dataset) if isinstance(dataset, StreamingDataset) else dataset
-        view._batch_size = batch_size
-        view._loader_drop_last = bool(drop_last)
+            raise UsageError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        view: Resumable = dataset.loader_view()
+        view.configure_loader(batch_size, bool(require_bool("drop_last", drop_last)))
         self._view = view
         self._started = False
         self._finished = False
         self._batches = 0
         self._pending: dict | None = None  # a position to resume from at the next iteration
-        self._epoch_start: Any = None  # where the running iteration started (see _start_of)
-        super().__init__(view, batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, **kwargs)
+        self._pending_epoch = 0  # its epoch
+        self._epoch_start: Any = None  # where the running iteration started (view.epoch_start)
+        # cast: a Resumable is an IterableDataset (torch types the argument as its Dataset class)
+        super().__init__(cast(Any, view), batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, **kwargs)
 
     @property
     def current_epoch(self) -> int:
         """The epoch the loader is in (or will start with its next iteration)."""
         if self._pending is not None:
-            key = "combined" if isinstance(self._view, CombinedStreamingDataset) else "single"
-            point = self._pending[key][0] if key == "combined" else self._pending[key]
-            return point["epoch"]
+            return self._pending_epoch
         if self._started and self._finished:
             return self._view.epoch + 1
         return self._view.epoch
@@ -91,19 +83,20 @@ class StreamingDataLoader(DataLoader):
     def __iter__(self):
         view = self._view
         if self._pending is not None:
-            _apply(view, self._pending)
+            view.apply_position(self._pending)
             self._pending = None
             old = getattr(self, "_iterator", None)
             if old is not None:  # persistent workers hold copies of the dataset from before the resume
-                old._shutdown_workers()
+                # torch has no public way to stop an iterator's workers now (only its __del__)
+                old._shutdown_workers()  # noqa: SLF001
                 self._iterator = None
         elif self._started:
             view.set_epoch(view.epoch + 1)
         view.set_epoch(view.epoch)  # also refreshes rank / world size in this process
         self._started, self._finished, self._batches = True, False, 0
-        self._epoch_start = _start_of(view, view.epoch, self.num_workers)
+        self._epoch_start = view.epoch_start(view.epoch, self.num_workers)
         iterator = super().__iter__()
-        _clear(view)  # workers have their copies; this process's iterator already planned
+        view.clear_resume()  # workers have their copies; this process's iterator already planned
         for batch in iterator:
             self._batches += 1
             yield batch
@@ -115,8 +108,8 @@ class StreamingDataLoader(DataLoader):
             return self._pending
         if not self._started or self._finished:
             epoch = view.epoch + (1 if self._finished else 0)
-            return _fresh(view, epoch, self.num_workers)
-        return _position_of(view, view.epoch, self._epoch_start, self._batches)
+            return view.fresh_position(epoch, self.num_workers)
+        return view.position_after(view.epoch, self._epoch_start, self._batches)
 
     def state_dict(self) -> dict:
         """Where this loader is: a small JSON-serialisable dict for :meth:`load_state_dict`.
@@ -145,154 +138,6 @@ class StreamingDataLoader(DataLoader):
                 f"vs this loader's {mine!r:.300}; resume with the same dataset, shuffle, seed and weights"
             )
         position = state.get("position")
-        _validate(self._view, position)
+        self._pending_epoch = self._view.check_position(position)
         self._pending = position
         self._started = False
-
-
-# --- positions: {"single": ResumePoint json} or {"combined": [...], "generation": g} ----------
-
-
-def _single_start(ds: StreamingDataset, epoch: int, num_workers: int) -> tuple:
-    """(base, layout, consumed per stream, rotation) of the plan ``ds`` reads in this epoch."""
-    layout = ds.layout(num_workers)
-    resume = ds._resume_for(epoch)
-    if resume is None:
-        return None, layout, [0] * layout.streams, 0
-    if resume.layout == layout:
-        return resume.base, layout, list(resume.consumed), resume.rotation
-    old = stream_plans(ds._plan_total(), None if resume.base is None else list(resume.base), resume.layout)
-    return tuple(remaining(old, list(resume.consumed))), layout, [0] * layout.streams, 0
-
-
-def _left(ds: StreamingDataset, start: tuple) -> list[int]:
-    """Items each stream (all ranks) still had to read when the iteration started."""
-    base, layout, consumed, _rotation = start
-    plans = stream_plans(ds._plan_total(), None if base is None else list(base), layout)
-    return [length([s for s, _ in plan]) - c for plan, c in zip(plans, consumed)]
-
-
-def _taken(left: list[int], layout, rotation: int, drop_last_batch: bool, batches: int) -> tuple[list[int], int]:
-    """Items each stream (all ranks) consumed once every rank yielded ``batches`` batches, and
-    the rotation that makes a resumed loader go on in the same order."""
-    k, out, bs = layout.num_workers, list(left), layout.batch_size
-    next_rotation = rotation
-    for rank in range(layout.world_size):
-        streams = [rank * k + (w + rotation) % k for w in range(k)]  # in DataLoader worker order
-        items = [left[s] for s in streams]
-        for s, t in zip(streams, consumed_from_batches(items, bs, drop_last_batch, batches)):
-            out[s] = t
-        if rank == 0:
-            counts = [n // bs if drop_last_batch else -(-n // bs) for n in items]
-            next_rotation = (rotation + next_worker(counts, batches)) % k
-    return out, next_rotation
-
-
-def _start_of(view, epoch: int, num_workers: int) -> tuple:
-    if isinstance(view, CombinedStreamingDataset):
-        return [_single_start(d, epoch, num_workers) for d in view.datasets], view.generation(epoch)
-    return _single_start(view, epoch, num_workers)
-
-
-def _position_of(view, epoch: int, start, batches: int) -> dict:
-    drop = view._loader_drop_last
-    if not isinstance(view, CombinedStreamingDataset):
-        base, layout, consumed, rotation = start
-        taken, rotation = _taken(_left(view, start), layout, rotation, drop, batches)
-        point = ResumePoint(epoch, base, layout, tuple(c + t for c, t in zip(consumed, taken)), rotation)
-        return {"single": point.to_json()}
-    starts, generation = start
-    lefts = [_left(d, s) for d, s in zip(view.datasets, starts)]
-    layout = starts[0][1]
-    taken, _rotation = _taken([sum(col) for col in zip(*lefts)], layout, 0, drop, batches)
-    per_stream = [
-        view.stream_mix(epoch, s, generation, [left[s] for left in lefts], taken[s]) for s in range(layout.streams)
-    ]
-    points = []
-    for d, (base, lay, consumed, _rot) in enumerate(starts):
-        points.append(
-            ResumePoint(epoch, base, lay, tuple(c + per_stream[s][d] for s, c in enumerate(consumed))).to_json()
-        )
-    return {"combined": points, "generation": generation}
-
-
-def _fresh(view, epoch: int, num_workers: int) -> dict:
-    datasets = view.datasets if isinstance(view, CombinedStreamingDataset) else [view]
-    points = []
-    for d in datasets:
-        layout = d.layout(num_workers)
-        points.append(ResumePoint(epoch, None, layout, (0,) * layout.streams).to_json())
-    if isinstance(view, CombinedStreamingDataset):
-        return {"combined": points, "generation": 0}
-    return {"single": points[0]}
-
-
-def _validate(view, position: Any) -> None:
-    combined = isinstance(view, CombinedStreamingDataset)
-    key = "combined" if combined else "single"
-    if not isinstance(position, dict) or key not in position:
-        raise ResumeStateError(
-            f"the state has no {key!r} position; pass what StreamingDataLoader.state_dict() returned"
-        )
-    if combined:
-        points, generation = position[key], position.get("generation")
-        if (
-            not isinstance(points, list)
-            or len(points) != len(view.datasets)
-            or type(generation) is not int
-            or generation < 0
-        ):
-            raise ResumeStateError("the combined position does not match this CombinedStreamingDataset")
-        parsed = [ResumePoint.from_json(p, d._plan_total()) for p, d in zip(points, view.datasets)]
-        if len({p.epoch for p in parsed}) != 1:
-            raise ResumeStateError("the combined position's datasets are at different epochs")
-    else:
-        ResumePoint.from_json(position[key], view._plan_total())
-
-
-def _apply(view, position: dict) -> None:
-    if isinstance(view, CombinedStreamingDataset):
-        points = [ResumePoint.from_json(p, d._plan_total()) for p, d in zip(position["combined"], view.datasets)]
-        for d, point in zip(view.datasets, points):
-            d._resume = point
-        view._mix_resume = (points[0].epoch, position["generation"] + 1)
-        view.set_epoch(points[0].epoch)
-    else:
-        point = ResumePoint.from_json(position["single"], view._plan_total())
-        view._resume = point
-        view.set_epoch(point.epoch)
-
-
-def _clear(view) -> None:
-    for d in view.datasets if isinstance(view, CombinedStreamingDataset) else [view]:
-        d._resume = None
-    if isinstance(view, CombinedStreamingDataset):
-        view._mix_resume = None
-
-
-def worker_resume(dataset: StreamingDataset, state: dict) -> None:
-    """StreamingDataset.load_state_dict: resume this process's stream (same layout)."""
-    if not isinstance(state, dict) or state.get("dataset") != dataset._fingerprint:
-        raise ResumeStateError("this state belongs to another dataset; resume with the dataset it was saved from")
-    if state.get("order") != [dataset.order_spec.shuffle, dataset.seed, dataset.order_spec.window]:
-        raise ResumeStateError("this state was saved with other shuffle / seed / shuffle_window options")
-    epoch, stream, streams, yielded = (state.get(k) for k in ("epoch", "stream", "streams", "yielded"))
-    if type(epoch) is not int or epoch < 0:
-        raise ResumeStateError(f"state epoch {epoch!r} is not a non-negative int")
-    dataset.set_epoch(epoch)
-    if stream is None:  # saved before any iteration started
-        return
-    if not (
-        type(streams) is int and type(stream) is int and 0 <= stream < streams and type(yielded) is int and yielded >= 0
-    ):
-        raise ResumeStateError("the state's stream position is damaged")
-    _rank, world = distributed_env()
-    if streams % world:
-        raise ResumeStateError(
-            f"the state was saved by {streams} readers, which {world} ranks cannot share; "
-            "use StreamingDataLoader to resume on another layout"
-        )
-    layout = dataset.layout(streams // world)
-    consumed = [0] * layout.streams
-    consumed[stream] = yielded
-    dataset._resume = ResumePoint(epoch, None, layout, tuple(consumed))

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UsageError
+
 __all__ = ["OrderSpec", "Segment", "SHUFFLES", "EpochSequence", "iter_segment", "segment_windows"]
 
 Segment = tuple[int, int, int, int]
@@ -48,11 +50,11 @@ class OrderSpec:
 
     def __post_init__(self) -> None:
         if self.shuffle not in SHUFFLES:
-            raise ValueError(f"shuffle algorithm {self.shuffle!r} is unknown; use one of {sorted(SHUFFLES)}")
+            raise UsageError(f"shuffle algorithm {self.shuffle!r} is unknown; use one of {sorted(SHUFFLES)}")
         if type(self.seed) is not int or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
+            raise UsageError(f"seed must be a non-negative int, got {self.seed!r}")
         if type(self.window) is not int or self.window < 1:
-            raise ValueError(f"shuffle_window must be an int >= 1 (chunks mixed together), got {self.window!r}")
+            raise UsageError(f"shuffle_window must be an int >= 1 (chunks mixed together), got {self.window!r}")
 
 
 def _rng(seed: int, epoch: int, *key: int) -> np.random.Generator:

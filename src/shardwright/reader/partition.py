@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UsageError
+
 __all__ = [
     "Layout",
     "batches_taken",
@@ -51,9 +53,9 @@ class Layout:
         for name in ("world_size", "num_workers", "batch_size"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise UsageError(f"{name} must be an int >= 1, got {value!r}")
         if self.drop_last and self.pad:
-            raise ValueError("drop_last and pad cannot both be set: pad=True keeps every item (and repeats a few)")
+            raise UsageError("drop_last and pad cannot both be set: pad=True keeps every item (and repeats a few)")
 
     @property
     def streams(self) -> int:

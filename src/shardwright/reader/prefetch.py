@@ -123,6 +123,7 @@ class ProcState:
         self.lru: OrderedDict[int, Loaded] = OrderedDict()
         self.last_loaded: int | None = None
         self.prefetcher: Prefetcher | None = None
+        self.verified: set[str] = set()  # local chunks whose checksum this process has checked
 
     def prefetch(self, cache: ChunkCache, upcoming: list[tuple[int, ChunkEntry]], depth: int) -> None:
         if depth <= 0:

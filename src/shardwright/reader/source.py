@@ -16,10 +16,10 @@ from ..errors import (
     OutputIsAFileError,
     UnsupportedFormatError,
 )
-from ..format import ChunkEntry, chunk_item, decompress, parse_index
+from ..format import ChunkEntry, check_checksum, chunk_item, decompress, parse_index
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
-from ..storage import LocalStorage
+from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
 from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
 from .prefetch import Loaded, ProcState
@@ -36,7 +36,8 @@ class ChunkSource:
     threads or mmaps: each process opens its own on first use).
 
     Args:
-        output_dir: a local directory, ``file://`` URL or ``s3://bucket/prefix``.
+        output_dir: a local directory, ``file://`` URL or a URL of any registered storage backend
+            (``s3://bucket/prefix``, ...).
         storage_options: boto3 client arguments (remote only).
         cache_dir: the cache root (remote only).
         max_cache_bytes: the bound of the cache root, in bytes.
@@ -44,7 +45,8 @@ class ChunkSource:
         keep_chunks: decoded chunks kept per process.
 
     Raises:
-        DatasetNotFoundError, OutputIsAFileError, ValueError: no dataset at ``output_dir``.
+        DatasetNotFoundError, OutputIsAFileError: no dataset at ``output_dir``.
+        OutputDirError: ``output_dir`` is not a location any backend reads.
         IncompleteDatasetError: the optimize run writing it has not finished.
         CorruptStateError: index.json is damaged or names chunks that cannot be ours.
         StorageError: the cache directory is unsafe or unusable.
@@ -58,26 +60,23 @@ class ChunkSource:
         max_cache_bytes: int,
         prefetch_depth: int,
         keep_chunks: int = MIN_CACHED_CHUNKS,
+        check_checksums: bool = True,
     ):
         self.output_dir = output_dir
+        self.check_checksums = check_checksums
         self.prefetch_depth = prefetch_depth
         self.keep_chunks = max(MIN_CACHED_CHUNKS, keep_chunks)
         self._storage = None
         self.cache: ChunkCache | None = None
-        self.remote = output_dir.startswith("s3://")
-        if "://" in output_dir and not self.remote and not output_dir.startswith("file://"):
-            raise ValueError(
-                f"{output_dir}: unsupported URL; StreamingDataset reads a local directory or s3://bucket/prefix"
-            )
+        location = parse_location(output_dir)  # OutputDirError (a ValueError) for what no backend reads
+        self.remote = not location.is_local
         if self.remote:
-            from ..storage import open_storage
-
-            self._storage = open_storage(output_dir, storage_options)
+            self._storage = open_storage(location.url, storage_options)
             self.output_dir = self._storage.url  # normalised: s3://bucket/prefix
             self.index_source = f"{self.output_dir}/{INDEX_NAME}"
         else:
             # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)
-            self.output_dir = os.path.expanduser(output_dir.removeprefix("file://"))
+            self.output_dir = os.path.expanduser(location.path)
             self.index_source = os.path.join(self.output_dir, INDEX_NAME)
         self.index_bytes = self._read_index_bytes()
         try:
@@ -108,9 +107,16 @@ class ChunkSource:
                 url=self.output_dir,
                 storage=self._storage,
                 max_bytes=max_cache_bytes,
+                check_checksums=check_checksums,
+                sizes_known=self.config.compression is None,
             )
             self.cache.check_existing()
         self._proc_state: ProcState | None = None
+
+    @property
+    def storage(self):
+        """The Storage of a remote dataset (None for a local one)."""
+        return self._storage
 
     # --- the index -------------------------------------------------------------------------
 
@@ -145,6 +151,13 @@ class ChunkSource:
             message += f"; nothing at all is stored under {self.output_dir}: check the URL"
         raise IncompleteDatasetError(message) from None
 
+    def _replaced(self) -> bool:
+        """Whether index.json now differs from the one this reader opened (an overwrite)."""
+        try:
+            return self._read_index_bytes() != self.index_bytes
+        except Exception:  # gone or unreadable: not what it was either
+            return True
+
     # --- per process -----------------------------------------------------------------------
 
     def state(self) -> ProcState:
@@ -175,13 +188,21 @@ class ChunkSource:
         sequential = k == 0 or (state.last_loaded is not None and k == state.last_loaded + 1)
         state.last_loaded = k
         entry = self.chunks[k]
-        if self.cache is not None:
-            if self.config.compression is None:  # only uncompressed chunks stay pinned
-                with state.lock:  # unpin first, so that the download can evict what we no longer need
-                    self._trim(state, incoming=entry.chunk_bytes)
-            loaded = self._load_remote(entry)
-        else:
-            loaded = Loaded(self._load_local(entry))
+        try:
+            if self.cache is not None:
+                if self.config.compression is None:  # only uncompressed chunks stay pinned
+                    with state.lock:  # unpin first, so that the download can evict what we no longer need
+                        self._trim(state, incoming=entry.chunk_bytes)
+                loaded = self._load_remote(entry)
+            else:
+                loaded = Loaded(self._load_local(entry))
+        except (CorruptStateError, FileNotFoundError):
+            if self._replaced():
+                raise CorruptStateError(
+                    f"the dataset at {self.output_dir} was replaced since it was opened (its index.json changed, "
+                    f"chunk {entry.filename} is gone or different): reopen it (a new StreamingDataset)"
+                ) from None
+            raise
         with state.lock:
             previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
             if previous is not None:
@@ -272,6 +293,17 @@ class ChunkSource:
     def _load_local(self, entry: ChunkEntry) -> bytes | memoryview:
         stored, compressed = self._stored_chunk(entry)
         name = os.path.join(self.output_dir, entry.filename)
+        as_indexed = compressed == (self.config.compression is not None)  # not litdata's decompressed copy
+        verified = self.state().verified
+        if self.check_checksums and as_indexed and entry.checksum and entry.filename not in verified:
+            # Once per chunk per process, on its first load (never per item): the bytes
+            # crossed a trust boundary (a disk, a copy) since they were written.
+            try:
+                check_checksum(stored, entry.checksum, name, _FIX)
+            except CorruptStateError:
+                release_buffer(stored)
+                raise
+            verified.add(entry.filename)
         return self._decode_stored(stored, compressed, entry, name, exact=False)
 
     def _decode_stored(self, stored, compressed: bool, entry: ChunkEntry, name: str, *, exact: bool):

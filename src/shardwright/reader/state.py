@@ -13,7 +13,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-from ..errors import ShardwrightError
+from ..errors import ResumeStateError  # moved to errors.py; importable from here for one release
 from .order import OrderSpec, Segment
 from .partition import Layout, batches_taken
 from .plan import StreamPlan, length, remaining, stream_plans
@@ -26,10 +26,6 @@ __all__ = [
 STATE_VERSION = 1
 _MAX_STREAMS = 1 << 20  # bounds what a state read back may ask us to allocate
 _MAX_SEGMENTS = 1 << 22
-
-
-class ResumeStateError(ShardwrightError, ValueError):
-    """A loader state cannot be applied: another dataset, other order options, or damaged."""
 
 
 @dataclass(frozen=True)
@@ -93,12 +89,44 @@ class ResumePoint:
                 ):
                     raise ResumeStateError(f"loader state base segment {seg!r:.60} is not valid for {total} items")
                 segs.append(tuple(seg))
+            _check_disjoint(segs, total)
             base = tuple(segs)
         plans = stream_plans(total, None if base is None else list(base), layout)
         for c, plan in zip(consumed, plans):
             if type(c) is not int or not 0 <= c <= length([s for s, _ in plan]):
                 raise ResumeStateError(f"loader state consumed count {c!r} is not valid for a stream of this epoch")
         return cls(epoch, base, layout, consumed, rotation)
+
+
+def _check_disjoint(segments: list, total: int) -> None:
+    """A base is what was left of an epoch: every item in it at most once. Segments of one
+    range ``S[a:b]`` hold disjoint positions, and ranges of different segments do not
+    overlap (that is how plans cut an epoch), so an edited base cannot read items twice."""
+    held = sum(hi - lo for _a, _b, lo, hi in segments)
+    if held > total:
+        raise ResumeStateError(
+            f"loader state base holds {held} items, more than the dataset's {total} (its segments overlap); "
+            "pass a state saved by state_dict()"
+        )
+    by_range: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for a, b, lo, hi in segments:
+        if lo < hi:
+            by_range.setdefault((a, b), []).append((lo, hi))
+    ranges = sorted(by_range)
+    for (a1, b1), (a2, b2) in zip(ranges, ranges[1:]):
+        if a2 < b1:
+            raise ResumeStateError(
+                f"loader state base segments over items {a1}:{b1} and {a2}:{b2} overlap (items would be read "
+                "twice); pass a state saved by state_dict()"
+            )
+    for (a, b), spans in by_range.items():
+        spans.sort()
+        for (lo1, hi1), (lo2, hi2) in zip(spans, spans[1:]):
+            if lo2 < hi1:
+                raise ResumeStateError(
+                    f"loader state base segments [{a}, {b}, {lo1}, {hi1}] and [{a}, {b}, {lo2}, {hi2}] overlap "
+                    "(items would be read twice); pass a state saved by state_dict()"
+                )
 
 
 def fingerprint(num_items: int, chunks: list) -> dict:

@@ -16,16 +16,17 @@ to the chunk of its first token (its *group*), which is what the shuffle moves a
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import CorruptStateError, UnsupportedFormatError
-from ..format import ChunkEntry, chunk_num_items
+from ..format import TOKENS_LOADER, ChunkEntry, TokensLoader, chunk_num_items
 
+# TokensLoader lives in shardwright.format.tokens (the engine writes with it too); it is
+# re-exported here, where it used to live, for one release.
 __all__ = ["TOKENS_LOADER_NAME", "TokenLayout", "TokensLoader"]
 
-TOKENS_LOADER_NAME = "TokensLoader"
+TOKENS_LOADER_NAME = TOKENS_LOADER  # alias of format.TOKENS_LOADER, kept for one release
 _NUMPY_DTYPES = [
     "int8",
     "int16",
@@ -60,32 +61,6 @@ _TORCH_DTYPES = {
     19: "bool",
     20: "uint16",
 }  # litdata's torch dtype codes (constants._TORCH_DTYPES_MAPPING)
-
-
-@dataclass(frozen=True)
-class TokensLoader:
-    """Read (and write) a dataset as a stream of tokens cut into fixed-length blocks.
-
-    Writing: ``optimize(fn, inputs, out, item_loader=TokensLoader())`` where ``fn`` returns
-    (or yields) 1-D integer numpy arrays or torch tensors; the dataset is litdata's token
-    layout, so ``litdata.StreamingDataset(out, item_loader=litdata.TokensLoader(B))`` reads it.
-
-    Reading: ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``: item ``i`` is
-    tokens ``[i*B, (i+1)*B)`` of the whole stream, a 1-D array (a torch tensor if the tokens
-    were written as tensors), crossing chunk boundaries where needed.
-
-    Args:
-        block_size: tokens per item when reading (None when writing).
-
-    Raises:
-        ValueError: block_size is not a positive int.
-    """
-
-    block_size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.block_size is not None and (type(self.block_size) is not int or self.block_size < 1):
-            raise ValueError(f"TokensLoader(block_size={self.block_size!r}): block_size must be a positive int")
 
 
 class TokenLayout:

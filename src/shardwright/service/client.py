@@ -7,6 +7,7 @@ http://127.0.0.1:8470); the token from ``SHARDWRIGHT_API_TOKEN`` or ``--token-fi
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -14,8 +15,12 @@ import time
 import urllib.error
 import urllib.request
 
+from ..engine.options import JOB_OPTIONS, OptionSpec
+from .storeplace import default_db
+
 DEFAULT_URL = "http://127.0.0.1:8470"
-DEFAULT_TOKEN_FILE = os.path.join("~", ".shardwright", "api-token")
+DEFAULT_TOKEN_FILE = os.path.join(os.path.dirname(default_db()), "api-token")
+OLD_TOKEN_FILE = os.path.join("~", ".shardwright", "api-token")  # where the first servers wrote it
 
 
 class ClientError(Exception):
@@ -56,6 +61,8 @@ def _token(args) -> str:
     if token:
         return token
     path = os.path.expanduser(args.token_file or DEFAULT_TOKEN_FILE)
+    if not args.token_file and not os.path.exists(path) and os.path.exists(os.path.expanduser(OLD_TOKEN_FILE)):
+        path = os.path.expanduser(OLD_TOKEN_FILE)
     try:
         with open(path) as f:
             return f.read().strip()
@@ -67,8 +74,13 @@ def _json_arg(text: str | None, name: str):
     if text is None:
         return None
     if text.startswith("@"):
-        with open(text[1:]) as f:
-            text = f.read()
+        try:
+            with open(text[1:]) as f:
+                text = f.read()
+        except OSError as exc:
+            raise ClientError(f"{name} {text}: cannot read {text[1:]} ({exc.strerror or exc})") from None
+        except UnicodeDecodeError:
+            raise ClientError(f"{name} {text}: {text[1:]} is not a text (JSON) file") from None
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -107,6 +119,8 @@ def add_jobs_command(subparsers) -> None:
         "--storage-options",
         help="JSON object of boto3 client arguments (or @file.json: keeps them out of your shell history)",
     )
+    for spec in JOB_OPTIONS:  # every option a job may set, from the engine's table
+        s.add_argument(f"--{spec.name.replace('_', '-')}", dest=f"opt_{spec.name}", **_option_argument(spec))
     s.add_argument("--slurm-array", type=int, metavar="N", help="run on Slurm as an N-task array")
     s.add_argument("--wait", action="store_true", help="wait until the job ends; exit 1 unless it SUCCEEDED")
     ls = sub.add_parser("list", help="list jobs")
@@ -128,6 +142,29 @@ def add_jobs_command(subparsers) -> None:
     p.set_defaults(func=run_jobs_command)
 
 
+def _option_argument(spec: OptionSpec) -> dict:
+    """argparse settings of one row of the engine's JOB_OPTIONS (``jobs submit --chunk-size 100``)."""
+    if spec.kind == "bool":
+        return {"action": argparse.BooleanOptionalAction, "default": None, "help": spec.help}
+    if spec.kind == "choice":
+        return {"choices": spec.choices, "default": None, "help": spec.help}
+    if spec.kind == "size":
+        return {"type": lambda t: int(t) if t.isdigit() else t, "default": None, "metavar": "SIZE", "help": spec.help}
+    kind = int if spec.kind == "int" else float
+    return {"type": kind, "default": None, "metavar": spec.kind.upper(), "help": spec.help}
+
+
+def _options(args) -> dict:
+    options = _json_arg(args.options, "--options") or {}
+    if not isinstance(options, dict):
+        raise ClientError("--options must be a JSON object, e.g. '{\"chunk_size\": 100}'")
+    for spec in JOB_OPTIONS:
+        value = getattr(args, f"opt_{spec.name}", None)
+        if value is not None:
+            options[spec.name] = value
+    return options
+
+
 def _wait(client: JobsClient, job_id: str) -> dict:
     while True:
         job = client.request("GET", f"/jobs/{job_id}")
@@ -147,7 +184,7 @@ def run_jobs_command(args) -> int:
                 "inputs": inputs,
                 "output_dir": args.output_dir,
                 "config": _json_arg(args.config, "--config") or {},
-                "options": _json_arg(args.options, "--options") or {},
+                "options": _options(args),
             }
             storage_options = _json_arg(args.storage_options, "--storage-options")
             if storage_options:

@@ -18,13 +18,14 @@ def add_service_commands(subparsers) -> None:
     p.add_argument(
         "--pipelines",
         required=True,
-        metavar="MODULE",
-        help="module whose public top-level functions fn(input[, config]) are the pipelines",
+        metavar="MODULE[:FN,...]",
+        help="module whose public top-level functions fn(input[, config]) are the pipelines "
+        "(or only the functions listed after ':'; required for installed modules)",
     )
     p.add_argument(
         "--db",
-        default=DEFAULT_DB,
-        help=f"SQLite job store (default {DEFAULT_DB}); the API token file is created next to it",
+        default=None,
+        help=f"SQLite job store (default {DEFAULT_DB}); the API token file and job files are kept next to it",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)

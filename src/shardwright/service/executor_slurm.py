@@ -1,23 +1,38 @@
 """Slurm executor: a job with ``{"executor": {"kind": "slurm", "array": N}}`` is one sbatch
-array (written and submitted by shardwright's own sbatch helper). Every task runs the runner
-with ``--slurm``; optimize() takes the task's share of the shards from the array variables
-and the task that finishes last publishes. The service follows Slurm's state
-(``scontrol``, then ``sacct`` once the job left the controller's memory) and the output's.
+array, written, submitted and followed by shardwright's own Slurm helper
+(:mod:`shardwright.cluster.slurm`, the home of every Slurm command). Every task runs the runner
+with ``--slurm``; optimize() takes the task's share of the shards from the array variables and
+the task that finishes last publishes. This module keeps what the service reads into Slurm's
+states.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import re
-import subprocess
 import sys
+import time
 
-from ..cluster import slurm as sbatch_helper
-from ..errors import ShardwrightError
+from ..cluster import slurm as helper
+from .executors import Launch, Observation, Started
+from .model import RunnerReport
+from .progress import read_progress
+from .runner import read_status
+from .store import AttemptRecord, JobRecord
+from .transitions import slurm_report
 
-# Slurm job states after which a task will not run again by itself.
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
-# NODE_FAIL / PREEMPTED are followed by a requeue (the helper's scripts use --requeue).
+log = logging.getLogger("shardwright.service")
+
+#: Slurm job states after which a task will not run again by itself. NODE_FAIL and PREEMPTED are
+#: not here: they are followed by a requeue (the helper's scripts use --requeue).
+FINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+#: Final states of a task that was killed (or never ran) rather than stopped by its own code:
+#: when it wrote no failure of its own, the service retries the job (a transient system failure).
+DIED = frozenset({"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "NODE_FAIL"})
+
+SlurmUnavailable = helper.SlurmUnavailable
+task_states = helper.task_states
+cancel = helper.cancel_jobs
 
 
 def job_name(job_id: str, attempt: int) -> str:
@@ -26,81 +41,113 @@ def job_name(job_id: str, attempt: int) -> str:
 
 
 def find_submitted(name: str, env: dict) -> list[str]:
-    """Array job ids Slurm knows under ``name`` (pending, running or recently ended)."""
-    r = _run(["squeue", "-h", "-t", "all", "--name", name, "-o", "%F"], env)
-    if r is None or r.returncode != 0:
-        raise SlurmUnavailable(f"squeue --name {name}: {r.stderr.strip() if r else 'no answer'}")
-    return sorted({line.strip() for line in r.stdout.splitlines() if line.strip()})
+    return helper.find_jobs_by_name(name, env)
 
 
 def submit(job_dir: str, job_id: str, attempt: int, array: int, env: dict) -> list[str]:
     command = [sys.executable, "-m", "shardwright.service.runner", job_dir, "--attempt", str(attempt), "--slurm"]
-    log_dir = os.path.join(job_dir, "slurm-logs")
-    script = sbatch_helper.write_sbatch_script(
-        command, array, log_dir=log_dir, chdir=job_dir, job_name=job_name(job_id, attempt)
+    script = helper.write_sbatch_script(
+        command, array, log_dir=os.path.join(job_dir, "slurm-logs"), chdir=job_dir, job_name=job_name(job_id, attempt)
     )
-    submissions, explicit = sbatch_helper.plan_submissions(array)
-    return sbatch_helper.submit_run(script, submissions, explicit, env=env, cwd=job_dir)
-
-
-def _run(argv: list[str], env: dict) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def _expand(spec: str) -> list[str]:
-    """ArrayTaskId '0-3%2' / '1,4' -> ['0','1','2','3']."""
-    out: list[str] = []
-    for part in spec.split("%")[0].split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::\d+)?", part)
-        if m:
-            first, last = int(m.group(1)), int(m.group(2) or m.group(1))
-            out += [str(i) for i in range(first, last + 1)]
-    return out
-
-
-class SlurmUnavailable(Exception):
-    """Slurm could not be asked (controller down, command failed): ask again later."""
-
-
-def task_states(job_ids: list[str], env: dict) -> dict[str, str] | None:
-    """{"JOB_TASK": STATE} of every task of the submissions, or None if Slurm does not know them
-    any more (purged from the controller, no accounting). Raises SlurmUnavailable when Slurm
-    cannot answer now."""
-    states: dict[str, str] = {}
-    for job_id in job_ids:
-        r = _run(["scontrol", "-o", "show", "job", job_id], env)
-        if r is None:
-            raise SlurmUnavailable("scontrol did not answer")
-        if r.returncode != 0 and "invalid job id" not in r.stderr.lower():
-            raise SlurmUnavailable(f"scontrol show job {job_id}: {r.stderr.strip()}")
-        if r.returncode == 0 and r.stdout.strip():
-            for line in r.stdout.splitlines():
-                state = re.search(r"\bJobState=(\S+)", line)
-                task = re.search(r"\bArrayTaskId=(\S+)", line)
-                if state:
-                    for t in _expand(task.group(1)) if task else ["-"]:
-                        states[f"{job_id}_{t}"] = state.group(1)
-            continue
-        r = _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State"], env)
-        rows = [line.split("|") for line in (r.stdout.splitlines() if r is not None and r.returncode == 0 else [])]
-        rows = [row for row in rows if len(row) == 2]
-        if not rows:
-            return None
-        for jid, state in rows:
-            states[jid] = state.split()[0]
-    return states
+    submissions, explicit = helper.plan_submissions(array)
+    return helper.submit_run(script, submissions, explicit, env=env, cwd=job_dir)
 
 
 def all_final(states: dict[str, str]) -> bool:
     return bool(states) and all(s in FINAL for s in states.values())
 
 
-def cancel(job_ids: list[str], env: dict) -> None:
-    """scancel: Slurm sends SIGTERM; optimize() commits what is done and stops."""
-    for job_id in job_ids:
-        r = _run(["scancel", job_id], env)
-        if r is None or r.returncode != 0:
-            raise ShardwrightError(f"scancel {job_id} failed: {r.stderr.strip() if r else 'scancel not found'}")
+SLURM_FORGOTTEN_GRACE = 300.0  # s: Slurm no longer knows the job and its tasks did not all report
+POLL_EVERY = 1.0  # s between two questions to Slurm about one job
+
+
+def task_reports(job_dir: str, attempt: int) -> dict[str, RunnerReport]:
+    """The status files the tasks of one attempt wrote, by task id."""
+    prefix = f"attempt-{attempt}-task-"
+    out = {}
+    for name in os.listdir(job_dir):
+        if name.startswith(prefix) and name.endswith(".json"):
+            report = read_status(os.path.join(job_dir, name))
+            if report:
+                out[name[len(prefix) : -5]] = report
+    return out
+
+
+class SlurmExecutor:
+    """Slurm arrays: submitted with sbatch, followed with scontrol/sacct and the output's state."""
+
+    kind = "slurm"
+
+    def __init__(self, env: dict, forgotten_grace: float = SLURM_FORGOTTEN_GRACE):
+        self.env, self.forgotten_grace = env, forgotten_grace
+        self.polled: dict[str, float] = {}
+        self.forgotten: dict[str, float] = {}
+        self.term_sent: set[str] = set()
+
+    def records_before_start(self) -> bool:
+        return True
+
+    def start(self, launch: Launch) -> Started:
+        array = int(launch.job.executor.get("array", 1))
+        return Started(slurm_job_ids=tuple(submit(launch.job_dir, launch.job.id, launch.number, array, launch.env)))
+
+    def observe(self, job: JobRecord, attempt: AttemptRecord, job_dir: str) -> Observation:
+        now = time.time()
+        if now - self.polled.get(job.id, 0) < POLL_EVERY:
+            return Observation()
+        self.polled[job.id] = now
+        ids = list(attempt.slurm_job_ids)
+        found: tuple[str, ...] = ()
+        if not ids:  # the server died between recording the attempt and recording sbatch's answer
+            try:
+                ids = find_submitted(job_name(job.id, attempt.number), self.env)
+            except SlurmUnavailable:
+                return Observation()
+            if not ids:
+                return Observation(
+                    ended=True, how_it_ended="was never submitted (the server stopped first)", server_stop=True
+                )
+            found = tuple(ids)
+        seen = read_progress(job.output_dir, None, job.progress.inputs_total)
+        progress = seen.progress if seen and seen.progress != job.progress else None
+        if job.cancel_requested and job.id not in self.term_sent:
+            self.term_sent.add(job.id)
+            try:
+                cancel(ids, self.env)
+            except SlurmUnavailable as exc:
+                log.warning("job %s: %s", job.id, exc)
+        try:
+            states = task_states(ids, self.env)
+        except SlurmUnavailable as exc:
+            log.warning("job %s: %s; asking again", job.id, exc)
+            return Observation(progress=progress, slurm_job_ids=found)
+        reports = task_reports(job_dir, attempt.number)
+        if states is not None and not all_final(states):
+            self.forgotten.pop(job.id, None)
+            return Observation(progress=progress, slurm_job_ids=found)
+        published = seen is not None and seen.published
+        if states is None and not published and len(reports) < int(job.executor.get("array", 1)):
+            # Slurm forgot the job and not every task reported: give the output a while to say more
+            if now - self.forgotten.setdefault(job.id, now) < self.forgotten_grace:
+                return Observation(progress=progress, slurm_job_ids=found)
+        self.forget(job.id)
+        summary = ", ".join(f"{t} {s}" for t, s in sorted((states or {}).items()))
+        report = slurm_report(ids, states, reports, seen.progress if published and seen else None, DIED)
+        return Observation(
+            progress=progress,
+            ended=True,
+            report=report,
+            how_it_ended=f"ended in Slurm ({summary})",
+            slurm_job_ids=found,
+        )
+
+    def forget(self, job_id: str) -> None:
+        self.forgotten.pop(job_id, None)
+        self.term_sent.discard(job_id)
+        self.polled.pop(job_id, None)
+
+    def recover(self, job: JobRecord, attempt: AttemptRecord, job_dir: str) -> Observation | None:
+        return None  # Slurm runs it, not us: keep following it
+
+    def shutdown(self, grace: float) -> list[str]:
+        return []  # Slurm jobs outlive the server; the next one follows them

@@ -3,29 +3,31 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..protocol.status import read_status
 from ..storage import open_storage
+from .model import Progress
 
 
-def read_progress(output_dir: str, storage_options: dict | None, inputs_total: int) -> dict | None:
-    """``{"inputs_done", "inputs_total", "items", "published"}``, or None when it cannot be read now."""
+@dataclass(frozen=True)
+class OutputProgress:
+    progress: Progress
+    published: bool
+
+
+def read_progress(output_dir: str, storage_options: dict | None, inputs_total: int) -> OutputProgress | None:
+    """What the output says now, or None when it cannot be read now."""
     try:
         report = read_status(open_storage(output_dir, storage_options))
     except Exception:  # nothing written yet, a read racing a publish, storage down: try again later
         return None
     if report.state == "complete":
         last = report.last_run or {}
-        return {
-            "inputs_done": inputs_total,
-            "inputs_total": inputs_total,
-            "items": int(last.get("items", 0)),
-            "published": True,
-        }
+        items = last.get("items", 0)
+        items = items if isinstance(items, int) and not isinstance(items, bool) and items >= 0 else 0
+        return OutputProgress(Progress(inputs_total, inputs_total, items), True)
     if report.state == "empty":
-        return {"inputs_done": 0, "inputs_total": inputs_total, "items": 0, "published": False}
-    return {
-        "inputs_done": report.inputs_done,
-        "inputs_total": inputs_total,
-        "items": report.items_committed,
-        "published": False,
-    }
+        return OutputProgress(Progress(0, inputs_total, 0), False)
+    done = min(max(0, int(report.inputs_done)), inputs_total)
+    return OutputProgress(Progress(done, inputs_total, max(0, int(report.items_committed))), False)

@@ -2,8 +2,9 @@
 
 Reads the job from ``JOB_DIR/spec.json`` (no secrets in it) and its storage_options from
 stdin (never argv or the environment), calls ``shardwright.optimize(...)`` (rerunning the
-same call resumes), and reports through a status file written atomically every second:
-``{"state": running|succeeded|failed|interrupted, "progress": {...}, "error": {...}}``. The
+same call resumes), and reports through a status file written atomically every second (a
+:class:`~shardwright.service.model.RunnerReport`: state running|succeeded|failed|interrupted,
+progress, error). The
 server polls it; a status file survives the server being killed, so a restarted server
 still learns how an attempt ended.
 
@@ -22,10 +23,13 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 
+from ..errors import CorruptStateError, UsageError
 from ..process import die_with_parent
 from ..secrets import redact, secret_values
-from .classify import error_info
+from .locations import check_output_location
+from .model import JobError, Progress, ReportState, RunnerReport, RunResult
 from .progress import read_progress
 
 
@@ -33,32 +37,32 @@ def status_path(job_dir: str, attempt: int, task: str | None = None) -> str:
     return os.path.join(job_dir, f"attempt-{attempt}.json" if task is None else f"attempt-{attempt}-task-{task}.json")
 
 
-def read_status(path: str) -> dict | None:
+MAX_STATUS_BYTES = 1_000_000
+
+
+def read_status(path: str) -> RunnerReport | None:
+    """The last report in a status file; None when there is none (yet) or it cannot be read."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            data = f.read(MAX_STATUS_BYTES + 1)
+        if len(data) > MAX_STATUS_BYTES:
+            return None
+        return RunnerReport.from_json(json.loads(data), path)
+    except (OSError, ValueError, CorruptStateError):
         return None
 
 
 class StatusFile:
     def __init__(self, path: str, attempt: int):
         self.path, self.lock = path, threading.Lock()
-        self.data = {
-            "attempt": attempt,
-            "pid": os.getpid(),
-            "state": "running",
-            "progress": None,
-            "error": None,
-            "started_at": time.time(),
-        }
+        self.report = RunnerReport(attempt=attempt, pid=os.getpid(), started_at=time.time())
 
     def write(self, **fields) -> None:
         with self.lock:
-            self.data.update(fields, updated_at=time.time())
+            self.report = replace(self.report, **fields, updated_at=time.time())
             tmp = f"{self.path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
-                json.dump(self.data, f)
+                json.dump(self.report.to_json(), f)
             os.replace(tmp, self.path)
 
 
@@ -70,7 +74,21 @@ def _progress_loop(status: StatusFile, output_dir, storage_options, total: int, 
     while not stop.wait(0.5):
         progress = read_progress(output_dir, storage_options, total)
         if progress is not None:
-            status.write(progress=progress)
+            status.write(progress=progress.progress)
+
+
+def _check_location(spec: dict) -> None:
+    """Again at start: a directory of the path may have become a symbolic link while queued."""
+    if "output_roots" not in spec:  # a spec written by a server before this check existed
+        return
+    normalized = check_output_location(
+        spec["output_dir"], tuple(spec["output_roots"]), tuple(spec.get("state_dirs") or ())
+    )
+    if normalized != spec["output_dir"]:
+        raise UsageError(
+            f"output_dir: {spec['output_dir']} now resolves to {normalized} (a directory on the way was "
+            "replaced by a symbolic link since the job was submitted); refusing to write there"
+        )
 
 
 def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | None) -> int:
@@ -79,7 +97,7 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
     secrets = secret_values(storage_options)
     status = StatusFile(status_path(job_dir, attempt, task), attempt)
     total = len(spec["inputs"])
-    status.write(progress={"inputs_done": 0, "inputs_total": total, "items": 0})
+    status.write(progress=Progress(0, total, 0))
     print(
         f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
         f"{f' task {task}' if task is not None else ''}: pid {os.getpid()}, pipeline {spec['pipeline']}, "
@@ -94,36 +112,44 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     stop = threading.Event()
-    poller = None
     try:
+        _check_location(spec)
         for entry in reversed(spec.get("sys_path") or []):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
         from .pipelines import load_pipelines
 
-        pipelines = load_pipelines(spec["module"])
+        pipelines = load_pipelines(spec["module"], spec.get("pipeline_names"))
         if spec["pipeline"] not in pipelines:
             raise LookupError(f"pipeline {spec['pipeline']!r} is no longer in module {spec['module']}")
         fn = pipelines[spec["pipeline"]].bound(spec["config"])
         from ..engine import optimize
 
         if task is None:
-            poller = threading.Thread(
+            threading.Thread(
                 target=_progress_loop, daemon=True, args=(status, spec["output_dir"], storage_options, total, stop)
-            )
-            poller.start()
+            ).start()
         result = optimize(fn, spec["inputs"], spec["output_dir"], storage_options=storage_options, **spec["options"])
         stop.set()
-        progress = read_progress(spec["output_dir"], storage_options, total) or {}
+        seen = read_progress(spec["output_dir"], storage_options, total)
+        progress = seen.progress if seen else Progress(0, total, 0)
         if result.published:
-            progress = {"inputs_done": total, "inputs_total": total, "items": progress.get("items", result.items)}
+            progress = Progress(total, total, progress.items or result.items)
         print(f"[shardwright-service] done: {result}", file=sys.stderr, flush=True)
-        status.write(
-            state="succeeded",
-            progress=progress,
-            finished_at=time.time(),
-            result={"published": result.published, "items": result.items, "resumed": result.resumed},
-        )
+        outcome = RunResult(result.published, result.items, result.resumed)
+        if task is None and not result.published:
+            # one node runs every shard: returning unpublished means the dataset is not there
+            status.write(
+                state=ReportState.FAILED,
+                progress=progress,
+                result=outcome,
+                finished_at=time.time(),
+                error=JobError.system(
+                    "NotPublished", f"optimize() returned without publishing the dataset: {result}"[:2000]
+                ),
+            )
+            return 1
+        status.write(state=ReportState.SUCCEEDED, progress=progress, finished_at=time.time(), result=outcome)
         return 0
     except (_Stop, KeyboardInterrupt) as exc:
         return _interrupted(status, str(exc) or "signal", stop)
@@ -133,17 +159,17 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
         raise
     except BaseException as exc:
         stop.set()
-        info = error_info(exc)
-        info["message"] = redact(info["message"], secrets)
+        error = JobError.from_exception(exc)
+        error = replace(error, message=redact(error.message, secrets))
         print(redact("".join(traceback.format_exception(exc)), secrets), file=sys.stderr, flush=True)
-        status.write(state="failed", error=info, finished_at=time.time())
+        status.write(state=ReportState.FAILED, error=error, finished_at=time.time())
         return 1
 
 
 def _interrupted(status: StatusFile, how: str, stop: threading.Event) -> int:
     stop.set()
     print(f"[shardwright-service] stopped by {how}; committed work is kept", file=sys.stderr, flush=True)
-    status.write(state="interrupted", signal=how, finished_at=time.time())
+    status.write(state=ReportState.INTERRUPTED, signal=how, finished_at=time.time())
     return 3
 
 

@@ -1,8 +1,11 @@
 """The server's job loop: FIFO queue, N at a time, follows attempts, retries, recovers.
 
 One long-lived thread starts every job process (PR_SET_PDEATHSIG follows the thread that
-forked, so it must outlive its children) and polls their status files. API handlers only
-change records under ``self.lock`` and wake the loop.
+forked, so it must outlive its children) and follows them through their executor. The lock
+guards decisions only: the loop observes (status files, the output's progress, ``scontrol``)
+and launches (a process, ``sbatch``) outside it, then settles what it saw under it with the
+pure functions of transitions.py. A job being launched is marked in ``self.launching`` so it
+cannot be launched twice; API handlers only change records under the lock and wake the loop.
 
 Secrets: a job's storage_options are kept in ``self.secrets`` (memory) and handed to the job
 process on stdin. The store keeps their names only; after a restart a job that needs them
@@ -11,21 +14,21 @@ and lost them fails with ``SecretsLost`` and says how to retry with them.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import shutil
-import subprocess
-import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..secrets import redact, secret_values
-from . import executor_local as local
-from . import executor_slurm as slurm_exec
-from .progress import read_progress
-from .runner import read_status, status_path
-from .store import FINAL_STATES, AttemptRecord, JobRecord, JobStore, new_job_id
+from .executor_local import LocalExecutor
+from .executor_slurm import SlurmExecutor
+from .executors import Executor, Launch, Observation
+from .jobfiles import JobFiles
+from .model import AttemptOutcome, JobError, JobState, Progress
+from .store import AttemptRecord, JobRecord, JobStore
+from .transitions import RetryPolicy, secrets_lost, settle, trigger
+
+log = logging.getLogger("shardwright.service")
 
 
 @dataclass(frozen=True)
@@ -39,43 +42,73 @@ class ServiceConfig:
     retry_backoff: float = 1.0
     cancel_grace: float = 30.0
     poll_interval: float = 0.25
-    output_roots: tuple = ()
+    output_roots: tuple[str, ...] = ()
     max_inputs: int = 100_000
     max_body_bytes: int = 16 * 1024 * 1024
+    pipeline_names: tuple[str, ...] | None = None  # --pipelines MODULE:a,b (None: every public function)
+
+    @property
+    def state_dirs(self) -> tuple[str, ...]:
+        """Directories holding the service's own state (no job may write there)."""
+        return tuple(sorted({os.path.dirname(self.db_path), self.state_dir}))
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.auto_retries, self.retry_backoff)
 
 
-SLURM_FORGOTTEN_GRACE = 300.0  # s: Slurm no longer knows the job and its tasks did not all report
+class Speed:
+    """Progress samples of one attempt over the last minute: items/s and an ETA."""
+
+    WINDOW = 60.0
+
+    def __init__(self, attempt: int):
+        self.attempt = attempt
+        self.samples: list[tuple[float, Progress]] = []
+
+    def add(self, attempt: int, at: float, progress: Progress) -> None:
+        if attempt != self.attempt:
+            self.attempt, self.samples = attempt, []
+        self.samples = [s for s in self.samples if at - s[0] <= self.WINDOW] + [(at, progress)]
+
+    def rate(self, now: Progress) -> tuple[float, float | None] | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
+        if t1 - t0 < 0.5:
+            return None
+        items = max(0, last.items - first.items) / (t1 - t0)
+        inputs = max(0, last.inputs_done - first.inputs_done) / (t1 - t0)
+        eta = (now.inputs_total - now.inputs_done) / inputs if inputs > 0 else None
+        return round(items, 3), round(eta, 1) if eta is not None else None
 
 
 class JobStateError(Exception):
     """The job is not in a state that allows the action (HTTP 409)."""
 
 
-def running_attempt(job: JobRecord) -> AttemptRecord:
-    """The attempt of a RUNNING job (there always is one: a job becomes RUNNING by starting it)."""
+def _running_attempt(job: JobRecord) -> AttemptRecord:
     attempt = job.current_attempt
     if attempt is None:
         raise RuntimeError(f"job {job.id} is {job.state} without an attempt")
     return attempt
 
 
-def _error(kind: str, type_: str, message: str, transient: bool = False, input_index=None) -> dict:
-    return {"kind": kind, "type": type_, "message": message, "input_index": input_index, "transient": transient}
-
-
 class Scheduler:
-    def __init__(self, store: JobStore, config: ServiceConfig):
+    def __init__(self, store: JobStore, config: ServiceConfig, executors: dict[str, Executor] | None = None):
         self.store, self.config = store, config
+        self.files = JobFiles(config)
         self.lock = threading.RLock()
         self.secrets: dict[str, dict] = {}
-        self.procs: dict[str, subprocess.Popen] = {}  # job id -> Popen of its current local attempt
-        self.term_sent: dict[str, float] = {}
-        self.slurm_polled: dict[str, float] = {}
-        self.slurm_forgotten: dict[str, float] = {}
+        self.launching: set[str] = set()  # job ids between "chosen to start" and "recorded as RUNNING"
+        self.speed: dict[str, Speed] = {}  # job id -> progress samples of its running attempt
+        self.executors: dict[str, Executor] = executors or {
+            "local": LocalExecutor(config.cancel_grace),
+            "slurm": SlurmExecutor(self.files.job_env()),
+        }
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="shardwright-jobs", daemon=True)
-        os.makedirs(os.path.join(config.state_dir, "jobs"), mode=0o700, exist_ok=True)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -86,71 +119,28 @@ class Scheduler:
         """Graceful: running local jobs get SIGTERM, commit and go back to PENDING."""
         self._stopping.set()
         self._wake.set()
-        self._thread.join(timeout if timeout is not None else self.config.cancel_grace + 10)
+        if self._thread.is_alive():
+            self._thread.join(timeout if timeout is not None else self.config.cancel_grace + 10)
 
-    def job_dir(self, job_id: str) -> str:
-        return os.path.join(self.config.state_dir, "jobs", job_id)
-
-    def log_path(self, job_id: str) -> str:
-        return os.path.join(self.job_dir(job_id), "log.txt")
+    def wake(self) -> None:
+        self._wake.set()
 
     # -- API actions ----------------------------------------------------------------------------
 
-    def submit(
-        self,
-        pipeline: str,
-        inputs: list,
-        output_dir: str,
-        config: dict,
-        options: dict,
-        executor: dict,
-        storage_options: dict | None,
-    ) -> JobRecord:
-        job_id = new_job_id()
-        path = self.job_dir(job_id)
-        os.makedirs(path, mode=0o700)
-        spec = {
-            "job_id": job_id,
-            "module": self.config.module,
-            "sys_path": [self.config.module_path or os.getcwd()],
-            "pipeline": pipeline,
-            "inputs": inputs,
-            "output_dir": output_dir,
-            "config": config,
-            "options": options,
-        }
-        with open(os.path.join(path, "spec.json"), "w") as f:
-            json.dump(spec, f)
-        with self.lock:
-            try:
-                self.check_output_free(output_dir)
-            except JobStateError:
-                shutil.rmtree(path, ignore_errors=True)
-                raise
-            if storage_options:
-                self.secrets[job_id] = storage_options
-            job = self.store.create(
-                JobRecord(
-                    id=job_id,
-                    state="PENDING",
-                    pipeline=pipeline,
-                    inputs=inputs,
-                    output_dir=output_dir,
-                    config=config,
-                    options=options,
-                    executor=executor,
-                    storage_option_keys=tuple(sorted(storage_options or {})),
-                    created_at=time.time(),
-                    queue_pos=self.store.next_queue_pos(),
-                    progress={"inputs_done": 0, "inputs_total": len(inputs), "items": 0},
-                )
-            )
+    def submit(self, job: JobRecord, storage_options: dict | None) -> JobRecord:
+        """Queue a new job (its spec file is written first; nothing is left if that fails)."""
+        with self.files.new_job_dir(job):
+            with self.lock:
+                self.check_output_free(job.output_dir)
+                job = self.store.create(replace(job, queue_pos=self.store.next_queue_pos()))
+                if storage_options:
+                    self.secrets[job.id] = storage_options
         self._wake.set()
         return job
 
     def check_output_free(self, output_dir: str, except_job: str | None = None) -> None:
         """One live job per output: two would only race for its lease."""
-        for state in ("PENDING", "RUNNING"):
+        for state in (JobState.PENDING, JobState.RUNNING):
             for other in self.store.list(state):
                 if other.output_dir == output_dir and other.id != except_job:
                     raise JobStateError(
@@ -161,9 +151,9 @@ class Scheduler:
     def cancel(self, job_id: str) -> JobRecord:
         with self.lock:
             job = self._get(job_id)
-            if job.state == "PENDING":
-                job = self.store.update(job_id, state="CANCELED", finished_at=time.time(), cancel_requested=True)
-            elif job.state == "RUNNING":
+            if job.state == JobState.PENDING and job_id not in self.launching:
+                job = self.store.update(job_id, state=JobState.CANCELED, finished_at=time.time(), cancel_requested=True)
+            elif not job.state.is_terminal():  # RUNNING, or being launched: its executor stops it
                 job = self.store.update(job_id, cancel_requested=True)
             else:
                 raise JobStateError(f"job {job_id} is {job.state}: only PENDING or RUNNING jobs can be canceled")
@@ -173,24 +163,22 @@ class Scheduler:
     def retry(self, job_id: str, storage_options: dict | None = None) -> JobRecord:
         with self.lock:
             job = self._get(job_id)
-            if job.state not in ("FAILED", "CANCELED"):
+            if job.state not in (JobState.FAILED, JobState.CANCELED):
                 raise JobStateError(f"job {job_id} is {job.state}: only FAILED or CANCELED jobs can be retried")
             self.check_output_free(job.output_dir, except_job=job_id)
             if storage_options:
                 self.secrets[job_id] = storage_options
-                keys = tuple(sorted(storage_options))
-            else:
-                keys = job.storage_option_keys
             job = self.store.update(
                 job_id,
-                state="PENDING",
+                retry=True,
+                state=JobState.PENDING,
                 error=None,
                 finished_at=None,
                 cancel_requested=False,
                 auto_retries=0,
                 not_before=0.0,
                 queue_pos=self.store.next_queue_pos(),
-                storage_option_keys=keys,
+                storage_option_keys=tuple(sorted(storage_options)) if storage_options else job.storage_option_keys,
             )
         self._wake.set()
         return job
@@ -198,35 +186,20 @@ class Scheduler:
     def delete(self, job_id: str) -> None:
         with self.lock:
             job = self._get(job_id)
-            if job.state in ("PENDING", "RUNNING"):
+            if not job.state.is_terminal():
                 raise JobStateError(f"job {job_id} is {job.state}: cancel it first (POST /api/v1/jobs/{job_id}/cancel)")
             self.store.delete(job_id)
             self.secrets.pop(job_id, None)
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+        self.files.remove(job_id)
 
     def logs(self, job_id: str, tail_bytes: int = 1_000_000) -> str:
         self._get(job_id)
-        parts = []
-        paths = [self.log_path(job_id)]
-        slurm_logs = os.path.join(self.job_dir(job_id), "slurm-logs")
-        if os.path.isdir(slurm_logs):
-            paths += [os.path.join(slurm_logs, n) for n in sorted(os.listdir(slurm_logs))]
-        for path in paths:
-            try:
-                with open(path, "rb") as f:
-                    f.seek(max(0, os.path.getsize(path) - tail_bytes))
-                    text = f.read().decode("utf-8", "replace")
-            except OSError:
-                continue
-            if path != paths[0]:
-                text = f"=== {os.path.basename(path)}\n{text}"
-            parts.append(text)
-        text = "".join(parts)
-        # progress bars redraw with \r: keep the last state of each line
-        text = "\n".join(
-            line.rsplit("\r", 1)[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")
-        )
-        return redact(text, secret_values(self.secrets.get(job_id)))
+        return self.files.log_text(job_id, tail_bytes, self.secrets.get(job_id))
+
+    def rate(self, job: JobRecord) -> tuple[float, float | None] | None:
+        """(items per second, seconds left) of a RUNNING job, from the progress seen lately."""
+        speed = self.speed.get(job.id)
+        return speed.rate(job.progress) if speed is not None and job.state == JobState.RUNNING else None
 
     def secrets_available(self, job: JobRecord) -> bool:
         return not job.storage_option_keys or job.id in self.secrets
@@ -237,316 +210,196 @@ class Scheduler:
             raise KeyError(job_id)
         return job
 
+    def executor(self, job: JobRecord) -> Executor:
+        return self.executors[job.executor_kind]
+
     # -- the loop -------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         try:
             try:
-                with self.lock:
-                    self._recover()
-            except Exception as exc:  # follow and start jobs anyway; say what went wrong
-                print(f"shardwright serve: recovery error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                self._recover()
+            except Exception:  # follow and start jobs anyway; say what went wrong
+                log.exception("recovery error")
             while not self._stopping.is_set():
                 try:
-                    with self.lock:
-                        self._tick()
-                except Exception as exc:  # keep following jobs; say what went wrong
-                    print(
-                        f"shardwright serve: job loop error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True
-                    )
+                    self.tick()
+                except Exception:  # keep following jobs; say what went wrong
+                    log.exception("job loop error")
                 self._wake.wait(self.config.poll_interval)
                 self._wake.clear()
         finally:
             self._shutdown()
 
-    def _tick(self) -> None:
-        for job in self.store.list("RUNNING"):
-            if job.executor.get("kind") == "slurm":
-                self._follow_slurm(job)
-            else:
-                self._follow_local(job)
-        self._start_pending()
+    def tick(self) -> None:
+        """Follow every RUNNING job, then start what may start (one pass of the loop)."""
+        with self.lock:
+            running = [j for j in self.store.list(JobState.RUNNING) if j.id not in self.launching]
+        for job in running:
+            attempt = _running_attempt(job)
+            observation = self.executor(job).observe(job, attempt, self.files.job_dir(job.id))
+            with self.lock:
+                self._apply(job.id, attempt.number, observation)
+        for launch in self.choose():
+            self.launch(launch)
 
-    def _start_pending(self) -> None:
-        running = len(self.store.list("RUNNING"))
+    def _apply(self, job_id: str, number: int, seen: Observation) -> None:
+        """Under the lock: record what an executor saw of attempt ``number`` (if it is still current)."""
+        job = self.store.get(job_id)
+        if job is None or job.state != JobState.RUNNING or _running_attempt(job).number != number:
+            return  # settled meanwhile (or deleted)
+        if seen.slurm_job_ids:
+            self.store.update_attempt(job_id, number, slurm_job_ids=seen.slurm_job_ids)
+        if seen.progress is not None and seen.progress != job.progress:
+            job = self.store.update(job_id, progress=seen.progress)
+            self.speed.setdefault(job_id, Speed(number)).add(number, time.time(), seen.progress)
+        if not seen.ended:
+            return
+        self.speed.pop(job_id, None)
+        t = settle(
+            job,
+            seen.report,
+            seen.how_it_ended,
+            server_stop=seen.server_stop,
+            policy=self.config.retry_policy,
+            now=time.time(),
+        )
         now = time.time()
-        for job in self.store.list("PENDING"):
-            if not self.secrets_available(job):
-                self.store.update(
-                    job.id,
-                    state="FAILED",
-                    finished_at=now,
-                    error=_error(
-                        "system",
-                        "SecretsLost",
-                        f"the server restarted and this job's storage_options ({', '.join(job.storage_option_keys)}) "
-                        f"were kept only in its memory; retry with them: POST /api/v1/jobs/{job.id}/retry "
-                        'with {"storage_options": {...}}',
-                    ),
+        self.store.update_attempt(job_id, number, outcome=t.outcome, finished_at=now, error=t.attempt_error)
+        fields: dict = {"state": t.state, "progress": t.progress, "auto_retries": t.auto_retries}
+        if t.state == JobState.PENDING:
+            fields["not_before"] = t.not_before
+        else:
+            fields.update(finished_at=now, error=t.job_error)
+        self.store.update(job_id, **fields)
+        if t.state == JobState.SUCCEEDED:
+            self.secrets.pop(job_id, None)
+        log.info("job %s attempt %d %s: job %s", job_id, number, t.outcome, t.state)
+
+    def choose(self) -> list[Launch]:
+        """Under the lock: the PENDING jobs to start now, marked launching."""
+        launches = []
+        with self.lock:
+            running = len(self.store.list(JobState.RUNNING)) + len(self.launching)
+            now = time.time()
+            for job in self.store.list(JobState.PENDING):
+                if job.id in self.launching:
+                    continue
+                if not self.secrets_available(job):
+                    self.store.update(job.id, state=JobState.FAILED, finished_at=now, error=secrets_lost(job))
+                    continue
+                if running >= self.config.max_running or job.not_before > now:
+                    continue
+                self.launching.add(job.id)
+                running += 1
+                number = len(job.attempts) + 1
+                launches.append(
+                    Launch(
+                        job,
+                        number,
+                        self.files.job_dir(job.id),
+                        self.files.log_path(job.id),
+                        self.files.job_env(),
+                        self.secrets.get(job.id),
+                    )
                 )
-                continue
-            if running >= self.config.max_running or job.not_before > now:
-                continue
-            self._launch(job)
-            running += 1
+        return launches
 
-    def _trigger(self, job: JobRecord) -> str:
-        last = job.current_attempt
-        if last is None:
-            return "submit"
-        if last.outcome == "interrupted":
-            return "server-restart"
-        if last.outcome == "failed" and job.auto_retries > 0 and (last.error or {}).get("transient"):
-            return "auto-retry"
-        return "retry"
-
-    def _launch(self, job: JobRecord) -> None:
-        number = len(job.attempts) + 1
-        trigger = self._trigger(job)
+    def launch(self, launch: Launch) -> None:
+        job, number = launch.job, launch.number
+        why = trigger(job)
         started = time.time()
-        path = self.job_dir(job.id)
-        with open(self.log_path(job.id), "a") as log:
-            log.write(
-                f"=== attempt {number} ({trigger}) at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))}\n"
-            )
-        if job.executor.get("kind") == "slurm":
-            # recorded first: a server that dies right after sbatch finds the submission by its name
-            self.store.add_attempt(job.id, AttemptRecord(number, trigger, started))
-            self.store.update(job.id, state="RUNNING", started_at=job.started_at or started, cancel_requested=False)
-            try:
-                ids = slurm_exec.submit(path, job.id, number, int(job.executor.get("array", 1)), self._slurm_env())
-            except Exception as exc:
-                error = _error("system", type(exc).__name__, f"sbatch failed: {exc}")
-                self.store.update_attempt(job.id, number, outcome="failed", finished_at=started, error=error)
-                self.store.update(job.id, state="FAILED", finished_at=started, error=error)
-                return
-            self.store.update_attempt(job.id, number, slurm_job_ids=tuple(ids))
-            return
-        else:
-            try:
-                proc = local.start_runner(
-                    path, number, self.secrets.get(job.id), self.log_path(job.id), self._job_env()
-                )
-            except OSError as exc:
-                error = _error("system", type(exc).__name__, f"cannot start the job process: {exc}")
-                self.store.add_attempt(job.id, AttemptRecord(number, trigger, started, started, "failed", error))
-                self.store.update(job.id, state="FAILED", finished_at=started, error=error)
-                return
-            self.procs[job.id] = proc
-            self.store.add_attempt(
-                job.id, AttemptRecord(number, trigger, started, pid=proc.pid, pid_start=local.process_start(proc.pid))
-            )
-        self.store.update(job.id, state="RUNNING", started_at=job.started_at or started, cancel_requested=False)
-
-    def _job_env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if k != "SHARDWRIGHT_API_TOKEN"}
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
-        extra = [p for p in (self.config.module_path, here) if p]
-        env["PYTHONPATH"] = os.pathsep.join(extra + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return env
-
-    def _slurm_env(self) -> dict:
-        """Slurm clients need the server's SLURM_CONF etc.; sbatch passes this environment to the tasks."""
-        return self._job_env()
-
-    # -- following local attempts ---------------------------------------------------------------
-
-    def _follow_local(self, job: JobRecord) -> None:
-        attempt = running_attempt(job)
-        status = read_status(status_path(self.job_dir(job.id), attempt.number))
-        if status and status.get("progress") and status["progress"] != job.progress:
-            self.store.update(job.id, progress=status["progress"])
-        proc = self.procs.get(job.id)
-        if job.cancel_requested and proc is not None:
-            if job.id not in self.term_sent:
-                self.term_sent[job.id] = time.time()
-                local.terminate(proc.pid)  # optimize() commits what is done and stops
-            elif time.time() - self.term_sent[job.id] > self.config.cancel_grace:
-                local.kill_group(proc.pid)
-        returncode = proc.poll() if proc is not None else None
-        if proc is not None and returncode is None:
-            return
-        if proc is None and local.is_same_process(attempt.pid, attempt.pid_start):
-            return  # not ours (should not happen after _recover); keep watching
-        if proc is not None:
-            local.kill_group(proc.pid)  # workers of a runner that died must not linger
-        self.procs.pop(job.id, None)
-        self.term_sent.pop(job.id, None)
-        status = read_status(status_path(self.job_dir(job.id), attempt.number))
-        self._finish(job, status, local.describe_exit(returncode), server_stop=False)
-
-    def _finish(self, job: JobRecord, status: dict | None, how_it_ended: str, server_stop: bool) -> None:
-        """An attempt ended: decide the job's next state from its status file."""
-        attempt = running_attempt(job)
-        now = time.time()
-        state = (status or {}).get("state")
-        progress = (status or {}).get("progress") or job.progress
-        if state == "succeeded":
-            self.store.update_attempt(job.id, attempt.number, outcome="succeeded", finished_at=now)
-            self.store.update(job.id, state="SUCCEEDED", finished_at=now, error=None, progress=progress)
-            self.secrets.pop(job.id, None)
-            return
-        if state == "failed":
-            error = (status or {}).get("error") or _error("system", "Unknown", "the job process reported a failure")
-        elif state == "interrupted":
-            error = _error(
-                "system",
-                "Interrupted",
-                f"stopped by {(status or {}).get('signal', 'a signal')}; committed work is kept",
-                transient=True,
-            )
-        else:
-            error = _error("system", "JobProcessDied", f"the job process {how_it_ended}", transient=True)
-        if job.cancel_requested:
-            self.store.update_attempt(job.id, attempt.number, outcome="canceled", finished_at=now, error=error)
-            self.store.update(job.id, state="CANCELED", finished_at=now, progress=progress)
-            return
-        if server_stop and state != "failed":
-            self.store.update_attempt(
-                job.id,
-                attempt.number,
-                outcome="interrupted",
-                finished_at=now,
-                error=_error(
-                    "system", "ServerStopped", f"the server stopped while this attempt ran ({error['message']})", True
-                ),
-            )
-            self.store.update(job.id, state="PENDING", progress=progress)
-            return
-        self.store.update_attempt(job.id, attempt.number, outcome="failed", finished_at=now, error=error)
-        if error.get("transient") and job.auto_retries < self.config.auto_retries:
-            delay = self.config.retry_backoff * (2**job.auto_retries)
-            self.store.update(
-                job.id, state="PENDING", auto_retries=job.auto_retries + 1, not_before=now + delay, progress=progress
-            )
-            return
-        self.store.update(job.id, state="FAILED", finished_at=now, error=error, progress=progress)
-
-    # -- following Slurm attempts ---------------------------------------------------------------
-
-    def _follow_slurm(self, job: JobRecord) -> None:
-        now = time.time()
-        if now - self.slurm_polled.get(job.id, 0) < 1.0:
-            return
-        self.slurm_polled[job.id] = now
-        attempt = running_attempt(job)
-        env = self._slurm_env()
-        ids = list(attempt.slurm_job_ids)
-        if not ids:  # the server died between recording the attempt and recording sbatch's answer
-            try:
-                ids = slurm_exec.find_submitted(slurm_exec.job_name(job.id, attempt.number), env)
-            except slurm_exec.SlurmUnavailable:
-                return
-            if not ids:
-                self._finish(job, None, "was never submitted (the server stopped first)", server_stop=True)
-                return
-            self.store.update_attempt(job.id, attempt.number, slurm_job_ids=tuple(ids))
-        progress = read_progress(job.output_dir, None, int(job.progress.get("inputs_total", 0)))
-        if progress and {k: progress[k] for k in ("inputs_done", "inputs_total", "items")} != job.progress:
-            self.store.update(job.id, progress={k: progress[k] for k in ("inputs_done", "inputs_total", "items")})
-        if job.cancel_requested and job.id not in self.term_sent:
-            self.term_sent[job.id] = now
-            try:
-                slurm_exec.cancel(ids, env)
-            except Exception as exc:
-                print(f"shardwright serve: job {job.id}: {exc}", file=sys.stderr, flush=True)
+        executor = self.executor(job)
         try:
-            states = slurm_exec.task_states(ids, env)
-        except slurm_exec.SlurmUnavailable as exc:
-            print(f"shardwright serve: job {job.id}: {exc}; asking again", file=sys.stderr, flush=True)
-            return
-        task_files = self._task_statuses(job.id, attempt.number)
-        if states is not None and not slurm_exec.all_final(states):
-            self.slurm_forgotten.pop(job.id, None)
-            return
-        published = bool(progress and progress.get("published"))
-        if states is None and not published and len(task_files) < int(job.executor.get("array", 1)):
-            # Slurm forgot the job and not every task reported: give the output a while to say more
-            if now - self.slurm_forgotten.setdefault(job.id, now) < SLURM_FORGOTTEN_GRACE:
+            self.files.log_attempt(job.id, number, str(why), started)
+            if executor.records_before_start():
+                with self.lock:
+                    self.store.add_attempt(
+                        job.id,
+                        AttemptRecord(number, why, started),
+                        state=JobState.RUNNING,
+                        started_at=job.started_at or started,
+                    )
+            try:
+                result = executor.start(launch)
+            except Exception as exc:
+                error = JobError.from_exception(exc, f"cannot start the attempt ({executor.kind}): {exc}")
+                with self.lock:
+                    if not executor.records_before_start():
+                        self.store.add_attempt(
+                            job.id, AttemptRecord(number, why, started), state=JobState.RUNNING, started_at=started
+                        )
+                    self.store.update_attempt(
+                        job.id, number, outcome=AttemptOutcome.FAILED, finished_at=started, error=error
+                    )
+                    self.store.update(job.id, state=JobState.FAILED, finished_at=started, error=error)
                 return
-        self.slurm_forgotten.pop(job.id, None)
-        self.term_sent.pop(job.id, None)
-        self.slurm_polled.pop(job.id, None)
-        summary = ", ".join(f"{t} {s}" for t, s in sorted((states or {}).items()))
-        status: dict | None
-        if published and progress is not None:
-            status = {
-                "state": "succeeded",
-                "progress": {k: progress[k] for k in ("inputs_done", "inputs_total", "items")},
-            }
-        else:
-            failed = [s for s in task_files.values() if s.get("state") == "failed"]
-            interrupted = [s for s in task_files.values() if s.get("state") == "interrupted"]
-            status = failed[0] if failed else (interrupted[0] if interrupted else None)
-            if status is None:
-                status = {
-                    "state": "failed",
-                    "error": _error(
-                        "system",
-                        "SlurmJobFailed",
-                        f"Slurm job {','.join(ids)} ended ({summary or 'unknown'}) and the output is not published",
-                        transient=False,
-                    ),
-                }
-        self._finish(job, status, f"ended in Slurm ({summary})", server_stop=False)
-
-    def _task_statuses(self, job_id: str, attempt: int) -> dict[str, dict]:
-        prefix = f"attempt-{attempt}-task-"
-        out = {}
-        for name in os.listdir(self.job_dir(job_id)):
-            if name.startswith(prefix) and name.endswith(".json"):
-                status = read_status(os.path.join(self.job_dir(job_id), name))
-                if status:
-                    out[name[len(prefix) : -5]] = status
-        return out
+            with self.lock:
+                if executor.records_before_start():
+                    self.store.update_attempt(job.id, number, slurm_job_ids=result.slurm_job_ids)
+                else:
+                    attempt = AttemptRecord(number, why, started, pid=result.pid, pid_start=result.pid_start)
+                    self.store.add_attempt(
+                        job.id, attempt, state=JobState.RUNNING, started_at=job.started_at or started
+                    )
+            log.info("job %s attempt %d (%s) started (%s)", job.id, number, why, executor.kind)
+        finally:
+            with self.lock:
+                self.launching.discard(job.id)
 
     # -- restart and shutdown -------------------------------------------------------------------
 
     def _recover(self) -> None:
         """After a restart: kill job processes a previous server left, settle their attempts."""
-        for job in self.store.list("RUNNING"):
-            if job.executor.get("kind") == "slurm":
-                continue  # Slurm runs it, not us: keep following it
-            attempt = running_attempt(job)
-            if not local.kill_stale(attempt.pid, attempt.pid_start):
-                print(
-                    f"shardwright serve: job {job.id}: pid {attempt.pid} does not die; not restarting it",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        with self.lock:
+            running = self.store.list(JobState.RUNNING)
+            dangling = [j for j in self.store.list(JobState.PENDING) if j.current_attempt is not None]
+        for job in running:
+            attempt = _running_attempt(job)
+            try:
+                seen = self.executor(job).recover(job, attempt, self.files.job_dir(job.id))
+            except RuntimeError as exc:
+                log.error("%s", exc)
                 continue
-            status = read_status(status_path(self.job_dir(job.id), attempt.number))
-            self._finish(job, status, "was stopped by a server restart", server_stop=True)
-        # the server died between starting an attempt and marking its job RUNNING
-        for job in self.store.list("PENDING"):
-            dangling = job.current_attempt
-            if dangling is not None and dangling.outcome == "running":
-                local.kill_stale(dangling.pid, dangling.pid_start)
-                self.store.update_attempt(
-                    job.id,
-                    dangling.number,
-                    outcome="interrupted",
-                    finished_at=time.time(),
-                    error=_error("system", "ServerStopped", "the server stopped while starting this attempt", True),
-                )
+            if seen is not None:
+                with self.lock:
+                    self._apply(job.id, attempt.number, seen)
+        # a server before this one could die between starting an attempt and marking its job RUNNING
+        for job in dangling:
+            last = job.current_attempt
+            if last is not None and last.outcome == AttemptOutcome.RUNNING:
+                try:
+                    self.executors["local"].recover(job, last, self.files.job_dir(job.id))
+                except RuntimeError as exc:
+                    log.error("%s", exc)
+                    continue
+                with self.lock:
+                    self.store.update_attempt(
+                        job.id,
+                        last.number,
+                        outcome=AttemptOutcome.INTERRUPTED,
+                        finished_at=time.time(),
+                        error=JobError.system(
+                            "ServerStopped", "the server stopped while starting this attempt", transient=True
+                        ),
+                    )
 
     def _shutdown(self) -> None:
-        with self.lock:
-            for proc in list(self.procs.values()):
-                local.terminate(proc.pid)
-            deadline = time.monotonic() + self.config.cancel_grace
-            for job_id, proc in list(self.procs.items()):
-                try:
-                    proc.wait(max(0.1, deadline - time.monotonic()))
-                except Exception:
-                    local.kill_group(proc.pid)
-                    proc.wait()
+        for executor in self.executors.values():
+            for job_id in executor.shutdown(self.config.cancel_grace):
                 job = self.store.get(job_id)
-                if job is not None and job.state == "RUNNING":
-                    status = read_status(status_path(self.job_dir(job_id), running_attempt(job).number))
-                    self._finish(job, status, "was stopped with the server", server_stop=True)
-            self.procs.clear()
+                if job is None or job.state != JobState.RUNNING:
+                    continue
+                attempt = _running_attempt(job)
+                report = self.files.report(job_id, attempt.number)
+                with self.lock:
+                    self._apply(
+                        job_id,
+                        attempt.number,
+                        Observation(
+                            ended=True, report=report, how_it_ended="was stopped with the server", server_stop=True
+                        ),
+                    )
 
 
-__all__ = ["Scheduler", "ServiceConfig", "JobStateError", "FINAL_STATES"]
+__all__ = ["JobStateError", "Scheduler", "ServiceConfig"]

@@ -3,34 +3,48 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 
+from ..engine.options import JOB_OPTIONS, OptionSpec
+from .model import JobState
 from .store import AttemptRecord, JobRecord
 
 State = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED"]
+assert set(State.__args__) == {s.value for s in JobState}  # type: ignore[attr-defined]
 
 
-class OptimizeOptions(BaseModel):
-    """Keyword arguments of ``shardwright.optimize`` a job may set (the rest is the service's)."""
+def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
+    """The pydantic type and Field of one row of the engine's JOB_OPTIONS (strict: "4" is not 4)."""
+    kinds: dict[str, Any] = {
+        "int": Annotated[StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
+        "float": Annotated[StrictFloat | StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
+        "bool": StrictBool,
+        "size": StrictInt | StrictStr,
+        "choice": Literal[spec.choices] if spec.choices else StrictStr,
+    }
+    kind = kinds[spec.kind]
+    if spec.default is None:
+        return kind | None, Field(None, description=spec.help)
+    return kind, Field(spec.default, description=spec.help)
 
-    model_config = ConfigDict(extra="forbid")
-    chunk_size: int | None = Field(None, ge=1, description="items per chunk")
-    chunk_bytes: int | str | None = Field(None, description="bytes per chunk, e.g. 64MB")
-    compression: Literal["zstd"] | None = None
-    num_workers: int | None = Field(None, ge=1, le=256)
-    mode: Literal["overwrite", "append"] | None = None
-    num_shards: int | None = Field(None, ge=1, le=1_000_000)
-    on_error: Literal["raise", "skip"] = "raise"
-    max_retries: int = Field(0, ge=0, le=100, description="per-input retries of fn inside one attempt")
-    start_method: Literal["fork", "spawn", "forkserver"] | None = None
+
+#: Keyword arguments of ``shardwright.optimize`` a job may set, generated from the engine's
+#: ``shardwright.engine.options.JOB_OPTIONS`` (the rest is the service's to choose).
+JobOptions: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "JobOptions",
+    __config__=ConfigDict(extra="forbid"),
+    __doc__="Keyword arguments of shardwright.optimize a job may set (the rest is the service's).",
+    **{spec.name: _option_field(spec) for spec in JOB_OPTIONS},
+)
+OptimizeOptions = JobOptions  # the name before the options came from the engine's table
 
 
 class ExecutorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     kind: Literal["local", "slurm"] = "local"
-    array: int = Field(1, ge=1, le=100_000, description="Slurm array tasks (kind=slurm)")
+    array: StrictInt = Field(1, ge=1, le=100_000, description="Slurm array tasks (kind=slurm)")
 
 
 class JobSubmit(BaseModel):
@@ -39,7 +53,7 @@ class JobSubmit(BaseModel):
     inputs: list[Any] = Field(..., min_length=1)
     output_dir: str = Field(..., min_length=1, max_length=4096)
     config: dict[str, Any] = Field(default_factory=dict)
-    options: OptimizeOptions = Field(default_factory=lambda: OptimizeOptions.model_validate({}))
+    options: JobOptions = Field(default_factory=lambda: JobOptions.model_validate({}))  # type: ignore[valid-type]  # built from a table
     storage_options: dict[str, Any] | None = Field(
         None, description="boto3 client arguments; kept in the server's memory only, never returned or stored"
     )
@@ -96,6 +110,8 @@ class Job(BaseModel):
     storage_options: dict[str, str] = Field(description="names only; every value is shown as ***")
     secrets_available: bool
     attempt_history: list[Attempt]
+    items_per_second: float | None = Field(None, description="while RUNNING: items written per second lately")
+    eta_seconds: float | None = Field(None, description="while RUNNING: seconds until every input is done, estimated")
 
 
 class JobList(BaseModel):
@@ -135,28 +151,27 @@ def attempt_out(a: AttemptRecord) -> Attempt:
     return Attempt.model_validate(
         {
             "number": a.number,
-            "trigger": a.trigger,
-            "outcome": a.outcome,
+            "trigger": a.trigger.value,
+            "outcome": a.outcome.value,
             "started_at": _time(a.started_at),
             "finished_at": _time(a.finished_at),
-            "error": a.error,
+            "error": a.error.to_json() if a.error else None,
             "pid": a.pid,
             "slurm_job_ids": list(a.slurm_job_ids),
         }
     )
 
 
-def job_out(job: JobRecord, secrets_available: bool) -> Job:
-    progress = {k: int((job.progress or {}).get(k, 0)) for k in ("inputs_done", "inputs_total", "items")}
+def job_out(job: JobRecord, secrets_available: bool, rate: tuple[float, float | None] | None = None) -> Job:
     return Job.model_validate(
         {
             "id": job.id,
-            "state": job.state,
+            "state": job.state.value,
             "pipeline": job.pipeline,
             "output_dir": job.output_dir,
-            "progress": progress,
+            "progress": job.progress.to_json(),
             "attempts": len(job.attempts),
-            "error": job.error,
+            "error": job.error.to_json() if job.error else None,
             "created_at": _time(job.created_at),
             "started_at": _time(job.started_at),
             "finished_at": _time(job.finished_at),
@@ -167,5 +182,7 @@ def job_out(job: JobRecord, secrets_available: bool) -> Job:
             "storage_options": {k: "***" for k in job.storage_option_keys},
             "secrets_available": secrets_available,
             "attempt_history": [attempt_out(a) for a in job.attempts],
+            "items_per_second": rate[0] if rate else None,
+            "eta_seconds": rate[1] if rate else None,
         }
     )

@@ -7,61 +7,75 @@ never their values (those live in the server's memory only, see scheduler.py).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED")
-FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELED")
+from ..errors import CorruptStateError, StorageError
+from .model import AttemptOutcome, JobError, JobState, Progress, Trigger, check_transition
+
+STATES = tuple(s.value for s in JobState)
+FINAL_STATES = tuple(s.value for s in JobState if s.is_terminal())
+
+
+class StoreFullError(StorageError):
+    """The disk under the job store is full (HTTP 507): nothing of the request was kept."""
 
 
 @dataclass(frozen=True)
 class AttemptRecord:
     number: int
-    trigger: str  # "submit" | "retry" | "auto-retry" | "server-restart"
+    trigger: Trigger
     started_at: float
     finished_at: float | None = None
-    outcome: str = "running"  # running | succeeded | failed | canceled | interrupted
-    error: dict | None = None
+    outcome: AttemptOutcome = AttemptOutcome.RUNNING
+    error: JobError | None = None
     pid: int | None = None
     pid_start: str | None = None  # the process's start time (/proc), so a reused pid is never killed
-    slurm_job_ids: tuple = ()
+    slurm_job_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class JobRecord:
     id: str
-    state: str
+    state: JobState
     pipeline: str
     inputs: list | None  # None in list() results (they can be large); get() has them
     output_dir: str
     config: dict
     options: dict
     executor: dict
-    storage_option_keys: tuple
+    storage_option_keys: tuple[str, ...]
     created_at: float
     queue_pos: int = 0
-    progress: dict = field(default_factory=lambda: {"inputs_done": 0, "inputs_total": 0, "items": 0})
-    error: dict | None = None
+    progress: Progress = field(default_factory=Progress)
+    error: JobError | None = None
     started_at: float | None = None
     finished_at: float | None = None
     cancel_requested: bool = False
     auto_retries: int = 0  # automatic retries used since the last submit/retry
     not_before: float = 0.0  # an automatic retry waits until then
-    attempts: tuple = ()  # AttemptRecord, oldest first
+    attempts: tuple[AttemptRecord, ...] = ()  # oldest first
 
     @property
     def current_attempt(self) -> AttemptRecord | None:
         return self.attempts[-1] if self.attempts else None
 
+    @property
+    def executor_kind(self) -> str:
+        return str(self.executor.get("kind", "local"))
+
 
 class JobStore(ABC):
-    """What the service needs from a job database."""
+    """What the service needs from a job database. Every change of ``state`` passes the guard
+    :func:`~shardwright.service.model.check_transition` (``retry=True`` only for an explicit retry)."""
 
     @abstractmethod
     def create(self, job: JobRecord) -> JobRecord: ...
@@ -70,20 +84,21 @@ class JobStore(ABC):
     def get(self, job_id: str) -> JobRecord | None: ...
 
     @abstractmethod
-    def list(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+    def list(self, state: JobState | None = None, limit: int = 1000) -> list[JobRecord]:
         """Jobs in queue order, without their inputs (``inputs`` is None)."""
 
     @abstractmethod
-    def update(self, job_id: str, **fields) -> JobRecord: ...
+    def update(self, job_id: str, *, retry: bool = False, **fields: Any) -> JobRecord: ...
 
     @abstractmethod
     def delete(self, job_id: str) -> bool: ...
 
     @abstractmethod
-    def add_attempt(self, job_id: str, attempt: AttemptRecord) -> None: ...
+    def add_attempt(self, job_id: str, attempt: AttemptRecord, **job_fields: Any) -> JobRecord:
+        """Record a new attempt and change the job's fields in one transaction."""
 
     @abstractmethod
-    def update_attempt(self, job_id: str, number: int, **fields) -> None: ...
+    def update_attempt(self, job_id: str, number: int, **fields: Any) -> None: ...
 
     @abstractmethod
     def next_queue_pos(self) -> int: ...
@@ -93,8 +108,27 @@ def new_job_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-_JSON_JOB = ("inputs", "config", "options", "executor", "storage_option_keys", "progress", "error")
-_JSON_ATTEMPT = ("error", "slurm_job_ids")
+def _decode_error(value: Any, where: str) -> JobError | None:
+    return JobError.from_json(value, where) if value is not None else None
+
+
+# column -> (encode for SQLite, decode from SQLite); columns not listed are stored as they are
+_ENCODE: dict[str, Callable[[Any], Any]] = {
+    "state": lambda v: JobState(v).value,
+    "outcome": lambda v: AttemptOutcome(v).value,
+    "trigger": lambda v: Trigger(v).value,
+    "progress": lambda v: json.dumps(v.to_json()),
+    "error": lambda v: json.dumps(v.to_json()) if v is not None else None,
+    "cancel_requested": int,
+    **{k: (lambda v: json.dumps(list(v) if isinstance(v, tuple) else v)) for k in ("inputs", "config", "options")},
+    **{k: (lambda v: json.dumps(list(v))) for k in ("storage_option_keys", "slurm_job_ids")},
+    "executor": json.dumps,
+}
+
+
+def _encode(values: dict) -> dict:
+    return {k: _ENCODE[k](v) if k in _ENCODE else v for k, v in values.items()}
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -116,7 +150,8 @@ CREATE TABLE IF NOT EXISTS attempts (
 
 
 class SqliteJobStore(JobStore):
-    """SQLite (WAL) behind a lock: one connection, used by the server's threads."""
+    """SQLite (WAL) behind a lock: one connection, used by the server's threads. The schema is
+    the one the first servers wrote: their stores load as they are."""
 
     def __init__(self, path: str):
         self.path = path
@@ -137,103 +172,160 @@ class SqliteJobStore(JobStore):
 
     # -- rows <-> records ---------------------------------------------------------------------
 
-    @staticmethod
-    def _attempt(row) -> AttemptRecord:
-        data = dict(row)
-        data.pop("job_id")
-        for key in _JSON_ATTEMPT:
-            data[key] = json.loads(data[key]) if data[key] is not None else None
-        data["slurm_job_ids"] = tuple(data["slurm_job_ids"] or ())
-        return AttemptRecord(**data)
+    def _attempt(self, row: sqlite3.Row) -> AttemptRecord:
+        where = f"{self.path}: job {row['job_id']} attempt {row['number']}"
+        try:
+            return AttemptRecord(
+                number=int(row["number"]),
+                trigger=Trigger(row["trigger"]),
+                started_at=float(row["started_at"]),
+                finished_at=row["finished_at"],
+                outcome=AttemptOutcome(row["outcome"]),
+                error=_decode_error(json.loads(row["error"]) if row["error"] else None, where),
+                pid=row["pid"],
+                pid_start=row["pid_start"],
+                slurm_job_ids=tuple(str(i) for i in json.loads(row["slurm_job_ids"] or "[]")),
+            )
+        except ValueError as exc:
+            raise CorruptStateError(f"{where}: {exc}") from None
 
-    def _job(self, row) -> JobRecord:
+    def _job(self, row: sqlite3.Row) -> JobRecord:
         data = dict(row)
-        data.setdefault("inputs", None)
-        for key in _JSON_JOB:
-            data[key] = json.loads(data[key]) if data[key] is not None else None
-        data["storage_option_keys"] = tuple(data["storage_option_keys"])
-        data["cancel_requested"] = bool(data["cancel_requested"])
-        rows = self._db.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (data["id"],))
-        data["attempts"] = tuple(self._attempt(r) for r in rows)
-        return JobRecord(**data)
+        where = f"{self.path}: job {data['id']}"
+        try:
+            rows = self._db.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (data["id"],))
+            return JobRecord(
+                id=data["id"],
+                state=JobState(data["state"]),
+                pipeline=data["pipeline"],
+                inputs=json.loads(data["inputs"]) if data.get("inputs") is not None else None,
+                output_dir=data["output_dir"],
+                config=json.loads(data["config"]),
+                options=json.loads(data["options"]),
+                executor=json.loads(data["executor"]),
+                storage_option_keys=tuple(json.loads(data["storage_option_keys"])),
+                created_at=float(data["created_at"]),
+                queue_pos=int(data["queue_pos"]),
+                progress=Progress.from_json(json.loads(data["progress"]), where),
+                error=_decode_error(json.loads(data["error"]) if data["error"] else None, where),
+                started_at=data["started_at"],
+                finished_at=data["finished_at"],
+                cancel_requested=bool(data["cancel_requested"]),
+                auto_retries=int(data["auto_retries"]),
+                not_before=float(data["not_before"]),
+                attempts=tuple(self._attempt(r) for r in rows.fetchall()),
+            )
+        except ValueError as exc:  # json, enums
+            raise CorruptStateError(f"{where}: {exc}") from None
 
-    @staticmethod
-    def _encode(fields: dict, json_keys) -> dict:
-        out = {}
-        for key, value in fields.items():
-            if key in json_keys:
-                value = json.dumps(list(value) if isinstance(value, tuple) else value) if value is not None else None
-            elif isinstance(value, bool):
-                value = int(value)
-            out[key] = value
-        return out
+    def _write(self, sql: str, args: tuple) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, args)
+        except sqlite3.OperationalError as exc:
+            if "full" in str(exc).lower():
+                raise StoreFullError(f"the disk under the job store {self.path} is full: free space there") from None
+            raise
+
+    def _get_row(self, job_id: str) -> sqlite3.Row:
+        found = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if found is None:
+            raise KeyError(job_id)
+        return found
 
     # -- the interface --------------------------------------------------------------------------
 
     def create(self, job: JobRecord) -> JobRecord:
-        fields = {k: v for k, v in job.__dict__.items() if k != "attempts"}
-        row = self._encode(fields, _JSON_JOB)
+        row = _encode({f.name: getattr(job, f.name) for f in fields(job) if f.name != "attempts"})
         with self._lock:
-            self._db.execute(
+            self._write(
                 f"INSERT INTO jobs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
             )
-            return self._job(self._db.execute("SELECT * FROM jobs WHERE id = ?", (job.id,)).fetchone())
+            return self._job(self._get_row(job.id))
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             return self._job(row) if row else None
 
-    def list(self, state: str | None = None, limit: int = 1000) -> list[JobRecord]:
+    def list(self, state: JobState | None = None, limit: int = 1000) -> list[JobRecord]:
         columns = ", ".join(self._list_columns)
         with self._lock:
             if state:
                 rows = self._db.execute(
-                    f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?", (state, limit)
+                    f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY queue_pos LIMIT ?",
+                    (JobState(state).value, limit),
                 )
             else:
                 rows = self._db.execute(f"SELECT {columns} FROM jobs ORDER BY queue_pos LIMIT ?", (limit,))
             return [self._job(r) for r in rows.fetchall()]
 
-    def update(self, job_id: str, **fields) -> JobRecord:
-        row = self._encode(fields, _JSON_JOB)
-        with self._lock:
-            if row:
-                sets = ", ".join(f"{k} = ?" for k in row)
-                self._db.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*row.values(), job_id))
-            found = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if found is None:
-                raise KeyError(job_id)
-            return self._job(found)
+    def _update(self, job_id: str, retry: bool, values: dict) -> None:
+        """Under self._lock, inside a transaction."""
+        if "state" in values:
+            check_transition(JobState(self._get_row(job_id)["state"]), JobState(values["state"]), retry=retry)
+        row = _encode(values)
+        if row:
+            sets = ", ".join(f"{k} = ?" for k in row)
+            self._write(f"UPDATE jobs SET {sets} WHERE id = ?", (*row.values(), job_id))
+
+    def update(self, job_id: str, *, retry: bool = False, **values: Any) -> JobRecord:
+        with self._lock, self._transaction():
+            self._update(job_id, retry, values)
+            return self._job(self._get_row(job_id))
 
     def delete(self, job_id: str) -> bool:
-        with self._lock:
-            self._db.execute("DELETE FROM attempts WHERE job_id = ?", (job_id,))
-            return self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
+        with self._lock, self._transaction():
+            self._write("DELETE FROM attempts WHERE job_id = ?", (job_id,))
+            return self._write("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
 
-    def add_attempt(self, job_id: str, attempt: AttemptRecord) -> None:
-        row = {"job_id": job_id, **self._encode(attempt.__dict__, _JSON_ATTEMPT)}
-        with self._lock:
-            self._db.execute(
+    def add_attempt(self, job_id: str, attempt: AttemptRecord, **job_fields: Any) -> JobRecord:
+        row = {"job_id": job_id, **_encode({f.name: getattr(attempt, f.name) for f in fields(attempt)})}
+        with self._lock, self._transaction():
+            self._update(job_id, False, job_fields)
+            self._write(
                 f"INSERT INTO attempts ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
             )
+            return self._job(self._get_row(job_id))
 
-    def update_attempt(self, job_id: str, number: int, **fields) -> None:
-        row = self._encode(fields, _JSON_ATTEMPT)
+    def update_attempt(self, job_id: str, number: int, **values: Any) -> None:
+        row = _encode(values)
         with self._lock:
             sets = ", ".join(f"{k} = ?" for k in row)
-            self._db.execute(
-                f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?", (*row.values(), job_id, number)
-            )
+            self._write(f"UPDATE attempts SET {sets} WHERE job_id = ? AND number = ?", (*row.values(), job_id, number))
 
     def next_queue_pos(self) -> int:
         with self._lock:
             (top,) = self._db.execute("SELECT COALESCE(MAX(queue_pos), 0) FROM jobs").fetchone()
             return int(top) + 1
 
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
 
-def now() -> float:
-    return time.time()
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error (the connection is in autocommit mode)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            self.db.execute("ROLLBACK")
+            return
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            self.db.execute("ROLLBACK")
+            if "full" in str(error).lower():
+                raise StoreFullError(f"the disk under the job store is full ({error}): free space there") from None
+            raise
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, StoreFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
 __all__ = [
@@ -241,9 +333,10 @@ __all__ = [
     "JobRecord",
     "JobStore",
     "SqliteJobStore",
+    "StoreFullError",
     "STATES",
     "FINAL_STATES",
+    "is_disk_full",
     "new_job_id",
     "replace",
-    "now",
 ]

@@ -9,7 +9,8 @@ module                    its one job
 :mod:`.local`             :class:`LocalStorage`, a directory (and its CAS side-lock ``FileLock``)
 :mod:`.s3`                :class:`S3Storage`, any S3-compatible store (boto3, imported lazily)
 :mod:`.memory`            :class:`MemoryStorage`, in-process, with fault and crash hooks (tests)
-:mod:`.registry`          URL scheme -> backend; :func:`open_storage`, :func:`register_backend`
+:mod:`.registry`          URL scheme -> backend; :func:`parse_location` (the one check of a
+                          location), :func:`open_storage`, :func:`register_backend`
 ========================  ===================================================================
 
 Layering: this package imports only :mod:`shardwright.errors` from the rest of shardwright;
@@ -23,15 +24,17 @@ from __future__ import annotations
 from .base import Storage
 from .local import LocalStorage
 from .memory import MemoryStorage
-from .registry import open_storage, register_backend, registered_schemes
+from .registry import Location, open_storage, parse_location, register_backend, registered_schemes
 from .s3 import S3Storage  # cheap: boto3 itself is imported on first use
 
 __all__ = [
     "LocalStorage",
+    "Location",
     "MemoryStorage",
     "S3Storage",
     "Storage",
     "open_storage",
+    "parse_location",
     "register_backend",
     "registered_schemes",
 ]

@@ -13,6 +13,21 @@ with the guarantee "write once, resume after any crash" relies on.
   being the one we read, otherwise two runs could both believe they own the output.
 * ``barrier`` ends a batch of ``durable=False`` writes: after it returns they survive a
   crash; before, any of them may be lost.
+* ``read_range`` and ``list_info`` serve *inputs* (``shardwright.sources``): a ranged read
+  (what pyarrow's file object needs) and a listing with each object's size and version
+  (etag, generation, or a size+mtime token on local disk), which is how a source's identity
+  is its metadata and a changed file is noticed on whichever host resumes.
+
+Output keys and input keys
+==========================
+Keys a run *writes* are ours, so they are strict (:func:`check_key`): no ``//``, ``.`` or
+``..`` part, which could alias another key or escape the root. Keys a run *reads as input*
+are the user's, and in an object store ``a//b``, ``./x`` and ``../y`` are ordinary distinct
+names. They are read through :meth:`Storage.input_view`: a read-only copy of the handle
+whose key checks are :func:`check_input_key` (any non-empty key; on local disk, where
+``..`` is navigation and not a name, no ``..`` part), and whose every write operation
+raises PermissionError. So a relaxed key can never reach a write, and the strict check
+stays the only one on every write path.
 
 Keys are ``'/'``-separated paths relative to the root (the ``output_dir``), e.g.
 ``"index.json"``, ``"chunk-0-00003-000001.bin"`` or ``".shardwright/manifest.json"``.
@@ -23,8 +38,33 @@ picks one by URL scheme.
 from __future__ import annotations
 
 import abc
+import builtins
+import copy
+from dataclasses import dataclass
 
-__all__ = ["Storage", "check_key"]
+__all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key"]
+
+#: The operations that change storage; an input view refuses every one of them.
+WRITE_OPERATIONS = (
+    "write_bytes",
+    "create_exclusive",
+    "replace_if_version",
+    "delete",
+    "delete_prefix",
+    "barrier",
+)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object: its key (relative to the root), size in bytes, and a version token
+    that changes whenever the content is replaced (S3 etag, GCS generation, Azure etag, or
+    ``"{size}-{mtime_ns}"`` of a local file); ``mtime`` in seconds since 1970 when known."""
+
+    key: str
+    size: int
+    version: str
+    mtime: float | None = None
 
 
 def check_key(key: str) -> str:
@@ -36,6 +76,21 @@ def check_key(key: str) -> str:
     if any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"invalid storage key {key!r}: use '/'-separated names without '.', '..' or empty parts")
     return key
+
+
+def check_input_key(key: str, *, local: bool = False) -> str:
+    """Return ``key`` as an input key: any non-empty str (``a//b``, ``./x`` and ``../y`` are
+    names in an object store); on local disk (``local=True``) no ``..`` part, which is
+    navigation there and could leave the root."""
+    if not isinstance(key, str) or not key or "\0" in key:
+        raise ValueError(f"input key must be a non-empty str without NUL, got {key!r}")
+    if local and ".." in key.split("/"):
+        raise ValueError(f"invalid local input key {key!r}: a '..' part would leave the directory")
+    return key
+
+
+def _read_only(*_args: object, **_kwargs: object) -> None:
+    raise PermissionError("this storage handle is a read-only input view: it never writes")
 
 
 class Storage(abc.ABC):
@@ -51,6 +106,29 @@ class Storage(abc.ABC):
 
     #: What to show users for this location (never contains secrets).
     url: str
+
+    #: True on the read-only handle :meth:`input_view` returns (users' keys, no writes).
+    is_input_view: bool = False
+
+    def checked_key(self, key: str, *, local: bool = False) -> str:
+        """``key`` checked as this handle takes keys: strictly (:func:`check_key`), or as an
+        input key on an :meth:`input_view`. Backends call it wherever a key becomes a name."""
+        return check_input_key(key, local=local) if self.is_input_view else check_key(key)
+
+    def input_view(self) -> Storage:
+        """A read-only copy of this handle for reading users' inputs: keys are taken as they
+        are (see the module docstring) and every write operation raises PermissionError.
+        Picklable when this handle is."""
+        view = copy.copy(self)
+        view.mark_input_view()
+        return view
+
+    def mark_input_view(self) -> None:
+        """Make this very handle the read-only input view (for backends whose pickling
+        rebuilds the handle: they call it when unpickling a view)."""
+        self.is_input_view = True
+        for name in WRITE_OPERATIONS:
+            setattr(self, name, _read_only)
 
     # -- abstract operations -------------------------------------------------------------
 
@@ -139,6 +217,16 @@ class Storage(abc.ABC):
         they are: ``local_path`` belongs to the caller, and only the caller knows the fix
         (map it with :func:`shardwright.storage.files.disk_full_error`).
         """
+
+    @abc.abstractmethod
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """Return ``length`` bytes of ``key`` from offset ``start`` (fewer at the end of the
+        object, b"" from or past its end); FileNotFoundError if it is missing. ValueError for a
+        negative ``start`` or ``length``. Retried like every read."""
+
+    @abc.abstractmethod
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """What :meth:`list` lists, with each object's size and version, sorted by key."""
 
     # -- defaults a backend may override -------------------------------------------------
 

@@ -14,7 +14,7 @@ import random
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ..errors import StorageError
 
@@ -23,6 +23,7 @@ __all__ = [
     "NOT_WRITABLE_ERRNOS",
     "TMP_NAME_RE",
     "disk_full_error",
+    "download_atomically",
     "fsync_dir",
     "is_disk_full",
     "raising_disk_full",
@@ -103,6 +104,27 @@ def unlink_quiet(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def download_atomically(dst: str, pieces: Iterable[bytes], *, durable: bool) -> None:
+    """Write ``pieces`` to the local file ``dst`` so that it appears whole or not at all: a
+    fresh temp file next to it, fsync-ed when ``durable``, then renamed over it; the temp file
+    is removed if anything fails (a full disk stays an OSError: the caller's directory, the
+    caller's fix)."""
+    dst = os.path.abspath(dst)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    tmp = tmp_name(dst)
+    try:
+        with open(tmp, "xb") as out:
+            for piece in pieces:
+                out.write(piece)
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        unlink_quiet(tmp)
+        raise
 
 
 def is_disk_full(exc: BaseException) -> bool:

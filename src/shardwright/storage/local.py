@@ -11,6 +11,7 @@ Registers the ``file`` scheme (and plain paths) with :mod:`.registry`.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
@@ -19,11 +20,12 @@ from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
 from ..errors import OutputDirError, OutputIsAFileError
-from .base import Storage, check_key
+from .base import ObjectInfo, Storage
 from .files import (
     NOT_WRITABLE_ERRNOS,
     TMP_NAME_RE,
     disk_full_error,
+    download_atomically,
     fsync_dir,
     is_disk_full,
     syncfs,
@@ -32,7 +34,7 @@ from .files import (
 )
 from .registry import register_backend
 
-__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "open_local"]
+__all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "local_version", "make_dirs", "open_local"]
 
 #: The fix for a full disk under output_dir: every commit is durable, so rerunning resumes.
 RESUME_FIX = "free space and rerun the same call to resume; nothing committed was lost"
@@ -41,6 +43,17 @@ RESUME_FIX = "free space and rerun the same call to resume; nothing committed wa
 #   .{name}.tmp-{pid}-{tid}-{random}   a write in progress (or left by a crash), files.tmp_name
 #   .{name}.cas-lock                   the side lock that serialises compare-and-swap
 _LOCK_SUFFIX = ".cas-lock"
+
+
+def local_version(st: os.stat_result) -> str:
+    """The version token of a local file: its size and modification time in ns. Unlike an
+    inode number it means the same on every host that mounts the file."""
+    return f"{st.st_size}-{st.st_mtime_ns}"
+
+
+def _check_range(start: int, length: int) -> None:
+    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+        raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
 
 
 def _is_internal_name(name: str) -> bool:
@@ -74,18 +87,10 @@ class LocalStorage(Storage):
     # -- helpers -------------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
+        return os.path.join(self.root, *self.checked_key(key, local=True).split("/"))
 
     def _mkdirs(self, directory: str) -> None:
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except (NotADirectoryError, FileExistsError) as e:
-            raise OutputDirError(
-                f"cannot create directory {directory}: a parent path is a file, not a directory; "
-                f"remove or rename that file, or choose another output_dir"
-            ) from e
-        except OSError as e:
-            self._raise_os_error(e, directory)
+        make_dirs(directory, "directory")
 
     def _raise_os_error(self, e: OSError, path: str) -> NoReturn:
         if is_disk_full(e):
@@ -288,6 +293,22 @@ class LocalStorage(Storage):
     def list(self, prefix: str = "") -> list[str]:
         return sorted(k for k, _ in self._walk(prefix))
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        _check_range(start, length)
+        with open(self._path(key), "rb") as f:
+            f.seek(start)
+            return f.read(length)
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        infos = []
+        for key, path in self._walk(prefix):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:  # deleted while listing
+                continue
+            infos.append(ObjectInfo(key, st.st_size, local_version(st), st.st_mtime))
+        return sorted(infos, key=lambda info: info.key)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         try:
@@ -326,24 +347,8 @@ class LocalStorage(Storage):
         return self._path(key)
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
-        src = self._path(key)
-        dst = os.path.abspath(local_path)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = tmp_name(dst)
-        try:
-            with open(src, "rb") as fin, open(tmp, "xb") as fout:
-                while True:
-                    buf = fin.read(8 << 20)
-                    if not buf:
-                        break
-                    fout.write(buf)
-                fout.flush()
-                if durable:
-                    os.fsync(fout.fileno())
-            os.replace(tmp, dst)
-        except BaseException:
-            unlink_quiet(tmp)  # a full disk stays an OSError: the caller's directory, the caller's fix
-            raise
+        with open(self._path(key), "rb") as source:
+            download_atomically(local_path, iter(lambda: source.read(8 << 20), b""), durable=durable)
 
     def check(self) -> None:
         """Raise OutputDirError unless the root is a directory we can create files in."""
@@ -395,6 +400,28 @@ class FileLock:
         self.release()
 
 
+def make_dirs(path: str, what: str) -> None:
+    """``os.makedirs(path)``, its errors mapped in this one place: OutputDirError naming the
+    fix (a file in the way, no permission), StorageError for a full disk. ``what`` names the
+    directory in messages ("output_dir", "directory")."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (NotADirectoryError, FileExistsError) as e:
+        raise OutputDirError(
+            f"cannot create {what} {path}: a parent path is a file, not a directory; "
+            f"remove or rename that file, or choose another output_dir"
+        ) from e
+    except OSError as e:
+        if e.errno in NOT_WRITABLE_ERRNOS:
+            raise OutputDirError(
+                f"cannot create {what} {path}: {e.strerror}; create it yourself or choose "
+                f"a location this user can write to"
+            ) from e
+        if is_disk_full(e):
+            raise disk_full_error(e, f"creating {path}", RESUME_FIX) from e
+        raise
+
+
 def check_local_dir(path: str, *, create: bool) -> None:
     """Make sure ``path`` is (or, with ``create``, becomes) a directory we can write into."""
     if os.path.exists(path) and not os.path.isdir(path):
@@ -404,22 +431,7 @@ def check_local_dir(path: str, *, create: bool) -> None:
     if not os.path.isdir(path):
         if not create:
             return
-        try:
-            os.makedirs(path, exist_ok=True)
-        except (NotADirectoryError, FileExistsError) as e:
-            raise OutputDirError(
-                f"cannot create output_dir {path}: a parent path is a file, not a directory; "
-                f"remove or rename that file, or choose another output_dir"
-            ) from e
-        except OSError as e:
-            if e.errno in NOT_WRITABLE_ERRNOS:
-                raise OutputDirError(
-                    f"cannot create output_dir {path}: {e.strerror}; create it yourself or choose "
-                    f"a location this user can write to"
-                ) from e
-            if is_disk_full(e):
-                raise disk_full_error(e, f"creating {path}", RESUME_FIX) from e
-            raise
+        make_dirs(path, "output_dir")
     # os.access lies for root and on some network filesystems: really create a file.
     probe = tmp_name(os.path.join(path, "shardwright-probe"))  # a scratch name: never listed
     try:

@@ -28,6 +28,7 @@ working on a diverging copy. Use a local directory for multi-process runs.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import errno
 import itertools
@@ -37,8 +38,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import OutputDirError, StorageError
-from .base import Storage, check_key
-from .files import tmp_name, unlink_quiet
+from .base import ObjectInfo, Storage
+from .files import download_atomically
 from .registry import register_backend
 
 __all__ = ["OPERATIONS", "MemoryStorage", "open_memory"]
@@ -58,6 +59,8 @@ OPERATIONS = frozenset(
         "delete",
         "delete_prefix",
         "download_to",
+        "read_range",
+        "list_info",
     }
 )
 
@@ -124,7 +127,7 @@ class MemoryStorage(Storage):
     # -- single process, pickling ----------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": self._store_ref.pid}
+        return {"name": self.name, "pid": self._store_ref.pid, "input_view": self.is_input_view}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.name = state["name"]
@@ -134,6 +137,8 @@ class MemoryStorage(Storage):
             store = _STORES.get(self.name)
         # In another process the name finds nothing (or another store): _store() then refuses.
         self._store_ref = store if store is not None else _Store(self.name, state["pid"])
+        if state.get("input_view"):
+            self.mark_input_view()
 
     def _store(self) -> _Store:
         store = self._store_ref
@@ -227,7 +232,7 @@ class MemoryStorage(Storage):
     # -- Storage API -----------------------------------------------------------------------
 
     def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
-        check_key(key)
+        self.checked_key(key)
         store, after = self._fault("write_bytes", key)
         with store.lock:
             obj = store.new_object(data)
@@ -252,7 +257,7 @@ class MemoryStorage(Storage):
         _raise(after)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        check_key(key)
+        self.checked_key(key)
         store, after = self._fault("create_exclusive", key)
         with store.lock:
             if key in store.objects:
@@ -266,7 +271,7 @@ class MemoryStorage(Storage):
         return created
 
     def _get(self, op: str, key: str) -> _Object | None:
-        check_key(key)
+        self.checked_key(key)
         store, after = self._fault(op, key)
         with store.lock:
             obj = store.objects.get(key)
@@ -284,7 +289,7 @@ class MemoryStorage(Storage):
         return None if obj is None else (obj.data, obj.version)
 
     def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        check_key(key)
+        self.checked_key(key)
         store, after = self._fault("replace_if_version", key)
         with store.lock:
             current = store.objects.get(key)
@@ -315,8 +320,23 @@ class MemoryStorage(Storage):
         _raise(after)
         return keys
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
+        obj = self._get("read_range", key)
+        if obj is None:
+            raise FileNotFoundError(errno.ENOENT, "no such object", f"{self.url}/{key}")
+        return obj.data[start : start + length]
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        store, after = self._fault("list_info", prefix)
+        with store.lock:
+            infos = [ObjectInfo(k, len(o.data), o.version) for k, o in store.objects.items() if k.startswith(prefix)]
+        _raise(after)
+        return sorted(infos, key=lambda info: info.key)
+
     def delete(self, key: str) -> None:
-        check_key(key)
+        self.checked_key(key)
         store, after = self._fault("delete", key)
         with store.lock:
             self._forget(store, [key])
@@ -344,19 +364,7 @@ class MemoryStorage(Storage):
         obj = self._get("download_to", key)
         if obj is None:
             raise FileNotFoundError(errno.ENOENT, "no such object", f"{self.url}/{key}")
-        dst = os.path.abspath(local_path)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = tmp_name(dst)
-        try:
-            with open(tmp, "xb") as f:
-                f.write(obj.data)
-                f.flush()
-                if durable:
-                    os.fsync(f.fileno())
-            os.replace(tmp, dst)
-        except BaseException:
-            unlink_quiet(tmp)  # a full disk stays an OSError: the caller's directory, the caller's fix
-            raise
+        download_atomically(local_path, [obj.data], durable=durable)
 
     def __repr__(self) -> str:
         return f"MemoryStorage({self.name!r})"

@@ -15,12 +15,21 @@ import importlib
 import os
 import re
 import threading
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import OutputDirError
 from .base import Storage
 
-__all__ = ["BackendFactory", "open_storage", "register_backend", "registered_schemes"]
+__all__ = [
+    "LOCAL_SCHEME",
+    "BackendFactory",
+    "Location",
+    "open_storage",
+    "parse_location",
+    "register_backend",
+    "registered_schemes",
+]
 
 
 class BackendFactory(Protocol):
@@ -29,12 +38,22 @@ class BackendFactory(Protocol):
     def __call__(self, url: str, storage_options: dict[str, Any] | None, *, create: bool) -> Storage: ...
 
 
-# Built-in backends, imported on first use of their scheme; each registers itself.
+LOCAL_SCHEME = "file"
+
+# Built-in backends, imported on first use of their scheme; each registers itself. A new
+# built-in backend is one line here (plus, if its URLs are not scheme://bucket/prefix or its
+# name is not the scheme, one line in SCHEME_SHAPES / SCHEME_LABELS for the error messages).
 _BUILTIN = {
     "file": "shardwright.storage.local",
     "s3": "shardwright.storage.s3",
     "memory": "shardwright.storage.memory",
 }
+#: How messages name a scheme's URLs (default: the scheme itself).
+SCHEME_LABELS = {"s3": "S3"}
+#: The URL shape a message suggests (default: ``scheme://bucket/prefix``).
+SCHEME_SHAPES = {"memory": "memory://name"}
+#: Spellings of a scheme that other tools use and we do not: the message says which to write.
+SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 _BACKENDS: dict[str, BackendFactory] = {}
 _LOCK = threading.Lock()
 # "scheme:" at the start of a URL (a one-letter "scheme" is a Windows drive, not a URL).
@@ -79,37 +98,103 @@ def open_storage(
 
     ``create=True`` (writers) makes a local directory if needed and checks that it is
     writable. For S3 nothing is created; call :meth:`Storage.check` to validate bucket and
-    credentials. An empty location, an unknown scheme or a malformed URL (``s3:/x``) raises
-    OutputDirError naming the problem and the fix.
+    credentials. A location :func:`parse_location` refuses raises its OutputDirError.
+    """
+    location = parse_location(output_dir)
+    return _require(location.scheme, location.url)(location.url, storage_options, create=create)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a dataset lives, parsed once (litdata's ``resolver.Dir`` plays this part there).
+
+    ``scheme`` is lower-case (``"file"`` for local paths); ``bucket`` is the bucket, container
+    or store name ("" for local paths); ``prefix`` is the key prefix inside it, without
+    leading or trailing "/" (for local paths: the path as given, "~" not expanded); ``url``
+    is the normalised form every backend and message uses.
+    """
+
+    scheme: str
+    bucket: str
+    prefix: str
+    url: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == LOCAL_SCHEME
+
+    @property
+    def path(self) -> str:
+        """The local path (local locations only)."""
+        if not self.is_local:
+            raise ValueError(f"{self.url} is not a local path")
+        return self.prefix
+
+
+def parse_location(output_dir: str | os.PathLike[str]) -> Location:
+    """The one check of "is this a valid location": a local path, ``file://path`` or
+    ``scheme://bucket/prefix`` for a registered scheme. Pure: nothing is opened or created.
+
+    OutputDirError (one line naming the problem and the fix) for an empty location, a NUL
+    byte, an unknown or mistyped scheme (``s3:/x``, ``s3a://x``), a URL without a bucket
+    (``s3://``, ``s3:///x``) and a key prefix with empty, ``.`` or ``..`` segments
+    (``s3://b/a//c``, ``s3://b/../c``), which object stores would keep as literal names.
     """
     raw = os.fspath(output_dir)
     url = os.fsdecode(raw) if isinstance(raw, bytes) else raw
     if not url.strip():
         raise OutputDirError("output_dir is empty: pass a local directory or a URL such as s3://bucket/prefix")
+    if "\0" in url:
+        raise OutputDirError(f"output_dir {_safe(url)!r} contains a NUL byte: remove it")
     m = _SCHEME_RE.match(url)
     if m is None:
         if "://" in url:  # "./x://y" or "1s3://b": not a URL we know, and surely not meant as a path
-            raise OutputDirError(
-                f"unsupported URL {_safe(url)!r}: use a local path or one of "
-                + ", ".join(f"{s}://" for s in registered_schemes())
-            )
-        return _require("file", url)(url, storage_options, create=create)
+            raise OutputDirError(f"unsupported URL {_safe(url)!r}: use a local path or one of {_schemes_text()}")
+        return _local(url)
     scheme = m.group(1).lower()
     known = scheme in _BUILTIN or scheme in _BACKENDS
     if m.group(2) is None:
         if not known:  # "data:v1" is a relative local path with a colon in its name
-            return _require("file", url)(url, storage_options, create=create)
+            return _local(url)
         rest = url[m.end() :].lstrip("/")
         raise OutputDirError(
             f"malformed URL {_safe(url)!r}: write {scheme}://{rest} (two slashes), or ./{url} for a local directory"
         )
     if not known:
+        alias = SCHEME_ALIASES.get(scheme)
+        if alias is not None:
+            rest = url[m.end() :]
+            raise OutputDirError(f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: write it as {alias}://{rest}")
         raise OutputDirError(
-            f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: use a local path or one of "
-            + ", ".join(f"{s}://" for s in registered_schemes())
+            f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: use a local path or one of {_schemes_text()}"
         )
-    url = scheme + url[len(m.group(1)) :]  # S3://b/p and s3://b/p are the same location
-    return _require(scheme, url)(url, storage_options, create=create)
+    rest = url[m.end() :]
+    if scheme == LOCAL_SCHEME:
+        return _local(rest)
+    bucket, _, key = rest.partition("/")
+    shape = SCHEME_SHAPES.get(scheme, f"{scheme}://bucket/prefix")
+    if not bucket:
+        label = SCHEME_LABELS.get(scheme, scheme)
+        raise OutputDirError(f"invalid {label} URL {_safe(url)!r}: use {shape}")
+    prefix = key.rstrip("/")  # one trailing "/" (or several) names the same prefix
+    segments = prefix.split("/") if prefix else []
+    bad = next((s for s in segments if s in ("", ".", "..")), None)
+    if bad is not None:
+        what = "an empty segment (//)" if bad == "" else f"a {bad!r} segment"
+        raise OutputDirError(
+            f"{_safe(url)!r} has {what} in its key prefix, which the store would keep as a literal name: "
+            f"use {shape} with plain names between single slashes"
+        )
+    normalised = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
+    return Location(scheme=scheme, bucket=bucket, prefix=prefix, url=normalised)
+
+
+def _local(path: str) -> Location:
+    return Location(scheme=LOCAL_SCHEME, bucket="", prefix=path, url=path)
+
+
+def _schemes_text() -> str:
+    return ", ".join(f"{s}://" for s in registered_schemes())
 
 
 def _require(scheme: str, url: str) -> BackendFactory:

@@ -15,6 +15,7 @@ Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first us
 
 from __future__ import annotations
 
+import builtins
 import copy
 import errno
 import os
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
-from .base import Storage, check_key
+from .base import ObjectInfo, Storage
 from .files import tmp_name, unlink_quiet
 from .registry import register_backend
 
@@ -36,39 +37,21 @@ T = TypeVar("T")
 
 _MiB = 1024 * 1024
 
+# Every upload carries this checksum of its body (x-amz-checksum-crc32, computed by botocore);
+# the server recomputes it and refuses the PUT (BadDigest, retried below) when the bytes it
+# received differ: a body damaged in flight is never stored. SeaweedFS verifies it too
+# (tests/system/test_trust_s3_upload.py).
+UPLOAD_CHECKSUM = "CRC32"
+
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
-_RETRY_CODES = {
-    "SlowDown",
-    "ServiceUnavailable",
-    "InternalError",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "ConditionalRequestConflict",
-    "OperationAborted",
-    "BadDigest",
-    "IncompleteBody",
-    "500",
-    "502",
-    "503",
-    "504",
-}
-_CREDENTIAL_CODES = {
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "AccessDenied",
-    "InvalidToken",
-    "ExpiredToken",
-    "InvalidClientTokenId",
-    "UnrecognizedClientException",
-    "AuthorizationHeaderMalformed",
-    "InvalidSecurity",
-    "TokenRefreshRequired",
-    "403",
-}
+_RETRY_CODES = frozenset(
+    "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeTooSkewed Throttling ThrottlingException RequestLimitExceeded"
+    " TooManyRequestsException ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 500 502 503 504".split()
+)
+_CREDENTIAL_CODES = frozenset(
+    "InvalidAccessKeyId SignatureDoesNotMatch AccessDenied InvalidToken ExpiredToken InvalidClientTokenId"
+    " UnrecognizedClientException AuthorizationHeaderMalformed InvalidSecurity TokenRefreshRequired 403".split()
+)
 
 # Reset in a forked child: a lock held by another thread at fork time would stay locked.
 _CLIENT_LOCK = threading.Lock()
@@ -230,7 +213,7 @@ class S3Storage(Storage):
     # -- retry loop and error mapping -----------------------------------------------------
 
     def _key(self, key: str) -> str:
-        check_key(key)
+        self.checked_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _full_prefix(self, prefix: str) -> str:
@@ -347,16 +330,20 @@ class S3Storage(Storage):
 
     # -- single attempts ------------------------------------------------------------------
 
-    def _get_once(self, full_key: str) -> tuple[bytes, str] | None:
-        """One GET: (bytes, etag) or None if missing; _TruncatedBody if cut short."""
+    def _get_once(self, full_key: str, byte_range: str | None = None) -> tuple[bytes, str] | None:
+        """One GET (of ``byte_range``, "bytes=a-b", if given): (bytes, etag) or None if
+        missing; _TruncatedBody if cut short; b"" for a range starting past the end."""
         from botocore.exceptions import ClientError
 
+        extra = {"Range": byte_range} if byte_range else {}
         try:
-            r = self.client().get_object(Bucket=self.bucket, Key=full_key)
+            r = self.client().get_object(Bucket=self.bucket, Key=full_key, **extra)
         except ClientError as e:
             code, status, _ = _client_error_info(e)
             if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                 return None
+            if byte_range and (code == "InvalidRange" or status == 416):
+                return b"", ""
             raise
         body = r["Body"]
         try:
@@ -397,7 +384,9 @@ class S3Storage(Storage):
 
         def once(attempt: int) -> bool:
             try:
-                self.client().put_object(Bucket=self.bucket, Key=full, Body=body, **condition)
+                self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
+                )
                 return True
             except ClientError as e:
                 code, status, _ = _client_error_info(e)
@@ -419,7 +408,13 @@ class S3Storage(Storage):
         full = self._key(key)
         if len(data) < self.multipart_threshold:
             body = bytes(data)
-            self._run("PUT", key, lambda _a: self.client().put_object(Bucket=self.bucket, Key=full, Body=body))
+            self._run(
+                "PUT",
+                key,
+                lambda _a: self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM
+                ),
+            )
             return
         import io
 
@@ -430,7 +425,9 @@ class S3Storage(Storage):
 
         def upload(_attempt: int) -> None:
             # Parts are invisible until CompleteMultipartUpload: readers still see old or new.
-            self.client().upload_fileobj(io.BytesIO(data), self.bucket, full, Config=cfg)
+            self.client().upload_fileobj(
+                io.BytesIO(data), self.bucket, full, Config=cfg, ExtraArgs={"ChecksumAlgorithm": UPLOAD_CHECKSUM}
+            )
 
         self._run("multipart PUT", key, upload)
 
@@ -469,8 +466,9 @@ class S3Storage(Storage):
             raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
         return int(head["ContentLength"])
 
-    def _list_full(self, full_prefix: str) -> list[str]:
-        keys: list[str] = []
+    def _list_objects(self, full_prefix: str) -> builtins.list[dict[str, Any]]:
+        """Every object under ``full_prefix``, as list_objects_v2 describes it."""
+        objects: builtins.list[dict[str, Any]] = []
         token = None
         while True:
             kwargs = {"Bucket": self.bucket, "Prefix": full_prefix}
@@ -481,13 +479,39 @@ class S3Storage(Storage):
                 return self.client().list_objects_v2(**kw)
 
             page = self._run("LIST", None, once)
-            keys.extend(o["Key"] for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
+            objects.extend(o for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
-                return keys
+                return objects
+
+    def _list_full(self, full_prefix: str) -> builtins.list[str]:
+        return [o["Key"] for o in self._list_objects(full_prefix)]
 
     def list(self, prefix: str = "") -> list[str]:
         return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+            raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
+        full = self._key(key)
+        if length == 0:
+            got = (b"", "") if self.exists(key) else None
+        else:
+            span = f"bytes={start}-{start + length - 1}"
+            got = self._run("GET range", key, lambda _a: self._get_once(full, span))
+        if got is None:
+            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+        return bytes(got[0][:length])  # a server that ignores Range sends everything
+
+    def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        infos = []
+        for o in self._list_objects(self._full_prefix(prefix)):
+            modified = o.get("LastModified")
+            etag = str(o.get("ETag", "")).strip('"')
+            infos.append(
+                ObjectInfo(self._rel(o["Key"]), int(o.get("Size", 0)), etag, modified and modified.timestamp())
+            )
+        return sorted(infos, key=lambda info: info.key)
 
     def delete(self, key: str) -> None:
         full = self._key(key)

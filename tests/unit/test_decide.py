@@ -10,6 +10,7 @@ from shardwright.format import ChunkEntry, IndexConfig
 from shardwright.protocol.decide import Observed, PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.run_record import RunRecord
 
 INPUTS = InputsFingerprint.of(list(range(10)))
 OTHER_INPUTS = InputsFingerprint.of(list(range(11)))
@@ -38,12 +39,13 @@ def manifest(*, generation=0, mode="create", inputs=INPUTS, settings=SETTINGS, u
 
 
 def finished(*, inputs=INPUTS, settings=SETTINGS, fn="m.f", failed=()):
-    return {
+    data = {
         "inputs": inputs.to_json(),
         "settings": settings.to_json(),
         "fn_name": fn,
         "failed_inputs": [list(p) for p in failed],
     }
+    return RunRecord.from_json(data, "run.json")
 
 
 def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True):

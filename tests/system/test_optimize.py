@@ -42,7 +42,7 @@ from support.crash_child import expected as child_expected
 from support.crash_child import plain as child_plain
 from support.helpers import child_env, committed_records, group_pids, kill_group, start_child, wait_for
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 # --- functions given to optimize (module level: they also work with start_method="spawn") -----

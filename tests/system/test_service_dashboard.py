@@ -7,6 +7,7 @@ Outside CI the test skips when chromium/chromedriver/selenium are missing (insta
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -203,3 +204,104 @@ def test_dashboard_dump_dom_with_the_token_in_the_fragment(tmp_path):
         assert TOKEN not in srv.log.read_text()
     finally:
         srv.stop()
+
+
+def _text(driver, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, element_id).text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_dashboard_submit_form_job_page_and_state_filter(tmp_path, browser):
+    """An operator's day: submit from the form generated from the pipeline's JSON Schema (a
+    mistake is caught in the page, before anything is sent), follow the job on its page (speed,
+    ETA, attempts, log, output), and filter the list by state. Credentials typed into the form
+    are sent once and kept nowhere in the browser."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    secret = "FORMSECRET-0123456789"
+    srv = Server(tmp_path).start()
+    n, out = 40, tmp_path / "from-form"
+    try:
+        with srv.client() as c:
+            failed = srv.submit(
+                c, pipeline="square", inputs=[1, 2], output_dir=str(tmp_path / "bad"), config={"fail_on": 2}
+            )
+            srv.wait_state(c, failed["id"], "FAILED")
+        browser.get(f"{srv.url}/#token={TOKEN}")
+        _wait(lambda: _cell(browser, failed["id"], ".state") == "FAILED", 30, "the job list", browser)
+
+        browser.find_element(By.ID, "new-job").click()
+        _wait(lambda: browser.find_elements(By.NAME, "options.chunk_size"), 20, "the options' fields", browser)
+        assert not browser.find_elements(By.NAME, "config.factor")  # echo (the first) takes no config
+        Select(browser.find_element(By.ID, "form-pipeline")).select_by_value("square")
+        _wait(lambda: browser.find_elements(By.NAME, "config.factor"), 10, "square's config fields", browser)
+        # generated from the schemas: the pipeline's config and the engine's options
+        factor = browser.find_element(By.NAME, "config.factor")
+        assert factor.get_attribute("type") == "number"
+        assert {"options.chunk_size", "options.num_workers", "options.compression", "options.mode"} <= {
+            e.get_attribute("name") for e in browser.find_elements(By.CSS_SELECTOR, "#form-options [data-field]")
+        }
+        browser.find_element(By.ID, "form-output-dir").send_keys(str(out))
+        browser.find_element(By.ID, "form-inputs").send_keys(json_list(n))
+        factor.send_keys("0")  # below the schema's minimum: refused in the page
+        browser.find_element(By.ID, "form-submit").click()
+        _wait(lambda: "config.factor: must be at least 1" in _text(browser, "form-errors"), 10, "the refusal", browser)
+        with srv.client() as c:
+            assert len(c.get("/jobs").json()["jobs"]) == 1  # nothing was sent
+        factor.clear()
+        factor.send_keys("2")
+        browser.find_element(By.NAME, "config.sleep").send_keys("0.15")
+        browser.find_element(By.NAME, "options.chunk_size").send_keys("2")
+        browser.find_element(By.NAME, "options.num_workers").send_keys("1")
+        browser.find_element(By.ID, "form-storage-options").send_keys(json.dumps({"aws_secret_access_key": secret}))
+        browser.find_element(By.ID, "form-submit").click()
+
+        # the job's page: speed and ETA while it runs, then its attempt, log and output
+        _wait(lambda: _text(browser, "job-state") == "RUNNING", 30, "the job page", browser)
+        job_id = _text(browser, "job-id")
+        assert browser.find_element(By.ID, "form-storage-options").get_attribute("value") == ""
+        _wait(
+            lambda: _text(browser, "job-speed").endswith("items/s") and _text(browser, "job-eta"),
+            30,
+            "speed and ETA",
+            browser,
+        )
+        _wait(lambda: _text(browser, "job-state") == "SUCCEEDED", 90, "SUCCEEDED", browser)
+        assert _text(browser, "job-output") == str(out)
+        assert _text(browser, "job-progress") == f"{n} / {n} inputs, {n} items"
+        rows = browser.find_elements(By.CSS_SELECTOR, "#job-attempts tr.attempt")
+        assert len(rows) == 1 and rows[0].find_element(By.CSS_SELECTOR, ".outcome").text == "succeeded"
+        _wait(lambda: "dataset published" in _text(browser, "job-log"), 10, "the log", browser)
+        with srv.client() as c:
+            job = srv.job(c, job_id)
+        assert job["config"]["factor"] == 2 and job["options"]["chunk_size"] == 2
+        assert job["storage_options"] == {"aws_secret_access_key": "***"}
+        storage = browser.execute_script("return JSON.stringify(sessionStorage) + JSON.stringify(localStorage)")
+        assert secret not in storage and secret not in browser.page_source and not browser.get_cookies()
+        assert_exactly_once(out, n, factor=2)
+
+        # a failed job's page names its error on the attempt; the list filtered by state
+        browser.find_element(By.ID, "show-jobs").click()
+        Select(browser.find_element(By.ID, "state-filter")).select_by_value("FAILED")
+        _wait(
+            lambda: (
+                [r.get_attribute("id") for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tr")]
+                == [f"job-{failed['id']}"]
+            ),
+            10,
+            "only the failed job",
+            browser,
+        )
+        browser.find_element(By.CSS_SELECTOR, f"#job-{failed['id']} a.job-link").click()
+        _wait(lambda: "FnError on input 1: " in _text(browser, "job-error"), 10, "the failed job's page", browser)
+        assert "FnError" in browser.find_element(By.CSS_SELECTOR, "#job-attempts tr.attempt .error").text
+    finally:
+        srv.stop()
+
+
+def json_list(n: int) -> str:
+    return "[" + ", ".join(str(i) for i in range(n)) + "]"

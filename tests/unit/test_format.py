@@ -37,7 +37,7 @@ from shardwright.format import (
 )
 from shardwright.protocol.layout import chunk_filename
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 NUMPY_CODES = {
     np.int8: 0, np.int16: 1, np.int32: 2, np.int64: 3, np.uint8: 4, np.uint16: 5, np.uint32: 6,
@@ -770,3 +770,31 @@ def test_encoder_is_picklable_for_workers():
     enc.encode({"a": 1}, 0)
     clone = pickle.loads(pickle.dumps(enc))
     assert clone.encode({"a": 2}, 1) == enc.encode({"a": 2}, 1)
+
+
+# --- TokensLoader: a value class of the format layer -------------------------------------------
+
+
+def test_tokens_loader_lives_in_format_and_the_old_names_still_work():
+    import shardwright
+    from shardwright.format import TokensLoader, is_tokens_loader
+
+    assert shardwright.TokensLoader is TokensLoader
+    assert is_tokens_loader(TokensLoader()) and not is_tokens_loader(None)
+
+    class TokensLoader2:  # a look-alike of another name, or of the same name elsewhere, is not one
+        pass
+
+    assert not is_tokens_loader(TokensLoader2())
+    assert not is_tokens_loader(type("TokensLoader", (), {})())
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        TokensLoader(block_size=0)
+    tokens = pytest.importorskip("shardwright.reader.tokens")  # the reader needs torch's base classes
+    assert tokens.TokensLoader is TokensLoader
+
+
+def test_litdatas_tokens_loader_is_accepted_by_the_writer():
+    ld = pytest.importorskip("litdata")
+    from shardwright.format import is_tokens_loader
+
+    assert is_tokens_loader(ld.TokensLoader())

@@ -19,7 +19,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-NOTEBOOK = Path(__file__).parent / "notebooks" / "quick.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "quick.ipynb"
 KERNEL_NAME = "shardwright-test"
 N = 500
 EXPECTED_COUNT = sum(1 for i in range(N) if i % 10)  # the notebook's fn drops every 10th input
@@ -42,7 +42,7 @@ def kernel_name(tmp_path, monkeypatch) -> str:
     )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     # The kernel imports shardwright from src/ whether or not it is installed in the venv.
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
     return KERNEL_NAME
 

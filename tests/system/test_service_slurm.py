@@ -98,3 +98,31 @@ def test_slurm_job_fn_error_is_a_user_failure(slurm_server, tmp_path):
     assert failed["state"] == "FAILED", failed
     assert failed["error"]["kind"] == "user" and failed["error"]["type"] == "FnError"
     assert failed["error"]["input_index"] == 13 and failed["attempts"] == 1
+
+
+@slurm
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_slurm_task_killed_without_reporting_is_retried_automatically(slurm_cluster, slurm_server, tmp_path):
+    """The OOM killer's way: a task's job process SIGKILLed, so it writes no report and Slurm ends
+    the task FAILED (no requeue). The service retries the job itself, like a killed local job."""
+    srv = slurm_server
+    n, out = 24, tmp_path / "out"
+    with srv.client() as c:
+        job = srv.submit(
+            c,
+            pipeline="square",
+            inputs=list(range(n)),
+            output_dir=str(out),
+            config={"kill_runner_on": 9, "once_marker": str(tmp_path / "killed-once")},
+            options={"chunk_size": 2, "num_workers": 1},
+            executor={"kind": "slurm", "array": 2},
+        )
+        done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", "CANCELED", timeout=150)
+    assert done["state"] == "SUCCEEDED", done
+    first, second = done["attempt_history"]
+    assert first["outcome"] == "failed" and first["error"]["type"] == "SlurmTaskDied", first
+    assert first["error"]["kind"] == "system" and first["error"]["transient"]
+    assert second["trigger"] == "auto-retry" and second["outcome"] == "succeeded"
+    assert (tmp_path / "killed-once").exists()
+    assert_exactly_once(out, n)

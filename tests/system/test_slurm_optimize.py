@@ -30,7 +30,7 @@ from shardwright.protocol.layout import FAILED_PREFIX, MANIFEST_KEY, RUN_RECORD_
 from shardwright.protocol.shards import shard_bounds, shards_of_node
 from support import slurm_job
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 JOB = HERE / "support" / "slurm_job.py"
 SRC = HERE.parent / "src"
 RUNNING = ("RUNNING",)

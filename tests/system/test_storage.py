@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import dataclasses
 import errno
 import itertools
 import multiprocessing
@@ -860,3 +861,113 @@ def test_reader_cache_disk_full_names_the_cache_fix(tmp_path, s3_url, s3_storage
         gc.collect()
         if subprocess.run(["umount", str(cache)], capture_output=True, check=False).returncode != 0:
             subprocess.run(["umount", "-l", str(cache)], capture_output=True, check=False)
+
+
+# --------------------------------------------------------------------------------------
+# Input reads (every backend): ranged reads, listings with metadata, the read-only view
+# --------------------------------------------------------------------------------------
+
+
+def test_read_range_reads_exactly_the_range(storage):
+    data = bytes(range(256)) * 40  # 10,240 bytes
+    storage.write_bytes("d/blob.bin", data)
+    assert storage.read_range("d/blob.bin", 0, 10) == data[:10]
+    assert storage.read_range("d/blob.bin", 1000, 4096) == data[1000:5096]
+    assert storage.read_range("d/blob.bin", 10_200, 100) == data[10_200:]  # cut at the end
+    assert storage.read_range("d/blob.bin", 10_240, 5) == b""  # at the end
+    assert storage.read_range("d/blob.bin", 50_000, 5) == b""  # past it
+    assert storage.read_range("d/blob.bin", 7, 0) == b""
+    with pytest.raises(FileNotFoundError):
+        storage.read_range("d/missing.bin", 0, 1)
+    with pytest.raises(ValueError):
+        storage.read_range("d/blob.bin", -1, 5)
+    with pytest.raises(ValueError):
+        storage.read_range("d/blob.bin", 0, -5)
+
+
+def test_list_info_sizes_versions_and_order(storage):
+    from shardwright.storage.base import ObjectInfo
+
+    storage.write_bytes("in/b.txt", b"bb")
+    storage.write_bytes("in/a.txt", b"a")
+    storage.write_bytes("in/sub/c.txt", b"ccc")
+    storage.write_bytes("other.txt", b"o")
+    infos = storage.list_info("in/")
+    assert [i.key for i in infos] == ["in/a.txt", "in/b.txt", "in/sub/c.txt"] == storage.list("in/")
+    assert [i.size for i in infos] == [1, 2, 3]
+    assert all(isinstance(i, ObjectInfo) and i.version for i in infos)
+    assert [i.key for i in storage.list_info()] == storage.list()
+    before = {i.key: i.version for i in infos}
+    time.sleep(0.01)  # a local version is size+mtime_ns
+    storage.write_bytes("in/b.txt", b"BB")  # same size, new content
+    after = {i.key: i.version for i in storage.list_info("in/")}
+    assert after["in/b.txt"] != before["in/b.txt"]
+    assert after["in/a.txt"] == before["in/a.txt"]  # unchanged objects keep their version
+    # a listing of a prefix matching nothing is empty, not an error
+    assert storage.list_info("nothing-here/") == []
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        infos[0].size = 5  # type: ignore[misc]
+
+
+def test_input_view_reads_users_keys_and_never_writes(storage):
+    storage.write_bytes("x/data.bin", b"0123456789")
+    view = storage.input_view()
+    assert view.is_input_view and not storage.is_input_view
+    assert view.read_bytes("x/data.bin") == b"0123456789"
+    assert view.read_range("x/data.bin", 2, 3) == b"234"
+    assert [i.key for i in view.list_info("x/")] == ["x/data.bin"]
+    for write in (
+        lambda: view.write_bytes("x/new", b"1"),
+        lambda: view.create_exclusive("x/new", b"1"),
+        lambda: view.replace_if_version("x/data.bin", b"1", "v"),
+        lambda: view.delete("x/data.bin"),
+        lambda: view.delete_prefix("x/"),
+    ):
+        with pytest.raises(PermissionError):
+            write()
+    assert storage.read_bytes("x/data.bin") == b"0123456789"
+    # still strict on the writing handle; the view takes keys as they are (S3, memory)
+    with pytest.raises(ValueError):
+        storage.read_bytes("x//data.bin")
+    if isinstance(storage, LocalStorage):
+        with pytest.raises(ValueError):
+            view.read_bytes("../outside")  # '..' is navigation on disk, never a name
+    elif isinstance(storage, MemoryStorage):
+        with pytest.raises(FileNotFoundError):
+            view.read_bytes("x//data.bin")  # a legal, distinct (absent) name
+    clone = pickle.loads(pickle.dumps(view))
+    assert clone.is_input_view and clone.read_range("x/data.bin", 0, 2) == b"01"
+    with pytest.raises(PermissionError):
+        clone.write_bytes("x/new", b"1")
+
+
+def test_memory_input_view_takes_dots_and_double_slashes_as_names(memory):
+    # An object store holds such names as distinct objects (SeaweedFS, our S3 test server,
+    # normalises them, so the raw-name case is shown on the memory store, which keeps keys
+    # exactly as given, as AWS S3 does).
+    odd = ["odd//double.txt", "odd/./dot.txt", "odd/../up.txt"]
+    store = memory._store()
+    for i, key in enumerate(odd):
+        store.objects[key] = store.new_object(b"x" * (i + 1))
+    view = memory.input_view()
+    assert [i.key for i in view.list_info("odd/")] == sorted(odd)
+    for i, key in enumerate(odd):
+        assert view.read_bytes(key) == b"x" * (i + 1)
+        assert view.read_range(key, 1, 5) == b"x" * i
+    with pytest.raises(ValueError):
+        memory.read_bytes("odd//double.txt")  # the output handle stays strict
+
+
+def test_s3_input_view_reads_listed_keys(s3_url, s3_storage_options):
+    import boto3
+
+    writer = open_storage(s3_url, s3_storage_options)
+    assert isinstance(writer, S3Storage)
+    raw = boto3.client("s3", **s3_storage_options)
+    raw.put_object(Bucket=writer.bucket, Key=f"{writer.prefix}/in/a..b/c.txt", Body=b"abc")
+    view = writer.input_view()
+    [info] = view.list_info("in/")
+    assert (info.key, info.size) == ("in/a..b/c.txt", 3) and info.mtime is not None
+    head = raw.head_object(Bucket=writer.bucket, Key=f"{writer.prefix}/in/a..b/c.txt")
+    assert info.version == head["ETag"].strip('"')
+    assert view.read_range(info.key, 1, 10) == b"bc"

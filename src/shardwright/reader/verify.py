@@ -1,0 +1,217 @@
+"""``shardwright verify``: is a published dataset intact?
+
+What it proves, per chunk named in index.json: the file is present, is a regular file, has the
+size the index implies, its bytes have the checksum the index records (datasets written by
+this version), and its structure agrees with the index (item count, offset table; compressed
+chunks are decompressed to check that). A dataset without checksums (litdata's, or written
+before checksums existed) is checked by sizes and structure only, and the report says so:
+a chunk whose bytes changed but whose sizes and offsets still look right (a flipped bit inside
+an item, two chunks of equal shape swapped) is then not found.
+
+It reads every chunk once (in parallel for object stores) and never writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteDatasetError, UnsupportedFormatError
+from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompress, parse_index
+from ..protocol.layout import INDEX_KEY
+from ..protocol.records import count_committed_chunks
+from ..secrets import redacted_call
+from ..storage import Storage, open_storage
+from ..storage.options import check_storage_option_names
+from .checks import check_chunk, check_exact_size, incomplete_message
+
+__all__ = ["DamagedChunk", "VerifyReport", "verify"]
+
+_FIX = "restore it from a good copy, or rerun optimize with mode='overwrite'"
+_PARALLEL_READS = 4  # object stores: a few chunks in flight (each is held in memory while checked)
+
+
+@dataclasses.dataclass(frozen=True)
+class DamagedChunk:
+    """One damaged part of a dataset: a chunk file (or ``index.json``) and what is wrong with it."""
+
+    filename: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.problem}"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` found.
+
+    Attributes:
+        output_dir: the dataset's location (no secrets).
+        chunks: chunks named in index.json.
+        items: items the index says the dataset holds.
+        checked_checksums: chunks whose checksum was compared; the others (litdata's, older
+            datasets) were checked by sizes and structure only.
+        damaged: every damaged chunk (or the index), each named with its problem.
+    """
+
+    output_dir: str
+    chunks: int
+    items: int
+    checked_checksums: int
+    damaged: tuple[DamagedChunk, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged
+
+    @property
+    def checksums(self) -> str:
+        """ "all", "none" or "some": how many chunks carried a checksum this version checks."""
+        if self.checked_checksums == self.chunks:
+            return "all"
+        return "none" if self.checked_checksums == 0 else "some"
+
+    def summary(self) -> str:
+        if self.checksums == "all":
+            how = "sizes, structure and checksums"
+        elif self.checksums == "none":
+            how = "sizes and structure only: the index records no checksums (a litdata or older dataset)"
+        else:
+            how = f"sizes and structure; checksums for {self.checked_checksums:,} of them"
+        state = "intact" if self.ok else f"DAMAGED: {len(self.damaged):,} problem(s)"
+        return f"{self.output_dir}: {state} ({self.chunks:,} chunks, {self.items:,} items; checked {how})"
+
+    def to_json(self) -> dict:
+        return {
+            "output_dir": self.output_dir,
+            "ok": self.ok,
+            "chunks": self.chunks,
+            "items": self.items,
+            "checksums": self.checksums,
+            "checked_checksums": self.checked_checksums,
+            "damaged": [dataclasses.asdict(d) for d in self.damaged],
+        }
+
+
+def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None) -> VerifyReport:
+    """Check a published dataset: its index.json, and every chunk's presence, size, checksum
+    and structure (see the module docstring for what is and is not proven).
+
+    Returns:
+        A :class:`VerifyReport`: ``.ok``, and ``.damaged`` naming each damaged chunk.
+
+    Raises:
+        DatasetNotFoundError: nothing at ``output_dir``.
+        IncompleteDatasetError: no index.json: the run writing it has not finished.
+        UsageError: a bad argument (fsspec-style storage_options).
+        StorageError: the storage cannot be read (credentials, network).
+    """
+    if storage_options is not None:
+        check_storage_option_names(storage_options)
+    return redacted_call(_verify, storage_options, os.fspath(output_dir), storage_options)
+
+
+def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
+    storage = open_storage(output_dir, storage_options)
+    index_name = f"{storage.url}/{INDEX_KEY}"
+    data = _read_index(storage)
+    try:
+        chunks, config = parse_index(data, index_name)
+    except (CorruptStateError, UnsupportedFormatError) as exc:
+        return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, str(exc)),))
+    except RecursionError:
+        return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, "its data_spec is nested absurdly deep"),))
+    damaged: list[DamagedChunk] = []
+    seen: set[str] = set()
+    for entry in chunks:
+        if entry.filename in seen:
+            damaged.append(DamagedChunk(entry.filename, "named twice in index.json (its items would be read twice)"))
+        seen.add(entry.filename)
+    workers = 1 if storage.local_path(INDEX_KEY) is not None else _PARALLEL_READS
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for problem in pool.map(lambda e: _check_one(storage, config, e), chunks):
+            if problem is not None:
+                damaged.append(problem)
+    checked = sum(1 for e in chunks if can_check(e.checksum))
+    items = sum(e.chunk_size for e in chunks)
+    return VerifyReport(storage.url, len(chunks), items, checked, tuple(damaged))
+
+
+def _read_index(storage: Storage) -> bytes:
+    try:
+        return storage.read_bytes(INDEX_KEY)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise CorruptStateError(f"{storage.url}/{INDEX_KEY} is a directory, not a dataset index") from None
+    path = storage.local_path(INDEX_KEY)
+    if path is not None and not os.path.isdir(os.path.dirname(path)):
+        raise DatasetNotFoundError(f"{storage.url} does not exist: there is no dataset there; check the path")
+    pending = count_committed_chunks(storage)
+    if not pending and not storage.list(""):
+        raise DatasetNotFoundError(f"there is no dataset at {storage.url}: nothing is stored there; check the path")
+    raise IncompleteDatasetError(incomplete_message(storage.url, pending))
+
+
+def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> DamagedChunk | None:
+    name = f"{storage.url}/{entry.filename}"
+    path = storage.local_path(entry.filename)
+    if path is not None and os.path.islink(path):
+        return DamagedChunk(entry.filename, "is a symbolic link; a dataset's chunks are regular files inside it")
+    try:
+        stored = storage.read_bytes(entry.filename)
+    except FileNotFoundError:
+        plain = entry.filename.replace(f".{config.compression}", "") if config.compression else entry.filename
+        if plain != entry.filename and storage.exists(plain):
+            # litdata decompressed it in place (local datasets it read): the stored form is gone
+            return _check_structure(_read(storage, plain), entry, f"{storage.url}/{plain}", compressed=False)
+        return DamagedChunk(entry.filename, f"is missing (named in index.json); {_FIX}")
+    except IsADirectoryError:
+        return DamagedChunk(entry.filename, "is a directory, not a chunk file")
+    if entry.checksum is not None and can_check(entry.checksum):
+        try:
+            check_checksum(stored, entry.checksum, name, _FIX)
+        except CorruptStateError as exc:
+            size = _size_problem(stored, entry, config)
+            return DamagedChunk(entry.filename, size or _after_name(str(exc), name))
+    return _check_structure(stored, entry, name, compressed=config.compression is not None, config=config)
+
+
+def _read(storage: Storage, key: str) -> bytes:
+    return storage.read_bytes(key)
+
+
+def _size_problem(stored: bytes, entry: ChunkEntry, config: IndexConfig) -> str | None:
+    """A size mismatch, said plainly (truncated / longer), when the size tells it."""
+    if config.compression is None and len(stored) != entry.chunk_bytes:
+        try:
+            check_exact_size(stored, entry, entry.filename, "is")
+        except CorruptStateError:
+            verb = "truncated" if len(stored) < entry.chunk_bytes else "longer than the index says"
+            return f"is {len(stored):,} bytes but index.json says {entry.chunk_bytes:,}: {verb}; {_FIX}"
+    return None
+
+
+def _check_structure(
+    stored: bytes, entry: ChunkEntry, name: str, *, compressed: bool, config: IndexConfig | None = None
+) -> DamagedChunk | None:
+    filename = entry.filename
+    try:
+        data = decompress(stored, config.compression) if compressed and config is not None else stored
+        check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
+        check_chunk(data, entry, name)
+    except UnsupportedFormatError:
+        return None  # litdata's Arrow layout: its sizes matched; shardwright does not parse it further
+    except CorruptStateError as exc:
+        return DamagedChunk(filename, _after_name(str(exc), name))
+    return None
+
+
+def _after_name(message: str, name: str) -> str:
+    """A reader message about ``chunk file NAME ...`` without the name (the report names it)."""
+    for prefix in (f"chunk file {name} ", f"chunk file {name}: "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message

@@ -1,0 +1,111 @@
+"""Where a job may write: checked when it is submitted (the API answers 422/403) and again by
+the job process when it starts (a directory swapped for a symbolic link while the job was
+queued is refused then), with the same function.
+
+Without ``--output-root`` the service still refuses ``/``, the home directory, system
+directories, and any directory that holds or is inside the service's own state (its store,
+token and job files): an ``overwrite`` job there would delete them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import OutputDirError, UsageError
+from ..storage import Location, parse_location
+
+# the directories themselves and everything under them
+SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
+# only the directories themselves (datasets under them are common)
+SYSTEM_DIRS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var")
+
+
+class LocationRefused(UsageError):
+    """An output location the service does not write to; ``status`` is the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+def _segments_problem(path: str) -> str | None:
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if part in (".", ".."):
+            return f"has a {part!r} segment"
+        if part == "" and 0 < i < len(parts) - 1:
+            return "has an empty segment ('//')"
+    return None
+
+
+def _parse(output_dir: str) -> Location:
+    """The storage registry's one check of a location (schemes, buckets, //, ., .., NUL)."""
+    try:
+        return parse_location(output_dir)
+    except OutputDirError as exc:
+        raise LocationRefused(f"output_dir: {exc}") from None
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _normalize_path(output_dir: str) -> str:
+    if not os.path.isabs(output_dir):
+        raise LocationRefused(
+            f"output_dir: {output_dir!r} is relative; give an absolute path (jobs do not run in your working directory)"
+        )
+    problem = _segments_problem(output_dir.rstrip("/") or "/")
+    if problem:
+        raise LocationRefused(f"output_dir: {output_dir!r} {problem}; write the path without it")
+    return os.path.realpath(output_dir)
+
+
+def check_output_location(output_dir: str, roots: tuple[str, ...], state_dirs: tuple[str, ...]) -> str:
+    """The normalized location (symbolic links resolved), or LocationRefused naming the problem."""
+    location = _parse(output_dir)
+    if not location.is_local:
+        normalized = location.url
+    else:
+        normalized = _normalize_path(location.prefix)
+        for state in state_dirs:
+            real = os.path.realpath(state)
+            if _inside(normalized, real) or _inside(real, normalized):
+                raise LocationRefused(
+                    f"output_dir: {output_dir} holds or is inside the service's own state ({state}); write elsewhere",
+                    403,
+                )
+        if not roots:
+            home = os.path.realpath(os.path.expanduser("~"))
+            if normalized in SYSTEM_DIRS or normalized == home or any(_inside(normalized, t) for t in SYSTEM_TREES):
+                raise LocationRefused(
+                    f"output_dir: {output_dir} is {'your home' if normalized == home else 'a system'} directory; "
+                    "write to a directory of its own (the operator can allow places with --output-root)",
+                    403,
+                )
+    if roots and not any(_inside(normalized, _root(r)) for r in roots):
+        raise LocationRefused(
+            f"output_dir: {output_dir} is outside the allowed output roots ({', '.join(roots)}); write under one of them",
+            403,
+        )
+    return normalized
+
+
+def _root(root: str) -> str:
+    return root.rstrip("/") if "://" in root else os.path.realpath(root)
+
+
+__all__ = ["LocationRefused", "check_output_location"]
