@@ -65,7 +65,9 @@ def located(i: int) -> dict:
     """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
     _slow()
     _maybe_fail(i)
-    return {"i": i, "host": os.environ.get("SHARDWRIGHT_HOST_ID", "")}
+    from shardwright.process import host_identity
+
+    return {"i": i, "host": host_identity()}
 
 
 FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator, "stamped": stamped, "located": located}

@@ -1,4 +1,4 @@
-"""The ``shardwright`` command: ``status``, ``merge``, ``clean``, ``runs``, ``history``, ``slurm``,
+"""The ``shardwright`` command: ``status``, ``merge``, ``clean``, ``runs``, ``history``, ``slurm``, ``k8s``,
 ``serve`` and ``jobs``.
 
 Every command exits 0 on success, 1 when it ran but the answer is "not yet" (merge with
@@ -22,6 +22,7 @@ from ..protocol.publish import merge
 from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
+from .k8s import add_k8s_command
 from .runs import list_runs
 from .slurm import add_slurm_command
 from .verify import add_verify_command
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
     add_verify_command(sub)
     add_slurm_command(sub)
+    add_k8s_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
 
     add_service_commands(sub)
