@@ -33,6 +33,7 @@ from ..protocol.records import CommitRecord
 from ..secrets import redact, redact_exception, secret_values
 from ..storage import Storage, open_storage
 from .committer import ChunkCommitter
+from .failed_dir import FailedDir
 from .guards import explain_fn_error
 from .messages import Committed, Progress, WorkerExited, WorkerFailed
 from .options import OptimizeOptions
@@ -63,6 +64,8 @@ class WorkerConfig:
     node_rank: int
     timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
     tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
+    failed_dir: str | None = None  # where failure records are copied too (failed_dir=), best effort
+    retry_run: bool = False  # a run redoing inputs that failed before: a success is "resolved"
 
     @classmethod
     def for_run(
@@ -95,6 +98,8 @@ class WorkerConfig:
             node_rank=node_rank,
             timeout=options.timeout,
             tokens=settings.item_loader == TOKENS_LOADER,
+            failed_dir=options.engines.failed_dir,
+            retry_run=manifest.mode == "retry",
         )
 
 
@@ -246,6 +251,9 @@ class Worker:
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
         self.secrets = secret_values(cfg.storage_options)  # kept out of failure records
+        self.failed_dir = (
+            FailedDir(cfg.failed_dir, cfg.storage_options, cfg.output_dir, cfg.round.run_id) if cfg.failed_dir else None
+        )
 
     def _on_commit(self, record: CommitRecord) -> None:
         self.result_q.put(Committed(self.wid, record))
@@ -288,6 +296,8 @@ class Worker:
             try:
                 self._apply(writer, value, i, input_id, skip)
                 writer.position = (i + 1, 0)
+                if self.cfg.retry_run and self.failed_dir is not None:
+                    self.failed_dir.resolved(input_id, self.cfg.round.generation, self.cfg.node_rank, attempt)
                 return
             except (_Stop, ShardwrightError):
                 raise
@@ -336,22 +346,22 @@ class Worker:
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
-        write_failure(
-            self.storage,
-            FailureRecord(
-                input_index=input_id,
-                input_repr=redact(short_repr(value, 500), self.secrets),
-                exception_type=type(exc).__name__,
-                message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
-                traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
-                host=host_identity(),
-                pid=os.getpid(),
-                node=self.cfg.node_rank,
-                attempts=attempts,
-                generation=self.cfg.round.generation,
-                time=time.time(),
-            ),
+        record = FailureRecord(
+            input_index=input_id,
+            input_repr=redact(short_repr(value, 500), self.secrets),
+            exception_type=type(exc).__name__,
+            message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
+            traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
+            host=host_identity(),
+            pid=os.getpid(),
+            node=self.cfg.node_rank,
+            attempts=attempts,
+            generation=self.cfg.round.generation,
+            time=time.time(),
         )
+        write_failure(self.storage, record)  # the output's own record first: the one the run relies on
+        if self.failed_dir is not None:
+            self.failed_dir.failed(record, self.cfg.node_rank)
 
 
 class InputTimeout(TimeoutError):
