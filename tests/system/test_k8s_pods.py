@@ -11,6 +11,8 @@ import signal
 
 import pytest
 
+from shardwright.protocol.status import read_status
+from shardwright.storage import open_storage
 from support.helpers import assert_exactly_once, committed_records, kill_group, start_child, wait_for
 
 pytestmark = pytest.mark.slow
@@ -47,6 +49,9 @@ def run_pods_with_one_killed(config: dict, options: dict | None) -> None:
     try:
         assert wait_for(lambda: committed_records(config["output_dir"], options) >= 6, 90)
         assert pods[1].poll() is None, "pod 1 finished before it could be killed: the workload is too small"
+        status = read_status(open_storage(config["output_dir"], options))
+        assert [n.node for n in status.nodes] == [0, 1, 2], "status shows each pod's progress"
+        assert any(lease.shard is not None and lease.host == "k8s:prep/1" for lease in status.leases)
         kill_group(pods[1], signal.SIGKILL)
         pods[1].communicate()
         pods[1] = start_child(config, **pod_env(1))  # the Job controller's replacement, same index

@@ -105,6 +105,13 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
     try:
         assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 12, 90)
         assert driver.poll() is None, "the run finished before a node could be removed: too small"
+        shown = subprocess.run(
+            [sys.executable, "-m", "shardwright.cli", "status", config["output_dir"]],
+            env=ray_cluster.env,
+            capture_output=True,
+            text=True,
+        )
+        assert "held by ray node" in shown.stdout, shown.stdout + shown.stderr  # which Ray node holds which shard
         ray_cluster.remove_worker_node()
         out, err = driver.communicate(timeout=110)
     finally:

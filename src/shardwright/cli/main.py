@@ -91,7 +91,14 @@ def print_status(report: RunStatus) -> None:
             f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
             f"{len(report.shards_pending)} pending (of {report.shards})"
         )
+        for node in report.nodes:
+            print(
+                f"node {node.node}:   {node.shards_done}/{node.shards} shards done, {node.inputs_done:,} of "
+                f"{node.inputs:,} inputs ({'running' if node.live else 'not running'})"
+            )
         for lease in report.leases:
+            if lease.shard is not None:
+                continue  # shard claims: one line below
             print(
                 f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
                 f"{_ago(lease.heartbeat_age_s)} ({'live' if lease.live else 'stale'})"
@@ -102,6 +109,11 @@ def print_status(report: RunStatus) -> None:
                     for w, i in enumerate(lease.current_inputs)
                 )
                 print(f"workers:  {on}")
+        claims = [lease for lease in report.leases if lease.shard is not None and lease.live]
+        for lease in claims[:64]:
+            print(f"shard {lease.shard}: held by {lease.place}, pid {lease.pid}")
+        if len(claims) > 64:
+            print(f"          ... and {len(claims) - 64} more claimed shards (--json lists them all)")
         tried = report.last_attempt
         if tried is not None and report.state != "running":
             error = f": {tried.error.message}" if tried.error is not None and tried.ended == "failed" else ""
