@@ -5,6 +5,7 @@ from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from . import cluster as _cluster  # noqa: F401  (registers the cluster executors: executor="ray")
+from . import sources
 from .engine import OptimizeResult, abandon, optimize
 from .errors import (
     ArgumentTypeError,
@@ -40,6 +41,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "optimize",
     "abandon",
+    "sources",
     "verify",
     "OptimizeResult",
     "StreamingDataset",

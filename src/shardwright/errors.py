@@ -161,6 +161,7 @@ ERROR_CLASSIFICATION: dict[type[ShardwrightError], ErrorClass] = {
     RunMismatchError: _USER,
     DatasetExistsError: _USER,
     SampleFormatError: _USER,
+    ResumeStateError: _USER,
     UsageError: _USER,
     IncompleteDatasetError: _USER,
     DatasetNotFoundError: _USER,

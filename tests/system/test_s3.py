@@ -28,7 +28,7 @@ from shardwright import (
     StreamingDataset,
     optimize,
 )
-from shardwright.protocol.layout import HISTORY_PREFIX, RUN_RECORD_KEY, STATE_DIR
+from shardwright.protocol.layout import HISTORY_PREFIX, INPUTS_PREFIX, RUN_RECORD_KEY, STATE_DIR
 from shardwright.storage import open_storage
 from support.crash_child import expected, generator, plain
 from support.helpers import (
@@ -65,10 +65,9 @@ def assert_clean_finish(url: str, storage_options: dict) -> None:
     named = {c["filename"] for c in index["chunks"]}
     chunks = {k for k in keys if k.startswith("chunk-")}
     assert chunks == named, f"orphan chunks {sorted(chunks - named)[:5]}, missing {sorted(named - chunks)[:5]}"
-    # what a finished run keeps: run.json and the (informational) history of its attempts
-    state = [
-        k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(HISTORY_PREFIX)
-    ]
+    # what a finished run keeps: run.json, its input identities, and the (informational) history of its attempts
+    kept = (HISTORY_PREFIX, INPUTS_PREFIX)
+    state = [k for k in keys if k.startswith(STATE_DIR + "/") and k != RUN_RECORD_KEY and not k.startswith(kept)]
     assert state == [], state
 
 

@@ -503,7 +503,7 @@ def test_cli_submit_wait_list_show_logs_cancel_retry(server, tmp_path):
         "--output-dir",
         out_dir(server, "cli2"),
         "--config",
-        '{"sleep": 0.1}',
+        '{"sleep": 0.5}',  # long enough (7.5 s) that the cancel below arrives while it runs, even on a loaded machine
         "--options",
         '{"chunk_size": 2}',
     )

@@ -9,8 +9,10 @@ from shardwright.errors import CorruptStateError, DatasetExistsError, OutputDirE
 from shardwright.format import ChunkEntry, IndexConfig
 from shardwright.protocol.decide import Observed, PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.identity import IdentityTable, Recorded
 from shardwright.protocol.manifest import Manifest, OutputSettings
 from shardwright.protocol.run_record import RunRecord
+from shardwright.sources import UnitIdentity
 
 INPUTS = InputsFingerprint.of(list(range(10)))
 OTHER_INPUTS = InputsFingerprint.of(list(range(11)))
@@ -130,6 +132,125 @@ TABLE = [
     ("unreadable state, append", seen(manifest_error=CORRUPT), request("append"), CorruptStateError),
     ("unreadable state, overwrite", seen(manifest_error=CORRUPT), request("overwrite"), PlanKind.OVERWRITE),
 ]
+
+# --- mode="incremental" (protocol.identity) ----------------------------------------------------
+
+FIRST_TEN = IdentityTable.of_values(list(range(10)))
+RECORDED = Recorded([0], [FIRST_TEN], [[[0, 10]]])
+MORE = InputsFingerprint.of(list(range(12)))
+
+
+def incremental(values=tuple(range(12)), *, fn="m.f", inputs=None, table=None):
+    values = list(values)
+    return Request(
+        mode="incremental",
+        inputs=inputs or InputsFingerprint.of(values),
+        settings=SETTINGS,
+        fn_name=fn,
+        use_checkpoint=True,
+        identities=table or IdentityTable.of_values(values),
+        prefix_fingerprint=lambda n: InputsFingerprint.of(values[:n]),
+    )
+
+
+def one_run(*, generation=0, **kw):
+    record = finished(**kw)
+    return RunRecord.from_json({**record.data, "generation": generation, "mode": "create"}, "run.json")
+
+
+FILES_V1 = IdentityTable.of_units(
+    [UnitIdentity("s3://b/a.parquet", "e1", 0, 5), UnitIdentity("s3://b/b.parquet", "e2", 0, 5)]
+)
+FILES_V2 = IdentityTable.of_units(
+    [UnitIdentity("s3://b/a.parquet", "e1", 0, 5), UnitIdentity("s3://b/b.parquet", "e3", 0, 5)]
+)
+RECORDED_FILES = Recorded([0], [FILES_V1], [[[0, 10]]])
+
+TABLE += [
+    ("empty, incremental", seen(), incremental(), PlanKind.FRESH),
+    ("interrupted incremental, same call", seen(manifest=manifest(inputs=MORE)), incremental(), PlanKind.RESUME),
+    (
+        "recorded dataset, new inputs",
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED),
+        incremental(),
+        PlanKind.INCREMENTAL,
+    ),
+    (
+        "recorded dataset, nothing new",
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED),
+        incremental(range(10)),
+        PlanKind.NOOP,
+    ),
+    (
+        "recorded dataset, a file changed since it was added",
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED_FILES),
+        incremental(range(10), table=FILES_V2),
+        RunMismatchError,
+    ),
+    (
+        "recorded dataset of another fn",
+        seen(index_chunks=GEN0, last_run=one_run(fn="m.other"), recorded=RECORDED),
+        incremental(),
+        RunMismatchError,
+    ),
+    (
+        "unrecorded dataset, its inputs a prefix",
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=Recorded([], [], [])),
+        incremental(),
+        PlanKind.INCREMENTAL,
+    ),
+    (
+        "unrecorded dataset, other inputs",
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=Recorded([], [], [])),
+        incremental(range(5, 17)),
+        DatasetExistsError,
+    ),
+    ("litdata's dataset (no run record)", seen(index_chunks=GEN0), incremental(), DatasetExistsError),
+]
+
+
+def test_incremental_runs_only_the_new_inputs_counting_repeats_by_occurrence():
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED), incremental([*range(12), 3, 3]))
+    assert (plan.kind, plan.input_ranges, plan.manifest_mode) == (PlanKind.INCREMENTAL, ((10, 14),), "incremental")
+    assert plan.generation == 1 and plan.base is not None and plan.base[0] == GEN0
+    assert "10 input(s) already in the dataset are skipped" in plan.note
+
+
+def test_incremental_retries_inputs_that_failed_and_reports_removed_ones():
+    failed_4 = Recorded([0], [FIRST_TEN], [[[0, 4], [5, 10]]])  # input 4 failed (on_error="skip")
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=failed_4), incremental(range(2, 12)))
+    assert plan.input_ranges == ((2, 3), (8, 10))  # 4 (position 2) and 10, 11
+    assert "2 input(s) in the dataset are no longer among the inputs" in plan.note
+
+
+def test_incremental_over_files_names_the_changed_file_and_the_fix():
+    with pytest.raises(RunMismatchError, match=r"changed since they were added.*b\.parquet.*mode='overwrite'"):
+        decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED_FILES), incremental(table=FILES_V2))
+    grown = IdentityTable.of_units(
+        [
+            *[UnitIdentity(n, v, 0, 5) for n, v in (("s3://b/a.parquet", "e1"), ("s3://b/b.parquet", "e2"))],
+            UnitIdentity("s3://b/c.parquet", "e9", 0, 7),
+        ]
+    )
+    plan = decide(
+        seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED_FILES), incremental(range(17), table=grown)
+    )
+    assert plan.input_ranges == ((10, 17),)
+
+
+def test_nothing_new_says_so():
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=RECORDED), incremental(range(10)))
+    assert plan.kind is PlanKind.NOOP and plan.note.startswith("nothing new: all 10 input(s)")
+
+
+def test_a_superset_rerun_suggests_incremental():
+    with pytest.raises(DatasetExistsError, match="mode='incremental' to add only the inputs not in it yet"):
+        decide(seen(index_chunks=GEN0, last_run=finished()), request(inputs=MORE))
+
+
+def test_a_run_that_added_no_chunk_still_gets_its_own_generation():
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append"))
+    assert plan.generation == 5
 
 
 @pytest.mark.parametrize("observed,req,expected", [row[1:] for row in TABLE], ids=[row[0] for row in TABLE])

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..engine.abandon import abandon
-from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
+from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.publish import merge
@@ -23,27 +23,10 @@ from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .k8s import add_k8s_command
+from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
 from .verify import add_verify_command
-
-
-def parse_storage_options(text: str | None) -> dict | None:
-    """``--storage-options`` JSON as a dict; a mistake is one clear UsageError."""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(
-            f"--storage-options is not valid JSON ({exc.args[0]}); pass a JSON object, e.g. "
-            '\'{"endpoint_url": "http://127.0.0.1:8333"}\''
-        ) from None
-    if not isinstance(value, dict):
-        raise UsageError(
-            f"--storage-options must be a JSON object of boto3 client arguments; got {type(value).__name__}"
-        )
-    return value
 
 
 def status_report(output_dir: str, storage_options: dict | None = None) -> dict:

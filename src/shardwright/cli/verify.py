@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..reader.verify import verify
+from .options import parse_storage_options
 
 
 def add_verify_command(sub) -> None:
@@ -21,7 +22,6 @@ def add_verify_command(sub) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from .main import parse_storage_options
 
     report = verify(args.output_dir, storage_options=parse_storage_options(args.storage_options))
     if args.json:

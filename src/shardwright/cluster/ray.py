@@ -33,12 +33,13 @@ from typing import Any
 
 from ..engine.attempts import AttemptLog
 from ..engine.executors import ExecutorCall
+from ..engine.inputs import load_source_state
 from ..engine.messages import Committed, Progress
 from ..engine.options import OptimizeOptions, fn_code, fn_name
 from ..engine.planning import NodeIdentity
 from ..engine.progress import tqdm_class
 from ..engine.result import OptimizeResult
-from ..engine.run import check_shared_output, make_request, open_output, open_run
+from ..engine.run import check_shared_output, make_request, open_call, open_output
 from ..engine.share import run_share
 from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
 from ..process import HOST_ID_VAR, host_identity
@@ -46,6 +47,7 @@ from ..protocol.lease import Lease, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.publish import publish_if_complete
 from ..protocol.records import load_progress
+from ..sources import Source
 from ..storage import open_storage
 
 log = logging.getLogger("shardwright")
@@ -79,16 +81,22 @@ class RayExecutor:
         remote_args = task_options(options, nodes)
         workers = task_workers(options, remote_args)
         tasks = options.num_nodes or max(1, len(nodes))
+        is_source = isinstance(call.inputs, Source)
+        request = None if is_source else make_request(call.fn, call.inputs, options)
         storage = open_output(call.output_dir, options)
         if len(nodes) > 1 or tasks > 1:
             check_shared_output(storage, options, f"the {len(nodes)} nodes of the Ray cluster")
-        request = make_request(call.fn, call.inputs, options)
+        if is_source:  # planned by range: the driver reads its metadata, never its rows
+            load_source_state(storage, call.inputs)
+            request = make_request(call.fn, call.inputs, options)
+        assert request is not None
         node = NodeIdentity(0, 1, "the Ray driver")
         lease = Lease(storage, "node-0", "the run", extra={"node_rank": 0, "num_nodes": 1, "executor": "ray"})
         lease.acquire(storage.url)
         attempt = AttemptLog(storage, node, options.mode, options.storage_options)
         try:
-            opened = open_run(storage, request)
+            notes: list[str] = []
+            opened = open_call(storage, request, call.inputs, notes)
             if opened is None:
                 attempt.close("noop")
                 return OptimizeResult(

@@ -22,7 +22,7 @@ from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shar
 from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
-MODES = (None, "overwrite", "append")
+MODES = (None, "overwrite", "append", "incremental")  # "incremental": see the sources block below
 COMPRESSIONS = (None, "zstd")
 ON_ERROR = ("raise", "skip")
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -255,6 +255,12 @@ class OptimizeOptions:
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )
+
+
+# --- sources (issue 17): mode="incremental" ------------------------------------------------
+# mode="incremental" processes only the inputs whose identity (protocol.identity) is not in
+# the dataset yet and appends their outputs; it is validated with the other modes above
+# (MODES) and needs no option of its own.
 
 
 # --- engines (issue 18): where the shards run, and where failure copies go ------------------

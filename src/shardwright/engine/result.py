@@ -28,6 +28,7 @@ class OptimizeResult:
     inputs: int = 0  # inputs of the whole run
     failed: int = 0  # inputs that failed and were skipped (on_error="skip")
     pending_shards: list = field(default_factory=list)
+    note: str = ""  # what the plan skipped or left (mode="incremental"), for the user
 
     def __str__(self) -> str:
         if self.published:
@@ -44,9 +45,10 @@ class OptimizeResult:
             if self.failed
             else ""
         )
+        note = f" ({self.note})" if self.note else ""
         return (
             f"{self.items:,} items in {self.chunks:,} chunks ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.1f} s"
-            f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}"
+            f"{' (resumed)' if self.resumed else ''}; dataset {state}: {self.output_dir}{failed}{note}"
         )
 
 

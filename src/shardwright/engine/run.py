@@ -23,7 +23,7 @@ from ..format import ChunkEntry, IndexConfig
 from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.fingerprint import InputFiles
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY, lease_key
 from ..protocol.lease import Lease, live_leases
@@ -33,10 +33,21 @@ from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
 from ..protocol.run_record import read_run_record
 from ..protocol.shards import clamp_num_shards, shards_of_node
+from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .executors import LOCAL, ExecutorCall, get_executor
 from .guards import check_main_guard, check_not_bootstrapping, redacting
+from .inputs import (
+    check_source_unchanged,
+    fingerprint,
+    identities,
+    input_files_json,
+    load_source_state,
+    prefix_fingerprint,
+    record_identities,
+    save_source_state,
+)
 from .options import OptimizeOptions, fn_code, fn_name
 from .planning import KUBERNETES, NodeIdentity, check_inputs, check_output_dir, node_identity
 from .result import OptimizeResult
@@ -83,7 +94,9 @@ def optimize(
             generator of samples. With ``start_method="spawn"`` it must be picklable.
         inputs: a sequence that can be sliced (list, tuple, range; a collections.deque is
             refused: pass list(d)) of picklable values; its order is the dataset's order.
-            Inputs that are paths to files are checked for changes when a run resumes.
+            Inputs that are paths to files are checked for changes when a run resumes. Or a
+            source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
+            its metadata, read by the workers (docs/sources.md).
         output_dir: a local directory or ``"s3://bucket/prefix"``.
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
@@ -91,7 +104,9 @@ def optimize(
         compression: None or ``"zstd"``.
         num_workers: worker processes (default: the number of CPUs).
         mode: None to start, resume, or do nothing when this same call already finished;
-            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it.
+            ``"append"`` to add to an existing dataset; ``"overwrite"`` to replace it;
+            ``"incremental"`` to add only the inputs whose identity is not in the dataset
+            yet (a no-op when none is new; docs/sources.md).
         use_checkpoint: False keeps no resume state (a killed run starts over).
         start_method: ``"fork"`` (default on Linux), ``"spawn"`` or ``"forkserver"``.
         storage_options: boto3 client arguments for S3 (``endpoint_url``,
@@ -181,10 +196,15 @@ def optimize(
         _check_picklable(fn, options.start_method)
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
-    request = make_request(fn, inputs, options)
+    is_source = isinstance(inputs, Source)
+    request = None if is_source else make_request(fn, inputs, options)
     storage = open_output(output_dir, options)
     if node.is_multi_node and node.source == KUBERNETES:
         check_shared_output(storage, options, f"{node.count} pods of a Kubernetes Indexed Job")
+    if is_source:
+        load_source_state(storage, inputs)  # a JSONL line index an earlier attempt kept
+        request = make_request(fn, inputs, options)  # the source's metadata: read once, here
+    assert request is not None
 
     lease = Lease(
         storage,
@@ -196,10 +216,11 @@ def optimize(
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     try:
         _check_peers_agree(storage, lease, node)
-        opened = open_run(storage, request)
+        notes: list[str] = []
+        opened = open_call(storage, request, inputs, notes)
         if opened is None:
             attempt.close("noop")
-            return OptimizeResult(
+            result = OptimizeResult(
                 output_dir=storage.url,
                 items=0,
                 chunks=0,
@@ -208,11 +229,14 @@ def optimize(
                 resumed=True,
                 published=True,
                 inputs=len(inputs),
+                note="; ".join(notes),
             )
+            if options.verbose and notes:
+                print(f"shardwright: {result}", file=sys.stderr)
+            return result
         manifest, resumed = opened
-        if resumed:
-            _check_input_files(manifest, inputs, storage.url)
         result = _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started, attempt)
+        result.note = "; ".join(notes)
         attempt.close("published" if result.published else "waiting")
         return result
     except BaseException as exc:  # recorded in the run's history, then raised unchanged
@@ -224,15 +248,19 @@ def optimize(
 
 
 def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
-    """What this call asks of the output (compared with what is there by ``decide``)."""
+    """What this call asks of the output (compared with what is there by ``decide``); a
+    source's state must be loaded first (``load_source_state``)."""
+    incremental = options.mode == "incremental"
     return Request(
         mode=options.mode,
-        inputs=InputsFingerprint.of(inputs),
+        inputs=fingerprint(inputs),
         settings=options.output_settings(len(inputs)),
         fn_name=fn_name(fn),
         use_checkpoint=options.use_checkpoint,
         fn_code=fn_code(fn),
-        input_files=_input_files_json(inputs),
+        input_files=input_files_json(inputs),
+        identities=identities(inputs) if incremental else None,
+        prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
     )
 
 
@@ -256,17 +284,38 @@ def check_shared_output(storage: Storage, options: OptimizeOptions, nodes: str) 
         )
 
 
-def open_run(storage: Storage, request: Request) -> tuple[Manifest, bool] | None:
+def open_call(storage: Storage, request: Request, inputs: Sequence, notes: list[str]) -> tuple[Manifest, bool] | None:
+    """:func:`open_run` with the checks and bookkeeping around it that every driver does
+    (the local engine, an executor's driver): a changed source file is named first, the
+    inputs' identities and a source's state are recorded, a resume checks input files."""
+    check_source_unchanged(storage, inputs)  # names the file, before decide's general mismatch
+    opened = open_run(storage, request, notes)
+    if opened is None:
+        return None
+    manifest, resumed = opened
+    record_identities(storage, manifest, inputs, created=not resumed)
+    save_source_state(storage, inputs)
+    if resumed:
+        _check_input_files(manifest, inputs, storage.url)
+    return manifest, resumed
+
+
+def open_run(storage: Storage, request: Request, notes: list[str] | None = None) -> tuple[Manifest, bool] | None:
     """Carry out :func:`decide`'s plan: returns (the manifest to run, whether it is a resume),
-    or None when the same call already finished."""
+    or None when the same call already finished (or, incremental, nothing is new). What the
+    user should know of the plan (inputs skipped, left) is logged and added to ``notes``."""
     while True:
-        seen = observe(storage, read_records=request.mode == "overwrite")
+        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=request.mode == "incremental")
         plan = decide(seen, request)
         if plan.kind is not PlanKind.FINISH_PUBLISH:
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
         finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
+    if plan.note:
+        log.warning("%s", plan.note)
+        if notes is not None:
+            notes.append(plan.note)
     if plan.kind is PlanKind.NOOP:
         log.info("%s already holds the output of this same call; nothing to do", storage.url)
         return None
@@ -295,6 +344,8 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
     base_chunks: tuple[ChunkEntry, ...] = plan.base[0] if plan.base else ()
     base_config: IndexConfig | None = plan.base[1] if plan.base else None
     count = len(plan.input_ids) if plan.input_ids is not None else request.inputs.count
+    if plan.input_ranges is not None:
+        count = sum(b - a for a, b in plan.input_ranges)
     wanted = Manifest(
         run_id=uuid.uuid4().hex,
         generation=plan.generation,
@@ -312,6 +363,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
+        input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -335,12 +387,6 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
                 f"{node.count}: every node of a run must use the same number of nodes ({node.origin}). "
                 "Wait for it to finish, or stop it and rerun with the same count"
             )
-
-
-def _input_files_json(inputs: Sequence) -> dict | None:
-    files = InputFiles.of(inputs)
-    # the host: another node may see the same inputs as node-local copies with other mtimes
-    return {**files.to_json(), "host": host_identity()} if files is not None else None
 
 
 def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:

@@ -16,6 +16,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
+from .inputs import shard_inputs
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -36,13 +37,14 @@ class ShareOutcome:
 
 
 def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs)."""
-    ids, skips = manifest.input_ids, manifest.input_skips
+    """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
+    a lazy slice of a source, a list of a plain sequence's values)."""
+    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
             continue
-        values = [inputs[i] for i in ids[p.next_input : p.end]] if ids else list(inputs[p.next_input : p.end])
+        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -52,7 +54,7 @@ def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: 
                 p.skip_outputs,
                 p.next_seq,
                 values,
-                ids[p.next_input : p.end] if ids else None,
+                ids,
                 skips[p.next_input : p.end] if skips else None,
                 p.records[-1].epoch if p.records else None,
             )

@@ -17,7 +17,7 @@ import signal
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.manifest import Manifest
 from ..protocol.records import CommitRecord
 from ..secrets import redact, redact_exception, secret_values
+from ..sources import BadRow
 from ..storage import Storage, open_storage
 from .committer import ChunkCommitter
 from .failed_dir import FailedDir
@@ -111,8 +112,8 @@ class ShardTask:
     next_input: int
     skip_outputs: int
     next_seq: int
-    inputs: list  # the input values from next_input to end (only those still to do)
-    ids: list | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
+    inputs: Sequence  # the input values from next_input to end (a lazy slice of a source)
+    ids: Sequence | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
     base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
     prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
     claim: ClaimTicket | None = None  # the shard's claim (protocol 5): its epoch names what we write
@@ -334,6 +335,8 @@ class Worker:
             signal.signal(signal.SIGALRM, previous)
 
     def _apply_fn(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
+        if isinstance(value, BadRow):  # a source's row that could not be read (file:line)
+            raise value.error()
         result = self.fn(value)
         if isinstance(result, types.GeneratorType):
             for j, sample in enumerate(result):

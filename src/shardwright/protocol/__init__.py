@@ -3,8 +3,8 @@ nothing and repeats nothing. This docstring is THE specification; docs/design.md
 the rest of the system and points here.
 
 Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
-identity), ``manifest``, ``records``, ``claim`` (sample format), ``lease``, ``claims``
-(shard claims), ``failures``,
+identity), ``identity`` (per-input identities, the incremental plan), ``manifest``, ``records``, ``claim``
+(sample format), ``lease``, ``claims`` (shard claims), ``failures``,
 ``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
 (fault injection for tests).
@@ -35,6 +35,9 @@ Steps and the state on disk after each
 1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
    run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
    start together, and all of them use the winner's (after checking it is the same call).
+   The node that created it then writes the *unit table* of the call's inputs,
+   ``.shardwright/inputs/{gen}.units`` (see Incremental runs); a node that resumes and
+   misses it writes the same bytes.
    *After:* a manifest, no records: a rerun resumes every shard from its start.
 2. **Chunk** (per chunk, in a worker's commit round): the chunk file is written
    (``durable=False``); when the round's files are written, one ``storage.barrier()``
@@ -53,15 +56,19 @@ Steps and the state on disk after each
    *After:* the chunk is committed; a rerun starts right after it.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
    its node lease): the records are read again from storage (never from memory), every
-   chunk they name must exist with the recorded size, and index.json = the base chunks (append/retry: the dataset as the run found it, copied into the
+   chunk they name must exist with the recorded size; the run's *selection*
+   ``.shardwright/inputs/{gen}.json`` is written (which inputs it put into the dataset: the
+   ones it ran minus those that failed and were skipped); then index.json = the base
+   chunks (append/retry/incremental: the dataset as the run found it, copied into the
    manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
    exists only for a complete dataset.
    *After:* the dataset is readable; the manifest and records are still there.
 5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
    orphan chunks of the generation, the records, the format claim, and the manifest LAST.
-   *After:* only index.json, chunks, run.json, failure details and the run history
-   (``history/``, informational: see the history module) remain.
+   *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
+   failure details and the run history (``history/``, informational: see the history
+   module) remain.
 
 Who may take a claim over
 =========================
@@ -105,6 +112,36 @@ shard's records after them (a power cut), and records of a lower epoch than the 
 (a gap, a record after the shard's last, garbage) is a CorruptStateError naming the file,
 never skipped. A record of another run id is a leftover of a cleanup cut short and is
 dropped like a torn one.
+
+Incremental runs (``mode="incremental"``)
+==========================================
+Every run records its inputs (module ``identity``): the unit table at step 1, the selection
+at step 4, both under its generation. The dataset's *recorded inputs* are the pairs of the
+generations up to run.json's (the last finished run); a higher generation is an unfinished
+or abandoned run's, ignored and rewritten by the next run of that generation (new runs get
+a generation above run.json's, so no two finished runs share one). An incremental call
+reads them (``observe(read_identities=True)``) and ``decide`` computes, purely, which of
+its inputs are not in the dataset, counting repeats by occurrence and retrying inputs that
+failed; the plan is a new run (``manifest.mode == "incremental"``) whose
+``input_ranges`` name those positions of the call's inputs, appended to the dataset like an
+append run (base chunks in the manifest). Everything else is the ordinary protocol, so it
+resumes after a crash at any point like any run:
+
+=================================  =========================================================
+crash                              the rerun (the same incremental call)
+=================================  =========================================================
+before the manifest                decides again from the same published state: same plan
+after the manifest, before units   RESUME (same fingerprint); writes the missing unit table
+during the chunks and records      RESUME after the last committed record
+after the selection, before index  RESUME, publishes again (the selection rewritten, same)
+after index.json                   FINISH_PUBLISH, then decides again: nothing new, NOOP
+=================================  =========================================================
+
+Nothing new is a NOOP that says so. An input recorded under another version (a file
+rewritten since it was added) is refused naming it (RunMismatchError); recorded inputs no
+longer given are reported and stay in the dataset. A dataset without recorded inputs (an
+older shardwright's, or litdata's) is refused, unless one run made it and its inputs'
+fingerprint equals that of the first inputs of this call: then the tail is appended.
 
 Fencing (a paused writer wakes up)
 ==================================

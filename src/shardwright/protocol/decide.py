@@ -17,6 +17,11 @@ a dataset, from this same call     None/append  NOOP, or RETRY of its failed inp
 a dataset, from another call       None         DatasetExistsError
 a dataset                          append       APPEND
 foreign chunk/index files only     None/append  OutputDirError
+nothing                           incremental  FRESH
+a recorded dataset                incremental  INCREMENTAL of the inputs not in it yet (NOOP
+                                                when none); changed inputs: RunMismatchError
+an unrecorded dataset (older, or  incremental  INCREMENTAL of the tail if its one run's inputs
+litdata's)                                      are a prefix of these, else DatasetExistsError
 an unfinished overwrite, same call overwrite    RESUME (a requeued array task keeps its peers' work)
 anything else                      overwrite    OVERWRITE (wipe what we wrote, start fresh;
                                                 other files in the folder are kept)
@@ -27,12 +32,14 @@ unreadable state or index          None/append  CorruptStateError; overwrite: OV
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
 from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
 from .hints import start_over_hint
+from .identity import IdentityTable, Recorded, plan_incremental
 from .layout import chunk_generation, is_our_chunk_name
 from .manifest import Manifest, OutputSettings, is_published
 from .run_record import RunRecord
@@ -47,6 +54,7 @@ class PlanKind(enum.Enum):
     APPEND = "append"  # a new run whose outputs follow the existing dataset's
     OVERWRITE = "overwrite"  # wipe what shardwright wrote, then a new run
     FINISH_PUBLISH = "finish_publish"  # a crash cut publishing short: finish its cleanup, decide again
+    INCREMENTAL = "incremental"  # a new run of the inputs not in the dataset yet, appended to it
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Observed:
     last_run: RunRecord | None = None  # run.json of the last finished run
     foreign_files: tuple[str, ...] = ()  # top-level chunk/index files with no run of ours
     records_readable: bool = True  # the manifest's records parse (only read for mode="overwrite")
+    recorded: Recorded | None = None  # the dataset's recorded inputs (only read for mode="incremental")
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,10 @@ class Request:
     use_checkpoint: bool
     fn_code: str = ""  # digest of fn's code; "" when unknown
     input_files: dict | None = None  # InputFiles.to_json() of the inputs that are file paths
+    # mode="incremental": the identities of the call's inputs, and the fingerprint of its
+    # first n inputs (an unrecorded dataset whose one run's inputs are a prefix of these)
+    identities: IdentityTable | None = None
+    prefix_fingerprint: Callable[[int], InputsFingerprint] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,10 +99,16 @@ class RunPlan:
     input_ids: tuple[int, ...] | None = None  # RETRY (and its RESTART): the run-wide ids redone
     input_skips: tuple[int, ...] | None = None  # ... and their outputs committed before
     fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
+    input_ranges: tuple[tuple[int, int], ...] | None = None  # INCREMENTAL: positions of the inputs to run
+    note: str = ""  # INCREMENTAL / NOOP of an incremental call: what was skipped or left, for the user
 
 
-def next_generation(chunks: tuple[ChunkEntry, ...]) -> int:
-    return 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0)
+def next_generation(chunks: tuple[ChunkEntry, ...], last_run: RunRecord | None = None) -> int:
+    """Above every generation in the index and the last finished run's (a run that added no
+    chunk still recorded its inputs under its generation: see protocol.identity)."""
+    last = last_run.data.get("generation") if last_run is not None else None
+    above_last = last + 1 if type(last) is int and 0 <= last < 2**48 else 0
+    return max(above_last, 1 + max(((chunk_generation(c.filename) or 0) for c in chunks), default=0))
 
 
 def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
@@ -158,6 +177,8 @@ def decide(seen: Observed, request: Request) -> RunPlan:
     if index is not None:
         assert seen.index_config is not None
         base_dataset = (index, seen.index_config)
+        if request.mode == "incremental":
+            return decide_incremental(seen, request, base_dataset)
         if (
             seen.last_run is not None
             and _same_finished_call(seen.last_run, request)
@@ -184,7 +205,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             if failed:
                 return RunPlan(
                     PlanKind.RETRY,
-                    generation=next_generation(index),
+                    generation=next_generation(index, seen.last_run),
                     manifest_mode="retry",
                     base=base_dataset,
                     input_ids=tuple(p[0] for p in failed),
@@ -193,11 +214,15 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             return RunPlan(PlanKind.NOOP)
         if request.mode == "append":
             return RunPlan(
-                PlanKind.APPEND, generation=next_generation(index), manifest_mode="append", base=base_dataset
+                PlanKind.APPEND,
+                generation=next_generation(index, seen.last_run),
+                manifest_mode="append",
+                base=base_dataset,
             )
         raise DatasetExistsError(
             f"{seen.url} already holds a finished dataset ({sum(c.chunk_size for c in index):,} items); "
-            "pass mode='append' to add to it or mode='overwrite' to replace it"
+            "pass mode='incremental' to add only the inputs not in it yet, mode='append' to add all of these "
+            "to it, or mode='overwrite' to replace it"
         )
     if seen.foreign_files:
         listed = ", ".join(seen.foreign_files)  # all of them: the user must see what is there
@@ -229,3 +254,87 @@ def _decide_overwrite(seen: Observed, request: Request) -> RunPlan:
         else:
             return RunPlan(PlanKind.RESUME, manifest=manifest)
     return RunPlan(PlanKind.OVERWRITE, manifest_mode="overwrite")
+
+
+def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[ChunkEntry, ...], IndexConfig]) -> RunPlan:
+    """mode="incremental" on a published dataset: run the inputs not in it yet (see the
+    module table and protocol.identity)."""
+    index, last_run = base[0], seen.last_run.data if seen.last_run is not None else {}
+    recorded_fn = last_run.get("fn_name")
+    if recorded_fn and (
+        recorded_fn != request.fn_name
+        or (last_run.get("fn_code") and request.fn_code and last_run.get("fn_code") != request.fn_code)
+    ):
+        raise RunMismatchError(
+            f"{seen.url} was last written by fn {recorded_fn}{' with other code' if recorded_fn == request.fn_name else ''}, "
+            f"this call runs {request.fn_name}: an incremental run would mix two fns' outputs. Rebuild it with "
+            "mode='overwrite', or add these inputs with mode='append' if that is what you mean"
+        )
+    settings = last_run.get("settings")
+    mine = {k: v for k, v in request.settings.to_json().items() if k != "num_shards"}  # shards may differ
+    key = next((k for k in sorted(mine) if isinstance(settings, dict) and settings.get(k) != mine[k]), None)
+    if key is not None and isinstance(settings, dict):
+        raise RunMismatchError(
+            f"{seen.url} was written with {key}={settings.get(key)!r}, this call has {key}={mine.get(key)!r}; "
+            f"rerun with {key}={settings.get(key)!r} to add to it incrementally, or mode='overwrite' to rebuild"
+        )
+    assert request.identities is not None
+    recorded = seen.recorded or Recorded([], [], [])
+    generation = next_generation(index, seen.last_run)
+    generations = {chunk_generation(c.filename) for c in index}
+    if generations <= set(recorded.generations) and recorded.generations:
+        plan = plan_incremental(recorded, request.identities)
+        if plan.changed:
+            names = request.identities.names or []
+            shown = ", ".join(names[u] if u < len(names) else f"input {u:,}" for u in plan.changed[:5])
+            more = f" and {len(plan.changed) - 5:,} more" if len(plan.changed) > 5 else ""
+            raise RunMismatchError(
+                f"{len(plan.changed):,} input(s) changed since they were added to {seen.url}: {shown}{more}. "
+                "Their old outputs are in the dataset; restore them, leave them out of the inputs, "
+                "or rebuild everything with mode='overwrite'"
+            )
+        notes = []
+        if plan.removed:
+            notes.append(f"{plan.removed:,} input(s) in the dataset are no longer among the inputs; their outputs stay")
+        if not plan.new:
+            notes.insert(0, f"nothing new: all {request.inputs.count:,} input(s) are already in {seen.url}")
+            return RunPlan(PlanKind.NOOP, note="; ".join(notes))
+        notes.insert(0, f"{plan.present:,} input(s) already in the dataset are skipped")
+        return RunPlan(
+            PlanKind.INCREMENTAL,
+            generation=generation,
+            manifest_mode="incremental",
+            base=base,
+            input_ranges=tuple((a, b) for a, b in plan.new),
+            note="; ".join(notes),
+        )
+    # Not recorded (an older shardwright's, or litdata's): only a dataset made by one run whose
+    # inputs were a prefix of these can be extended, by the tail.
+    inputs = last_run.get("inputs")
+    count = inputs.get("count") if isinstance(inputs, dict) else None
+    single_run = generations == {last_run.get("generation")} and last_run.get("mode") in ("create", "overwrite")
+    if (
+        single_run
+        and type(count) is int
+        and 0 < count <= request.inputs.count
+        and request.prefix_fingerprint is not None
+        and isinstance(inputs, dict)
+        and InputsFingerprint.from_json(inputs) == request.prefix_fingerprint(count)
+    ):
+        if count == request.inputs.count:
+            return RunPlan(PlanKind.NOOP, note=f"nothing new: the {count:,} input(s) are already in {seen.url}")
+        return RunPlan(
+            PlanKind.INCREMENTAL,
+            generation=generation,
+            manifest_mode="incremental",
+            base=base,
+            input_ranges=((count, request.inputs.count),),
+            note=f"the dataset has no recorded input identities; its {count:,} inputs are a prefix of these, "
+            "so the tail is appended",
+        )
+    raise DatasetExistsError(
+        f"{seen.url} has no record of which inputs it holds (written by an older shardwright, by litdata, or by "
+        "several runs before identities were recorded), and these inputs do not start with those of the run "
+        "that wrote it; use mode='append' with exactly the new inputs, or rebuild it with mode='overwrite' "
+        "(after which incremental runs work)"
+    )

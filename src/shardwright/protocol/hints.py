@@ -11,9 +11,9 @@ START_OVER = (
 
 def start_over_hint(mode: str, url: str) -> str:
     """The safe way to give up the interrupted run (of manifest mode ``mode``) in ``url``: an
-    append (or retry) run sits on a published dataset that mode='overwrite' would delete, so
+    append (or retry, or incremental) run sits on a published dataset that mode='overwrite' would delete, so
     it is abandoned with ``shardwright clean``."""
-    if mode in ("append", "retry"):
+    if mode in ("append", "retry", "incremental"):
         return (
             f"or abandon the unfinished {mode} with `shardwright clean {url}` "
             "(or shardwright.abandon(); the published dataset is kept)"

@@ -15,6 +15,9 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
     .shardwright/run.json                       the last finished run
     .shardwright/history/{start ns:020d}-{attempt}.json   one file per optimize() call (bounded)
+    .shardwright/inputs/{gen:08d}.units         identities of a call's inputs (see protocol.identity)
+    .shardwright/inputs/{gen:08d}.json          which of them generation gen put in the dataset
+    .shardwright/sources/{name}                 state a source keeps with the run (a JSONL line index)
 
 Versioning rule: :data:`PROTOCOL_VERSION` is written into every manifest and checked when a
 run is resumed. Bump it whenever a name here, a record field, or the meaning of a file
@@ -53,6 +56,23 @@ LEASES_PREFIX = f"{STATE_DIR}/leases/"
 FAILED_PREFIX = f"{STATE_DIR}/failed/"
 HISTORY_PREFIX = f"{STATE_DIR}/history/"
 CHUNK_PREFIX = "chunk-"
+INPUTS_PREFIX = f"{STATE_DIR}/inputs/"
+SOURCES_PREFIX = f"{STATE_DIR}/sources/"
+
+
+def units_key(generation: int) -> str:
+    return f"{INPUTS_PREFIX}{generation:08d}.units"
+
+
+def selection_key(generation: int) -> str:
+    return f"{INPUTS_PREFIX}{generation:08d}.json"
+
+
+def source_state_key(name: str) -> str:
+    """State a source keeps with the run (``name`` comes from the source: checked here)."""
+    if not name or "/" in name or name.startswith(".") or len(name) > 200:
+        raise ValueError(f"invalid source state name {name!r}")
+    return f"{SOURCES_PREFIX}{name}"
 
 
 def chunk_filename(generation: int, shard: int, seq: int, compression: str | None, epoch: int | None = None) -> str:
@@ -155,6 +175,10 @@ _HISTORY_NAME = re.compile(r"^\d{20}-[A-Za-z0-9_-]{1,100}\.json$")
 _LEASE_NAME = re.compile(r"^(node-\d{1,9}|publish)\.json$")
 
 
+_INPUTS_NAME = re.compile(r"^\d{8,12}\.(units|json)$")  # units_key, selection_key
+_SOURCE_STATE_NAME = re.compile(r"^[a-z]+-index-[0-9a-f]{16}\.json$")  # a source's state_name()
+
+
 def is_state_key(key: str) -> bool:
     """A key under ``.shardwright/`` with a name the engine writes (manifest, format, run.json,
     record, failure, history and lease files). Anything else there is not ours: a user's file,
@@ -164,6 +188,10 @@ def is_state_key(key: str) -> bool:
         return True
     if key.startswith(SHARDS_PREFIX):
         return parse_record_key(key) is not None
+    if key.startswith(INPUTS_PREFIX):
+        return bool(_INPUTS_NAME.match(key[len(INPUTS_PREFIX) :]))
+    if key.startswith(SOURCES_PREFIX):
+        return bool(_SOURCE_STATE_NAME.match(key[len(SOURCES_PREFIX) :]))
     for prefix, pattern in (
         (FAILED_PREFIX, _FAILURE_NAME),
         (HISTORY_PREFIX, _HISTORY_NAME),

@@ -97,6 +97,8 @@ class Manifest:
     fn_code: str = ""  # digest of fn's code (engine.options.fn_code); "" when unknown
     input_files: dict | None = None  # InputFiles.to_json(): size+mtime of inputs that are file paths
     protocol: int = PROTOCOL_VERSION
+    # sources (issue 17): an incremental run's positions of the call's inputs, as [a, b) ranges
+    input_ranges: list | None = None
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -129,6 +131,7 @@ class Manifest:
             input_skips=data.get("input_skips"),
             fn_code=str(data.get("fn_code") or ""),
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
+            input_ranges=data.get("input_ranges"),
             protocol=protocol,
         ).validated(where)
 
@@ -144,7 +147,9 @@ class Manifest:
             problem = "its inputs fingerprint is incomplete"
         elif self.generation < 0:
             problem = f"generation {self.generation} is negative"
-        elif self.input_ids is None and self.num_inputs != inputs["count"]:
+        elif self.input_ranges is not None and not ranges_valid(self.input_ranges, self.num_inputs, inputs["count"]):
+            problem = "its incremental input ranges are invalid"
+        elif self.input_ids is None and self.input_ranges is None and self.num_inputs != inputs["count"]:
             problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
         elif self.num_shards != clamp_num_shards(self.num_shards, self.num_inputs):
             problem = f"num_shards {self.num_shards} is out of range for {self.num_inputs} inputs"
@@ -175,6 +180,19 @@ class Manifest:
 
     def shard_bounds(self) -> dict[int, tuple[int, int]]:
         return {s: shard_bounds(self.num_inputs, self.num_shards, s) for s in range(self.num_shards)}
+
+
+def ranges_valid(ranges: object, total: int, count: int) -> bool:
+    """Sorted, disjoint, non-empty [a, b) ranges within ``count`` covering ``total`` positions."""
+    if not isinstance(ranges, list) or len(ranges) > MAX_INPUTS:
+        return False
+    previous, covered = -1, 0
+    for r in ranges:
+        if not (isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r) and previous <= r[0] < r[1]):
+            return False
+        previous = r[1]
+        covered += r[1] - r[0]
+    return previous <= count and covered == total
 
 
 def read_manifest(storage: Storage) -> Manifest | None:

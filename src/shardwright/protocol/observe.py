@@ -6,6 +6,7 @@ from ..errors import CorruptStateError
 from ..format import parse_index
 from ..storage import Storage
 from .decide import Observed
+from .identity import Recorded, read_recorded
 from .layout import INDEX_KEY
 from .manifest import read_manifest
 from .records import load_progress
@@ -17,7 +18,7 @@ def foreign_files(storage: Storage) -> list[str]:
     return [k for k in storage.list("") if "/" not in k and (k.endswith(".bin") or k.endswith("index.json"))]
 
 
-def observe(storage: Storage, *, read_records: bool = False) -> Observed:
+def observe(storage: Storage, *, read_records: bool = False, read_identities: bool = False) -> Observed:
     """The state of ``storage`` as :func:`decide` needs it. An unreadable manifest, index or
     run record is recorded, not raised (mode="overwrite" wipes it); ``read_records`` also checks that the run's
     records parse (only an overwrite needs to know, to resume or wipe)."""
@@ -43,6 +44,13 @@ def observe(storage: Storage, *, read_records: bool = False) -> Observed:
             last_run = read_run_record(storage)
         except CorruptStateError as exc:
             manifest_error = manifest_error or exc
+    recorded: Recorded | None = None
+    if read_identities and index is not None and manifest_error is None:
+        last = last_run.data.get("generation") if last_run is not None else None
+        try:
+            recorded = read_recorded(storage, last) if type(last) is int and 0 <= last < 2**32 else Recorded([], [], [])
+        except CorruptStateError as exc:
+            manifest_error = exc
     return Observed(
         url=storage.url,
         manifest=manifest,
@@ -52,4 +60,5 @@ def observe(storage: Storage, *, read_records: bool = False) -> Observed:
         last_run=last_run,
         foreign_files=tuple(foreign_files(storage)) if manifest is None and index is None else (),
         records_readable=records_readable,
+        recorded=recorded,
     )

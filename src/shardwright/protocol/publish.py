@@ -12,6 +12,7 @@ from .claim import read_format
 from .crash import crash_point
 from .failures import forget_resolved_failures
 from .hints import START_OVER
+from .identity import selected_positions, write_selection
 from .layout import (
     CHUNK_PREFIX,
     FORMAT_KEY,
@@ -19,6 +20,7 @@ from .layout import (
     LEASES_PREFIX,
     MANIFEST_KEY,
     SHARDS_PREFIX,
+    SOURCES_PREFIX,
     chunk_generation,
     is_our_chunk_name,
     is_state_key,
@@ -78,6 +80,9 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
         for key in records:
             if is_state_key(key):
                 storage.delete(key)
+    for key in storage.list(SOURCES_PREFIX):  # a source's run state (a JSONL line index)
+        if is_state_key(key):
+            storage.delete(key)
     storage.delete(FORMAT_KEY)
     storage.delete(MANIFEST_KEY)  # last
 
@@ -150,6 +155,8 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     )
     chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named
+    failed = [pair[0] for s in sorted(progress) for pair in progress[s].failed]
+    write_selection(storage, manifest.generation, manifest.inputs["count"], selected_positions(manifest, failed))
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks
 

@@ -58,6 +58,13 @@ def add_service_commands(subparsers) -> None:
         metavar="ROOT",
         help="allow outputs only under ROOT (a directory or s3://bucket/prefix); repeatable",
     )
+    p.add_argument(
+        "--input-root",
+        action="append",
+        default=[],
+        metavar="ROOT",
+        help="let jobs read sources (parquet, jsonl, files) under ROOT; repeatable (none: no sources)",
+    )
     p.add_argument("--max-inputs", type=int, default=100_000, help="most inputs one job may list")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body")
     p.set_defaults(func=_serve)
@@ -79,6 +86,7 @@ def _serve(args) -> int:
         max_running=args.max_running,
         auto_retries=max(0, args.auto_retries),
         output_roots=[os.path.expanduser(r) for r in args.output_root],
+        input_roots=[os.path.expanduser(r) for r in args.input_root],
         max_inputs=args.max_inputs,
         max_body_bytes=args.max_body_bytes,
         cancel_grace=args.cancel_grace,

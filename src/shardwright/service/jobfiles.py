@@ -17,7 +17,7 @@ from .runner import read_status, status_path
 from .store import JobRecord, StoreFullError, is_disk_full
 
 if TYPE_CHECKING:
-    from .scheduler import ServiceConfig
+    from .config import ServiceConfig
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
 
@@ -50,6 +50,8 @@ class JobFiles:
             "inputs": job.inputs,
             "output_dir": job.output_dir,
             "output_roots": list(self.config.output_roots),
+            "input_roots": list(self.config.input_roots),
+            "max_inputs": self.config.max_inputs,
             "state_dirs": list(self.config.state_dirs),
             "config": job.config,
             "options": job.options,

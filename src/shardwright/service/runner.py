@@ -96,7 +96,8 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
         spec = json.load(f)
     secrets = secret_values(storage_options)
     status = StatusFile(status_path(job_dir, attempt, task), attempt)
-    total = len(spec["inputs"])
+    inputs = spec["inputs"]
+    total = len(inputs) if isinstance(inputs, list) else 0  # a source: counted once it is built
     status.write(progress=Progress(0, total, 0))
     print(
         f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
@@ -114,6 +115,14 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
     stop = threading.Event()
     try:
         _check_location(spec)
+        if isinstance(inputs, dict):  # a source (service.input_sources): checked again, then listed
+            from .input_sources import check_input_location, open_source
+
+            if check_input_location(inputs["url"], tuple(spec.get("input_roots") or ())) != inputs["url"]:
+                raise UsageError(f"inputs.url: {inputs['url']} now resolves elsewhere (a link); refusing to read it")
+            inputs = open_source(inputs, storage_options, spec.get("max_inputs"))
+            total = len(inputs)
+            status.write(progress=Progress(0, total, 0))
         for entry in reversed(spec.get("sys_path") or []):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -129,7 +138,7 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
             threading.Thread(
                 target=_progress_loop, daemon=True, args=(status, spec["output_dir"], storage_options, total, stop)
             ).start()
-        result = optimize(fn, spec["inputs"], spec["output_dir"], storage_options=storage_options, **spec["options"])
+        result = optimize(fn, inputs, spec["output_dir"], storage_options=storage_options, **spec["options"])
         stop.set()
         seen = read_progress(spec["output_dir"], storage_options, total)
         progress = seen.progress if seen else Progress(0, total, 0)

@@ -15,46 +15,20 @@ and lost them fails with ``SecretsLost`` and says how to retry with them.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .config import ServiceConfig
 from .executor_local import LocalExecutor
 from .executor_slurm import SlurmExecutor
 from .executors import Executor, Launch, Observation
 from .jobfiles import JobFiles
 from .model import AttemptOutcome, JobError, JobState, Progress
 from .store import AttemptRecord, JobRecord, JobStore
-from .transitions import RetryPolicy, secrets_lost, settle, trigger
+from .transitions import secrets_lost, settle, trigger
 
 log = logging.getLogger("shardwright.service")
-
-
-@dataclass(frozen=True)
-class ServiceConfig:
-    db_path: str
-    state_dir: str
-    module: str
-    module_path: str | None = None  # directory to put on sys.path of job processes
-    max_running: int = 2
-    auto_retries: int = 2
-    retry_backoff: float = 1.0
-    cancel_grace: float = 30.0
-    poll_interval: float = 0.25
-    output_roots: tuple[str, ...] = ()
-    max_inputs: int = 100_000
-    max_body_bytes: int = 16 * 1024 * 1024
-    pipeline_names: tuple[str, ...] | None = None  # --pipelines MODULE:a,b (None: every public function)
-
-    @property
-    def state_dirs(self) -> tuple[str, ...]:
-        """Directories holding the service's own state (no job may write there)."""
-        return tuple(sorted({os.path.dirname(self.db_path), self.state_dir}))
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(self.auto_retries, self.retry_backoff)
 
 
 class Speed:

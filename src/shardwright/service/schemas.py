@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
 
 from ..engine.options import JOB_OPTIONS, OptionSpec
+from .input_sources import SourceSpec
 from .model import JobState
 from .store import AttemptRecord, JobRecord
 
@@ -50,7 +51,9 @@ class ExecutorSpec(BaseModel):
 class JobSubmit(BaseModel):
     model_config = ConfigDict(extra="forbid")
     pipeline: str = Field(..., min_length=1, max_length=200)
-    inputs: list[Any] = Field(..., min_length=1)
+    inputs: list[Any] | SourceSpec = Field(
+        ..., description="a JSON list, or a source read under an --input-root (docs/sources.md)"
+    )
     output_dir: str = Field(..., min_length=1, max_length=4096)
     config: dict[str, Any] = Field(default_factory=dict)
     options: JobOptions = Field(default_factory=lambda: JobOptions.model_validate({}))  # type: ignore[valid-type]  # built from a table

@@ -47,7 +47,7 @@ class JobRecord:
     id: str
     state: JobState
     pipeline: str
-    inputs: list | None  # None in list() results (they can be large); get() has them
+    inputs: list | dict | None  # None in list() results (they can be large); get() has them; a dict: a source
     output_dir: str
     config: dict
     options: dict

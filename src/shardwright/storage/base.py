@@ -42,7 +42,7 @@ import builtins
 import copy
 from dataclasses import dataclass
 
-__all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key"]
+__all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key", "check_range"]
 
 #: The operations that change storage; an input view refuses every one of them.
 WRITE_OPERATIONS = (
@@ -65,6 +65,12 @@ class ObjectInfo:
     size: int
     version: str
     mtime: float | None = None
+
+
+def check_range(start: int, length: int) -> None:
+    """ValueError unless ``start`` and ``length`` of a ranged read are ints >= 0."""
+    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
+        raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
 
 
 def check_key(key: str) -> str:

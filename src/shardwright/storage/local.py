@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import IO, Any, NoReturn
 
 from ..errors import OutputDirError, OutputIsAFileError
-from .base import ObjectInfo, Storage
+from .base import ObjectInfo, Storage, check_range
 from .files import (
     NOT_WRITABLE_ERRNOS,
     TMP_NAME_RE,
@@ -49,11 +49,6 @@ def local_version(st: os.stat_result) -> str:
     """The version token of a local file: its size and modification time in ns. Unlike an
     inode number it means the same on every host that mounts the file."""
     return f"{st.st_size}-{st.st_mtime_ns}"
-
-
-def _check_range(start: int, length: int) -> None:
-    if type(start) is not int or type(length) is not int or start < 0 or length < 0:
-        raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
 
 
 def _is_internal_name(name: str) -> bool:
@@ -294,7 +289,7 @@ class LocalStorage(Storage):
         return sorted(k for k, _ in self._walk(prefix))
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        _check_range(start, length)
+        check_range(start, length)
         with open(self._path(key), "rb") as f:
             f.seek(start)
             return f.read(length)

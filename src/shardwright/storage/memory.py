@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import OutputDirError, StorageError
-from .base import ObjectInfo, Storage
+from .base import ObjectInfo, Storage, check_range
 from .files import download_atomically
 from .registry import register_backend
 
@@ -321,8 +321,7 @@ class MemoryStorage(Storage):
         return keys
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
-            raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
+        check_range(start, length)
         obj = self._get("read_range", key)
         if obj is None:
             raise FileNotFoundError(errno.ENOENT, "no such object", f"{self.url}/{key}")

@@ -20,16 +20,16 @@ import copy
 import errno
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
-from .base import ObjectInfo, Storage
+from ..secrets import without_url_credentials
+from .base import ObjectInfo, Storage, check_range
 from .files import tmp_name, unlink_quiet
-from .registry import register_backend
+from .registry import parse_location, register_backend
 
 __all__ = ["S3Storage", "open_s3"]
 
@@ -66,14 +66,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_client_lock)
 
 
+def _endpoint_for_messages(url: str) -> str:
+    """Endpoint for messages: no user:password@, no query string."""
+    return without_url_credentials(url).split("?")[0].split("#")[0]
+
+
 class _TruncatedBody(Exception):
     """A GET body shorter than its Content-Length (connection cut mid-body)."""
-
-
-def _strip_userinfo(url: str) -> str:
-    """Endpoint for messages: no user:password@, no query string."""
-    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^@/]*@)?([^?#]*)", url)
-    return (m.group(1) + m.group(2)) if m else url
 
 
 def _client_error_info(e: BaseException) -> tuple[str, int | None, str]:
@@ -118,12 +117,10 @@ class S3Storage(Storage):
     retry_timeout: float = 60.0
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
-        m = re.match(r"^s3://([^/]+)/?(.*)$", url)
-        if not m:
+        location = parse_location(url)  # the one check of a location: refuses what S3 would alias
+        if location.scheme != "s3":
             raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
-        self.bucket = m.group(1)
-        self.prefix = m.group(2).strip("/")
-        self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        self.bucket, self.prefix, self.url = location.bucket, location.prefix, location.url
         opts = dict(storage_options or {})
         if "multipart_threshold" in opts:
             self.multipart_threshold = int(opts.pop("multipart_threshold"))
@@ -162,7 +159,7 @@ class S3Storage(Storage):
             or os.environ.get("AWS_ENDPOINT_URL_S3")
             or os.environ.get("AWS_ENDPOINT_URL")
         )
-        return _strip_userinfo(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
+        return _endpoint_for_messages(ep) if ep else "https://s3.amazonaws.com (default AWS endpoint)"
 
     def _botocore_config(self) -> Any:
         from botocore.config import Config
@@ -491,8 +488,7 @@ class S3Storage(Storage):
         return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        if type(start) is not int or type(length) is not int or start < 0 or length < 0:
-            raise ValueError(f"read_range needs ints start >= 0 and length >= 0, got {start!r}, {length!r}")
+        check_range(start, length)
         full = self._key(key)
         if length == 0:
             got = (b"", "") if self.exists(key) else None
@@ -501,13 +497,13 @@ class S3Storage(Storage):
             got = self._run("GET range", key, lambda _a: self._get_once(full, span))
         if got is None:
             raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-        return bytes(got[0][:length])  # a server that ignores Range sends everything
+        body = got[0]
+        return bytes(body[start : start + length] if len(body) > length else body)  # a server may ignore Range
 
     def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         infos = []
         for o in self._list_objects(self._full_prefix(prefix)):
-            modified = o.get("LastModified")
-            etag = str(o.get("ETag", "")).strip('"')
+            modified, etag = o.get("LastModified"), str(o.get("ETag", "")).strip('"')
             infos.append(
                 ObjectInfo(self._rel(o["Key"]), int(o.get("Size", 0)), etag, modified and modified.timestamp())
             )

@@ -13,6 +13,7 @@ from ....engine.options import check_storage_option_names
 from ....errors import ShardwrightError, classify
 from ... import schemas
 from ...classify import http_status
+from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
 from ...scheduler import JobStateError
@@ -97,11 +98,19 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
             f"pipeline: no pipeline {body.pipeline!r}; the pipelines are "
             f"{', '.join(sorted(service.pipelines))} (GET {API}/pipelines)",
         )
-    if len(body.inputs) > config.max_inputs:
+    inputs: list | dict = body.inputs if isinstance(body.inputs, list) else body.inputs.model_dump(exclude_none=True)
+    if isinstance(inputs, dict):  # a source: read only under an --input-root
+        try:
+            inputs["url"] = check_input_location(inputs["url"], config.input_roots)
+        except LocationRefused as exc:
+            raise ApiProblem(exc.status, "InputNotAllowed" if exc.status == 403 else "InvalidInput", str(exc)) from None
+    elif not inputs:
+        raise ApiProblem(422, "ValidationError", "inputs: the list is empty; give at least one input")
+    elif len(inputs) > config.max_inputs:
         raise ApiProblem(
             413,
             "TooManyInputs",
-            f"inputs: {len(body.inputs):,} inputs, more than this server's "
+            f"inputs: {len(inputs):,} inputs, more than this server's "
             f"limit of {config.max_inputs:,}; split them into several jobs",
         )
     job_config = _config(service, body)
@@ -117,14 +126,14 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         id=new_job_id(),
         state=JobState.PENDING,
         pipeline=body.pipeline,
-        inputs=body.inputs,
+        inputs=inputs,
         output_dir=output_dir,
         config=job_config,
         options=options,
         executor=body.executor.model_dump(),
         storage_option_keys=tuple(sorted(body.storage_options or {})),
         created_at=time.time(),
-        progress=Progress(0, len(body.inputs), 0),
+        progress=Progress(0, len(inputs) if isinstance(inputs, list) else 0, 0),
     )
     try:
         job = service.scheduler.submit(record, body.storage_options)

@@ -1,0 +1,190 @@
+"""What the engine does with the kind of ``inputs`` it got: a plain sequence (fingerprinted
+by pickling) or a source (``shardwright.sources``: fingerprinted by its metadata, read
+lazily by workers); the identities every run records; and the inputs of an incremental
+run (ranges of positions of the call's inputs)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
+
+from ..errors import RunMismatchError
+from ..process import host_identity
+from ..protocol.fingerprint import InputFiles, InputsFingerprint
+from ..protocol.hints import start_over_hint
+from ..protocol.identity import IdentityTable, units_fingerprint, write_units
+from ..protocol.layout import source_state_key, units_key
+from ..protocol.manifest import Manifest, read_manifest
+from ..sources import Source
+from ..storage import Storage
+
+log = logging.getLogger("shardwright")
+
+
+def fingerprint(inputs: Sequence) -> InputsFingerprint:
+    """A source's fingerprint is its units' metadata, a plain sequence's its pickled values."""
+    if isinstance(inputs, Source):
+        return units_fingerprint(list(inputs.units()), len(inputs))
+    return InputsFingerprint.of(inputs)
+
+
+def prefix_fingerprint(inputs: Sequence) -> Callable[[int], InputsFingerprint]:
+    return lambda n: fingerprint(inputs[:n])
+
+
+def identities(inputs: Sequence) -> IdentityTable:
+    if isinstance(inputs, Source):
+        return IdentityTable.of_units(inputs.units())
+    return IdentityTable.of_values(inputs)
+
+
+def input_files_json(inputs: Sequence) -> dict | None:
+    """Size and mtime of plain inputs that are file paths (a source's files are in its
+    fingerprint already)."""
+    if isinstance(inputs, Source):
+        return None
+    files = InputFiles.of(inputs)
+    # the host: another node may see the same inputs as node-local copies with other mtimes
+    return {**files.to_json(), "host": host_identity()} if files is not None else None
+
+
+# --- a source's run state (a JSONL line index) -----------------------------------------------
+
+
+def load_source_state(storage: Storage, inputs: Sequence) -> bool:
+    """Give a source the state an earlier attempt of this run kept (True if it took it)."""
+    name = inputs.state_name() if isinstance(inputs, Source) else None
+    if name is None:
+        return False
+    try:
+        data = storage.read_bytes(source_state_key(name))
+    except FileNotFoundError:
+        return False
+    return isinstance(inputs, Source) and inputs.load_state(data)
+
+
+def save_source_state(storage: Storage, inputs: Sequence) -> None:
+    name = inputs.state_name() if isinstance(inputs, Source) else None
+    if name is not None and isinstance(inputs, Source) and not storage.exists(source_state_key(name)):
+        storage.write_bytes(source_state_key(name), inputs.dump_state())
+
+
+# --- identities: recorded by every run, checked by every resume of a source -----------------
+
+
+def record_identities(storage: Storage, manifest: Manifest, inputs: Sequence, created: bool) -> None:
+    """The unit table of this run's generation (protocol.identity): written by the node that
+    created the run, and by any later attempt that finds it missing (the same bytes)."""
+    write_units(storage, manifest.generation, identities(inputs), only_if_missing=not created)
+
+
+def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
+    """Resuming over a source whose file changed since the run started: name the file."""
+    if not isinstance(inputs, Source):
+        return
+    manifest = read_manifest(storage)
+    if manifest is None:
+        return
+    try:
+        data = storage.read_bytes(units_key(manifest.generation))
+    except FileNotFoundError:
+        return
+    recorded = IdentityTable.from_bytes(data, f"{storage.url}/{units_key(manifest.generation)}")
+    if recorded.rows is None:
+        return  # the run was over a plain sequence: its fingerprint says what differs
+    was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
+    now = identities(inputs)
+    for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
+        if key in was and was[key] != version:
+            name = now.names[unit] if now.names else f"unit {unit}"
+            raise RunMismatchError(
+                f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
+                f"generation or modification time differ); restore it to resume, {start_over_hint(manifest.mode, storage.url)}"
+            )
+
+
+# --- the inputs of an incremental run ---------------------------------------------------------
+
+
+class RangeIds(Sequence):
+    """The positions ``ranges`` (sorted [a, b) pairs) name, as one sequence of ints."""
+
+    def __init__(self, ranges: Sequence[Sequence[int]]):
+        self.ranges = [(int(a), int(b)) for a, b in ranges]
+        self.starts = [0]
+        for a, b in self.ranges:
+            self.starts.append(self.starts[-1] + b - a)
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> RangeIds: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            lo, hi, _ = i.indices(len(self))
+            return RangeIds(self.sub_ranges(lo, hi))
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self.ranges[k][0] + i - self.starts[k]
+
+    def sub_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The ranges of the positions from the lo-th to the hi-th."""
+        out = []
+        k = max(0, bisect.bisect_right(self.starts, lo) - 1)
+        while k < len(self.ranges) and self.starts[k] < hi:
+            a = self.ranges[k][0] + max(0, lo - self.starts[k])
+            b = self.ranges[k][0] + min(hi, self.starts[k + 1]) - self.starts[k]
+            if b > a:
+                out.append((a, b))
+            k += 1
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        for a, b in self.ranges:
+            yield from range(a, b)
+
+
+class Concat(Sequence):
+    """Slices of the inputs one after the other, without copying them (lazy for a source)."""
+
+    def __init__(self, parts: list[Sequence]):
+        self.parts = parts
+        self.starts = [0]
+        for part in parts:
+            self.starts.append(self.starts[-1] + len(part))
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self.parts[k][i - self.starts[k]]
+
+
+def shard_inputs(inputs: Sequence, manifest: Manifest, lo: int, hi: int) -> tuple[Sequence, Sequence | None]:
+    """(values, run-wide ids or None) of a shard's positions ``lo..hi`` of this run: a lazy
+    slice of a source (a worker reads its rows), a list of a plain sequence's values."""
+    lazy = isinstance(inputs, Source)
+    if manifest.input_ranges is not None:
+        ids = RangeIds(manifest.input_ranges)[lo:hi]
+        parts = [inputs[a:b] for a, b in ids.ranges]
+        values: Sequence = Concat(parts) if lazy else [v for part in parts for v in part]
+        return values, ids
+    if manifest.input_ids is not None:
+        ids_list = manifest.input_ids[lo:hi]
+        return [inputs[i] for i in ids_list], ids_list
+    return (inputs[lo:hi] if lazy else list(inputs[lo:hi])), None

@@ -1,0 +1,221 @@
+"""Sources through the whole engine with real processes: worker pools, on_error, timeouts,
+generators, multi-node shares, real SIGKILLs and resumes, incremental runs, S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardwright import FnError, RunMismatchError, StreamingDataset, optimize, sources
+from shardwright.errors import DatasetExistsError
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+CHILD = str(Path(__file__).parent.parent / "support" / "sources_child.py")
+
+
+def write_parquet(path, first: int, rows: int, row_group: int = 50) -> None:
+    table = pa.table({"id": list(range(first, first + rows)), "text": [f"row {i}" for i in range(first, first + rows)]})
+    pq.write_table(table, str(path), row_group_size=row_group)
+
+
+def ids_of(output_dir, key="id", storage_options=None) -> list:
+    ds = (
+        StreamingDataset(str(output_dir), storage_options=storage_options)
+        if storage_options
+        else StreamingDataset(str(output_dir))
+    )
+    return [ds[i][key] for i in range(len(ds))]
+
+
+def row_id(row):
+    return {"id": row["id"]}
+
+
+def two_per_row(row):
+    for k in range(2):
+        yield {"id": row["id"] * 10 + k}
+
+
+def test_parquet_through_workers_and_a_generator(tmp_path):
+    for f in range(3):
+        write_parquet(tmp_path / f"p{f}.parquet", f * 200, 200)
+    result = optimize(row_id, sources.parquet(tmp_path), tmp_path / "out", chunk_size=7, num_workers=3, verbose=False)
+    assert result.published and result.inputs == 600 and result.items == 600
+    assert ids_of(tmp_path / "out") == list(range(600))
+    optimize(
+        two_per_row, sources.parquet(tmp_path)[100:150], tmp_path / "gen", chunk_size=16, num_workers=2, verbose=False
+    )
+    assert ids_of(tmp_path / "gen") == [i * 10 + k for i in range(100, 150) for k in range(2)]
+
+
+def parse(row):
+    return {"n": row["n"]}
+
+
+def test_jsonl_bad_line_fails_its_input_naming_file_and_line(tmp_path):
+    lines = [json.dumps({"n": i}).encode() for i in range(40)]
+    lines[17] = b'{"n": \xff}'
+    (tmp_path / "data.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    result = optimize(
+        parse, sources.jsonl(tmp_path), tmp_path / "skip", chunk_size=5, num_workers=2, on_error="skip", verbose=False
+    )
+    assert result.failed == 1 and ids_of(tmp_path / "skip", "n") == [i for i in range(40) if i != 17]
+    failure = json.loads(next((tmp_path / "skip" / ".shardwright" / "failed").iterdir()).read_text())
+    assert "data.jsonl:18" in json.dumps(failure)
+    with pytest.raises(FnError, match=r"data\.jsonl:18: not valid UTF-8"):
+        optimize(parse, sources.jsonl(tmp_path), tmp_path / "raise", chunk_size=5, num_workers=2, verbose=False)
+    # the line index is kept with the interrupted run, and goes with its cleanup
+    kept = list((tmp_path / "raise" / ".shardwright" / "sources").iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith("jsonl-index-")
+
+
+def slow_ref(ref):
+    if ref.path.endswith("03.bin"):
+        time.sleep(30)
+    return {"name": ref.path.rsplit("/", 1)[-1], "size": ref.size, "head": ref.read()[:2]}
+
+
+def test_files_with_retries_and_timeouts(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(8):
+        (src / f"{i:02d}.bin").write_bytes(bytes([i]) * 5)
+    result = optimize(
+        slow_ref,
+        sources.files(src),
+        tmp_path / "out",
+        chunk_size=2,
+        num_workers=2,
+        timeout=1.0,
+        on_error="skip",
+        verbose=False,
+    )
+    assert result.failed == 1 and result.inputs == 8
+    assert ids_of(tmp_path / "out", "name") == [f"{i:02d}.bin" for i in range(8) if i != 3]
+
+
+def test_hf_dataset_loaded_from_disk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"id": list(range(500))}).save_to_disk(str(tmp_path / "ds"))
+    source = sources.hf(datasets.load_from_disk(str(tmp_path / "ds")))
+    optimize(row_id, source, tmp_path / "out", chunk_size=50, num_workers=2, verbose=False)
+    assert ids_of(tmp_path / "out") == list(range(500))
+
+
+def test_two_nodes_share_a_source(tmp_path):
+    for f in range(2):
+        write_parquet(tmp_path / f"p{f}.parquet", f * 300, 300)
+    out = tmp_path / "out"
+    first = optimize(
+        row_id, sources.parquet(tmp_path), out, chunk_size=9, num_workers=1, num_nodes=2, node_rank=0, verbose=False
+    )
+    assert not first.published
+    second = optimize(
+        row_id, sources.parquet(tmp_path), out, chunk_size=9, num_workers=1, num_nodes=2, node_rank=1, verbose=False
+    )
+    assert second.published and ids_of(out) == list(range(600))
+
+
+def _start(config: dict) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent.parent / "src"))
+    return subprocess.Popen(
+        [sys.executable, CHILD, json.dumps(config)], env=env, start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _kill_and_rerun(config: dict, rng: random.Random, kills: int) -> int:
+    """Start the call, SIGKILL its whole process group at a random moment, repeat; then let
+    it finish. Returns the kills that landed."""
+    landed = 0
+    for _ in range(kills):
+        proc = _start(config)
+        try:
+            proc.wait(timeout=rng.uniform(0.3, 2.5))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            landed += 1
+            continue
+        assert proc.returncode == 0, proc.stderr.read()[-2000:] if proc.stderr else ""
+        return landed
+    proc = _start(config)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    return landed
+
+
+def test_a_parquet_run_killed_at_random_moments_is_exactly_once_and_a_changed_file_is_named(tmp_path):
+    for f in range(3):
+        write_parquet(tmp_path / f"p{f}.parquet", f * 150, 150, row_group=40)
+    out = tmp_path / "out"
+    config = {"kind": "parquet", "path": str(tmp_path), "output_dir": str(out), "sleep": 0.004, "chunk_size": 5}
+    landed = _kill_and_rerun(config, random.Random(17), 4)
+    assert landed >= 1
+    assert ids_of(out) == list(range(450))
+    # an interrupted run, then a file rewritten: the resume names it
+    out2 = tmp_path / "out2"
+    proc = _start({**config, "output_dir": str(out2), "sleep": 0.05})
+    deadline = time.monotonic() + 60
+    while (
+        not list((out2 / ".shardwright" / "shards").glob("*.json"))
+        if (out2 / ".shardwright" / "shards").exists()
+        else True
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.01)
+    write_parquet(tmp_path / "p1.parquet", 150, 150, row_group=40)
+    with pytest.raises(RunMismatchError, match=r"p1\.parquet changed since the interrupted run"):
+        optimize(row_id, sources.parquet(tmp_path, columns=["id"]), out2, chunk_size=5, verbose=False)
+
+
+def test_incremental_over_a_growing_listing_survives_sigkill(tmp_path):
+    src = tmp_path / "incoming"
+    src.mkdir()
+    for i in range(20):
+        (src / f"{i:03d}.bin").write_bytes(bytes([i]))
+    out = tmp_path / "out"
+    config = {"kind": "files", "path": str(src), "output_dir": str(out), "chunk_size": 3}
+    _kill_and_rerun(config, random.Random(1), 0)
+    with pytest.raises(DatasetExistsError, match="mode='incremental'"):
+        optimize(lambda r: {"name": r.path}, sources.files(src), out, chunk_size=3, verbose=False)
+    for i in range(20, 45):
+        (src / f"{i:03d}.bin").write_bytes(bytes([i]))
+    config.update(mode="incremental", sleep=0.03)
+    landed = _kill_and_rerun(config, random.Random(5), 4)
+    assert landed >= 1
+    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(45)]
+    proc = _start(config)  # nothing new: a no-op
+    assert proc.wait(timeout=120) == 0
+    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(45)]
+
+
+def test_parquet_on_s3_reads_through_storage_options(tmp_path, s3_url, s3_storage_options):
+    import boto3
+
+    client = boto3.client("s3", **s3_storage_options)
+    bucket, prefix = s3_url[len("s3://") :].split("/", 1)
+    for f in range(2):
+        path = tmp_path / f"p{f}.parquet"
+        write_parquet(path, f * 100, 100, row_group=30)
+        client.put_object(Bucket=bucket, Key=f"{prefix}/raw/p{f}.parquet", Body=path.read_bytes())
+    source = sources.parquet(f"{s3_url}/raw/", columns=["id"], storage_options=s3_storage_options)
+    assert len(source) == 200 and source[150] == {"id": 150}
+    out = f"{s3_url}/ds"
+    optimize(row_id, source, out, chunk_size=16, num_workers=2, storage_options=s3_storage_options, verbose=False)
+    assert ids_of(out, storage_options=s3_storage_options) == list(range(200))
+    refs = sources.files(f"{s3_url}/raw", pattern="*.parquet", storage_options=s3_storage_options)
+    assert [r.path for r in refs] == [f"{s3_url}/raw/p0.parquet", f"{s3_url}/raw/p1.parquet"]
+    assert refs[0].read()[:4] == b"PAR1" and refs[1].version
