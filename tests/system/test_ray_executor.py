@@ -183,3 +183,49 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     from shardwright import StreamingDataset
 
     assert [item["i"] for item in StreamingDataset(str(tmp_path / "out"))] == inputs
+
+
+def test_a_source_is_planned_by_range_and_read_by_the_tasks(ray_cluster, tmp_path):
+    """A parquet source goes to the tasks as a description (files and row counts), not its
+    rows; each task reads its shards' row groups. Driven from this process (ray.init)."""
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from shardwright import StreamingDataset, optimize, sources
+
+    ray_cluster.restore()
+    if not ray.is_initialized():
+        ray.init(address=ray_cluster.address)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in range(3):
+        first = f * 400
+        table = pa.table({"id": list(range(first, first + 400)), "text": ["x" * 200] * 400})
+        pq.write_table(table, str(raw / f"part-{f}.parquet"), row_group_size=50)
+    source = sources.parquet(raw)
+    assert len(pickle.dumps(source)) < 20_000, "the source must travel as a description, not its rows"
+
+    def fn(row):  # a closure: Ray pickles it by value
+        from shardwright.process import host_identity
+
+        return {"id": row["id"], "host": host_identity()}
+
+    out = tmp_path / "out"
+    result = optimize(fn, source, out, executor="ray", shared_output=True, num_workers=1, chunk_size=20, verbose=False)
+    assert result.published and result.items == 1200
+    items = list(StreamingDataset(str(out)))
+    assert [item["id"] for item in items] == list(range(1200))
+    assert len({item["host"] for item in items}) == 3
+
+
+def test_a_task_that_could_never_start_is_refused_before_writing(ray_cluster, tmp_path):
+    ray_cluster.restore()
+    config = ray_config(
+        str(tmp_path / "out"), 20, extra={"executor": "ray", "shared_output": True, "ray_remote_args": {"num_cpus": 8}}
+    )
+    code, _, err = run_driver(ray_cluster, config)
+    assert code != 0 and "could never start" in err, err[-3000:]
+    assert not (tmp_path / "out" / ".shardwright" / "manifest.json").exists()
