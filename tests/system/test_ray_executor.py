@@ -155,7 +155,7 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     run twice over the same shards, commits them once; after publishing it returns at once."""
     import ray
 
-    from shardwright.cluster.ray import ShareCall, _board_class, _remote_share
+    from shardwright.cluster.ray import ShareCall, remote_share_task
     from shardwright.engine.options import OptimizeOptions
     from shardwright.engine.run import make_request, open_output, open_run
     from shardwright.protocol.publish import publish_if_complete
@@ -171,9 +171,8 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     options = OptimizeOptions.validate(fn, chunk_size=5, num_workers=1, num_shards=4, verbose=False)
     storage = open_output(str(tmp_path / "out"), options)
     manifest, _ = open_run(storage, make_request(fn, inputs, options))
-    board = _board_class(ray).options(num_cpus=0).remote()
-    task = _remote_share(ray).options(num_cpus=1)
-    call = ShareCall(storage.url, options, manifest, 1, board, 0)
+    task = remote_share_task(ray).options(num_cpus=1)
+    call = ShareCall(storage.url, options, manifest, 1, None, 0)
     first = ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3]))
     again = ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3]))
     assert first["items"] == 40 and again["items"] == 0

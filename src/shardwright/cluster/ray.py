@@ -186,7 +186,7 @@ class ShareCall:
     options: OptimizeOptions
     manifest: Manifest
     workers: int
-    board: Any  # the ProgressBoard actor
+    board: Any  # the ProgressBoard actor (None: nobody shows a bar, nothing to report)
     task_index: int
 
 
@@ -219,8 +219,9 @@ class _Driver:
 
     def run(self) -> Counts:
         ray = self.ray
-        remote = _remote_share(ray).options(**self.remote_args)
-        board = _board_class(ray).options(num_cpus=0, **_on_this_node(ray)).remote()
+        remote = remote_share_task(ray).options(**self.remote_args)
+        # the bar's actor starts a worker process (~1 s): only when a bar is shown, once per driver
+        board = _progress_board(ray) if self.call.options.verbose else None
         fn_ref, inputs_ref = ray.put(self.call.fn), ray.put(self.call.inputs)
         bar = self._open_bar()
         deadline = None
@@ -304,8 +305,10 @@ class _Driver:
         return busy
 
     def _refresh(self, board: Any, bar: Any, base: int) -> None:
+        if board is None:
+            return
         try:
-            totals = self.ray.get(board.totals.remote(), timeout=2)
+            totals = self.ray.get(board.totals.remote(self.manifest.run_id), timeout=2)
         except Exception:
             return  # the board's node is gone: the bar pauses, the run goes on
         # the board also counts what tasks that died had committed, which they never returned
@@ -336,17 +339,19 @@ def _on_this_node(ray: Any) -> dict:
 
 
 class ProgressBoard:
-    """A Ray actor summing what every task reports, read by the driver's progress bar."""
+    """A Ray actor summing what every task reports per run, read by the driver's progress bar
+    (one per driver process, reused by its calls)."""
 
     def __init__(self) -> None:
-        self.totals_: dict[str, int] = {}
+        self.runs: dict[str, dict[str, int]] = {}
 
-    def add(self, delta: dict) -> None:
+    def add(self, run_id: str, delta: dict) -> None:
+        totals = self.runs.setdefault(run_id, {})
         for name, value in delta.items():
-            self.totals_[name] = self.totals_.get(name, 0) + int(value)
+            totals[name] = totals.get(name, 0) + int(value)
 
-    def totals(self) -> dict:
-        return dict(self.totals_)
+    def totals(self, run_id: str) -> dict:
+        return dict(self.runs.get(run_id, {}))
 
 
 class RayJudge:
@@ -407,8 +412,8 @@ def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int
     last_flush = [time.monotonic()]
 
     def flush() -> None:
-        if delta:
-            call.board.add.remote(dict(delta))
+        if delta and call.board is not None:
+            call.board.add.remote(call.manifest.run_id, dict(delta))
             delta.clear()
         last_flush[0] = time.monotonic()
 
@@ -467,7 +472,7 @@ def _node_ip(ray: Any) -> str:
 _remote_cache: dict[str, Any] = {}
 
 
-def _remote_share(ray: Any) -> Any:
+def remote_share_task(ray: Any) -> Any:
     if "share" not in _remote_cache:
         _remote_cache["share"] = ray.remote(share_task)
     return _remote_cache["share"]
@@ -477,3 +482,13 @@ def _board_class(ray: Any) -> Any:
     if "board" not in _remote_cache:
         _remote_cache["board"] = ray.remote(ProgressBoard)
     return _remote_cache["board"]
+
+
+def _progress_board(ray: Any) -> Any:
+    """This driver's ProgressBoard actor, created on first use (again after a reconnect)."""
+    job = ray.get_runtime_context().get_job_id()
+    cached = _remote_cache.get("board_actor")
+    if cached is None or cached[0] != job:
+        actor = _board_class(ray).options(num_cpus=0, **_on_this_node(ray)).remote()
+        _remote_cache["board_actor"] = cached = (job, actor)
+    return cached[1]
