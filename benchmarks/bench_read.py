@@ -18,6 +18,10 @@ here) with a cold cache each time. Workloads: 100k small dicts ``{"i", "x"}`` an
 uint8 arrays, about 50 chunks (shards) each. The loaders' collate returns the batch size only,
 so what is timed is reading and decoding in the workers, not pickling items back.
 
+``unchecked`` is shardwright with ``check_checksums=False``: the ``checksum cost`` column is
+how much faster reading is without checking each chunk once (positive: checking costs that
+much; ``--libs shardwright,unchecked`` runs only these two).
+
 Reported: items/s and payload MB/s of each, the ratios shardwright / litdata and shardwright /
 mosaicml-streaming (> 1: shardwright faster), and ``raw``: reading the shardwright chunk files
 with no decoding (the read bandwidth ceiling; for S3, a boto3 GET of every chunk).
@@ -70,10 +74,8 @@ def count(batch) -> int:
 # --- writing: each library its own writer ------------------------------------------------------
 
 
-def write_all(workload: str, n: int, root: str) -> dict[str, str]:
-    import litdata
-    from streaming import MDSWriter
-
+def write_all(workload: str, n: int, root: str, libs: set[str] | None = None) -> dict[str, str]:
+    """Write the workload with each library's own writer (only those of ``libs``, when given)."""
     import shardwright
 
     fn, _ = WORKLOADS[workload]
@@ -83,6 +85,11 @@ def write_all(workload: str, n: int, root: str) -> dict[str, str]:
     shardwright.optimize(
         fn, list(range(n)), dirs["shardwright"], chunk_size=per_chunk, num_workers=WORKERS, verbose=False
     )
+    if libs is not None and "litdata" not in libs and "mosaic" not in libs:
+        return dirs
+    import litdata
+    from streaming import MDSWriter
+
     litdata.optimize(
         fn=fn,
         inputs=list(range(n)),
@@ -111,10 +118,11 @@ def upload_dir(client, bucket: str, local: str, prefix: str) -> str:
 # --- reading -----------------------------------------------------------------------------------
 
 
-def read_shardwright(src: str, way: str, options: dict | None, cache: str) -> int:
+def read_shardwright(src: str, way: str, options: dict | None, cache: str, check: bool = True) -> int:
     from shardwright import StreamingDataLoader, StreamingDataset
 
-    kwargs = {"storage_options": options, "cache_dir": cache} if options else {}
+    kwargs: dict = {"storage_options": options, "cache_dir": cache} if options else {}
+    kwargs["check_checksums"] = check
     if way == "inproc":
         return sum(1 for _ in StreamingDataset(src, **kwargs))
     ds = StreamingDataset(src, shuffle=way == "shuffle", **kwargs)
@@ -166,7 +174,18 @@ def read_raw(src: str, options: dict | None, client=None) -> int:
     return sum(c["chunk_size"] for c in index["chunks"])
 
 
-READERS = {"shardwright": read_shardwright, "litdata": read_litdata, "mosaic": read_mosaic}
+def read_shardwright_unchecked(src: str, way: str, options: dict | None, cache: str) -> int:
+    """shardwright with check_checksums=False: the difference is what checking chunks costs."""
+    return read_shardwright(src, way, options, cache, check=False)
+
+
+READERS = {
+    "shardwright": read_shardwright,
+    "unchecked": read_shardwright_unchecked,
+    "litdata": read_litdata,
+    "mosaic": read_mosaic,
+}
+SOURCE_OF = {"unchecked": "shardwright"}  # readers that read another library's copy
 
 
 def timed(run, args: tuple, expected: int) -> float:
@@ -186,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="workloads, e.g. small")
     parser.add_argument("--json", default="")
     parser.add_argument("--items", default="", help="sizes, e.g. small=200000,arrays=2000")
+    parser.add_argument("--libs", default="", help="readers to run, e.g. shardwright,unchecked (checksum cost only)")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     sizes = {"small": 20_000, "arrays": 80} if args.quick else {"small": 100_000, "arrays": 400}
@@ -193,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, value = pair.partition("=")
         sizes[name] = int(value)
     workloads = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
+    import shardwright.reader  # noqa: F401 - imports (torch) are paid here, not by the first reader timed
+
     root = tempfile.mkdtemp(prefix="bench-read-")
     results: list[dict] = []
     failures = 0
@@ -220,14 +242,15 @@ def main(argv: list[str] | None = None) -> int:
             saved = os.dup(1), os.dup(2)
             os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
             try:
-                dirs = write_all(workload, n, root)
+                wanted = {SOURCE_OF.get(lib, lib) for lib in args.libs.split(",")} if args.libs else None
+                dirs = write_all(workload, n, root, wanted)
             finally:
                 os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             places = [("local", dirs, None)]
             if server is not None:
                 client = server.client()
                 bucket = server.create_bucket()
-                remote = {lib: upload_dir(client, bucket, d, lib) for lib, d in dirs.items()}
+                remote = {lib: upload_dir(client, bucket, d, lib) for lib, d in dirs.items() if os.path.isdir(d)}
                 places.append(("s3", remote, dict(server.storage_options)))
             for place, srcs, options in places:
                 raw_s = statistics.median(
@@ -247,11 +270,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 for way in ("inproc", "seq", "shuffle"):
                     for lib, reader in READERS.items():
+                        if args.libs and lib not in args.libs.split(","):
+                            continue
                         seconds = []
                         for r in range(repeats):
                             cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
                             try:
-                                seconds.append(timed(reader, (srcs[lib], way, options, cache), n))
+                                src = srcs[SOURCE_OF.get(lib, lib)]
+                                seconds.append(timed(reader, (src, way, options, cache), n))
                             except Exception:
                                 failures += 1
                                 print(
@@ -294,10 +320,10 @@ def report(results: list[dict], workload: str, place: str, way: str) -> None:
 
 def print_table(results: list[dict]) -> None:
     print(
-        "\n| workload | from | way | shardwright items/s (MB/s) | litdata items/s | mosaic items/s | "
-        "sw/litdata | sw/mosaic | sw/raw |"
+        "\n| workload | from | way | shardwright items/s (MB/s) | unchecked items/s | checksum cost | "
+        "litdata items/s | mosaic items/s | sw/litdata | sw/mosaic | sw/raw |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted(
         {(r["workload"], r["place"], r["way"]) for r in results if r["way"] != "raw"},
         key=lambda k: (k[0], k[1], ["inproc", "seq", "shuffle"].index(k[2])),
@@ -307,14 +333,17 @@ def print_table(results: list[dict]) -> None:
         raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], "raw")), None)
         sw = row.get("shardwright")
         first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
+        unchecked = row.get("unchecked")
+        cost = f"{(unchecked['items_per_s'] / sw['items_per_s'] - 1) * 100:+.1f} %" if sw and unchecked else "-"
         print(
-            f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'unchecked')} | {cost} | "
+            f"{_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
             f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |"
         )
 
 
 def _rate(row: dict, lib: str) -> str:
-    return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "failed"
+    return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "-"  # not run (or failed: see stderr)
 
 
 def _ratio(ours: dict | None, other: dict | None) -> str:

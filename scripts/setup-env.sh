@@ -43,7 +43,7 @@ else
   # -c constraints.txt is essential: without it torchvision (via litdata) drags in a CUDA torch.
   set +e
   .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
-      -c constraints.txt -e '.[torch,service]' -r requirements-test.txt > .venv/pip-install.log 2>&1
+      -c constraints.txt -e '.[torch,service,gcs,azure]' -r requirements-test.txt > .venv/pip-install.log 2>&1
   pip_rc=$?
   set -e
   if [ "$pip_rc" != 0 ]; then
@@ -54,6 +54,30 @@ else
   grep -E '^Successfully installed' .venv/pip-install.log | cut -c1-300 || true
   log "python deps installed in $((SECONDS - t0))s"
   echo "$inputs" > "$stamp"
+fi
+
+# --- Azurite (npm), the Azure Blob emulator of the az:// tests -----------------------------
+# Installed under .venv/azurite (found there by tests/support/cloudemulators.py); idempotent.
+AZURITE_VERSION=3.35.0
+azurite_bin=.venv/azurite/node_modules/.bin/azurite-blob
+if [ -x "$azurite_bin" ] && grep -q "\"version\": \"$AZURITE_VERSION\"" .venv/azurite/node_modules/azurite/package.json 2>/dev/null; then
+  log "azurite $AZURITE_VERSION already installed"
+elif ! command -v npm >/dev/null 2>&1; then
+  log "NOT installing azurite: no npm (node 20) on this machine. Azure tests will be skipped (they fail under CI=true)."
+else
+  log "installing azurite $AZURITE_VERSION under .venv/azurite (log: .venv/npm-install.log)"
+  t0=$SECONDS
+  mkdir -p .venv/azurite
+  set +e
+  npm install --prefix .venv/azurite --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" > .venv/npm-install.log 2>&1
+  npm_rc=$?
+  set -e
+  if [ "$npm_rc" != 0 ]; then
+    tail -n 40 .venv/npm-install.log >&2
+    echo "setup-env.sh: npm install azurite failed ($npm_rc)" >&2
+    exit "$npm_rc"
+  fi
+  log "azurite installed in $((SECONDS - t0))s"
 fi
 
 # --- Slurm + munge (Debian packages) -----------------------------------------------------

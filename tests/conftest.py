@@ -1,21 +1,32 @@
 """Fixtures live in tests/support/ (s3_server, s3_bucket, s3_url, s3_storage_options, fault_proxy,
-slurm_cluster); tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
+gcs_server, gcs_bucket, gcs_url, azure_server, azure_container, azure_url, slurm_cluster);
+tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
 Layout: ``tests/unit/`` is pure and in-process (no servers, no subprocess pools; ``pytest tests/unit``
-is the fast loop); ``tests/system/`` runs real processes, the S3 server, Slurm, Ray and the browser.
-Test file basenames are unique across the tree (the test directories are not packages).
+is the fast loop); ``tests/system/`` runs real processes, the S3 server, the GCS and Azure
+emulators, Slurm, Ray and the browser. Test file basenames are unique across the tree (the test
+directories are not packages).
 
-Tests that use the S3 server, the Slurm cluster or the Ray cluster are marked ``s3`` / ``slurm`` /
-``ray`` here, from the fixtures they ask for, so ``pytest -m "not s3 and not slurm and not ray"``
-skips those three."""
+Tests that use the S3 server, a cloud emulator, the Slurm cluster or the Ray cluster are marked
+``s3`` / ``gcs`` / ``azure`` / ``slurm`` / ``ray`` here, from the fixtures they ask for (also
+through a parametrized ``backend``), so ``pytest -m "not s3 and not gcs and not azure and not
+slurm and not ray"`` skips them."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-pytest_plugins = ("support.s3_fixtures", "support.slurm_fixtures", "support.ray_fixtures")
+# Before google.auth is imported (it reads this once): nothing in the tests may probe a GCE
+# metadata server.
+os.environ.setdefault("NO_GCE_CHECK", "true")
+
+pytest_plugins = ("support.s3_fixtures", "support.cloud_fixtures", "support.slurm_fixtures", "support.ray_fixtures")
 
 S3_FIXTURES = {"s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_proxy"}
+GCS_FIXTURES = {"gcs_server", "gcs_bucket", "gcs_url", "gcs_storage_options"}
+AZURE_FIXTURES = {"azure_server", "azure_container", "azure_url", "azure_storage_options"}
 SLURM_FIXTURES = {"slurm_cluster"}
 RAY_FIXTURES = {"ray_cluster"}
 
@@ -25,6 +36,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         used = set(getattr(item, "fixturenames", ()))
         if used & S3_FIXTURES:
             item.add_marker(pytest.mark.s3)
+        if used & GCS_FIXTURES:
+            item.add_marker(pytest.mark.gcs)
+        if used & AZURE_FIXTURES:
+            item.add_marker(pytest.mark.azure)
         if used & SLURM_FIXTURES:
             item.add_marker(pytest.mark.slurm)
         if used & RAY_FIXTURES:

@@ -16,6 +16,7 @@ class FakeExecutor:
         self.progress: dict[str, Progress] = {}
         self.canceled: list[str] = []
         self.secrets: dict[str, dict | None] = {}
+        self.broken: set[str] = set()  # job ids whose observation raises (a file or Slurm in trouble)
 
     def records_before_start(self) -> bool:
         return False
@@ -29,6 +30,8 @@ class FakeExecutor:
         self.endings[job_id] = Observation(ended=True, report=report, how_it_ended=how)
 
     def observe(self, job: JobRecord, attempt: AttemptRecord, job_dir: str) -> Observation:
+        if job.id in self.broken:
+            raise OSError(f"cannot read the status of {job.id}")
         if job.cancel_requested and job.id not in self.canceled:
             self.canceled.append(job.id)
         if job.id in self.endings:

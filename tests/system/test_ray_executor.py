@@ -99,19 +99,25 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
     """A worker node is killed while its task writes: Ray retries the task on a live node,
     which takes the dead node's claims over at once and resumes them from their commits."""
     ray_cluster.restore()
-    config = ray_config(str(tmp_path / "out"), 900, sleep=0.01)
+    config = ray_config(str(tmp_path / "out"), 1500, sleep=0.01)
     started = time.monotonic()
     driver = start_driver(ray_cluster, config)
     try:
         assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 12, 90)
         assert driver.poll() is None, "the run finished before a node could be removed: too small"
-        shown = subprocess.run(
-            [sys.executable, "-m", "shardwright.cli", "status", config["output_dir"]],
-            env=ray_cluster.env,
-            capture_output=True,
-            text=True,
-        )
-        assert "held by ray node" in shown.stdout, shown.stdout + shown.stderr  # which Ray node holds which shard
+        shown: list[str] = []
+
+        def status_names_a_ray_node() -> bool:  # which Ray node holds which shard
+            done = subprocess.run(
+                [sys.executable, "-m", "shardwright.cli", "status", config["output_dir"]],
+                env=ray_cluster.env,
+                capture_output=True,
+                text=True,
+            )
+            shown[:] = [done.stdout + done.stderr]
+            return "held by ray node" in done.stdout
+
+        assert wait_for(status_names_a_ray_node, 20, interval=0.5), shown
         ray_cluster.remove_worker_node()
         out, err = driver.communicate(timeout=110)
     finally:

@@ -1,7 +1,7 @@
 """StreamingDataset on local directories (no cache involved), and the chunk cache of remote
 datasets exercised over a local Storage (the S3 end-to-end tests are in test_s3.py).
 
-tests/test_litdata_compat.py already covers: access patterns and slicing on a hand-written
+tests/system/test_litdata_compat.py already covers: access patterns and slicing on a hand-written
 dataset, empty dataset, missing dir, missing index, corrupt index, missing/short chunks,
 chunk count mismatch, unsupported formats, pickling, DataLoader workers, litdata's
 decompressed copies. This file adds what those do not.
@@ -114,7 +114,7 @@ def test_output_dir_is_a_file(tmp_path):
 
 def test_unsupported_url_and_bad_cache_bound(dataset):
     with pytest.raises(ValueError, match="unsupported URL"):
-        StreamingDataset("gs://bucket/data")
+        StreamingDataset("hdfs://bucket/data")
     with pytest.raises(ValueError, match="max_cache_bytes"):
         StreamingDataset(dataset, max_cache_bytes="lots")
     # Cache settings do not apply to local datasets: nothing is created.

@@ -714,4 +714,4 @@ def test_reader_pickles_without_clients(remote_dataset, tmp_path):
 
 def test_reader_unsupported_url():
     with pytest.raises(ValueError, match="unsupported URL"):
-        StreamingDataset("gs://bucket/data")
+        StreamingDataset("hdfs://bucket/data")

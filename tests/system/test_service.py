@@ -230,6 +230,7 @@ def test_pipelines_list_their_config_schema(client):
         ({"output_dir": "relative/dir"}, 422, "output_dir"),
         ({"output_dir": "/etc/elsewhere"}, 403, "output_dir"),
         ({"output_dir": "ftp://bucket/x"}, 422, "output_dir"),
+        ({"output_dir": "gs://bucket/x"}, 403, "output_dir"),  # a supported store, outside the roots
         ({"inputs": list(range(501))}, 413, "inputs"),
         ({"pipeline": "echo", "config": {"factor": 2}}, 422, "config"),
         ({"executor": {"kind": "k8s"}}, 422, "executor.kind"),

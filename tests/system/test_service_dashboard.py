@@ -276,6 +276,20 @@ def test_dashboard_submit_form_job_page_and_state_filter(tmp_path, browser):
         rows = browser.find_elements(By.CSS_SELECTOR, "#job-attempts tr.attempt")
         assert len(rows) == 1 and rows[0].find_element(By.CSS_SELECTOR, ".outcome").text == "succeeded"
         _wait(lambda: "dataset published" in _text(browser, "job-log"), 10, "the log", browser)
+        # the output's own history: the one optimize() call, complete, all inputs done
+        _wait(
+            lambda: (
+                [
+                    r.find_element(By.CSS_SELECTOR, ".ended").text
+                    for r in browser.find_elements(By.CSS_SELECTOR, "#job-history tr.run")
+                ]
+                == ["published"]
+            ),
+            15,
+            "the output's history",
+            browser,
+        )
+        assert f"0 -> {n} of {n}" in browser.find_element(By.CSS_SELECTOR, "#job-history tr.run").text
         with srv.client() as c:
             job = srv.job(c, job_id)
         assert job["config"]["factor"] == 2 and job["options"]["chunk_size"] == 2

@@ -21,7 +21,7 @@ SECRET = "TOPSECRETvalue-123456"
 
 
 class RunnerWatch(threading.Thread):
-    """Samples /proc every 20 ms: the most job processes seen at once for one job directory."""
+    """Samples /proc every 20 ms: the most attempts (process sessions) seen alive at once for one job."""
 
     def __init__(self, job_dir_part: str):
         super().__init__(daemon=True)
@@ -29,7 +29,7 @@ class RunnerWatch(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            found = {}  # pid -> parent pid of every process running this job's runner (workers are forks)
+            sessions = set()  # the session of every live process of this job's runner (workers share it)
             for pid in os.listdir("/proc"):
                 if not pid.isdigit():
                     continue
@@ -45,9 +45,10 @@ class RunnerWatch(threading.Thread):
                     and any(self.part.encode() in a for a in cmd)
                     and fields[0] not in ("Z", "X")
                 ):
-                    found[int(pid)] = int(fields[1])
-            runners = [pid for pid, parent in found.items() if parent not in found]
-            self.most = max(self.most, len(runners))
+                    # each attempt's runner leads a session of its own; its workers stay in it even
+                    # for the instant they outlive it (orphaned, before their own death signal)
+                    sessions.add(int(fields[3]))
+            self.most = max(self.most, len(sessions))
             time.sleep(0.02)
 
 

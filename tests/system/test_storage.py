@@ -33,9 +33,19 @@ from shardwright.storage.files import TMP_NAME_RE, disk_full_error, raising_disk
 MiB = 1024 * 1024
 _memory_names = itertools.count()
 
-ALL_BACKENDS = ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)]
+CLOUDS = [
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("gcs", marks=pytest.mark.gcs),
+    pytest.param("azure", marks=pytest.mark.azure),
+]
+ALL_BACKENDS = ["memory", "local", *CLOUDS]
 # Backends a second process can share (MemoryStorage is single-process by design).
-PROCESS_BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
+PROCESS_BACKENDS = ["local", *CLOUDS]
+# Each cloud's names for "upload in parts above this size, parts of this size".
+_PART_OPTIONS = {
+    "gcs": {"multipart_threshold": "multipart_threshold", "multipart_chunksize": "upload_chunk_size"},
+    "azure": {"multipart_threshold": "max_single_put_size", "multipart_chunksize": "max_block_size"},
+}
 
 
 def _make(backend: str, tmp_path: Path, request: pytest.FixtureRequest, extra_options: dict | None = None) -> Storage:
@@ -45,8 +55,10 @@ def _make(backend: str, tmp_path: Path, request: pytest.FixtureRequest, extra_op
         return open_storage(f"memory://{name}")
     if backend == "local":
         return open_storage(tmp_path / "out", create=True)
-    url = request.getfixturevalue("s3_url")
-    options = dict(request.getfixturevalue("s3_storage_options"), **(extra_options or {}))
+    names = _PART_OPTIONS.get(backend, {})
+    extra = {names.get(k, k): v for k, v in (extra_options or {}).items()}
+    url = request.getfixturevalue(f"{backend}_url")
+    options = dict(request.getfixturevalue(f"{backend}_storage_options"), **extra)
     return open_storage(url, options)
 
 
@@ -120,6 +132,7 @@ def test_roundtrip_and_missing_keys(storage):
         assert storage.local_path("a/b/c.bin") is None
     if isinstance(storage, S3Storage):
         assert storage._client_kwargs["aws_secret_access_key"] not in repr(storage)
+    assert "AccountKey" not in repr(storage) and "AccountKey" not in str(vars(storage).get("url"))
 
 
 @pytest.mark.parametrize("has_syncfs", [True, False])
@@ -208,7 +221,7 @@ def test_atomic_replace_readers_never_see_torn_data(storage):
     for t in threads:
         t.start()
     try:
-        for i in range(20 if isinstance(storage, S3Storage) else 60):
+        for i in range(60 if isinstance(storage, (LocalStorage, MemoryStorage)) else 20):
             storage.write_bytes("obj", a if i % 2 else b)
     finally:
         stop.set()
@@ -714,8 +727,9 @@ def test_registry_chooses_backend_by_scheme(tmp_path):
         ("s3:/bucket/p", "malformed URL 's3:/bucket/p': write s3://bucket/p (two slashes), or ./s3:/bucket/p"),
         ("s3:bucket", "malformed URL 's3:bucket': write s3://bucket"),
         (
-            "gs://bucket/p",
-            "unsupported URL scheme 'gs' in 'gs://bucket/p': use a local path or one of file://, memory://, s3://",
+            "hdfs://bucket/p",
+            "unsupported URL scheme 'hdfs' in 'hdfs://bucket/p': use a local path or one of abfs://, abfss://, az://, "
+            "file://, gcs://, gs://, memory://, s3://",
         ),
         ("https://user:hunter2@example.com/x", "unsupported URL scheme 'https'"),
         ("s3://", "invalid S3 URL 's3://': use s3://bucket/prefix"),

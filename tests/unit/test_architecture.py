@@ -152,3 +152,14 @@ def test_public_imports_are_unchanged():
         "StorageError",
     ):
         assert getattr(shardwright, name) is not None
+
+
+def test_test_file_basenames_are_unique():
+    """tests/unit and tests/system are not packages: two test files of one name would shadow
+    each other when pytest imports them."""
+    tests = SRC.parent / "tests"
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+    assert not list(tests.glob("test_*.py")), "test files live in tests/unit/ or tests/system/"

@@ -124,7 +124,19 @@ TABLE = [
         DatasetExistsError,
     ),
     ("dataset without run record", seen(index_chunks=GEN0), request(), DatasetExistsError),
-    ("dataset, append", seen(index_chunks=GEN0, last_run=finished(fn="m.other")), request("append"), PlanKind.APPEND),
+    (
+        "dataset, append",
+        seen(index_chunks=GEN0, last_run=finished(fn="m.other")),
+        request("append", inputs=OTHER_INPUTS),
+        PlanKind.APPEND,
+    ),
+    # the same inputs again (another fn): each would be in the dataset twice (allow_repeated_append)
+    (
+        "dataset, append of inputs it holds",
+        seen(index_chunks=GEN0, last_run=finished(fn="m.other")),
+        request("append"),
+        DatasetExistsError,
+    ),
     ("dataset, overwrite", seen(index_chunks=GEN0, last_run=finished()), request("overwrite"), PlanKind.OVERWRITE),
     ("foreign files", seen(foreign_files=("chunk-0-0.bin",)), request(), OutputDirError),
     ("foreign files, overwrite", seen(foreign_files=("chunk-0-0.bin",)), request("overwrite"), PlanKind.OVERWRITE),
@@ -249,7 +261,9 @@ def test_a_superset_rerun_suggests_incremental():
 
 
 def test_a_run_that_added_no_chunk_still_gets_its_own_generation():
-    plan = decide(seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append"))
+    plan = decide(
+        seen(index_chunks=GEN0, last_run=one_run(fn="m.x", generation=4)), request("append", inputs=OTHER_INPUTS)
+    )
     assert plan.generation == 5
 
 
@@ -267,7 +281,7 @@ def test_table_covers_every_plan_kind():
 
 
 def test_new_runs_get_a_generation_after_the_dataset():
-    plan = decide(seen(index_chunks=GEN1, last_run=finished(fn="m.other")), request("append"))
+    plan = decide(seen(index_chunks=GEN1, last_run=finished(fn="m.other")), request("append", inputs=OTHER_INPUTS))
     assert (plan.kind, plan.generation, plan.manifest_mode) == (PlanKind.APPEND, 2, "append")
     assert plan.base is not None and plan.base[0] == GEN1
 
@@ -290,3 +304,9 @@ def test_mismatch_names_the_setting_and_the_fix():
 def test_dataset_exists_suggests_append_and_overwrite():
     with pytest.raises(DatasetExistsError, match="append.*overwrite"):
         decide(seen(index_chunks=GEN0), request())
+
+
+def test_an_input_that_failed_midway_is_retried_skipping_its_outputs_in_the_dataset():
+    failed_4 = Recorded([0], [FIRST_TEN], [[[0, 4], [5, 10]]], partials=[[[4, 2]]])  # 4 failed after 2 outputs
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=failed_4), incremental(range(2, 12)))
+    assert plan.input_ranges == ((2, 3), (8, 10)) and plan.range_skips == ((2, 2),)

@@ -15,6 +15,7 @@ from shardwright.format import ItemEncoder, chunk_item, chunk_num_items, decode_
 from shardwright.protocol.claim import claim_format, read_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import Request
+from shardwright.protocol.fn_identity import FnIdentity
 from shardwright.protocol.identity import IdentityTable, read_recorded, subtract, to_ranges
 from shardwright.protocol.layout import INDEX_KEY, INPUTS_PREFIX, MANIFEST_KEY, units_key
 from shardwright.protocol.manifest import OutputSettings
@@ -77,7 +78,7 @@ def drive(storage, values: list, mode: str | None) -> None:
             job = PendingChunk(p.shard, p.next_seq + k, [item], position, position + 1, 0, position + 1 == p.end)
             commit_round(storage, [job], settings)
             storage.barrier()
-    publish_if_complete(storage, manifest, {}, ("m.f", ""))
+    publish_if_complete(storage, manifest, {}, FnIdentity(name="m.f"))
 
 
 def dataset(storage) -> list:

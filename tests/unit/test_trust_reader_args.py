@@ -7,9 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
+from shardwright import CombinedStreamingDataset, StreamingDataset
 from shardwright.errors import ArgumentTypeError, CorruptStateError, UsageError
 from support.datasets import write_dataset
+
+
+def loader_class():
+    """StreamingDataLoader is a torch DataLoader: tests of it skip where torch is not installed
+    (the unit layer also runs on Pythons with the core dependencies only)."""
+    return pytest.importorskip("shardwright.reader.loader").StreamingDataLoader
 
 
 @pytest.fixture
@@ -46,8 +52,8 @@ def test_allow_pickle_false_string_never_unpickles(tmp_path):
 
 
 def test_loader_drop_last_is_strict(dataset):
-    with pytest.raises(ArgumentTypeError, match="drop_last must be True or False"):
-        StreamingDataLoader(StreamingDataset(dataset), batch_size=2, drop_last="false")
+    with pytest.raises(ArgumentTypeError, match="drop_last must be True, False or None"):
+        loader_class()(StreamingDataset(dataset), batch_size=2, drop_last="false")
 
 
 def test_empty_cache_dir_is_refused(dataset):
@@ -77,7 +83,7 @@ def test_fewer_items_than_ranks_with_drop_last_warns_and_every_rank_yields_nothi
         monkeypatch.setenv("WORLD_SIZE", "4")
         ds = StreamingDataset(out, drop_last=True)
         with pytest.warns(UserWarning, match=r"the epoch is empty: drop_last with 3 items on 4 ranks"):
-            batches = list(StreamingDataLoader(ds, batch_size=2))
+            batches = list(loader_class()(ds, batch_size=2))
         assert batches == []
 
 
@@ -108,3 +114,24 @@ def test_dataset_replaced_under_an_open_reader_says_reopen(tmp_path):
     write_dataset(out, [{"i": -i} for i in range(8)], chunk_size=4, generation=1)  # mode="overwrite" did this
     with pytest.raises(CorruptStateError, match=r"was replaced since it was opened.*reopen it"):
         ds[5]
+
+
+def test_pickle_leaf_of_a_main_class_warns_at_write_time():
+    import __main__
+    from shardwright.format import ItemEncoder
+
+    class Point:
+        pass
+
+    Point.__module__, Point.__qualname__ = "__main__", "TrustPoint"
+    __main__.TrustPoint = Point  # a class defined in the script that runs optimize()
+    try:
+        with pytest.warns(UserWarning, match=r"input 7: a pickle leaf refers to __main__.TrustPoint.*cannot unpickle"):
+            ItemEncoder().encode({"p": Point()}, 7)
+    finally:
+        del __main__.TrustPoint
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ItemEncoder().encode({"p": {"plain": [1, "__main__"]}}, 8)  # the string alone is no reference

@@ -26,15 +26,15 @@ from .k8s import add_k8s_command
 from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
-from .verify import add_verify_command
+from .verify import add_verify_command, run_verify
 
 
 def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
     """What is done, in progress, pending and failed, as a JSON-ready dict (``status --json``).
 
     Args:
-        output_dir: a local directory or ``s3://bucket/prefix``.
-        storage_options: boto3 client arguments for S3.
+        output_dir: a local directory, ``s3://``, ``gs://`` or ``az://`` URL.
+        storage_options: the backend's options (boto3 client arguments for S3; docs/clouds.md).
 
     Returns:
         :meth:`shardwright.protocol.status.RunStatus.to_json`.
@@ -138,27 +138,32 @@ def print_history(attempts: list[Attempt], as_json: bool) -> None:
         )
 
 
+STORAGE_OPTIONS_HELP = (
+    "JSON dict of storage options (boto3 client arguments for s3://; gs:// and az://: docs/clouds.md)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shardwright", description="Inspect and finish shardwright outputs.")
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="what is done, in progress, pending and failed")
     status.add_argument("output_dir")
     status.add_argument("--json", action="store_true", help="print the report as JSON")
-    status.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    status.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     merge_cmd = sub.add_parser("merge", help="publish index.json once every shard is done")
     merge_cmd.add_argument("output_dir")
-    merge_cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    merge_cmd.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     clean = sub.add_parser("clean", help="abandon the unfinished run, keeping the published dataset")
     clean.add_argument("output_dir")
-    clean.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    clean.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     runs = sub.add_parser("runs", help="every shardwright output under a local directory or S3 prefix, with its state")
     runs.add_argument("root")
     runs.add_argument("--json", action="store_true", help="print the outputs as JSON")
-    runs.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// roots")
+    runs.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     history = sub.add_parser("history", help="the recorded attempts (optimize() calls) on an output")
     history.add_argument("output_dir")
     history.add_argument("--json", action="store_true", help="print the attempts as JSON")
-    history.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// outputs")
+    history.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     add_verify_command(sub)
     add_slurm_command(sub)
     add_k8s_command(sub)
@@ -216,6 +221,8 @@ def _main(argv: list[str] | None) -> int:
             else:
                 print(f"nothing to clean: {args.output_dir} has no unfinished run")
             return 0
+        if args.command == "verify":
+            return run_verify(args.output_dir, parse_storage_options(args.storage_options), args.json)
         if args.command == "runs":
             options = parse_storage_options(args.storage_options)
             existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands

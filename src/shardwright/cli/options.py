@@ -1,4 +1,4 @@
-"""Arguments shared by the ``shardwright`` subcommands."""
+"""Arguments several commands share: ``--storage-options``."""
 
 from __future__ import annotations
 

@@ -84,9 +84,10 @@ def add_slurm_command(subparsers: Any) -> None:
     p.add_argument("--output-dir", help="the optimize() output_dir (for --merge-job)")
     p.add_argument(
         "--storage-options",
-        help="JSON dict of boto3 client arguments for an s3:// --output-dir; "
+        help="JSON dict of storage options for an s3://, gs:// or az:// --output-dir; "
         "credentials in it are NOT passed to the merge job (they would be visible in Slurm's job "
-        "record): it reads them from the environment sbatch exports, ~/.aws or an instance role",
+        "record): it reads them from the environment sbatch exports (AWS_*, GOOGLE_APPLICATION_CREDENTIALS, "
+        "AZURE_STORAGE_CONNECTION_STRING), ~/.aws, gcloud's ADC or an instance role",
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command each task runs")
     p.set_defaults(func=run_slurm_command)

@@ -3,11 +3,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from ..reader.verify import verify
-from .options import parse_storage_options
 
 
 def add_verify_command(sub) -> None:
@@ -18,13 +16,11 @@ def add_verify_command(sub) -> None:
     cmd.add_argument("output_dir")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// datasets")
-    cmd.set_defaults(func=run_verify)
 
 
-def run_verify(args: argparse.Namespace) -> int:
-
-    report = verify(args.output_dir, storage_options=parse_storage_options(args.storage_options))
-    if args.json:
+def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> int:
+    report = verify(output_dir, storage_options=storage_options)
+    if as_json:
         print(json.dumps(report.to_json(), indent=1))
     else:
         for damage in report.damaged:

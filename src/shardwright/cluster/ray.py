@@ -33,9 +33,10 @@ from typing import Any
 
 from ..engine.attempts import AttemptLog
 from ..engine.executors import ExecutorCall
+from ..engine.identity import fn_identity
 from ..engine.inputs import load_source_state
 from ..engine.messages import Committed, Progress
-from ..engine.options import OptimizeOptions, fn_code, fn_name
+from ..engine.options import OptimizeOptions
 from ..engine.planning import NodeIdentity
 from ..engine.progress import tqdm_class
 from ..engine.result import OptimizeResult
@@ -108,8 +109,7 @@ class RayExecutor:
             if lease.lost:
                 raise LeaseLostError(f"stopped: {lease.lost}")
             lease.confirm()
-            finisher = (fn_name(call.fn), fn_code(call.fn))
-            published, missing = publish_if_complete(storage, manifest, {}, finisher)
+            published, missing = publish_if_complete(storage, manifest, {}, fn_identity(call.fn))
             if missing:
                 raise ShardwrightError(
                     f"the Ray tasks returned but shard(s) {missing[:20]} are not done; rerun the same call to resume"

@@ -14,7 +14,7 @@ from ..errors import RunMismatchError
 from ..process import host_identity
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
 from ..protocol.hints import start_over_hint
-from ..protocol.identity import IdentityTable, units_fingerprint, write_units
+from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint, write_units
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
 from ..sources import Source
@@ -23,10 +23,15 @@ from ..storage import Storage
 log = logging.getLogger("shardwright")
 
 
+def unit_columns(source: Source) -> UnitColumns:
+    """A source's units, read once per source object (fingerprint and identities share them)."""
+    return UnitColumns(*source.unit_columns())
+
+
 def fingerprint(inputs: Sequence) -> InputsFingerprint:
     """A source's fingerprint is its units' metadata, a plain sequence's its pickled values."""
     if isinstance(inputs, Source):
-        return units_fingerprint(list(inputs.units()), len(inputs))
+        return units_fingerprint(unit_columns(inputs), len(inputs))
     return InputsFingerprint.of(inputs)
 
 
@@ -36,7 +41,7 @@ def prefix_fingerprint(inputs: Sequence) -> Callable[[int], InputsFingerprint]:
 
 def identities(inputs: Sequence) -> IdentityTable:
     if isinstance(inputs, Source):
-        return IdentityTable.of_units(inputs.units())
+        return IdentityTable.of_columns(unit_columns(inputs))
     return IdentityTable.of_values(inputs)
 
 
@@ -92,8 +97,8 @@ def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
     except FileNotFoundError:
         return
     recorded = IdentityTable.from_bytes(data, f"{storage.url}/{units_key(manifest.generation)}")
-    if recorded.rows is None:
-        return  # the run was over a plain sequence: its fingerprint says what differs
+    if not recorded.versions.any():
+        return  # the run was over a plain sequence (versions 0): its fingerprint says what differs
     was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
     now = identities(inputs)
     for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
@@ -173,6 +178,17 @@ class Concat(Sequence):
             raise IndexError(i)
         k = bisect.bisect_right(self.starts, i) - 1
         return self.parts[k][i - self.starts[k]]
+
+
+def shard_skips(manifest: Manifest, ids: Sequence | None, lo: int, hi: int) -> list | None:
+    """Outputs already in the dataset of each input of a shard's positions ``lo..hi`` (a
+    retry's input_skips, an incremental run's range_skips), or None when there are none."""
+    if manifest.input_skips:
+        return manifest.input_skips[lo:hi]
+    if manifest.range_skips and ids is not None:
+        skips = {p: k for p, k in manifest.range_skips}
+        return [skips.get(i, 0) for i in ids]
+    return None
 
 
 def shard_inputs(inputs: Sequence, manifest: Manifest, lo: int, hi: int) -> tuple[Sequence, Sequence | None]:

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import (
     ConcurrentRunError,
@@ -24,6 +25,7 @@ from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputFiles
+from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY, lease_key
 from ..protocol.lease import Lease, live_leases
@@ -38,6 +40,7 @@ from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .executors import LOCAL, ExecutorCall, get_executor
 from .guards import check_main_guard, check_not_bootstrapping, redacting
+from .identity import fn_identity
 from .inputs import (
     check_source_unchanged,
     fingerprint,
@@ -48,7 +51,7 @@ from .inputs import (
     record_identities,
     save_source_state,
 )
-from .options import OptimizeOptions, fn_code, fn_name
+from .options import OptimizeOptions, fn_name, litdata_args
 from .planning import KUBERNETES, NodeIdentity, check_inputs, check_output_dir, node_identity
 from .result import OptimizeResult
 from .share import run_share
@@ -78,10 +81,21 @@ def optimize(
     max_retries: int = 0,
     timeout: float | None = None,
     item_loader: object = None,
+    allow_fn_config_change: bool = False,
+    allow_repeated_append: bool = False,
     executor: str = "local",
     ray_remote_args: dict | None = None,
     failed_dir: str | os.PathLike[str] | None = None,
     shared_output: bool = False,
+    # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
+    batch_size: int | None = None,
+    fast_dev_run: bool | int = False,
+    keep_data_ordered: bool | None = None,
+    reorder_files: bool = True,
+    compression_level: str | None = None,
+    input_dir: str | None = None,
+    align_chunking: bool = False,
+    **litdata_only: Any,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -97,7 +111,8 @@ def optimize(
             Inputs that are paths to files are checked for changes when a run resumes. Or a
             source (``shardwright.sources``: parquet, jsonl, files, hf): lazy, identified by
             its metadata, read by the workers (docs/sources.md).
-        output_dir: a local directory or ``"s3://bucket/prefix"``.
+        output_dir: a local directory, ``"s3://bucket/prefix"``, ``"gs://bucket/prefix"`` or
+            ``"az://container/prefix"`` (docs/clouds.md).
         chunk_size: items per chunk. Give this or ``chunk_bytes``.
         chunk_bytes: bytes per chunk, an int or a string such as ``"64MB"`` (default
             ``"64MB"`` when neither is given).
@@ -128,6 +143,14 @@ def optimize(
         item_loader: None, or ``shardwright.TokensLoader()``: fn returns 1-D token arrays
             (numpy or torch), written as one token stream in litdata's TokensLoader layout;
             read it with ``StreamingDataset(out, item_loader=TokensLoader(block_size=B))``.
+        allow_fn_config_change: resume an interrupted run although fn's configuration (a
+            ``functools.partial``'s arguments, closure values, instance attributes, globals it
+            uses; see README "Identity of a call") changed since it started, mixing outputs of
+            both configurations in one dataset. Refused by default, naming what changed; a
+            change of fn's code alone is always allowed (fix and resume), with a warning.
+        allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
+            dataset (the original run or an append) already added: refused by default, since
+            each would be in the dataset twice.
         executor: ``"local"`` (default, even when ``RAY_ADDRESS`` is set): this machine, or
             this node of a Slurm or Kubernetes run. ``"ray"``: spread the shards over a Ray
             cluster's nodes (connects the way ``ray.init()`` does; see docs/ray.md).
@@ -139,6 +162,17 @@ def optimize(
             task, attempt), and a "resolved" record when a retry succeeds; best effort.
         shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
             multi-node Ray or Kubernetes run refuses a local path without it.
+        batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
+        fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
+            that many; the output is a real, small dataset.
+        keep_data_ordered, reorder_files: accepted (litdata's names); the dataset always keeps
+            the inputs' order. ``align_chunking=True`` needs ``chunk_size`` (as litdata): the
+            chunk layout never depends on num_workers here; ``num_shards=1`` gives a single
+            worker's boundaries.
+        compression_level: None or ``"chunk"`` (whole-file zstd); litdata's in-file levels
+            are refused. ``input_dir``: a local directory (validated); fn gets the inputs as given.
+        Other litdata arguments are refused with the reason (Lightning-platform ones such as
+            ``machine``, ``num_downloaders``, ``optimize_dns``; ``weights``, ``key_fn``, ...).
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -148,9 +182,13 @@ def optimize(
         UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
         InputsError: inputs is not a sequence, or an input cannot be pickled.
         OutputDirError: output_dir cannot be used.
-        DatasetExistsError: a finished dataset of another call is there and mode is None.
-        RunMismatchError: the interrupted run had other inputs or settings.
+        DatasetExistsError: a finished dataset of another call is there and mode is None; or
+            an append of inputs an earlier run already added; or the same call with a changed fn.
+        RunMismatchError: the interrupted run had other inputs, settings or fn configuration.
         ConcurrentRunError: another live run is writing the same output.
+        IncompleteRunError: a single-node run finished its shards but could not publish
+            index.json (another process holds the publish lease, or the storage does not list
+            what was written); the message says what to do. Never returned as a success.
         FnError: fn raised on an input (its index, repr and traceback are attached).
         WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
         StorageError: the storage failed (credentials, bucket, network, disk full).
@@ -179,12 +217,26 @@ def optimize(
         max_retries=max_retries,
         timeout=timeout,
         item_loader=item_loader,
+        allow_fn_config_change=allow_fn_config_change,
+        allow_repeated_append=allow_repeated_append,
+        output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
         executor=executor,
         ray_remote_args=ray_remote_args,
         failed_dir=failed_dir,
         shared_output=shared_output,
     )
-    inputs = check_inputs(inputs)
+    extra = litdata_args(
+        batch_size=batch_size,
+        fast_dev_run=fast_dev_run,
+        keep_data_ordered=keep_data_ordered,
+        reorder_files=reorder_files,
+        compression_level=compression_level,
+        input_dir=input_dir,
+        align_chunking=align_chunking,
+        chunk_size=chunk_size,
+        others=litdata_only,
+    )
+    inputs = extra.apply(check_inputs(inputs))
     if options.engines.executor != LOCAL:
         runner = get_executor(options.engines.executor)  # an unknown name fails before anything is written
         return runner.run(ExecutorCall(fn, inputs, os.fspath(output_dir), options, started))
@@ -251,16 +303,27 @@ def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Re
     """What this call asks of the output (compared with what is there by ``decide``); a
     source's state must be loaded first (``load_source_state``)."""
     incremental = options.mode == "incremental"
+    identity = fn_identity(fn)
+    if identity.skipped:
+        log.warning(
+            "fn %s refers to state that cannot be compared by value, so a change there cannot be detected "
+            "on resume or rerun: %s",
+            identity.name,
+            describe_changes(list(identity.skipped)),
+        )
     return Request(
         mode=options.mode,
         inputs=fingerprint(inputs),
         settings=options.output_settings(len(inputs)),
-        fn_name=fn_name(fn),
+        fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
-        fn_code=fn_code(fn),
+        fn_code=identity.code,
         input_files=input_files_json(inputs),
         identities=identities(inputs) if incremental else None,
         prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
+        fn_identity=identity,
+        allow_fn_config_change=options.allow_fn_config_change,
+        allow_repeated_append=options.allow_repeated_append,
     )
 
 
@@ -311,7 +374,7 @@ def open_run(storage: Storage, request: Request, notes: list[str] | None = None)
             break
         # a crash during publishing: index.json is out, the cleanup was not finished
         assert plan.manifest is not None and seen.index_chunks is not None
-        finish_published(storage, plan.manifest, list(seen.index_chunks), (request.fn_name, request.fn_code))
+        finish_published(storage, plan.manifest, list(seen.index_chunks), request.fn())
     if plan.note:
         log.warning("%s", plan.note)
         if notes is not None:
@@ -363,7 +426,9 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
+        fn_identity=request.fn().to_json(),
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -463,7 +528,7 @@ def _drive(
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
-    published, missing = publish_if_complete(storage, manifest, progress, (fn_name(fn), fn_code(fn)))
+    published, missing = publish_if_complete(storage, manifest, progress, fn_identity(fn))
     if published:
         _warn_if_empty(storage, manifest, fn)
     result = OptimizeResult(

@@ -16,7 +16,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
-from .inputs import shard_inputs
+from .inputs import shard_inputs, shard_skips
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -39,7 +39,6 @@ class ShareOutcome:
 def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
     a lazy slice of a source, a list of a plain sequence's values)."""
-    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
@@ -55,7 +54,7 @@ def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: 
                 p.next_seq,
                 values,
                 ids,
-                skips[p.next_input : p.end] if skips else None,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )

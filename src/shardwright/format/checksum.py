@@ -3,9 +3,11 @@ is compressed), computed by the writer from the bytes it is about to write (no s
 and stored in index.json's chunk entries as an extra ``"checksum"`` field, which litdata's
 readers ignore.
 
-The format is ``"<algorithm>:<hex digest>"``. The algorithm is xxHash's XXH3 (64 bits), the
-fastest of those measured on this project's machine (GB/s over 64 MB, best of 3; see
-benchmarks/README.md): xxh3_64 12.8, crc32c 12.3, xxh64 6.6, zlib.crc32 1.7, blake2b 0.9.
+The format is ``"<algorithm>:<hex digest>"``. The algorithm is xxHash's XXH3 with a 128-bit
+digest, the fastest of those measured on this project's machine (benchmarks/bench_checksum.py,
+GB/s over 64 MB, best of 3, quiet machine): xxh3_128 15.5, xxh3_64 12.8, crc32c 12.3, xxh64
+6.6, zlib.crc32 1.7, blake2b 0.9 (figures in benchmarks/README.md). ``xxh3_64`` digests (the
+first datasets with checksums) are still checked.
 It detects accidental damage (bit rot, truncation, a chunk copied over another); it is not
 a signature: whoever can write the dataset can also rewrite its index.
 """
@@ -21,8 +23,8 @@ from ..errors import CorruptStateError
 
 __all__ = ["CHECKSUM_ALGORITHM", "ChecksumMismatch", "chunk_checksum", "check_checksum", "parse_checksum"]
 
-CHECKSUM_ALGORITHM = "xxh3_64"
-_ALGORITHMS = {"xxh3_64": xxhash.xxh3_64_hexdigest}
+CHECKSUM_ALGORITHM = "xxh3_128"
+_ALGORITHMS = {"xxh3_128": xxhash.xxh3_128_hexdigest, "xxh3_64": xxhash.xxh3_64_hexdigest}
 _CHECKSUM_RE = re.compile(r"^([a-z0-9_]{1,16}):([0-9a-f]{1,128})$")
 
 

@@ -11,7 +11,7 @@ identity), ``identity`` (per-input identities, the incremental plan), ``manifest
 
 Terms
 =====
-An *output* is a local directory or an S3 prefix, reached only through
+An *output* is a local directory or an S3, GCS or Azure Blob prefix, reached only through
 :class:`shardwright.storage.Storage`. A *run* is one manifest's life: fresh, append, retry
 or overwrite. Its inputs are cut into ``num_shards`` contiguous *shards*; a shard is worked
 on by one worker at a time, in input order, and its chunks hold only its own inputs. The
@@ -177,11 +177,23 @@ Assumptions
 - **Clocks agree within the lease TTL** (default 30 s, ``SHARDWRIGHT_LEASE_TTL``): a lease
   is stale when its heartbeat is older than the TTL by the reader's clock.
 - **Rename is atomic** and a directory fsync makes it durable (local disk); an S3 PUT or a
-  completed multipart upload is atomic and durable when it returns.
+  completed multipart upload, a completed GCS upload, an Azure Put Blob or Put Block List is
+  atomic and durable when it returns.
 - **fsync is honest**: after ``barrier()`` (``syncfs``, or an fsync per file) the bytes
   survive a power cut.
 - **The object store honours conditional writes**: ``If-None-Match: *`` (create) and
-  ``If-Match: etag`` (compare-and-swap) are atomic; exactly one of racing writers wins.
+  ``If-Match: etag`` (compare-and-swap) on S3 and Azure, ``ifGenerationMatch=0`` and
+  ``ifGenerationMatch=<generation>`` on GCS, are atomic; exactly one of racing writers wins.
+  Where a test emulator does not enforce a precondition the protocol never relies on that
+  path: fake-gcs-server ignores ``ifGenerationMatch`` on a resumable upload without a chunk
+  size, a media upload, a copy and a delete, so the GCS backend makes conditional writes only
+  as multipart uploads (up to 8 MiB) or resumable uploads with an explicit chunk size, and
+  deletes nothing conditionally (steps 0-6 need no conditional delete). What a store may do
+  around a conditional write (apply it and lose the reply, fail before or after applying it)
+  is proven on the memory backend with its fault hooks (``fail_next(..., after=True)``,
+  ``fail_when``, ``crash``) and through the fault proxy on SeaweedFS, fake-gcs-server and
+  Azurite; a lost reply is recognised by reading the object back (ours iff it holds our
+  bytes, which carry the run id). See docs/clouds.md for what each emulator verifies.
 - **A torn file reads as empty or NUL bytes** after a power cut (what ext4/xfs leave of
   data that never reached the disk), never as a valid older record.
 - A process whose lease was taken over notices at its next heartbeat (or its committer at

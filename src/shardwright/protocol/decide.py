@@ -3,19 +3,21 @@
 ``decide(observed, request)`` looks only at its arguments (what :func:`observe` read from the
 output, and what the call asks for) and returns a :class:`RunPlan`, or raises the error the
 user must see. The engine carries the plan out. Keeping the decision pure makes every case
-a row of a test table (tests/test_decide.py) instead of a path through I/O code.
+a row of a test table (tests/unit/test_decide.py) instead of a path through I/O code.
 
 =================================  ===========  ===============================================
 output holds                       mode         plan
 =================================  ===========  ===============================================
 nothing (or only our state dir)    None/append  FRESH
-an unfinished run (manifest)       None/append  RESUME if the same inputs and settings, else
+an unfinished run (manifest)       None/append  RESUME if the same inputs, settings and fn
+                                                configuration (allow_fn_config_change), else
                                                 RunMismatchError naming the difference
 ... run without checkpoints        None/append  RESTART (discard its chunks, start it again)
 ... published but not cleaned up   any but ow.  FINISH_PUBLISH, then decide again
 a dataset, from this same call     None/append  NOOP, or RETRY of its failed inputs
 a dataset, from another call       None         DatasetExistsError
-a dataset                          append       APPEND
+a dataset                          append       APPEND; DatasetExistsError when an earlier run
+                                                added these same inputs (allow_repeated_append)
 foreign chunk/index files only     None/append  OutputDirError
 nothing                           incremental  FRESH
 a recorded dataset                incremental  INCREMENTAL of the inputs not in it yet (NOOP
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
 from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
+from .fn_identity import FnIdentity, describe_changes
 from .hints import start_over_hint
 from .identity import IdentityTable, Recorded, plan_incremental
 from .layout import chunk_generation, is_our_chunk_name
@@ -83,10 +86,16 @@ class Request:
     use_checkpoint: bool
     fn_code: str = ""  # digest of fn's code; "" when unknown
     input_files: dict | None = None  # InputFiles.to_json() of the inputs that are file paths
+    fn_identity: FnIdentity | None = None  # name, code and configuration; None: compare name and code only
+    allow_fn_config_change: bool = False  # resume although fn's configuration changed (optimize option)
+    allow_repeated_append: bool = False  # append inputs an earlier run already added (optimize option)
     # mode="incremental": the identities of the call's inputs, and the fingerprint of its
     # first n inputs (an unrecorded dataset whose one run's inputs are a prefix of these)
     identities: IdentityTable | None = None
     prefix_fingerprint: Callable[[int], InputsFingerprint] | None = None
+
+    def fn(self) -> FnIdentity:
+        return self.fn_identity or FnIdentity(name=self.fn_name, code=self.fn_code)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class RunPlan:
     input_skips: tuple[int, ...] | None = None  # ... and their outputs committed before
     fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
     input_ranges: tuple[tuple[int, int], ...] | None = None  # INCREMENTAL: positions of the inputs to run
+    range_skips: tuple[tuple[int, int], ...] = ()  # INCREMENTAL: (position, outputs already in) of retried ones
     note: str = ""  # INCREMENTAL / NOOP of an incremental call: what was skipped or left, for the user
 
 
@@ -137,10 +147,61 @@ def _same_finished_call(last_run: RunRecord | None, request: Request) -> bool:
     )
 
 
-def _fn_code_changed(last_run: RunRecord, request: Request) -> bool:
-    """fn kept its name but not its code (compared when both are known)."""
-    recorded = last_run.fn_code
-    return bool(recorded) and bool(request.fn_code) and recorded != request.fn_code
+def _fn_changes(last_run: RunRecord, request: Request) -> str | None:
+    """How fn changed since the finished run (its code, or its configuration named), or None."""
+    recorded = last_run.fn
+    config = request.fn().config_changes(recorded)
+    if config:
+        return f"its configuration changed since: {describe_changes(config)}"
+    if request.fn().code_changed(recorded):
+        return "its code changed since"
+    return None
+
+
+def _check_config_unchanged(manifest: Manifest, request: Request, url: str) -> None:
+    """Resuming with another fn *configuration* would mix two in one dataset: refused unless
+    the caller accepts it. A change of code alone (fix and resume) is not checked here."""
+    changes = request.fn().config_changes(manifest.fn())
+    if changes and not request.allow_fn_config_change:
+        raise RunMismatchError(
+            f"fn's configuration changed since the interrupted run in {url}: {describe_changes(changes)}; "
+            "resuming would mix outputs of two configurations in one dataset. Rerun with the configuration it "
+            f"started with, pass allow_fn_config_change=True to accept the mix, {start_over_hint(manifest.mode, url)}"
+        )
+
+
+def _check_not_added_before(last_run: RunRecord | None, request: Request, url: str) -> None:
+    """An append of inputs an earlier run (the original one or an append) already added."""
+    if last_run is None or request.allow_repeated_append:
+        return
+    if request.inputs.digest() in last_run.inputs_history:
+        raise DatasetExistsError(
+            f"{url} already holds the outputs of these same {request.inputs.count:,} inputs (added by an earlier "
+            "run of this dataset); appending them again would put each in the dataset twice. Pass "
+            "allow_repeated_append=True to add them again on purpose, or append only inputs it does not hold"
+        )
+
+
+def _exists_message(seen: Observed, request: Request, index: tuple[ChunkEntry, ...]) -> str:
+    """A finished dataset of another call is there: what to do, never advising an append that
+    would add inputs twice."""
+    items = sum(c.chunk_size for c in index)
+    last = seen.last_run
+    if last is not None and last.mode in ("create", "overwrite"):
+        finished = InputsFingerprint.from_json(last.inputs)
+        if finished.prefix_of(request.inputs):
+            n, m = finished.count, request.inputs.count
+            return (
+                f"{seen.url} holds the finished dataset of the first {n:,} of these {m:,} inputs; to add only the "
+                f"{m - n:,} new ones pass mode='incremental' (or call with inputs[{n}:] and mode='append'; "
+                f"mode='append' with all {m:,} would add the first {n:,} twice), or rebuild everything with "
+                "mode='overwrite'"
+            )
+    return (
+        f"{seen.url} already holds a finished dataset ({items:,} items) made by another call; pass "
+        "mode='incremental' to add only the inputs not in it yet, mode='append' with inputs it does not hold "
+        "(inputs already in it would be there twice), or mode='overwrite' to replace it"
+    )
 
 
 def decide(seen: Observed, request: Request) -> RunPlan:
@@ -170,6 +231,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
                 input_skips=tuple(manifest.input_skips) if manifest.input_skips is not None else None,
             )
         check_same_run(manifest, request, seen.url)
+        _check_config_unchanged(manifest, request, seen.url)
         changed = manifest.fn_name if manifest.fn_name != request.fn_name else None
         if changed is None and manifest.fn_code and request.fn_code and manifest.fn_code != request.fn_code:
             changed = f"{manifest.fn_name} with other code"  # the fix-and-resume flow: a warning
@@ -179,22 +241,19 @@ def decide(seen: Observed, request: Request) -> RunPlan:
         base_dataset = (index, seen.index_config)
         if request.mode == "incremental":
             return decide_incremental(seen, request, base_dataset)
-        if (
-            seen.last_run is not None
-            and _same_finished_call(seen.last_run, request)
-            and _fn_code_changed(seen.last_run, request)
-        ):
-            # never a silent no-op: the dataset was made by another body of this fn
+        fn_change = _fn_changes(seen.last_run, request) if seen.last_run is not None else None
+        if seen.last_run is not None and _same_finished_call(seen.last_run, request) and fn_change:
+            # never a silent no-op: the dataset was made by another body or configuration of this fn
             if request.mode == "append":
                 raise DatasetExistsError(
                     f"{seen.url}: the last run appended these same inputs with an earlier version of fn "
-                    f"{request.fn_name} (its code changed since); appending them again is not done twice. "
+                    f"{request.fn_name} ({fn_change}); appending them again is not done twice. "
                     "Write to another output_dir, or rebuild everything with mode='overwrite' (this also "
                     "removes what earlier runs wrote)"
                 )
             raise DatasetExistsError(
                 f"{seen.url} holds the finished output of this call made with an earlier version of fn "
-                f"{request.fn_name} (its code changed since), so rerunning it would keep the old outputs. "
+                f"{request.fn_name} ({fn_change}), so rerunning it would keep the old outputs. "
                 "Pass mode='overwrite' to rebuild the dataset with the new fn, or write to another output_dir"
             )
         if _same_finished_call(seen.last_run, request):
@@ -213,17 +272,14 @@ def decide(seen: Observed, request: Request) -> RunPlan:
                 )
             return RunPlan(PlanKind.NOOP)
         if request.mode == "append":
+            _check_not_added_before(seen.last_run, request, seen.url)
             return RunPlan(
                 PlanKind.APPEND,
                 generation=next_generation(index, seen.last_run),
                 manifest_mode="append",
                 base=base_dataset,
             )
-        raise DatasetExistsError(
-            f"{seen.url} already holds a finished dataset ({sum(c.chunk_size for c in index):,} items); "
-            "pass mode='incremental' to add only the inputs not in it yet, mode='append' to add all of these "
-            "to it, or mode='overwrite' to replace it"
-        )
+        raise DatasetExistsError(_exists_message(seen, request, index))
     if seen.foreign_files:
         listed = ", ".join(seen.foreign_files)  # all of them: the user must see what is there
         ours = [f for f in seen.foreign_files if is_our_chunk_name(f)]
@@ -261,14 +317,13 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
     module table and protocol.identity)."""
     index, last_run = base[0], seen.last_run.data if seen.last_run is not None else {}
     recorded_fn = last_run.get("fn_name")
-    if recorded_fn and (
-        recorded_fn != request.fn_name
-        or (last_run.get("fn_code") and request.fn_code and last_run.get("fn_code") != request.fn_code)
-    ):
+    change = _fn_changes(seen.last_run, request) if seen.last_run is not None else None
+    if recorded_fn and (recorded_fn != request.fn_name or change):
+        what = f"fn {recorded_fn}" if recorded_fn != request.fn_name else f"fn {recorded_fn} ({change})"
         raise RunMismatchError(
-            f"{seen.url} was last written by fn {recorded_fn}{' with other code' if recorded_fn == request.fn_name else ''}, "
-            f"this call runs {request.fn_name}: an incremental run would mix two fns' outputs. Rebuild it with "
-            "mode='overwrite', or add these inputs with mode='append' if that is what you mean"
+            f"{seen.url} was last written by {what}, this call runs {request.fn_name}: an incremental run would "
+            "mix two fns' outputs. Rebuild it with mode='overwrite', or add these inputs with mode='append' "
+            "if that is what you mean"
         )
     settings = last_run.get("settings")
     mine = {k: v for k, v in request.settings.to_json().items() if k != "num_shards"}  # shards may differ
@@ -306,6 +361,7 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             manifest_mode="incremental",
             base=base,
             input_ranges=tuple((a, b) for a, b in plan.new),
+            range_skips=plan.skips,
             note="; ".join(notes),
         )
     # Not recorded (an older shardwright's, or litdata's): only a dataset made by one run whose

@@ -88,6 +88,20 @@ class InputsFingerprint:
     def from_json(cls, data: dict) -> InputsFingerprint:
         return cls(int(data["count"]), int(data["block_size"]), str(data["block_hashes"]))
 
+    def digest(self) -> str:
+        """One short digest of the whole fingerprint: run.json keeps these of every finished run,
+        so that an append of inputs an earlier run already added is recognised."""
+        return hashlib.blake2b(
+            f"{self.count}:{self.block_size}:{self.block_hashes}".encode(), digest_size=8
+        ).hexdigest()
+
+    def prefix_of(self, other: InputsFingerprint) -> bool:
+        """Whether ``other`` (more inputs) starts with these inputs, as far as whole blocks of
+        this fingerprint tell: True only when every block of ``self`` is whole and matches."""
+        if other.count <= self.count or other.block_size != self.block_size or self.count % self.block_size:
+            return False
+        return other.block_hashes.startswith(self.block_hashes) and self.count > 0
+
     def first_difference(self, other: InputsFingerprint) -> str | None:
         """A sentence saying how ``self`` (the recorded run) differs from ``other``, or None."""
         if self.count != other.count:

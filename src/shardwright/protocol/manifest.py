@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
+from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
 from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, chunk_generation
@@ -96,9 +97,17 @@ class Manifest:
     input_skips: list | None = None  # ... and how many outputs of each were committed before
     fn_code: str = ""  # digest of fn's code (engine.options.fn_code); "" when unknown
     input_files: dict | None = None  # InputFiles.to_json(): size+mtime of inputs that are file paths
+    fn_identity: dict | None = None  # FnIdentity.to_json(); None in manifests written before it existed
     protocol: int = PROTOCOL_VERSION
     # sources (issue 17): an incremental run's positions of the call's inputs, as [a, b) ranges
     input_ranges: list | None = None
+    range_skips: list | None = None  # ... and [position, outputs already in the dataset] of retried inputs
+
+    def fn(self) -> FnIdentity:
+        """The fn this run was started with (configuration None when it was not recorded)."""
+        if self.fn_identity is not None:
+            return FnIdentity.from_json(self.fn_identity, "the run manifest")
+        return FnIdentity(name=self.fn_name, code=self.fn_code)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -131,7 +140,9 @@ class Manifest:
             input_skips=data.get("input_skips"),
             fn_code=str(data.get("fn_code") or ""),
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
+            fn_identity=_fn_identity_json(data.get("fn_identity"), where),
             input_ranges=data.get("input_ranges"),
+            range_skips=data.get("range_skips"),
             protocol=protocol,
         ).validated(where)
 
@@ -149,6 +160,14 @@ class Manifest:
             problem = f"generation {self.generation} is negative"
         elif self.input_ranges is not None and not ranges_valid(self.input_ranges, self.num_inputs, inputs["count"]):
             problem = "its incremental input ranges are invalid"
+        elif self.range_skips is not None and not (
+            isinstance(self.range_skips, list)
+            and all(
+                isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x <= MAX_INPUTS for x in p)
+                for p in self.range_skips
+            )
+        ):
+            problem = "its incremental skips are invalid"
         elif self.input_ids is None and self.input_ranges is None and self.num_inputs != inputs["count"]:
             problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
         elif self.num_shards != clamp_num_shards(self.num_shards, self.num_inputs):
@@ -214,6 +233,13 @@ def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
     if existing is None:  # deleted between our attempt and the read: a finished run; try again
         return create_manifest(storage, manifest)
     return existing
+
+
+def _fn_identity_json(data: object, where: str) -> dict | None:
+    """The manifest's fn identity, checked now (absent in older manifests: None)."""
+    if data is None:
+        return None
+    return FnIdentity.from_json(data, where).to_json()
 
 
 def is_published(index_chunks: Sequence[ChunkEntry], manifest: Manifest) -> bool:

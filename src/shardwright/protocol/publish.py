@@ -11,6 +11,7 @@ from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
 from .failures import forget_resolved_failures
+from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .identity import selected_positions, write_selection
 from .layout import (
@@ -35,7 +36,7 @@ from .run_record import RunRecord, read_run_record, write_run_record
 
 
 def finish_published(
-    storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], finisher: tuple[str, str] | None = None
+    storage: Storage, manifest: Manifest, index_chunks: list[ChunkEntry], finisher: FnIdentity | None = None
 ) -> None:
     """Steps 4-5 after a crash that followed step 3. If run.json of this run was written
     (step 4), records may be partly deleted already, so it is not rewritten from them."""
@@ -53,13 +54,17 @@ def cleanup_after_publish(
     manifest: Manifest,
     index_chunks: list[ChunkEntry],
     failed: list[list[int]] | None,
-    finisher: tuple[str, str] | None = None,
+    finisher: FnIdentity | None = None,
 ) -> None:
     """Steps 4-5. Safe to repeat: each step is idempotent. ``failed`` holds [input id, outputs
     committed] pairs of inputs skipped by the run; None when run.json of this run is already
     written (step 4 done before a crash)."""
     if failed is not None:
-        write_run_record(storage, RunRecord.of_run(manifest, index_chunks, failed, finisher))
+        try:
+            previous = read_run_record(storage)
+        except CorruptStateError:  # a damaged record of an earlier run: this run's replaces it
+            previous = None
+        write_run_record(storage, RunRecord.of_run(manifest, index_chunks, failed, finisher, previous))
         forget_resolved_failures(storage, {pair[0] for pair in failed})
     crash_point("after_run_record")
     discard_run_state(storage, manifest.generation, keep={c.filename for c in index_chunks})
@@ -155,8 +160,10 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     )
     chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named
-    failed = [pair[0] for s in sorted(progress) for pair in progress[s].failed]
-    write_selection(storage, manifest.generation, manifest.inputs["count"], selected_positions(manifest, failed))
+    pairs = [pair for s in sorted(progress) for pair in progress[s].failed]
+    partial = [list(pair) for pair in pairs if pair[1] > 0]  # failed midway: their first outputs are in
+    selected = selected_positions(manifest, [pair[0] for pair in pairs])
+    write_selection(storage, manifest.generation, manifest.inputs["count"], selected, partial)
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks
 
@@ -172,11 +179,11 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
 
 
 def publish_if_complete(
-    storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: tuple[str, str] | None = None
+    storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: FnIdentity | None = None
 ) -> tuple[bool, list[int]]:
     """Publish when every shard is done (steps 3-5); returns (published, shards still missing).
 
-    ``finisher`` is (name, code digest) of the fn that finished the run, for run.json.
+    ``finisher`` is the identity of the fn that finished the run, for run.json.
     ``known`` is what this process already knows (its own shards); the other shards' records
     are read. Whoever gets the ``publish`` lease publishes; a node finishing at the same moment
     sees the lease taken (or the manifest gone) and leaves it to the winner.

@@ -109,7 +109,7 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
         StorageError: the storage cannot be read (credentials, network).
     """
     if storage_options is not None:
-        check_storage_option_names(storage_options)
+        check_storage_option_names(storage_options, os.fspath(output_dir))
     return redacted_call(_verify, storage_options, os.fspath(output_dir), storage_options)
 
 

@@ -56,7 +56,7 @@ def add_service_commands(subparsers) -> None:
         action="append",
         default=[],
         metavar="ROOT",
-        help="allow outputs only under ROOT (a directory or s3://bucket/prefix); repeatable",
+        help="allow outputs only under ROOT (a directory, s3://bucket/prefix, gs://bucket/prefix or az://container/prefix); repeatable",
     )
     p.add_argument(
         "--input-root",

@@ -1,4 +1,5 @@
-"""The server's settings, fixed when it starts (``shardwright serve``'s flags)."""
+"""The server's settings (``shardwright serve``'s options), one frozen record that the
+scheduler, the job files and the API read."""
 
 from __future__ import annotations
 

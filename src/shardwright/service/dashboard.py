@@ -65,6 +65,10 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
   <h3>attempts</h3>
   <table><thead><tr><th>#</th><th>trigger</th><th>outcome</th><th>started</th><th>finished</th><th>process</th><th>error</th></tr></thead>
   <tbody id="job-attempts"></tbody></table>
+  <h3>output history <span class="hint">(every optimize() call on the output, as the output records it)</span></h3>
+  <table><thead><tr><th>started</th><th>node</th><th>host / pid</th><th>ended</th><th>inputs done</th><th>items</th><th>error</th></tr></thead>
+  <tbody id="job-history"></tbody></table>
+  <p id="job-history-note" class="hint"></p>
   <h3>log (end)</h3>
   <pre id="job-log"></pre>
  </section>
@@ -74,7 +78,8 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
    <label>pipeline <select id="form-pipeline"></select></label>
    <p id="form-description" class="hint"></p>
    <label>output directory <input id="form-output-dir" size="60" placeholder="/data/datasets/name or s3://bucket/prefix"></label>
-   <label>inputs (a JSON list) <textarea id="form-inputs" rows="3" cols="60" placeholder="[1, 2, 3]"></textarea></label>
+   <label>inputs (a JSON list, or a source such as {"source": "jsonl", "url": "/data/raw/"})
+    <textarea id="form-inputs" rows="3" cols="60" placeholder="[1, 2, 3]"></textarea></label>
    <fieldset id="form-config"><legend>config</legend></fieldset>
    <fieldset id="form-options"><legend>options</legend></fieldset>
    <label>executor <select id="form-executor"><option value="local">local</option><option value="slurm">slurm</option></select>
@@ -91,7 +96,7 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
 const KEY = "shardwright-token";
 const hash = new URLSearchParams(location.hash.slice(1));
 if (hash.get("token")) { sessionStorage.setItem(KEY, hash.get("token")); history.replaceState(null, "", location.pathname); }
-let timer = null, view = "jobs", openJob = null, pipelines = [], optionSchema = null;
+let timer = null, view = "jobs", openJob = null, pipelines = [], optionSchema = null, historyDue = 0;
 const $ = (id) => document.getElementById(id);
 function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
 function showLogin(message) {
@@ -169,6 +174,19 @@ async function refreshJob() {
               el("td", a.finished_at || ""), el("td", a.pid ? "pid " + a.pid : a.slurm_job_ids.join(",")), el("td", errorText(a.error), "error"));
     return tr;
   }));
+  if (historyDue-- <= 0) {  // the output's own history: every few seconds (a listing on object stores)
+    historyDue = 4;
+    const h = await api("GET", "/jobs/" + openJob + "/history");
+    $("job-history").replaceChildren(...h.runs.map(r => {
+      const tr = el("tr"); tr.className = "run";
+      const e = r.error ? r.error.kind + " error: " + r.error.type + ": " + r.error.message : "";
+      tr.append(el("td", new Date(r.started_at * 1000).toISOString()), el("td", r.node_rank + " of " + r.num_nodes + (r.slurm_task ? " (task " + r.slurm_task + ")" : "")),
+                el("td", r.host + " / " + r.pid), el("td", r.ended, "ended"), el("td", r.inputs_done_before + " -> " + r.inputs_done_after + " of " + r.inputs_total),
+                el("td", String(r.items_written)), el("td", e, "error"));
+      return tr;
+    }));
+    $("job-history-note").textContent = h.note || "";
+  }
   const log = await api("GET", "/jobs/" + openJob + "/logs");
   $("job-log").textContent = log.text.split("\\n").slice(-200).join("\\n");
   $("status").textContent = "job " + job.id + " (updated " + new Date().toLocaleTimeString() + ")";
@@ -183,7 +201,7 @@ function show(which) {
   $("jobs-view").hidden = which !== "jobs"; $("job-page").hidden = which !== "job"; $("submit-view").hidden = which !== "submit";
   refresh();
 }
-function showJob(id) { openJob = id; history.replaceState(null, "", "#job=" + id); show("job"); }
+function showJob(id) { openJob = id; historyDue = 0; history.replaceState(null, "", "#job=" + id); show("job"); }
 
 // --- the submit form, generated from JSON Schemas -------------------------------------------
 function resolve(schema, root) {
@@ -268,7 +286,10 @@ async function submitJob(ev) {
   if (!output) problems.push("output_dir: required");
   let inputs = null;
   try { inputs = JSON.parse($("form-inputs").value); } catch (e) { problems.push("inputs: not JSON (" + e.message + ")"); }
-  if (inputs !== null && (!Array.isArray(inputs) || inputs.length === 0)) problems.push("inputs: must be a non-empty JSON list");
+  const isSource = inputs !== null && typeof inputs === "object" && !Array.isArray(inputs);
+  if (inputs !== null && !(Array.isArray(inputs) ? inputs.length > 0 : isSource && inputs.source && inputs.url)) {
+    problems.push('inputs: must be a non-empty JSON list, or a source {"source": "parquet", "url": "..."}');
+  }
   const [config, configProblems] = collect($("form-config"));
   const [options, optionProblems] = collect($("form-options"));
   problems.push(...configProblems, ...optionProblems);

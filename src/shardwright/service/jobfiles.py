@@ -9,15 +9,12 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from ..secrets import redact, secret_values
+from .config import ServiceConfig
 from .model import RunnerReport
 from .runner import read_status, status_path
 from .store import JobRecord, StoreFullError, is_disk_full
-
-if TYPE_CHECKING:
-    from .config import ServiceConfig
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
 

@@ -105,7 +105,7 @@ def check_output_location(output_dir: str, roots: tuple[str, ...], state_dirs: t
 
 
 def _root(root: str) -> str:
-    return root.rstrip("/") if "://" in root else os.path.realpath(root)
+    return parse_location(root).url if "://" in root else os.path.realpath(root)
 
 
 __all__ = ["LocationRefused", "check_output_location"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..protocol.history import read_history
 from ..protocol.status import read_status
+from ..secrets import redact, secret_values
 from ..storage import open_storage
 from .model import Progress
 
@@ -31,3 +33,20 @@ def read_progress(output_dir: str, storage_options: dict | None, inputs_total: i
         return OutputProgress(Progress(0, inputs_total, 0), False)
     done = min(max(0, int(report.inputs_done)), inputs_total)
     return OutputProgress(Progress(done, inputs_total, max(0, int(report.items_committed))), False)
+
+
+def read_output_history(
+    output_dir: str, storage_options: dict | None, limit: int = 50
+) -> tuple[list[dict], str | None]:
+    """The newest ``limit`` optimize() calls recorded in the output (oldest first), or why not."""
+    try:
+        attempts = read_history(open_storage(output_dir, storage_options), limit)
+    except Exception as exc:  # nothing written yet, storage down: say so, the page asks again
+        return [], redact(f"{type(exc).__name__}: {exc}", secret_values(storage_options)).split("\n")[0][:500]
+    out = []
+    for a in attempts:
+        data = a.to_json()
+        data.pop("attempt_id", None)
+        data.pop("user", None)
+        out.append(data)
+    return out, None if out else "no optimize() call is recorded in the output yet"

@@ -211,7 +211,11 @@ class Scheduler:
             running = [j for j in self.store.list(JobState.RUNNING) if j.id not in self.launching]
         for job in running:
             attempt = _running_attempt(job)
-            observation = self.executor(job).observe(job, attempt, self.files.job_dir(job.id))
+            try:
+                observation = self.executor(job).observe(job, attempt, self.files.job_dir(job.id))
+            except Exception:  # one job's trouble (a file, Slurm) must not stop following the others
+                log.exception("job %s: cannot follow attempt %d now", job.id, attempt.number)
+                continue
             with self.lock:
                 self._apply(job.id, attempt.number, observation)
         for launch in self.choose():

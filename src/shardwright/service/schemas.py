@@ -20,7 +20,7 @@ def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
     """The pydantic type and Field of one row of the engine's JOB_OPTIONS (strict: "4" is not 4)."""
     kinds: dict[str, Any] = {
         "int": Annotated[StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
-        "float": Annotated[StrictFloat | StrictInt, Field(ge=spec.minimum, le=spec.maximum)],
+        "float": Annotated[StrictFloat, Field(ge=spec.minimum, le=spec.maximum)],  # strict: ints pass, "1" not
         "bool": StrictBool,
         "size": StrictInt | StrictStr,
         "choice": Literal[spec.choices] if spec.choices else StrictStr,
@@ -129,6 +129,33 @@ class Pipeline(BaseModel):
 
 class PipelineList(BaseModel):
     pipelines: list[Pipeline]
+
+
+class OutputRun(BaseModel):
+    """One optimize() call on the job's output, as the output's own history records it."""
+
+    run_id: str | None
+    mode: str | None
+    node_rank: int
+    num_nodes: int
+    host: str
+    pid: int
+    slurm_task: str | None
+    started_at: float
+    finished_at: float
+    inputs_total: int
+    inputs_done_before: int
+    inputs_done_after: int
+    items_written: int
+    ended: str
+    error: dict[str, Any] | None
+
+
+class OutputHistory(BaseModel):
+    id: str
+    output_dir: str
+    runs: list[OutputRun]
+    note: str | None = Field(None, description="why the history could not be read (nothing written yet, ...)")
 
 
 class Logs(BaseModel):

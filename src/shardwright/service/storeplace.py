@@ -79,8 +79,14 @@ def choose_db(given: str | None, lock) -> tuple[str, str | None, object]:
         return path, None, lock(path)
     new = default_db()
     old = os.path.abspath(os.path.expanduser(OLD_DEFAULT_DB))
-    if not os.path.exists(old) or os.path.exists(new):
+    if not os.path.exists(old):
         return new, None, lock(new)
+    if os.path.exists(new):  # both: never merge two stores silently, never hide one either
+        notice = (
+            f"a job store of an older server is still at {old}; its jobs are not in this one ({new}): "
+            f"serve it with --db {old}, or remove it once you no longer need it"
+        )
+        return new, notice, lock(new)
     held = lock(old)
     path = move_old_store(old, new)
     if path == old:

@@ -144,11 +144,13 @@ class Source(Sequence):
     def _view(self, start: int, stop: int) -> Source:
         view = copy.copy(self)
         vars(view).update(_start=start, _stop=stop, _cache=None)  # the copy's own bounds
+        vars(view).pop("_columns_cache", None)
         return view
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_cache"] = None  # rows are never pickled
+        state.pop("_columns_cache", None)  # rebuilt where needed (never in a worker)
         return state
 
     # -- identity -----------------------------------------------------------------------
@@ -165,6 +167,20 @@ class Source(Sequence):
                 name, version = self._unit_identity(unit)
                 yield UnitIdentity(name, version, first - offsets[unit], last - first)
             unit += 1
+
+    def unit_columns(self) -> tuple[list[str], list[str], list[int], list[int]]:
+        """:meth:`units` as four columns (names, versions, first rows, rows), computed once
+        per source object: the fingerprint and the identities of a run both need them."""
+        cached = self.__dict__.get("_columns_cache")
+        if cached is None:
+            names, versions, firsts, rows = [], [], [], []
+            for u in self.units():
+                names.append(u.name)
+                versions.append(u.version)
+                firsts.append(u.first)
+                rows.append(u.rows)
+            cached = self.__dict__["_columns_cache"] = (names, versions, firsts, rows)
+        return cached
 
     def describe(self) -> str:
         return f"{self.kind} source of {len(self):,} inputs"

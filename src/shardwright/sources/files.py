@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -107,6 +108,25 @@ class FilesSource(Source):
         state.pop("_offsets_cache", None)
         return state
 
+    def unit_columns(self) -> tuple[list[str], list[str], list[int], list[int]]:
+        """Columns straight from the compact listing (no object per file)."""
+        cached = self.__dict__.get("_columns_cache")
+        if cached is None:
+            url = self._root.url
+            prefix = f"{url.rstrip('/')}/" if "://" in url else url.rstrip(os.sep) + os.sep
+            keys = self._keys.split("\0") if self._count else []
+            if "://" not in url and os.sep != "/":
+                keys = [k.replace("/", os.sep) for k in keys]
+            raw = self._versions.split("\0") if self._count else []
+            hashes = [self._hashes[16 * u : 16 * u + 16] for u in range(self._count)] if self._hashes else None
+            versions = [
+                f"{size}:{v}:{hashes[u]}" if hashes else f"{size}:{v}"
+                for u, (size, v) in enumerate(zip(self._sizes, raw))
+            ]
+            cached = ([prefix + k for k in keys], versions, [0] * self._count, [1] * self._count)
+            self.__dict__["_columns_cache"] = cached
+        return cached
+
     def describe(self) -> str:
         return f"files source of {len(self):,} file(s) under {self._root.url}"
 
@@ -163,8 +183,6 @@ def files(
     local file, which any host that resumes compares). ``hash_contents=True`` also hashes
     every file's content while listing, for edits that keep size and mtime.
     """
-    import os
-
     if not isinstance(url_or_dir, (str, os.PathLike)) or not os.fspath(url_or_dir).strip():
         raise InputsError(f"sources.files: pass a directory or URL prefix, got {url_or_dir!r}")
     if not isinstance(pattern, str) or not pattern:

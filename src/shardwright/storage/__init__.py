@@ -8,6 +8,9 @@ module                    its one job
                           the one disk-full mapping (each caller gives its own fix)
 :mod:`.local`             :class:`LocalStorage`, a directory (and its CAS side-lock ``FileLock``)
 :mod:`.s3`                :class:`S3Storage`, any S3-compatible store (boto3, imported lazily)
+:mod:`.cloud`             what the GCS and Azure backends share: retry loop, client per process
+:mod:`.gcs`               :class:`GCSStorage`, ``gs://`` (google-cloud-storage, imported lazily)
+:mod:`.azure`             :class:`AzureStorage`, ``az://`` / ``abfs://`` (azure-storage-blob, lazily)
 :mod:`.memory`            :class:`MemoryStorage`, in-process, with fault and crash hooks (tests)
 :mod:`.registry`          URL scheme -> backend; :func:`parse_location` (the one check of a
                           location), :func:`open_storage`, :func:`register_backend`
@@ -21,7 +24,7 @@ first use of their scheme, so there is no import cycle).
 
 from __future__ import annotations
 
-from .base import Storage
+from .base import ObjectInfo, Storage
 from .local import LocalStorage
 from .memory import MemoryStorage
 from .registry import Location, open_storage, parse_location, register_backend, registered_schemes
@@ -29,6 +32,7 @@ from .s3 import S3Storage  # cheap: boto3 itself is imported on first use
 
 __all__ = [
     "LocalStorage",
+    "ObjectInfo",
     "Location",
     "MemoryStorage",
     "S3Storage",

@@ -31,7 +31,7 @@ stays the only one on every write path.
 
 Keys are ``'/'``-separated paths relative to the root (the ``output_dir``), e.g.
 ``"index.json"``, ``"chunk-0-00003-000001.bin"`` or ``".shardwright/manifest.json"``.
-Backends: :mod:`.local`, :mod:`.s3`, :mod:`.memory`; :func:`~shardwright.storage.open_storage`
+Backends: :mod:`.local`, :mod:`.s3`, :mod:`.gcs`, :mod:`.azure`, :mod:`.memory`; :func:`~shardwright.storage.open_storage`
 picks one by URL scheme.
 """
 

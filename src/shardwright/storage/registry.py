@@ -6,6 +6,9 @@ use S3); a third-party backend registers itself when its module is imported.
 
 * local paths and ``file://...`` -> :class:`~shardwright.storage.local.LocalStorage`
 * ``s3://bucket/prefix`` -> :class:`~shardwright.storage.s3.S3Storage`
+* ``gs://bucket/prefix`` (alias ``gcs://``) -> :class:`~shardwright.storage.gcs.GCSStorage`
+* ``az://container/prefix``, ``abfs[s]://container@account.dfs.core.windows.net/prefix`` ->
+  :class:`~shardwright.storage.azure.AzureStorage`
 * ``memory://name`` -> :class:`~shardwright.storage.memory.MemoryStorage` (tests)
 """
 
@@ -46,14 +49,36 @@ LOCAL_SCHEME = "file"
 _BUILTIN = {
     "file": "shardwright.storage.local",
     "s3": "shardwright.storage.s3",
+    "gs": "shardwright.storage.gcs",
+    "gcs": "shardwright.storage.gcs",
+    "az": "shardwright.storage.azure",
+    "abfs": "shardwright.storage.azure",
+    "abfss": "shardwright.storage.azure",
     "memory": "shardwright.storage.memory",
 }
 #: How messages name a scheme's URLs (default: the scheme itself).
-SCHEME_LABELS = {"s3": "S3"}
+SCHEME_LABELS = {"s3": "S3", "gs": "GCS", "gcs": "GCS", "az": "Azure", "abfs": "Azure", "abfss": "Azure"}
 #: The URL shape a message suggests (default: ``scheme://bucket/prefix``).
-SCHEME_SHAPES = {"memory": "memory://name"}
+SCHEME_SHAPES = {
+    "memory": "memory://name",
+    "az": "az://container/prefix",
+    "abfs": "abfs://container@account.dfs.core.windows.net/prefix",
+    "abfss": "abfss://container@account.dfs.core.windows.net/prefix",
+}
+#: Two spellings of one scheme, both accepted: a location is named (and compared) by the second.
+SCHEME_CANONICAL = {"gcs": "gs"}
 #: Spellings of a scheme that other tools use and we do not: the message says which to write.
-SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+SCHEME_ALIASES = {
+    "s3a": "s3",
+    "s3n": "s3",
+    "gcp": "gs",
+    "google": "gs",
+    "azure": "az",
+    "wasb": "az",
+    "wasbs": "az",
+    "adl": "az",
+    "blob": "az",
+}
 _BACKENDS: dict[str, BackendFactory] = {}
 _LOCK = threading.Lock()
 # "scheme:" at the start of a URL (a one-letter "scheme" is a Windows drive, not a URL).
@@ -94,7 +119,8 @@ def open_storage(
 
     ``storage_options`` goes to the backend: for S3 boto3 client kwargs such as
     ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config`` (a dict merged
-    into ``botocore.config.Config``); local paths ignore it.
+    into ``botocore.config.Config``); for GCS and Azure see docs/clouds.md; local paths
+    ignore it.
 
     ``create=True`` (writers) makes a local directory if needed and checks that it is
     writable. For S3 nothing is created; call :meth:`Storage.check` to validate bucket and
@@ -164,6 +190,8 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
         alias = SCHEME_ALIASES.get(scheme)
         if alias is not None:
             rest = url[m.end() :]
+            if alias == "az" and "@" in rest.split("/", 1)[0]:  # wasbs://container@account.blob...: the abfs form
+                alias, rest = "abfs", rest.replace(".blob.core.windows.net", ".dfs.core.windows.net", 1)
             raise OutputDirError(f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: write it as {alias}://{rest}")
         raise OutputDirError(
             f"unsupported URL scheme {scheme!r} in {_safe(url)!r}: use a local path or one of {_schemes_text()}"
@@ -185,6 +213,7 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
             f"{_safe(url)!r} has {what} in its key prefix, which the store would keep as a literal name: "
             f"use {shape} with plain names between single slashes"
         )
+    scheme = SCHEME_CANONICAL.get(scheme, scheme)  # gcs://b/p is gs://b/p: one spelling per location
     normalised = f"{scheme}://{bucket}/{prefix}" if prefix else f"{scheme}://{bucket}"
     return Location(scheme=scheme, bucket=bucket, prefix=prefix, url=normalised)
 

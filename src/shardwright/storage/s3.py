@@ -22,13 +22,13 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
 from ..secrets import without_url_credentials
 from .base import ObjectInfo, Storage, check_range
-from .files import tmp_name, unlink_quiet
+from .files import download_atomically
 from .registry import parse_location, register_backend
 
 __all__ = ["S3Storage", "open_s3"]
@@ -37,10 +37,8 @@ T = TypeVar("T")
 
 _MiB = 1024 * 1024
 
-# Every upload carries this checksum of its body (x-amz-checksum-crc32, computed by botocore);
-# the server recomputes it and refuses the PUT (BadDigest, retried below) when the bytes it
-# received differ: a body damaged in flight is never stored. SeaweedFS verifies it too
-# (tests/system/test_trust_s3_upload.py).
+# Every upload sends this checksum of its body; the server refuses a body damaged in flight
+# (BadDigest, retried). SeaweedFS verifies it too: tests/system/test_trust_s3_upload.py.
 UPLOAD_CHECKSUM = "CRC32"
 
 # Error codes worth another try once botocore's own retries gave up (or did not apply).
@@ -405,13 +403,8 @@ class S3Storage(Storage):
         full = self._key(key)
         if len(data) < self.multipart_threshold:
             body = bytes(data)
-            self._run(
-                "PUT",
-                key,
-                lambda _a: self.client().put_object(
-                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM
-                ),
-            )
+            args = {"Bucket": self.bucket, "Key": full, "Body": body, "ChecksumAlgorithm": UPLOAD_CHECKSUM}
+            self._run("PUT", key, lambda _a: self.client().put_object(**args))
             return
         import io
 
@@ -548,8 +541,6 @@ class S3Storage(Storage):
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
-        dst = os.path.abspath(local_path)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
 
         def once(_attempt: int) -> bool:
             from botocore.exceptions import ClientError
@@ -561,24 +552,17 @@ class S3Storage(Storage):
                 if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
                     return False
                 raise
-            tmp = tmp_name(dst)
-            try:
+
+            def body() -> Iterator[bytes]:  # a cut body raises before the file is renamed into place
                 n = 0
-                with open(tmp, "xb") as f:
-                    for chunk in r["Body"].iter_chunks(1 * _MiB):
-                        f.write(chunk)
-                        n += len(chunk)
-                    f.flush()
-                    if durable:
-                        os.fsync(f.fileno())
+                for chunk in r["Body"].iter_chunks(1 * _MiB):
+                    n += len(chunk)
+                    yield chunk
                 if n != r.get("ContentLength", n):
                     raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
-                os.replace(tmp, dst)
-            except BaseException:
-                # A full or unwritable local disk stays an OSError (not retried, not mapped by
-                # _run): the destination is the caller's and so is the fix.
-                unlink_quiet(tmp)
-                raise
+
+            try:  # a full or unwritable local disk stays an OSError (not retried, not mapped by _run)
+                download_atomically(local_path, body(), durable=durable)
             finally:
                 r["Body"].close()
             return True

@@ -9,13 +9,14 @@ from fastapi import APIRouter, Response
 from pydantic import ValidationError
 
 from ....engine.options import OptimizeOptions as EngineOptions
-from ....engine.options import check_storage_option_names
 from ....errors import ShardwrightError, classify
+from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
 from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
+from ...progress import read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -57,14 +58,14 @@ def _options(service: ServiceDep, body: schemas.JobSubmit) -> dict:
     except ShardwrightError as exc:
         status = http_status(exc) if classify(exc).kind == "user" else 422
         raise ApiProblem(status, type(exc).__name__, f"options: {exc}") from None
-    _check_storage_options(body.storage_options)
+    _check_storage_options(body.storage_options, body.output_dir)
     return options
 
 
-def _check_storage_options(storage_options: dict | None) -> None:
+def _check_storage_options(storage_options: dict | None, output_dir: str | None = None) -> None:
     try:
         if storage_options:
-            check_storage_option_names(storage_options)
+            check_storage_option_names(storage_options, output_dir)
     except ShardwrightError as exc:
         raise ApiProblem(
             422, type(exc).__name__, f"storage_options: {exc}".replace(": storage_options ", ": ")
@@ -173,7 +174,7 @@ def cancel_job(job: JobDep, service: ServiceDep):
 @router.post("/{job_id}/retry", response_model=schemas.Job, responses=ERRORS)
 def retry_job(job: JobDep, service: ServiceDep, body: schemas.RetryRequest | None = None):
     storage_options = body.storage_options if body else None
-    _check_storage_options(storage_options)
+    _check_storage_options(storage_options, job.output_dir)
     return _action(service, service.scheduler.retry, job.id, storage_options)
 
 
@@ -184,6 +185,13 @@ def delete_job(job: JobDep, service: ServiceDep):
     except JobStateError as exc:
         raise ApiProblem(409, "InvalidJobState", str(exc)) from None
     return Response(status_code=204)
+
+
+@router.get("/{job_id}/history", response_model=schemas.OutputHistory, responses=ERRORS)
+def job_history(job: JobDep, service: ServiceDep):
+    """The output's own record of every optimize() call on it (each attempt, each node)."""
+    runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)

@@ -1,0 +1,264 @@
+"""What the Google Cloud Storage and Azure Blob backends share: location parsing checks, a
+client per process, one bounded retry loop with backoff, the lost-reply rule of conditional
+writes, and the atomic download into a local file.
+
+Each backend supplies three things: how to make its SDK client, which exceptions are
+transient (429/500/502/503/504, timeouts, connection resets, bodies cut short), and how a
+final failure reads as one line with the fix (:meth:`CloudStorage.to_storage_error`). The SDKs'
+own retry policies are turned off, so that one loop with one budget (``retry_timeout``)
+decides, as for S3.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import errno
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ..errors import StorageError, UsageError
+from .base import ObjectInfo, Storage
+from .files import tmp_name, unlink_quiet
+
+__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
+
+T = TypeVar("T")
+
+# Reset in a forked child: a lock held by another thread at fork time would stay locked.
+_CLIENT_LOCK = threading.Lock()
+
+
+def _reset_client_lock() -> None:
+    global _CLIENT_LOCK
+    _CLIENT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_client_lock)
+
+
+class TruncatedBody(Exception):
+    """A body shorter than announced, or a checksum that does not match: retried."""
+
+
+def refuse_options(scheme: str, options: dict[str, Any], wrong_names: dict[str, str], accepted: Iterable[str]) -> None:
+    """One line for fsspec-style or unknown option names (never silently mapped or ignored:
+    an ignored credential option connects with other credentials)."""
+    wrong = [k for k in options if k in wrong_names]
+    if wrong:
+        fixes = "; ".join(f"{k!r} -> {wrong_names[k]}" for k in wrong)
+        raise UsageError(
+            f"storage_options for {scheme}:// uses fsspec-style names, which shardwright does not map: {fixes}"
+        )
+    accepted = sorted(accepted)
+    unknown = [k for k in options if k not in accepted]
+    if unknown:
+        raise UsageError(
+            f"storage_options for {scheme}:// has unknown key(s) {', '.join(repr(k) for k in unknown)}: "
+            f"use {', '.join(accepted)}"
+        )
+
+
+def pop_number(options: dict[str, Any], name: str, default: float, *, minimum: float, maximum: float) -> float:
+    """``options.pop(name)``, checked to be a real number in [minimum, maximum] (no bools, no strings)."""
+    value = options.pop(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum <= value <= maximum:
+        raise UsageError(f"storage_options[{name!r}] must be a number from {minimum:g} to {maximum:g}; got {value!r}")
+    return value
+
+
+class CloudStorage(Storage):
+    """Common machinery of the GCS and Azure backends (see the module docstring)."""
+
+    #: total seconds one operation may spend retrying transient failures
+    retry_timeout: float = 60.0
+    scheme: str = ""
+    prefix: str = ""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._client_pid: int | None = None
+        self._reached = False  # has the service ever answered in this process?
+
+    # -- what a backend supplies -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def make_client(self) -> Any:
+        """A new SDK client (called once per process)."""
+
+    @abc.abstractmethod
+    def is_retryable(self, e: BaseException) -> bool:
+        """Whether ``e`` is transient (worth another attempt)."""
+
+    @abc.abstractmethod
+    def to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
+    ) -> BaseException:
+        """The one-line error for a final failure (StorageError, FileNotFoundError, or ``e`` itself)."""
+
+    @abc.abstractmethod
+    def object_url(self, full_key: str) -> str:
+        """``scheme://container/full_key`` for messages."""
+
+    # -- pickling: no client (worker processes open their own), no secrets in repr --------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_client_pid"] = None
+        return state
+
+    def client(self) -> Any:
+        """The SDK client of this process (created on first use, recreated after a fork)."""
+        pid = os.getpid()
+        client = self._client
+        if client is not None and self._client_pid == pid:
+            return client
+        with _CLIENT_LOCK:
+            if self._client is None or self._client_pid != pid:
+                self._client = self.make_client()
+                self._client_pid = pid
+            return self._client
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def _key(self, key: str) -> str:
+        self.checked_key(key)  # strict, or a user's input key on a read-only input view
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _full_prefix(self, prefix: str) -> str:
+        return f"{self.prefix}/{prefix}" if self.prefix else prefix
+
+    def _rel(self, full_key: str) -> str:
+        return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
+
+    def _missing(self, key: str) -> FileNotFoundError:
+        return FileNotFoundError(errno.ENOENT, "no such object", self.object_url(self._key(key)))
+
+    # -- the retry loop --------------------------------------------------------------------
+
+    def run(self, op: str, key: str | None, fn: Callable[[int], T]) -> T:
+        """``fn(attempt)`` with bounded retries (exponential backoff with jitter, about
+        ``retry_timeout`` seconds in all); a final failure becomes one clear error."""
+        start = time.monotonic()
+        deadline = start + self.retry_timeout
+        attempt = 0
+        while True:
+            try:
+                result = fn(attempt)
+                self._reached = True
+                return result
+            except Exception as e:
+                if isinstance(e, (StorageError, FileNotFoundError, UsageError)) or (
+                    isinstance(e, ValueError) and not self.is_retryable(e)
+                ):  # ours, or a bad argument (an SDK's reply it cannot parse is a ValueError too: retried)
+                    raise
+                if self.is_retryable(e):
+                    delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
+                    if time.monotonic() + delay < deadline:
+                        attempt += 1
+                        time.sleep(delay)
+                        continue
+                err = self.to_storage_error(op, key, e, attempt + 1, time.monotonic() - start)
+                if err is e:
+                    raise
+                raise err from e
+
+    def conditional_write(self, op: str, key: str, data: bytes, put: Callable[[], bool]) -> bool:
+        """Run ``put()`` (True: written, False: the precondition failed) under the retry loop.
+
+        A conditional write is not idempotent: if the service applied our first attempt but
+        the reply was lost, the retry's "precondition failed" is our own success. So after a
+        retry, a refusal is checked by reading the object back: it was ours iff it holds
+        exactly our bytes (callers put something unique, such as a run id, in ``data``).
+        """
+        full = self._key(key)
+
+        def once(attempt: int) -> bool:
+            if put():
+                return True
+            if attempt > 0:
+                got = self.get_versioned(full)
+                return got is not None and got[0] == data
+            return False
+
+        return self.run(op, key, once)
+
+    @abc.abstractmethod
+    def get_versioned(self, full_key: str) -> tuple[bytes, str] | None:
+        """One GET of ``full_key``: (bytes, version) or None when missing (no retries)."""
+
+    def with_short_retries(self, seconds: float = 5.0) -> CloudStorage:
+        impatient = copy.copy(self)  # shares the client; only the retry budget differs
+        impatient.retry_timeout = min(seconds, self.retry_timeout)
+        return impatient
+
+    # -- shared Storage operations ----------------------------------------------------------
+
+    def read_bytes(self, key: str) -> bytes:
+        full = self._key(key)
+        got = self.run("GET", key, lambda _a: self.get_versioned(full))
+        if got is None:
+            raise self._missing(key)
+        return got[0]
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        full = self._key(key)
+        return self.run("GET", key, lambda _a: self.get_versioned(full))
+
+    def exists(self, key: str) -> bool:
+        return self.head(key) is not None
+
+    def size(self, key: str) -> int:
+        info = self.head(key)
+        if info is None:
+            raise self._missing(key)
+        return info.size
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and version of ``key`` (None when missing)."""
+
+    @abc.abstractmethod
+    def list_info(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object under ``prefix`` with size and version, sorted by key."""
+
+    def list(self, prefix: str = "") -> list[str]:
+        return [info.key for info in self.list_info(prefix)]
+
+    def local_path(self, key: str) -> str | None:
+        return None
+
+    def download_into(self, key: str, local_path: str, durable: bool, fetch: Callable[[Any], int | None]) -> None:
+        """Atomically copy ``key`` to ``local_path``: ``fetch(file)`` writes the object into an
+        open temp file and returns the object's announced size (None when it is missing)."""
+        dst = os.path.abspath(local_path)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+
+        def once(_attempt: int) -> bool:
+            tmp = tmp_name(dst)
+            try:
+                with open(tmp, "xb") as f:
+                    expected = fetch(f)
+                    if expected is None:
+                        return False
+                    f.flush()
+                    written = f.tell()
+                    if written != expected:
+                        raise TruncatedBody(f"got {written} of {expected} bytes")
+                    if durable:
+                        os.fsync(f.fileno())
+                os.replace(tmp, dst)
+                return True
+            finally:
+                # A full or unwritable local disk stays an OSError (not retried, not mapped):
+                # the destination is the caller's and so is the fix.
+                unlink_quiet(tmp)
+
+        if not self.run("GET", key, once):
+            raise self._missing(key)

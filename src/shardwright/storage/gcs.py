@@ -1,0 +1,424 @@
+"""The Google Cloud Storage backend (``gs://bucket/prefix``; ``gcs://`` is an alias).
+
+Client: the official ``google-cloud-storage`` SDK (extra ``shardwright[gcs]``), chosen by
+measurement over obstore (benchmarks/README.md): its JSON API is what fake-gcs-server
+implements, and it exposes every precondition we need.
+
+Every guarantee of the interface maps onto one GCS feature:
+
+* atomic replace: an object upload is visible only once complete. Objects up to
+  ``multipart_threshold`` (8 MiB) go in one multipart request; larger ones in a resumable
+  upload with an explicit ``chunk_size`` (invisible until its last chunk).
+* create-if-absent: ``ifGenerationMatch=0``; compare-and-swap: ``ifGenerationMatch=<generation>``
+  (the version token is the generation). Conditional writes use only the two upload paths on
+  which fake-gcs-server enforces the precondition (multipart, and resumable with a chunk
+  size), never a plain media upload, a copy or a conditional delete (not enforced there).
+* checksums: every upload sends its CRC32C (in the multipart metadata, or ``x-goog-hash`` on
+  the last resumable chunk), which GCS verifies; we also compare the CRC32C the service
+  reports for the stored object with ours and rewrite on a mismatch (fake-gcs-server does not
+  verify what is sent, but does report what it stored: that comparison is what the tests cover).
+  Downloads are checked against the service's CRC32C by the SDK.
+* retries: the SDK's retry policies are off; one loop (``retry_timeout``, default 60 s,
+  exponential backoff with jitter) retries 408/429/5xx, timeouts, connection resets and bodies
+  cut short. A conditional write whose reply was lost counts as ours when the object holds
+  exactly our bytes (see :meth:`CloudStorage.conditional_write`).
+
+Credentials are Google's default chain (``GOOGLE_APPLICATION_CREDENTIALS``, the gcloud ADC
+file, the metadata server), or a ``credentials`` object in storage_options.
+``STORAGE_EMULATOR_HOST`` is honoured as google-cloud-storage does, with anonymous credentials
+(so nothing ever probes a metadata server for an emulator).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..errors import OutputDirError, StorageError
+from .base import ObjectInfo, check_range
+from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .registry import parse_location, register_backend
+
+__all__ = ["GCSStorage", "check_option_names", "open_gcs"]
+
+_MiB = 1024 * 1024
+_TIMEOUT = (5.0, 60.0)  # (connect, read) seconds per request
+_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+_OPTIONS = ("project", "credentials", "api_endpoint", "retry_timeout", "multipart_threshold", "upload_chunk_size")
+# gcsfs/fsspec spellings: refused with the right key (never mapped: see refuse_options)
+_FSSPEC_NAMES = {
+    "token": "'credentials' (a google.auth credentials object), or GOOGLE_APPLICATION_CREDENTIALS for a key file",
+    "anon": "'credentials': google.auth.credentials.AnonymousCredentials()",
+    "endpoint_url": "'api_endpoint' (or STORAGE_EMULATOR_HOST for an emulator)",
+    "access": "nothing: shardwright needs read and write access",
+    "consistency": "nothing: uploads are always checked with CRC32C",
+    "requester_pays": "nothing (not supported)",
+    "session_kwargs": "nothing (not supported)",
+    "default_location": "nothing: create the bucket yourself",
+    "aws_access_key_id": "GOOGLE_APPLICATION_CREDENTIALS (S3 keys are for s3:// only)",
+    "aws_secret_access_key": "GOOGLE_APPLICATION_CREDENTIALS (S3 keys are for s3:// only)",
+}
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_NO_CREDENTIALS_FIX = (
+    "tried GOOGLE_APPLICATION_CREDENTIALS, the gcloud application-default file and the metadata server: "
+    "run `gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a key file, pass "
+    "storage_options={'credentials': ...}, or set STORAGE_EMULATOR_HOST for an emulator"
+)
+
+
+def check_option_names(options: dict[str, Any]) -> None:
+    """UsageError for a gcsfs-style or unknown key (pure: nothing is contacted)."""
+    refuse_options("gs", options, _FSSPEC_NAMES, _OPTIONS)
+
+
+def parse_gcs_url(url: str) -> tuple[str, str]:
+    """``(bucket, prefix)`` of ``gs://bucket/prefix`` or ``gcs://bucket/prefix``: the registry's
+    one check of a location (no bucket, ``//``, ``.``, ``..``), then GCS's bucket-name rules."""
+    location = parse_location(url)
+    bucket = location.bucket
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise OutputDirError(
+            f"invalid GCS bucket name {bucket!r} in {url!r}: use 3-222 lowercase letters, digits, '-', '_' or '.' "
+            "(gs://bucket/prefix)"
+        )
+    return bucket, location.prefix
+
+
+class GCSStorage(CloudStorage):
+    """Objects under ``gs://bucket/prefix`` (see the module docstring for the guarantees).
+
+    ``storage_options``: ``project``, ``credentials`` (a google.auth credentials object),
+    ``api_endpoint``, and the shardwright settings ``retry_timeout`` (seconds),
+    ``multipart_threshold`` and ``upload_chunk_size`` (bytes).
+    """
+
+    scheme = "gs"
+    multipart_threshold: int = 8 * _MiB
+    upload_chunk_size: int = 16 * _MiB
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        super().__init__()
+        self.bucket, self.prefix = parse_gcs_url(url)
+        self.url = f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
+        opts = dict(storage_options or {})
+        check_option_names(opts)
+        self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
+        self.multipart_threshold = int(
+            pop_number(opts, "multipart_threshold", self.multipart_threshold, minimum=0, maximum=8 * _MiB)
+        )
+        chunk = int(pop_number(opts, "upload_chunk_size", self.upload_chunk_size, minimum=256 * 1024, maximum=1 << 32))
+        self.upload_chunk_size = chunk - chunk % (256 * 1024)  # GCS wants multiples of 256 KiB
+        self._project = opts.pop("project", None)
+        self._credentials = opts.pop("credentials", None)  # never printed
+        self._api_endpoint = opts.pop("api_endpoint", None)
+        for name, value in (("project", self._project), ("api_endpoint", self._api_endpoint)):
+            if value is not None and not isinstance(value, str):
+                raise OutputDirError(f"storage_options[{name!r}] must be a str; got {type(value).__name__}")
+
+    def __repr__(self) -> str:
+        return f"GCSStorage({self.url!r}, endpoint={self.endpoint!r})"
+
+    # -- client ------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go (part of the location's identity: the reader's cache key)."""
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if self._api_endpoint:
+            return self._api_endpoint.rstrip("/")
+        if emulator:
+            return emulator if "://" in emulator else f"http://{emulator}"
+        return "https://storage.googleapis.com"
+
+    def make_client(self) -> Any:
+        try:
+            from google.cloud import storage
+        except ImportError:
+            raise StorageError("gs:// needs google-cloud-storage: pip install 'shardwright[gcs]'") from None
+        credentials = self._credentials
+        project = self._project
+        options = {"api_endpoint": self._api_endpoint} if self._api_endpoint else None
+        if credentials is None and os.environ.get("STORAGE_EMULATOR_HOST"):
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()  # an emulator: never look for real credentials
+        elif credentials is None:
+            import google.auth
+
+            credentials, default_project = google.auth.default(
+                scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
+            )
+            project = project or default_project
+        # A connection pool as large as the threads that share this client (workers' uploads,
+        # the committer, prefetching readers); requests' default of 10 discards connections.
+        import requests.adapters
+        from google.auth.transport.requests import AuthorizedSession
+
+        session = AuthorizedSession(credentials)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        return storage.Client(project=project, credentials=credentials, client_options=options, _http=session)
+
+    def _blob(self, full_key: str) -> Any:
+        return self.client().bucket(self.bucket).blob(full_key)
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def object_url(self, full_key: str) -> str:
+        return f"gs://{self.bucket}/{full_key}"
+
+    @staticmethod
+    def _status(e: BaseException) -> int | None:
+        code = getattr(e, "code", None)
+        if isinstance(code, int):
+            return code
+        response = getattr(e, "response", None)
+        status = getattr(response, "status_code", None)
+        return status if isinstance(status, int) else None
+
+    def _is_connect_error(self, e: BaseException) -> bool:
+        import requests
+
+        return isinstance(e, (requests.exceptions.ConnectionError, ConnectionRefusedError)) and not isinstance(
+            e, requests.exceptions.ChunkedEncodingError
+        )
+
+    def is_retryable(self, e: BaseException) -> bool:
+        import requests
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+
+        if isinstance(e, TruncatedBody):
+            return True
+        import json
+
+        if isinstance(e, json.JSONDecodeError):  # a JSON reply cut short
+            return True
+        if self._is_connect_error(e) and not self._reached:
+            return False  # never reached: a wrong endpoint, reported at once
+        if isinstance(e, (gexc.GoogleAPICallError, auth_exc.TransportError)) or type(e).__name__ in (
+            "InvalidResponse",
+            "DataCorruption",
+        ):
+            status = self._status(e)
+            if type(e).__name__ == "DataCorruption":
+                return True
+            if isinstance(e, auth_exc.TransportError):
+                return True
+            return status in _RETRY_STATUS
+        return isinstance(
+            e,
+            (
+                requests.exceptions.ConnectionError,
+                requests.exceptions.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+            ),
+        ) or isinstance(e, (ConnectionError, TimeoutError))
+
+    def to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
+    ) -> BaseException:
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+
+        ep, bucket = self.endpoint, self.bucket
+        where = f"{op} {self.object_url(self._key(key)) if key else self.url}"
+        status = self._status(e)
+        if isinstance(e, auth_exc.DefaultCredentialsError):
+            return StorageError(f"no Google Cloud credentials found for {self.url}: {_NO_CREDENTIALS_FIX}")
+        if isinstance(e, auth_exc.RefreshError) or status in (401, 403):
+            return StorageError(
+                f"credentials rejected by {ep} for bucket {bucket} ({type(e).__name__}; during {where}): check "
+                "GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`, and that the account "
+                "may read and write this bucket (roles/storage.objectAdmin)"
+            )
+        if isinstance(e, gexc.NotFound) or status == 404:
+            return StorageError(f"bucket {bucket} does not exist at {ep}: create it or fix the URL ({self.url})")
+        if self._is_connect_error(e) and not self._reached:
+            return StorageError(
+                f"cannot reach the GCS endpoint {ep} for bucket {bucket} ({type(e).__name__}): check "
+                "STORAGE_EMULATOR_HOST or storage_options['api_endpoint'], the network, and that the service is up"
+            )
+        if self.is_retryable(e):
+            return StorageError(
+                f"GCS {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} attempt{'s' if attempts != 1 else ''}, "
+                f"last: {type(e).__name__} {status or ''}): the network or the service is unstable; rerun the same call "
+                "to resume"
+            )
+        if isinstance(e, gexc.GoogleAPICallError):
+            return StorageError(f"GCS {where} at {ep} failed: {status} {getattr(e, 'message', '')}".rstrip())
+        return e
+
+    # -- single attempts ---------------------------------------------------------------------
+
+    def get_versioned(self, full_key: str) -> tuple[bytes, str] | None:
+        from google.api_core import exceptions as gexc
+
+        blob = self._blob(full_key)
+        try:
+            data = blob.download_as_bytes(retry=None, timeout=_TIMEOUT, checksum="crc32c")
+        except gexc.NotFound:
+            return None
+        if blob.generation is None:  # headers cut short: retry
+            raise TruncatedBody("download without x-goog-generation")
+        if blob.size is not None and len(data) != blob.size:
+            raise TruncatedBody(f"got {len(data)} of {blob.size} bytes")
+        return data, str(blob.generation)
+
+    def _upload(self, full_key: str, data: bytes, generation: int | None) -> bool:
+        """One upload (precondition ``generation``: 0 = must not exist); False on 412."""
+        import google_crc32c
+        from google.api_core import exceptions as gexc
+
+        blob = self._blob(full_key)
+        if len(data) > self.multipart_threshold:
+            blob.chunk_size = self.upload_chunk_size  # a resumable upload that enforces its precondition
+        try:
+            blob.upload_from_string(
+                data,
+                content_type="application/octet-stream",
+                if_generation_match=generation,
+                checksum="crc32c",
+                retry=None,
+                timeout=_TIMEOUT,
+            )
+        except gexc.PreconditionFailed:
+            return False
+        except gexc.NotFound:
+            if generation not in (None, 0):  # the object was deleted since it was read
+                return False
+            raise
+        import base64
+
+        ours = base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+        if blob.crc32c is not None and blob.crc32c != ours:
+            raise TruncatedBody(f"stored CRC32C {blob.crc32c} != sent {ours}: rewriting")
+        return True
+
+    # -- Storage API -------------------------------------------------------------------------
+
+    def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        # An upload is durable when it returns: ``durable`` changes nothing on GCS.
+        full, body = self._key(key), bytes(data)
+        self.run("PUT", key, lambda _a: self._upload(full, body, None))
+
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        full, body = self._key(key), bytes(data)
+        return self.conditional_write("PUT ifGenerationMatch=0", key, body, lambda: self._upload(full, body, 0))
+
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        try:
+            generation = int(version)
+        except (TypeError, ValueError):
+            return False  # not a generation of this store: it cannot match
+        full, body = self._key(key), bytes(data)
+        return self.conditional_write(
+            "PUT ifGenerationMatch", key, body, lambda: self._upload(full, body, generation) if generation else False
+        )
+
+    def head(self, key: str) -> ObjectInfo | None:
+        full = self._key(key)
+
+        def once(_attempt: int) -> ObjectInfo | None:
+            blob = self.client().bucket(self.bucket).get_blob(full, retry=None, timeout=_TIMEOUT)
+            return None if blob is None else self._info(blob)
+
+        return self.run("HEAD", key, once)
+
+    def _info(self, blob: Any) -> ObjectInfo:
+        updated = blob.updated
+        return ObjectInfo(
+            self._rel(blob.name), int(blob.size or 0), str(blob.generation), updated.timestamp() if updated else None
+        )
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``key`` from ``start`` (fewer at the end of the object)."""
+        check_range(start, length)
+        full = self._key(key)
+
+        def once(_attempt: int) -> bytes | None:
+            from google.api_core import exceptions as gexc
+
+            if length == 0:
+                return b"" if self.client().bucket(self.bucket).get_blob(full, retry=None, timeout=_TIMEOUT) else None
+            try:
+                return self._blob(full).download_as_bytes(
+                    start=start, end=start + length - 1, retry=None, timeout=_TIMEOUT, checksum=None
+                )
+            except gexc.NotFound:
+                return None
+            except gexc.RequestRangeNotSatisfiable:
+                return b""
+
+        got = self.run("GET range", key, once)
+        if got is None:
+            raise self._missing(key)
+        return got
+
+    def list_info(self, prefix: str = "") -> list[ObjectInfo]:
+        full_prefix = self._full_prefix(prefix)
+
+        def once(_attempt: int) -> list[ObjectInfo]:
+            blobs = self.client().list_blobs(self.bucket, prefix=full_prefix, retry=None, timeout=_TIMEOUT)
+            return [self._info(b) for b in blobs if not b.name.endswith("/")]
+
+        return sorted(self.run("LIST", None, once), key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        full = self._key(key)
+
+        def once(_attempt: int) -> None:
+            from google.api_core import exceptions as gexc
+
+            try:
+                self._blob(full).delete(retry=None, timeout=_TIMEOUT)
+            except gexc.NotFound:
+                pass  # missing (or deleted by our first attempt whose reply was lost)
+
+        self.run("DELETE", key, once)
+
+    def delete_prefix(self, prefix: str) -> None:
+        import concurrent.futures
+
+        keys = [info.key for info in self.list_info(prefix)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(self.delete, keys))
+
+    def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
+        full = self._key(key)
+
+        def fetch(f: Any) -> int | None:
+            from google.api_core import exceptions as gexc
+
+            blob = self._blob(full)
+            try:
+                blob.download_to_file(f, retry=None, timeout=_TIMEOUT, checksum="crc32c")
+            except gexc.NotFound:
+                return None
+            return int(blob.size) if blob.size is not None else f.tell()
+
+        self.download_into(key, local_path, durable, fetch)
+
+    def check(self) -> None:
+        """One cheap listing (at most one object) at run start: a wrong bucket, endpoint or
+        credentials fail now. A listing, not a bucket lookup: storage.buckets.get is not in
+        roles/storage.objectAdmin, which is all a writer needs."""
+
+        def once(_attempt: int) -> None:
+            blobs = self.client().list_blobs(
+                self.bucket, prefix=self._full_prefix(""), max_results=1, retry=None, timeout=_TIMEOUT
+            )
+            list(blobs)
+
+        self.run("LIST", None, once)
+
+
+def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> GCSStorage:
+    """The registry's factory for ``gs://`` and ``gcs://`` (nothing is created: see ``check``)."""
+    return GCSStorage(url, storage_options)
+
+
+register_backend("gs", open_gcs)
+register_backend("gcs", open_gcs)
