@@ -229,3 +229,27 @@ def test_a_reader_that_does_not_hold_the_shard_tolerates_a_listing_gap(storage):
     storage.write_bytes(middle, records)
     assert load_progress(storage, {0: (0, 5)}, "run", repair=True)[0].next_seq == 3
     a.release_all()
+
+
+def test_a_claim_taken_under_a_superseded_node_lease_is_stale(storage, monkeypatch):
+    """Run A was paused past its TTL; B took node 0's lease over. A, woken up, may still claim
+    a shard before its heartbeat notices: B takes that claim over at once (the node lease says
+    who runs the share), and A's writes are fenced by the claim's epoch."""
+    from shardwright.engine.run import superseded_node
+
+    as_other_host(monkeypatch, "same-host-a")
+    a = ShardClaims(storage, {"node_rank": 0, "node_lease": "owner-a"})
+    assert a.claim(5) is None
+    as_other_host(monkeypatch, "same-host-b")
+    stranger = ShardClaims(storage)
+    assert stranger.claim(5) is not None, "without the node lease, a live claim is left alone"
+    b = ShardClaims(
+        storage, {"node_rank": 0, "node_lease": "owner-b"}, judge=lambda h: superseded_node(h, 0, "owner-b")
+    )
+    assert b.claim(5) is None
+    with pytest.raises(LeaseLostError):
+        commit_round(storage, [chunk(a, 5, 0, None)], SETTINGS)
+    other_rank = ShardClaims(storage, judge=lambda h: superseded_node(h, 1, "owner-c"))
+    assert other_rank.claim(5) is not None, "another rank's node lease says nothing about this claim"
+    b.release_all()
+    a.release_all()

@@ -23,6 +23,7 @@ def manifest_text(capsys, *args: str) -> str:
 
 def test_the_manifest_deserializes_into_a_v1job_and_round_trips(capsys):
     import kubernetes  # requirements-test.txt: a missing client must fail here, not skip
+
     text = manifest_text(
         capsys,
         "--completions", "3", "--image", "registry.example/prep:1", "--name", "prep", "--cpu", "2",

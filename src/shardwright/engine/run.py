@@ -28,7 +28,7 @@ from ..protocol.fingerprint import InputFiles
 from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY, lease_key
-from ..protocol.lease import Lease, live_leases
+from ..protocol.lease import Lease, LeaseHolder, lease_owner, live_leases
 from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest
 from ..protocol.observe import observe
@@ -519,7 +519,9 @@ def _drive(
         options,
         node.rank,
         shards_of_node(manifest.num_shards, node.rank, node.count),
-        claim_extra={"node_rank": node.rank, "num_nodes": node.count},
+        claim_extra={"node_rank": node.rank, "num_nodes": node.count, "node_lease": lease.owner},
+        judge=lambda holder: superseded_node(holder, node.rank, lease_owner(storage, lease.key)),
+        standing=lambda: None if lease_owner(storage, lease.key) == lease.owner else f"{lease.what} was taken over",
         attempt=attempt,
         on_idle=on_idle,
         verbose=options.verbose,
@@ -560,6 +562,17 @@ def _drive(
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result
+
+
+def superseded_node(holder: LeaseHolder, rank: int, owner: str | None) -> str | None:
+    """A claim taken under node ``rank``'s lease by an earlier holder of that lease, whose
+    owner is now ``owner`` (read from storage: the lease was taken over from a paused or cut
+    off run): stale, since the node lease says who runs the rank's share; that holder's
+    writes are fenced by the claim's epoch. A run that itself lost the lease sees the new
+    holder's claims as current."""
+    if holder.node_rank == rank and holder.node_lease is not None and owner is not None and holder.node_lease != owner:
+        return f"it was taken under node {rank}'s lease, which another run holds now"
+    return None
 
 
 def _unpublished_message(storage: Storage, missing: list[int]) -> str:

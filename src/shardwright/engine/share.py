@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ConcurrentRunError
+from ..errors import ConcurrentRunError, LeaseLostError
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
 from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
@@ -76,6 +76,7 @@ def run_share(
     attempt: AttemptLog | None = None,
     on_message: Callable[[Any], None] | None = None,
     on_idle: Callable[[list[int]], str | None] | None = None,
+    standing: Callable[[], str | None] | None = None,
     verbose: bool = False,
 ) -> ShareOutcome:
     """Run ``shards`` on ``options.num_workers`` processes: each shard is claimed just before
@@ -86,7 +87,8 @@ def run_share(
     before anything is written, and again when the shard is claimed); otherwise it is
     skipped and reported in ``busy``. ``on_message`` sees every worker message after the
     tracker; ``on_idle`` (with the input each worker is on) is called ten times a second and
-    stops the pool with its reason.
+    stops the pool with its reason. ``standing`` says why this call lost the right to run
+    the share (its node lease was taken over): a busy claim is then a LeaseLostError.
     """
     bounds = manifest.shard_bounds()
     mine = {s: bounds[s] for s in shards}
@@ -96,7 +98,7 @@ def run_share(
     else:
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
-        refuse_live_claims(storage, [s for s, p in progress.items() if not p.done])
+        refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
     claims = ShardClaims(storage, claim_extra, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
@@ -110,6 +112,9 @@ def run_share(
             holder = claims.claim(shard)
             if holder is not None:
                 if require_all:
+                    lost = standing() if standing is not None else None
+                    if lost is not None:  # we were paused: the claim belongs to the run that took over
+                        raise LeaseLostError(f"stopped: {lost}")
                     raise ConcurrentRunError(busy_message(storage, shard, holder))
                 busy[shard] = holder
                 continue
@@ -160,11 +165,11 @@ def busy_message(storage: Storage, shard: int, holder: LeaseHolder) -> str:
     )
 
 
-def refuse_live_claims(storage: Storage, shards: list[int]) -> None:
+def refuse_live_claims(storage: Storage, shards: list[int], judge: HolderJudge | None = None) -> None:
     """ConcurrentRunError before anything is written when another live process (another
     executor's task, a run with another node count) holds a claim on one of ``shards``."""
     wanted = set(shards)
     for name, holder in read_leases(storage, CLAIM_PREFIX):
         shard = claimed_shard(name)
-        if shard in wanted and stale_reason(holder) is None:
+        if shard in wanted and stale_reason(holder, judge) is None:
             raise ConcurrentRunError(busy_message(storage, shard, holder))

@@ -67,6 +67,7 @@ class LeaseHolder:
     num_nodes: int | None = None
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
     shard: int | None = None  # a shard claim's shard (protocol 5)
+    node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
     ray_job: str | None = None
     ray_ip: str | None = None
@@ -92,6 +93,7 @@ class LeaseHolder:
             num_nodes=_optional_int(data, "num_nodes"),
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
             shard=_optional_int(data, "shard"),
+            node_lease=_optional_str(data, "node_lease"),
             ray_node=_optional_str(data, "ray_node"),
             ray_job=_optional_str(data, "ray_job"),
             ray_ip=_optional_str(data, "ray_ip"),
@@ -150,6 +152,15 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
             f"stopped: the lease {storage.url}/{key} was taken over by another run "
             "(this one was paused or cut off longer than the lease TTL)"
         )
+
+
+def lease_owner(storage: Storage, key: str) -> str | None:
+    """The owner the lease ``key`` names now (None: no readable lease)."""
+    try:
+        holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+    except FileNotFoundError:
+        return None
+    return holder.owner if holder is not None else None
 
 
 def slurm_identity() -> str | None:
