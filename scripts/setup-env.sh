@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create/refresh the project's virtualenv (.venv) with the package (+torch extra) and the
+# Create/refresh the project's virtualenv (.venv) with the package (+torch, service, gcs, azure, ray extras) and the
 # test requirements. Idempotent: a second run is a quick no-op.
 #   scripts/setup-env.sh            # Python side only
 #   scripts/setup-env.sh --slurm    # also Debian's slurm-wlm + munge (needs root) for Slurm tests
@@ -43,7 +43,7 @@ else
   # -c constraints.txt is essential: without it torchvision (via litdata) drags in a CUDA torch.
   set +e
   .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
-      -c constraints.txt -e '.[torch,service,gcs,azure]' -r requirements-test.txt > .venv/pip-install.log 2>&1
+      -c constraints.txt -e '.[torch,service,gcs,azure,ray]' -r requirements-test.txt > .venv/pip-install.log 2>&1
   pip_rc=$?
   set -e
   if [ "$pip_rc" != 0 ]; then

@@ -4,12 +4,13 @@ tests/ is on sys.path through setup.cfg's ``pythonpath = tests``.
 
 Layout: ``tests/unit/`` is pure and in-process (no servers, no subprocess pools; ``pytest tests/unit``
 is the fast loop); ``tests/system/`` runs real processes, the S3 server, the GCS and Azure
-emulators, Slurm and the browser. Test file basenames are unique across the tree (the test
+emulators, Slurm, Ray and the browser. Test file basenames are unique across the tree (the test
 directories are not packages).
 
-Tests that use the S3 server, a cloud emulator or the Slurm cluster are marked ``s3`` / ``gcs``
-/ ``azure`` / ``slurm`` here, from the fixtures they ask for (also through a parametrized
-``backend``), so ``pytest -m "not s3 and not gcs and not azure and not slurm"`` skips them."""
+Tests that use the S3 server, a cloud emulator, the Slurm cluster or the Ray cluster are marked
+``s3`` / ``gcs`` / ``azure`` / ``slurm`` / ``ray`` here, from the fixtures they ask for (also
+through a parametrized ``backend``), so ``pytest -m "not s3 and not gcs and not azure and not
+slurm and not ray"`` skips them."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ import pytest
 # metadata server.
 os.environ.setdefault("NO_GCE_CHECK", "true")
 
-pytest_plugins = ("support.s3_fixtures", "support.cloud_fixtures", "support.slurm_fixtures")
+pytest_plugins = ("support.s3_fixtures", "support.cloud_fixtures", "support.slurm_fixtures", "support.ray_fixtures")
 
 S3_FIXTURES = {"s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_proxy"}
 GCS_FIXTURES = {"gcs_server", "gcs_bucket", "gcs_url", "gcs_storage_options"}
 AZURE_FIXTURES = {"azure_server", "azure_container", "azure_url", "azure_storage_options"}
 SLURM_FIXTURES = {"slurm_cluster"}
-SERVER_FIXTURES = S3_FIXTURES | GCS_FIXTURES | AZURE_FIXTURES | SLURM_FIXTURES
+RAY_FIXTURES = {"ray_cluster"}
+SERVER_FIXTURES = S3_FIXTURES | GCS_FIXTURES | AZURE_FIXTURES | SLURM_FIXTURES | RAY_FIXTURES
 UNIT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit") + os.sep
 
 
@@ -47,3 +49,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.azure)
         if used & SLURM_FIXTURES:
             item.add_marker(pytest.mark.slurm)
+        if used & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)

@@ -4,6 +4,7 @@ exactly once, resumable after any crash."""
 from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
+from . import cluster as _cluster  # noqa: F401  (registers the cluster executors: executor="ray")
 from . import sources
 from .engine import (
     OptimizeResult,

@@ -9,9 +9,35 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import time
+from collections.abc import Mapping
 
 _PR_SET_PDEATHSIG = 1
+
+HOST_ID_VAR = "SHARDWRIGHT_HOST_ID"  # tests, pods and Ray tasks set it: see host_identity()
+JOB_NAME_VAR = "SHARDWRIGHT_JOB_NAME"  # a Kubernetes Job's name (the generated manifest sets it)
+
+
+def host_identity(env: Mapping[str, str] | None = None) -> str:
+    """THE identity of the host a process runs on, as leases, failure records and run records
+    name it. Processes with the same identity see each other's pids, so a lease whose holder
+    has this identity and a pid that is gone is stale at once.
+
+    ``SHARDWRIGHT_HOST_ID`` when set (tests emulating several machines on one; a Ray task sets
+    it to its host plus its Ray node, so two Ray nodes never judge each other by pid); in a
+    pod of a Kubernetes Indexed Job (``JOB_COMPLETION_INDEX`` and ``SHARDWRIGHT_JOB_NAME``),
+    ``k8s:{job}/{index}``, stable across restarts of the pod (its hostname is not); else the
+    hostname.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get(HOST_ID_VAR)
+    if explicit:
+        return explicit[:200]
+    index, job = env.get("JOB_COMPLETION_INDEX"), env.get(JOB_NAME_VAR)
+    if index is not None and job:
+        return f"k8s:{job[:100]}/{index[:20]}"
+    return socket.gethostname()
 
 
 def _proc_stat_fields(pid: int) -> list[str] | None:

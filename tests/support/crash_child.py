@@ -61,12 +61,21 @@ def stamped(i: int) -> dict:
     return {"i": i, "pad": "x" * random.randint(0, 64)}
 
 
-FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator, "stamped": stamped}
+def located(i: int) -> dict:
+    """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
+    _slow()
+    _maybe_fail(i)
+    from shardwright.process import host_identity
+
+    return {"i": i, "host": host_identity()}
+
+
+FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator, "stamped": stamped, "located": located}
 
 
 def expected(kind: str, n: int) -> list[tuple[int, int]]:
     """(input, output ordinal) of every sample the finished dataset must hold, in order."""
-    if kind in ("plain", "stamped"):
+    if kind in ("plain", "stamped", "located"):
         return [(i, 0) for i in range(n)]
     if kind == "filtering":
         return [(i, 0) for i in range(n) if i % 3]
@@ -85,5 +94,6 @@ if __name__ == "__main__":
         storage_options=CONFIG.get("storage_options"),
         verbose=CONFIG.get("verbose", False),
         num_shards=CONFIG.get("num_shards"),
+        **CONFIG.get("extra", {}),  # executor=, shared_output=, failed_dir=, on_error=, ...
     )
     print(json.dumps({"items": result.items, "chunks": result.chunks, "resumed": result.resumed}), flush=True)

@@ -1,4 +1,4 @@
-"""The ``shardwright`` command: ``status``, ``merge``, ``clean``, ``runs``, ``history``, ``slurm``,
+"""The ``shardwright`` command: ``status``, ``merge``, ``clean``, ``runs``, ``history``, ``slurm``, ``k8s``,
 ``serve`` and ``jobs``.
 
 Every command exits 0 on success, 1 when it ran but the answer is "not yet" (merge with
@@ -22,6 +22,7 @@ from ..protocol.publish import merge
 from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, secret_values
 from ..storage import open_storage
+from .k8s import add_k8s_command
 from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
@@ -73,7 +74,14 @@ def print_status(report: RunStatus) -> None:
             f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
             f"{len(report.shards_pending)} pending (of {report.shards})"
         )
+        for node in report.nodes:
+            print(
+                f"node {node.node}:   {node.shards_done}/{node.shards} shards done, {node.inputs_done:,} of "
+                f"{node.inputs:,} inputs ({'running' if node.live else 'not running'})"
+            )
         for lease in report.leases:
+            if lease.shard is not None:
+                continue  # shard claims: one line below
             print(
                 f"lease:    {lease.name} held by {lease.host} pid {lease.pid}, heartbeat "
                 f"{_ago(lease.heartbeat_age_s)} ({'live' if lease.live else 'stale'})"
@@ -84,6 +92,11 @@ def print_status(report: RunStatus) -> None:
                     for w, i in enumerate(lease.current_inputs)
                 )
                 print(f"workers:  {on}")
+        claims = [lease for lease in report.leases if lease.shard is not None and lease.live]
+        for lease in claims[:64]:
+            print(f"shard {lease.shard}: held by {lease.place}, pid {lease.pid}")
+        if len(claims) > 64:
+            print(f"          ... and {len(claims) - 64} more claimed shards (--json lists them all)")
         tried = report.last_attempt
         if tried is not None and report.state != "running":
             error = f": {tried.error.message}" if tried.error is not None and tried.ended == "failed" else ""
@@ -153,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     add_verify_command(sub)
     add_slurm_command(sub)
+    add_k8s_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)
 
     add_service_commands(sub)

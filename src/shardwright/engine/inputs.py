@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import bisect
 import logging
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
 from ..errors import RunMismatchError
+from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
 from ..protocol.hints import start_over_hint
@@ -60,7 +60,7 @@ def input_files_json(inputs: Sequence) -> dict | None:
         return None
     files = InputFiles.of(inputs)
     # the host: another node may see the same inputs as node-local copies with other mtimes
-    return {**files.to_json(), "host": socket.gethostname()} if files is not None else None
+    return {**files.to_json(), "host": host_identity()} if files is not None else None
 
 
 # --- a source's run state (a JSONL line index) -----------------------------------------------

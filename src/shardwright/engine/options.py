@@ -12,7 +12,7 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ArgumentTypeError, UsageError, require_bool
@@ -176,6 +176,8 @@ class OptimizeOptions:
     # --- trust (issue 14): explicit consent to what is refused by default -----------------
     allow_fn_config_change: bool = False  # resume although fn's configuration changed (mixes two)
     allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
+    # --- engines (issue 18): executor, ray_remote_args, failed_dir, shared_output (block at the end)
+    engines: EngineOptions = field(default_factory=lambda: EngineOptions())  # the block at the end
 
     @classmethod
     def validate(
@@ -201,6 +203,10 @@ class OptimizeOptions:
         allow_fn_config_change: object = False,
         allow_repeated_append: object = False,
         output_dir: object = None,
+        executor: object = "local",
+        ray_remote_args: object = None,
+        failed_dir: object = None,
+        shared_output: object = False,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -260,6 +266,9 @@ class OptimizeOptions:
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
             allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
             allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
+            engines=EngineOptions.validate(
+                executor, ray_remote_args, failed_dir, shared_output, num_workers is not None
+            ),
         )
 
     def output_settings(self, num_inputs: int) -> OutputSettings:
@@ -370,3 +379,56 @@ def litdata_args(
         if not os.path.isdir(input_dir):
             raise UsageError(f"input_dir={os.fspath(input_dir)!r} is not a directory")
     return LitdataArgs(batch_size=batch, fast_dev_run=keep)
+
+
+# --- engines (issue 18): where the shards run, and where failure copies go ------------------
+# One block so that the executors' options are found together. The executor names are the
+# engine's registry's (engine/executors.py); their code lives in cluster/.
+
+FAILED_DIR_VAR = "SHARDWRIGHT_FAILED_DIR"
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """``executor``, ``ray_remote_args``, ``failed_dir`` and ``shared_output``, validated."""
+
+    executor: str = "local"  # "local" (this machine, or this node of a Slurm/Kubernetes run) or "ray"
+    ray_remote_args: dict | None = None  # Ray's .options() of each task: num_cpus, num_gpus, resources, ...
+    failed_dir: str | None = None  # a local path or bucket URL collecting failure records of many runs
+    shared_output: bool = False  # a local output_dir every node sees (NFS, Lustre): allowed multi-node
+    num_workers_given: bool = False  # an executor picks its own default when num_workers was not given
+
+    @classmethod
+    def validate(
+        cls, executor: object, ray_remote_args: object, failed_dir: object, shared_output: object, workers_given: bool
+    ) -> EngineOptions:
+        if not isinstance(executor, str):
+            raise ArgumentTypeError(
+                f"executor must be a name such as 'local' or 'ray'; got {executor!r} ({type(executor).__name__})"
+            )
+        if ray_remote_args is not None:
+            if not isinstance(ray_remote_args, dict) or not all(isinstance(k, str) for k in ray_remote_args):
+                raise ArgumentTypeError(
+                    "ray_remote_args must be a dict of Ray task options (num_cpus, num_gpus, resources, ...); "
+                    f"got {type(ray_remote_args).__name__}"
+                )
+            if executor != "ray":
+                raise UsageError(
+                    f"ray_remote_args is only used with executor='ray'; this call has executor={executor!r}"
+                )
+        if failed_dir is None:
+            failed_dir = os.environ.get(FAILED_DIR_VAR) or None
+        if isinstance(failed_dir, os.PathLike):
+            failed_dir = os.fspath(failed_dir)
+        if failed_dir is not None and (not isinstance(failed_dir, str) or not failed_dir.strip()):
+            raise ArgumentTypeError(
+                f"failed_dir must be a local path or a bucket URL (or None); got {failed_dir!r} "
+                f"(also read from ${FAILED_DIR_VAR})"
+            )
+        return cls(
+            executor=executor,
+            ray_remote_args=dict(ray_remote_args) if ray_remote_args else None,
+            failed_dir=failed_dir,
+            shared_output=_require_bool("shared_output", shared_output),
+            num_workers_given=workers_given,
+        )

@@ -81,9 +81,30 @@ def _parse_int(name: str, value: str) -> int:
         raise UsageError(f"{name}={value!r} is not an integer") from None
 
 
+KUBERNETES = "the Kubernetes Indexed Job"
+K8S_COUNT_VARS = ("SHARDWRIGHT_NUM_NODES", "DATA_OPTIMIZER_NUM_NODES")
+
+
+def _kubernetes(env: Mapping[str, str]) -> NodeIdentity | None:
+    """An Indexed Job's pod: its completion index is the rank; the count is not in a pod's
+    environment, so the manifest sets SHARDWRIGHT_NUM_NODES (or litdata's variable)."""
+    if "JOB_COMPLETION_INDEX" not in env or "DATA_OPTIMIZER_NODE_RANK" in env:
+        return None
+    count_var = next((v for v in K8S_COUNT_VARS if v in env), None)
+    if count_var is None:
+        raise UsageError(
+            "JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but the number of pods is not: set "
+            "SHARDWRIGHT_NUM_NODES to the Job's completions in the pod's env (`shardwright k8s manifest` does)"
+        )
+    index = env["JOB_COMPLETION_INDEX"]
+    rank, count = _parse_int("JOB_COMPLETION_INDEX", index), _parse_int(count_var, env[count_var])
+    return _validated(rank, count, KUBERNETES, f"JOB_COMPLETION_INDEX={index}, {count_var}={env[count_var]}")
+
+
 def node_identity(num_nodes: int | None, node_rank: int | None, env: Mapping[str, str] | None = None) -> NodeIdentity:
     """Which share of the shards this process runs: explicit arguments win, then litdata's
-    variables, then a Slurm array, then an srun step; a single node otherwise."""
+    variables, then a Kubernetes Indexed Job, then a Slurm array, then an srun step; a single
+    node otherwise. (Which *host* this is: ``shardwright.process.host_identity``.)"""
     if env is None:
         env = os.environ
     if (num_nodes is None) != (node_rank is None):
@@ -93,6 +114,9 @@ def node_identity(num_nodes: int | None, node_rank: int | None, env: Mapping[str
         )
     if num_nodes is not None and node_rank is not None:
         return _validated(node_rank, num_nodes, "the num_nodes/node_rank arguments")
+    pod = _kubernetes(env)
+    if pod is not None:
+        return pod
     for rank_var, count_var, label in _ENV_PAIRS:
         if rank_var == "SLURM_PROCID":
             if "SLURM_JOB_ID" in env and "SLURM_STEP_ID" not in env:

@@ -49,10 +49,17 @@ class WorkerPool:
         return list(current) if current is not None else []
 
     def run(
-        self, tasks: list[ShardTask], on_message: Callable[[Any], None], on_idle: Callable[[], str | None]
+        self,
+        tasks: list[ShardTask],
+        on_message: Callable[[Any], None],
+        on_idle: Callable[[], str | None],
+        feed: Callable[[], ShardTask | None] | None = None,
     ) -> PoolOutcome:
         """Run ``tasks``; ``on_message`` gets every Progress/Committed message, ``on_idle`` is
-        called ten times a second and stops the pool at once when it returns a reason."""
+        called ten times a second and stops the pool at once when it returns a reason.
+        ``feed`` (optional) gives more tasks after ``tasks``, one at a time, just before a
+        worker can take it (so a shard is claimed when it starts, not when the run starts);
+        None when there are no more."""
         # cast: typeshed's BaseContext lacks Process, which every concrete context has
         ctx = cast(Any, mp.get_context(self.start_method))
         task_q, result_q = ctx.Queue(), ctx.Queue()
@@ -72,8 +79,31 @@ class WorkerPool:
             proc.start()
         for task in tasks:
             task_q.put(task)
-        for _ in procs:
-            task_q.put(None)
+        queued = len(tasks)  # tasks put and not yet known to be taken (an upper bound)
+        fed_all = feed is None
+
+        def top_up() -> None:
+            nonlocal queued, fed_all
+            if not fed_all and stop_event.is_set():
+                fed_all = True  # stopping: no more tasks, but idle workers must still get their sentinel
+            elif not fed_all:
+                try:
+                    queued = min(queued, task_q.qsize())
+                except NotImplementedError:  # macOS: keep one task ahead of each worker at most
+                    queued = min(queued, len(procs) - 1)
+                while queued < len(procs):
+                    task = feed() if feed is not None else None
+                    if task is None:
+                        fed_all = True
+                        break
+                    task_q.put(task)
+                    queued += 1
+            if fed_all:
+                for _ in procs:
+                    task_q.put(None)
+
+        if fed_all:
+            top_up()
 
         outcome = PoolOutcome()
         exited = [False] * len(procs)
@@ -88,6 +118,8 @@ class WorkerPool:
         previous = _install_handlers(on_signal)
         try:
             while not all(exited):
+                if not fed_all:
+                    top_up()
                 try:
                     message = result_q.get(timeout=0.1)
                 except queue.Empty:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import socket
 import sys
 import time
 import uuid
@@ -22,23 +21,24 @@ from ..errors import (
     UsageError,
 )
 from ..format import ChunkEntry, IndexConfig
+from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fingerprint import InputFiles
 from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
-from ..protocol.layout import lease_key
-from ..protocol.lease import Lease, live_leases
+from ..protocol.layout import INDEX_KEY, lease_key
+from ..protocol.lease import Lease, LeaseHolder, lease_owner, live_leases
 from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, publish_if_complete, wipe
-from ..protocol.records import ShardProgress, load_progress
 from ..protocol.run_record import read_run_record
 from ..protocol.shards import clamp_num_shards, shards_of_node
 from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
+from .executors import LOCAL, ExecutorCall, get_executor
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .identity import fn_identity
 from .inputs import (
@@ -51,15 +51,11 @@ from .inputs import (
     prefix_fingerprint,
     record_identities,
     save_source_state,
-    shard_inputs,
-    shard_skips,
 )
 from .options import OptimizeOptions, fn_name, litdata_args
-from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
-from .pool import WorkerPool
-from .progress import Tracker
-from .result import OptimizeResult, raise_for_outcome
-from .worker import ShardTask, WorkerConfig
+from .planning import KUBERNETES, NodeIdentity, check_inputs, check_output_dir, node_identity
+from .result import OptimizeResult
+from .share import run_share
 
 log = logging.getLogger("shardwright")
 
@@ -88,6 +84,10 @@ def optimize(
     item_loader: object = None,
     allow_fn_config_change: bool = False,
     allow_repeated_append: bool = False,
+    executor: str = "local",
+    ray_remote_args: dict | None = None,
+    failed_dir: str | os.PathLike[str] | None = None,
+    shared_output: bool = False,
     # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
     batch_size: int | None = None,
     fast_dev_run: bool | int = False,
@@ -152,6 +152,17 @@ def optimize(
         allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
             dataset (the original run or an append) already added: refused by default, since
             each would be in the dataset twice.
+        executor: ``"local"`` (default, even when ``RAY_ADDRESS`` is set): this machine, or
+            this node of a Slurm or Kubernetes run. ``"ray"``: spread the shards over a Ray
+            cluster's nodes (connects the way ``ray.init()`` does; see docs/ray.md).
+        ray_remote_args: with ``executor="ray"``, Ray's options of each task (``num_cpus``,
+            ``num_gpus``, ``resources``, ``max_retries``, ...); each task runs
+            ``num_workers`` worker processes.
+        failed_dir: a local path or bucket URL (default ``$SHARDWRIGHT_FAILED_DIR``) that
+            collects one JSON record per failed input of this and other runs (run, node,
+            task, attempt), and a "resolved" record when a retry succeeds; best effort.
+        shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
+            multi-node Ray or Kubernetes run refuses a local path without it.
         batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
         fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
             that many; the output is a real, small dataset.
@@ -210,6 +221,10 @@ def optimize(
         allow_fn_config_change=allow_fn_config_change,
         allow_repeated_append=allow_repeated_append,
         output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
+        executor=executor,
+        ray_remote_args=ray_remote_args,
+        failed_dir=failed_dir,
+        shared_output=shared_output,
     )
     extra = litdata_args(
         batch_size=batch_size,
@@ -223,6 +238,9 @@ def optimize(
         others=litdata_only,
     )
     inputs = extra.apply(check_inputs(inputs))
+    if options.engines.executor != LOCAL:
+        runner = get_executor(options.engines.executor)  # an unknown name fails before anything is written
+        return runner.run(ExecutorCall(fn, inputs, os.fspath(output_dir), options, started))
     node = node_identity(options.num_nodes, options.node_rank)
     if node.is_multi_node and not options.use_checkpoint:
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
@@ -232,13 +250,13 @@ def optimize(
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
     is_source = isinstance(inputs, Source)
-    request = None if is_source else _request(fn, inputs, options)
-    storage = open_storage(output_dir, options.storage_options, create=True)
-    storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
-    check_no_links(storage)  # before the first write: never follow a link out of the output
+    request = None if is_source else make_request(fn, inputs, options)
+    storage = open_output(output_dir, options)
+    if node.is_multi_node and node.source == KUBERNETES:
+        check_shared_output(storage, options, f"{node.count} pods of a Kubernetes Indexed Job")
     if is_source:
         load_source_state(storage, inputs)  # a JSONL line index an earlier attempt kept
-        request = _request(fn, inputs, options)  # the source's metadata: read once, here
+        request = make_request(fn, inputs, options)  # the source's metadata: read once, here
     assert request is not None
 
     lease = Lease(
@@ -251,9 +269,8 @@ def optimize(
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     try:
         _check_peers_agree(storage, lease, node)
-        check_source_unchanged(storage, inputs)  # names the file, before decide's general mismatch
         notes: list[str] = []
-        opened = open_run(storage, request, notes)
+        opened = open_call(storage, request, inputs, notes)
         if opened is None:
             attempt.close("noop")
             result = OptimizeResult(
@@ -271,10 +288,6 @@ def optimize(
                 print(f"shardwright: {result}", file=sys.stderr)
             return result
         manifest, resumed = opened
-        record_identities(storage, manifest, inputs, created=not resumed)
-        save_source_state(storage, inputs)
-        if resumed:
-            _check_input_files(manifest, inputs, storage.url)
         result = _drive(storage, manifest, resumed, fn, inputs, options, node, lease, started, attempt)
         result.note = "; ".join(notes)
         attempt.close("published" if result.published else "waiting")
@@ -287,7 +300,9 @@ def optimize(
         lease.release()
 
 
-def _request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
+def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
+    """What this call asks of the output (compared with what is there by ``decide``); a
+    source's state must be loaded first (``load_source_state``)."""
     incremental = options.mode == "incremental"
     identity = fn_identity(fn)
     if identity.skipped:
@@ -311,6 +326,42 @@ def _request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Reques
         allow_fn_config_change=options.allow_fn_config_change,
         allow_repeated_append=options.allow_repeated_append,
     )
+
+
+def open_output(output_dir: str | os.PathLike[str], options: OptimizeOptions) -> Storage:
+    storage = open_storage(output_dir, options.storage_options, create=True)
+    storage.check()  # wrong credentials, a missing bucket or a dead endpoint: fail now, clearly
+    check_no_links(storage)  # before the first write: never follow a link out of the output
+    return storage
+
+
+def check_shared_output(storage: Storage, options: OptimizeOptions, nodes: str) -> None:
+    """A local output_dir on several machines is a dataset split over their disks: refused
+    unless the user says every node sees the same directory."""
+    if storage.url.startswith("memory://"):
+        raise UsageError(f"output_dir {storage.url} lives in one process; {nodes} cannot share it")
+    if storage.local_path(INDEX_KEY) is not None and not options.engines.shared_output:
+        raise UsageError(
+            f"output_dir {storage.url} is a local path, and {nodes} would each write their own disk's copy; "
+            "write to a bucket URL (s3://...), or pass shared_output=True if every node mounts this same "
+            "directory (NFS, Lustre)"
+        )
+
+
+def open_call(storage: Storage, request: Request, inputs: Sequence, notes: list[str]) -> tuple[Manifest, bool] | None:
+    """:func:`open_run` with the checks and bookkeeping around it that every driver does
+    (the local engine, an executor's driver): a changed source file is named first, the
+    inputs' identities and a source's state are recorded, a resume checks input files."""
+    check_source_unchanged(storage, inputs)  # names the file, before decide's general mismatch
+    opened = open_run(storage, request, notes)
+    if opened is None:
+        return None
+    manifest, resumed = opened
+    record_identities(storage, manifest, inputs, created=not resumed)
+    save_source_state(storage, inputs)
+    if resumed:
+        _check_input_files(manifest, inputs, storage.url)
+    return manifest, resumed
 
 
 def open_run(storage: Storage, request: Request, notes: list[str] | None = None) -> tuple[Manifest, bool] | None:
@@ -410,7 +461,7 @@ def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
     """A resume refuses inputs whose files changed since the run started (size or mtime):
     half the dataset would come from the old content."""
     recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-    if recorded is None or (manifest.input_files or {}).get("host") != socket.gethostname():
+    if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
         return  # stats are only comparable on the host that recorded them
     changed = recorded.first_changed(inputs, manifest.created_at)
     if changed:
@@ -446,29 +497,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
         ) from None
 
 
-def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    tasks = []
-    for p in progress.values():
-        if p.done:
-            continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end)
-        tasks.append(
-            ShardTask(
-                p.shard,
-                p.start,
-                p.end,
-                p.next_input,
-                p.skip_outputs,
-                p.next_seq,
-                values,
-                ids,
-                shard_skips(manifest, ids, p.next_input, p.end),
-                p.records[-1].epoch if p.records else None,
-            )
-        )
-    return tasks
-
-
 def _drive(
     storage: Storage,
     manifest: Manifest,
@@ -481,33 +509,27 @@ def _drive(
     started: float,
     attempt: AttemptLog,
 ) -> OptimizeResult:
-    all_bounds = manifest.shard_bounds()
-    mine = {s: all_bounds[s] for s in shards_of_node(manifest.num_shards, node.rank, node.count)}
-    if manifest.use_checkpoint and resumed:
-        progress = load_progress(storage, mine, manifest.run_id, repair=True)
-    else:
-        progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
-    tracker = Tracker(progress, options.verbose)
-    attempt.attach(manifest, tracker)
-    tasks = _tasks(progress, inputs, manifest)
-    if tasks:
-        cfg = WorkerConfig.for_run(storage.url, options, manifest, node.rank, lease)
-        workers = max(1, min(options.num_workers, len(tasks)))
-        tracker.open_bar()
+    def on_idle(current: list[int]) -> str | None:
+        # the next heartbeat publishes which input each worker is on (shardwright status)
+        lease.extra["current_inputs"] = current
+        return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
-        pool = WorkerPool(fn, cfg, workers, options.start_method)
-
-        def on_idle() -> str | None:
-            tracker.on_idle()
-            # the next heartbeat publishes which input each worker is on (shardwright status)
-            lease.extra["current_inputs"] = pool.current_inputs()
-            return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
-
-        try:
-            outcome = pool.run(tasks, tracker.on_message, on_idle)
-        finally:
-            tracker.close_bar()
-        raise_for_outcome(outcome, inputs, tracker)
+    share = run_share(
+        storage,
+        manifest,
+        fn,
+        inputs,
+        options,
+        node.rank,
+        shards_of_node(manifest.num_shards, node.rank, node.count),
+        claim_extra={"node_rank": node.rank, "num_nodes": node.count, "node_lease": lease.owner},
+        judge=lambda holder: superseded_node(holder, node.rank, lease_owner(storage, lease.key)),
+        standing=lambda: None if lease_owner(storage, lease.key) == lease.owner else f"{lease.what} was taken over",
+        attempt=attempt,
+        on_idle=on_idle,
+        verbose=options.verbose,
+    )
+    tracker, progress = share.tracker, share.progress
     if lease.lost:
         raise LeaseLostError(f"stopped: {lease.lost}")
     lease.confirm()  # a run paused past its TTL must learn it before it publishes
@@ -543,6 +565,17 @@ def _drive(
     if options.verbose:
         print(f"shardwright: {result}", file=sys.stderr)
     return result
+
+
+def superseded_node(holder: LeaseHolder, rank: int, owner: str | None) -> str | None:
+    """A claim taken under node ``rank``'s lease by an earlier holder of that lease, whose
+    owner is now ``owner`` (read from storage: the lease was taken over from a paused or cut
+    off run): stale, since the node lease says who runs the rank's share; that holder's
+    writes are fenced by the claim's epoch. A run that itself lost the lease sees the new
+    holder's claims as current."""
+    if holder.node_rank == rank and holder.node_lease is not None and owner is not None and holder.node_lease != owner:
+        return f"it was taken under node {rank}'s lease, which another run holds now"
+    return None
 
 
 def _unpublished_message(storage: Storage, missing: list[int]) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import socket
 import time
 import traceback
 import types
@@ -24,8 +23,9 @@ from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, short_repr
 from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
-from ..process import die_with_parent
+from ..process import die_with_parent, host_identity
 from ..protocol.claim import claim_format, read_format
+from ..protocol.claims import ClaimTicket
 from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.manifest import Manifest
@@ -34,6 +34,7 @@ from ..secrets import redact, redact_exception, secret_values
 from ..sources import BadRow
 from ..storage import Storage, open_storage
 from .committer import ChunkCommitter
+from .failed_dir import FailedDir
 from .guards import explain_fn_error
 from .messages import Committed, Progress, WorkerExited, WorkerFailed
 from .options import OptimizeOptions
@@ -64,11 +65,20 @@ class WorkerConfig:
     node_rank: int
     timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
     tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
+    failed_dir: str | None = None  # where failure records are copied too (failed_dir=), best effort
+    retry_run: bool = False  # a run redoing inputs that failed before: a success is "resolved"
 
     @classmethod
     def for_run(
-        cls, output_url: str, options: OptimizeOptions, manifest: Manifest, node_rank: int, lease: LeaseTicket
+        cls,
+        output_url: str,
+        options: OptimizeOptions,
+        manifest: Manifest,
+        node_rank: int,
+        lease: LeaseTicket | None = None,
     ) -> WorkerConfig:
+        """``lease``: a run-wide lease every record write checks (None: each shard's claim,
+        carried by its ShardTask, is the lease its writes are fenced by)."""
         settings = manifest.settings
         return cls(
             output_dir=output_url,
@@ -78,9 +88,9 @@ class WorkerConfig:
                 generation=manifest.generation,
                 compression=settings.compression,
                 use_checkpoint=manifest.use_checkpoint,
-                epoch=lease.epoch,
-                lease_key=lease.key,
-                lease_owner=lease.owner,
+                epoch=lease.epoch if lease is not None else 0,
+                lease_key=lease.key if lease is not None else None,
+                lease_owner=lease.owner if lease is not None else None,
             ),
             chunk_size=settings.chunk_size,
             chunk_bytes=settings.chunk_bytes,
@@ -89,6 +99,8 @@ class WorkerConfig:
             node_rank=node_rank,
             timeout=options.timeout,
             tokens=settings.item_loader == TOKENS_LOADER,
+            failed_dir=options.engines.failed_dir,
+            retry_run=manifest.mode == "retry",
         )
 
 
@@ -104,6 +116,7 @@ class ShardTask:
     ids: Sequence | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
     base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
     prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
+    claim: ClaimTicket | None = None  # the shard's claim (protocol 5): its epoch names what we write
 
     def input_id(self, position: int) -> int:
         return self.ids[position - self.next_input] if self.ids is not None else position
@@ -166,6 +179,8 @@ class ShardWriter:
         self.first_input = task.next_input
         self.failed: list[list[int]] = []  # [run-wide id, outputs committed] skipped since the last commit
         self.prev_epoch = task.prev_epoch  # the next record follows this epoch's (see protocol: fencing)
+        self.epoch = task.claim.epoch if task.claim is not None else cfg.round.epoch
+        self.claim = (task.claim.key, task.claim.owner) if task.claim is not None else None
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -197,9 +212,11 @@ class ShardWriter:
                 tuple(tuple(pair) for pair in self.failed),
                 prev_epoch=self.prev_epoch,
                 dim=dim,
+                epoch=self.epoch,
+                claim=self.claim,
             )
         )
-        self.prev_epoch = self.cfg.round.epoch
+        self.prev_epoch = self.epoch
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []
@@ -235,6 +252,9 @@ class Worker:
         self._last_progress = time.monotonic()
         self._parent = os.getppid()
         self.secrets = secret_values(cfg.storage_options)  # kept out of failure records
+        self.failed_dir = (
+            FailedDir(cfg.failed_dir, cfg.storage_options, cfg.output_dir, cfg.round.run_id) if cfg.failed_dir else None
+        )
 
     def _on_commit(self, record: CommitRecord) -> None:
         self.result_q.put(Committed(self.wid, record))
@@ -277,6 +297,8 @@ class Worker:
             try:
                 self._apply(writer, value, i, input_id, skip)
                 writer.position = (i + 1, 0)
+                if self.cfg.retry_run and self.failed_dir is not None:
+                    self.failed_dir.resolved(input_id, self.cfg.round.generation, self.cfg.node_rank, attempt)
                 return
             except (_Stop, ShardwrightError):
                 raise
@@ -327,22 +349,22 @@ class Worker:
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
-        write_failure(
-            self.storage,
-            FailureRecord(
-                input_index=input_id,
-                input_repr=redact(short_repr(value, 500), self.secrets),
-                exception_type=type(exc).__name__,
-                message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
-                traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                node=self.cfg.node_rank,
-                attempts=attempts,
-                generation=self.cfg.round.generation,
-                time=time.time(),
-            ),
+        record = FailureRecord(
+            input_index=input_id,
+            input_repr=redact(short_repr(value, 500), self.secrets),
+            exception_type=type(exc).__name__,
+            message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
+            traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
+            host=host_identity(),
+            pid=os.getpid(),
+            node=self.cfg.node_rank,
+            attempts=attempts,
+            generation=self.cfg.round.generation,
+            time=time.time(),
         )
+        write_failure(self.storage, record)  # the output's own record first: the one the run relies on
+        if self.failed_dir is not None:
+            self.failed_dir.failed(record, self.cfg.node_rank)
 
 
 class InputTimeout(TimeoutError):

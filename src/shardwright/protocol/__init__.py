@@ -3,7 +3,8 @@ nothing and repeats nothing. This docstring is THE specification; docs/design.md
 the rest of the system and points here.
 
 Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
-identity), ``identity`` (per-input identities, the incremental plan), ``manifest``, ``records``, ``claim`` (sample format), ``lease``, ``failures``,
+identity), ``identity`` (per-input identities, the incremental plan), ``manifest``, ``records``, ``claim``
+(sample format), ``lease``, ``claims`` (shard claims), ``failures``,
 ``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
 (fault injection for tests).
@@ -20,11 +21,17 @@ runs nor two holders of one run's lease ever write each other's names.
 
 Steps and the state on disk after each
 ======================================
-0. **Claim.** The caller takes the lease ``.shardwright/leases/node-{rank}.json`` (conditional
-   create, or compare-and-swap over a stale one) and renews it every TTL/4. Each
-   acquisition gets an *epoch*: ``max(now in ms, the stale holder's epoch + 1)``, stored in
-   the lease (see Fencing).
-   *After:* a lease; nothing else changed.
+0. **Claim.** The caller takes its node lease ``.shardwright/leases/node-{rank}.json``
+   (conditional create, or compare-and-swap over a stale one; renewed every TTL/4): two live
+   processes never run the same node's share, and a run in progress is visible. Then, for
+   each shard it is about to work on (protocol 5), the shard's *claim*
+   ``.shardwright/leases/shard-{shard:05d}.json``, taken the same way, BEFORE the shard's
+   records are read. Each acquisition gets an *epoch*: ``max(now in ms, the stale holder's
+   epoch + 1)``, stored in the lease; a shard's chunk and record names carry its claim's
+   epoch, and its committer checks the claim before each record write (see Fencing). A
+   claim is released once the shard's ``done`` record is committed; a done shard is never
+   claimed for writing again (the claimant reads ``done`` and releases it).
+   *After:* a lease and claims; nothing else changed.
 1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
    run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
    start together, and all of them use the winner's (after checking it is the same call).
@@ -37,8 +44,8 @@ Steps and the state on disk after each
    makes them (and the previous round's records) durable.
    *After:* a chunk file no record names (an orphan): invisible, and rewritten under the
    same name by the rerun (atomic replace); publishing deletes orphans of its generation.
-3. **Record** (the commit point): the writer first checks that the lease still names it
-   (a fenced writer stops here); then one file per shard per round,
+3. **Record** (the commit point): the writer first checks that the shard's claim still
+   names it (a fenced writer stops here); then one file per shard per round,
    ``.shardwright/shards/{shard}-{first seq}-{epoch}.json``, holds the round's consecutive
    records of that shard. Each record names its chunk (filename, items, stored bytes),
    carries the run id, its ``epoch`` and ``prev_epoch`` (the epoch of the shard's record
@@ -63,12 +70,28 @@ Steps and the state on disk after each
    failure details and the run history (``history/``, informational: see the history
    module) remain.
 
+Who may take a claim over
+=========================
+A lease or claim is *stale*, and is taken over by compare-and-swap with a higher epoch, when:
+its heartbeat is older than its TTL (any holder, by the clock assumption); its holder has
+this process's host identity (``shardwright.process.host_identity``) and its pid is gone (a
+SIGKILLed run is resumed at once); it was held by this same scheduler task before a restart
+(a requeued Slurm array task, a pod restarted with the same Indexed Job index); or the
+caller's judge says its holder is gone (a Ray task: the holder's Ray node is dead, or the
+Ray job that started it ended). The last three may be wrong about a holder that still runs
+cut off (a partitioned Ray node): that is what fencing is for, so a takeover never waits a
+TTL when the scheduler already knows. Shards move between processes only through claims:
+the static map (``shard % num_nodes == rank``) says which shards a node *asks* for, an
+executor's driver may hand any shard to any task, and a claim held live by another process
+is never written to (the local engine refuses with ConcurrentRunError; a Ray task leaves
+the shard to its holder and the driver tries it again).
+
 Crash points
 ============
 ===================  =====================================  ==========================================
 crash                state                                  the rerun
 ===================  =====================================  ==========================================
-before 1             a lease at most                        takes the lease over (dead pid/TTL), fresh
+before 1             a lease (and claims) at most           takes them over (see above), fresh
 during 2             a temp file                            temp files are never read; chunk redone
 between 2 and 3      an orphan chunk                        recomputed, same name replaced
 during 3             a temp record file                     the record does not exist; as above
@@ -125,10 +148,12 @@ and the tail is appended.
 
 Fencing (a paused writer wakes up)
 ==================================
-A holder A can be paused (SIGSTOP, a VM pause, a long GC) past the TTL; B takes the lease
-over with a higher epoch, resumes from the chains it reads, and A may then run on for up
-to one heartbeat before it notices (``lease.lost``) and stops. What A writes in that window
-cannot change what B publishes:
+A holder A of a shard's claim can be paused (SIGSTOP, a VM pause, a long GC) past the TTL,
+or cut off on a node its scheduler reports dead; B takes the claim over with a higher
+epoch, resumes from the chain it reads, and A may then run on for up to one heartbeat
+before it notices (``lease.lost``) and stops. Everything below is per shard, with "lease"
+meaning the shard's claim (protocol 4 fenced by the node lease the same way). What A writes
+in that window cannot change what B publishes:
 
 - *No shared names.* A's chunk and record files carry A's epoch, B's carry B's, so no
   write of A ever replaces a file of B's (the corruption of protocol 3: both wrote

@@ -29,6 +29,8 @@ class PendingChunk:
     failed: tuple = ()  # [input id, outputs committed] pairs skipped since the previous record
     prev_epoch: int | None = -1  # epoch of the shard's record seq-1; -1 (SAME_EPOCH): this writer's own
     dim: int | None = None  # token datasets: tokens in the chunk (index.json's "dim")
+    epoch: int | None = None  # the shard claim's epoch (protocol 5); None: the round's
+    claim: tuple[str, str] | None = None  # (key, owner) of the shard's claim, checked before its record
 
     @property
     def nbytes(self) -> int:
@@ -53,7 +55,8 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
 
     1. write every chunk file (not yet durable);
     2. ``storage.barrier()``: those chunks, and the records of earlier rounds, become durable;
-    3. check the lease is still ours (a fenced writer stops here, one round late at most);
+    3. check the lease and every shard claim of the round are still ours (a fenced writer
+       stops here, one round late at most);
     4. write one record file per shard for the round (made durable by the next round's
        barrier, or the worker's final one).
     So a durable record never names a chunk that is not durable, and one barrier serves the
@@ -62,10 +65,11 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
     """
     records = []
     for job in batch:
+        epoch = job.epoch if job.epoch is not None else run.epoch
         entry, stored = None, 0
         if job.items:
             raw = build_chunk(job.items)
-            name = chunk_filename(run.generation, job.shard, job.seq, run.compression, run.epoch)
+            name = chunk_filename(run.generation, job.shard, job.seq, run.compression, epoch)
             data = compress(raw, run.compression)
             storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
             entry = ChunkEntry(
@@ -76,7 +80,7 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
                 checksum=chunk_checksum(data),  # over the bytes as stored, from memory: no second pass
             )
             stored = len(data)
-        prev = None if job.seq == 0 else run.epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
+        prev = None if job.seq == 0 else epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
         records.append(
             CommitRecord(
                 job.shard,
@@ -89,7 +93,7 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
                 job.done,
                 job.failed,
                 run.run_id,
-                run.epoch,
+                epoch,
                 prev,
             )
         )
@@ -100,5 +104,7 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
     if run.use_checkpoint:
         if run.lease_key is not None and run.lease_owner is not None:
             check_still_held(storage, run.lease_key, run.lease_owner)
+        for key, owner in dict.fromkeys(job.claim for job in batch if job.claim is not None):
+            check_still_held(storage, key, owner)  # each shard's claim (protocol 5)
         write_records(storage, records)  # the commit point
     return records

@@ -17,12 +17,12 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import bounded_text, classify
+from ..process import host_identity
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import HISTORY_PREFIX
@@ -137,7 +137,7 @@ def attempt_record(
         mode=mode,
         node_rank=node_rank,
         num_nodes=num_nodes,
-        host=socket.gethostname(),
+        host=host_identity(),
         pid=os.getpid(),
         user=_user(),
         slurm_task=slurm,

@@ -10,7 +10,8 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
     .shardwright/manifest.json                  the run in progress
     .shardwright/format.json                    the sample format claimed by the run's first sample
     .shardwright/shards/{shard:05d}-{seq:06d}-{epoch}.json   one commit round's records of one shard
-    .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish)
+    .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish) and shard
+                                                claims (shard-{shard:05d}, protocol 5)
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
     .shardwright/run.json                       the last finished run
     .shardwright/history/{start ns:020d}-{attempt}.json   one file per optimize() call (bounded)
@@ -26,7 +27,12 @@ out). A published dataset (index.json + chunks) is litdata's format and does not
 
 History: 1 = first release; 2 = records carry the run id; 3 = one record file per shard per
 commit round, flat under ``shards/``; 4 = fencing: every lease acquisition has an epoch,
-chunk and record names carry it, records name their predecessor's epoch (``prev_epoch``).
+chunk and record names carry it, records name their predecessor's epoch (``prev_epoch``);
+5 = shard claims: every shard is written under its own claim (``leases/shard-{shard}.json``),
+whose epoch its chunk and record names carry, so a shard can move to another node (a Ray node
+lost) while fencing stays per shard. A protocol-4 run still resumes under 5: its records chain
+as before and a new claim's epoch is above theirs (clock assumption); a protocol-4 process
+never resumes a protocol-5 manifest (it does not know claims).
 ``history/`` (informational, read by nothing in the protocol) needs no bump: older
 versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
@@ -35,7 +41,10 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
+# manifests this version resumes: protocol 4 wrote under node-lease epochs, which a claim's
+# epoch (above them by the clock assumption) continues
+RESUMABLE_PROTOCOLS = (4, 5)
 
 INDEX_KEY = "index.json"
 STATE_DIR = ".shardwright"
@@ -127,6 +136,20 @@ def parse_record_key(key: str) -> tuple[int, int, int] | None:
     if seq > MAX_SEQ or epoch > MAX_EPOCH:
         return None
     return shard, seq, epoch
+
+
+CLAIM_PREFIX = "shard-"
+
+
+def claim_name(shard: int) -> str:
+    """The lease name of ``shard``'s claim (protocol 5): ``leases/shard-{shard:05d}.json``."""
+    return f"{CLAIM_PREFIX}{shard:05d}"
+
+
+def claimed_shard(name: str) -> int | None:
+    """The shard of a claim's lease name, None for other leases."""
+    rest = name[len(CLAIM_PREFIX) :]
+    return int(rest) if name.startswith(CLAIM_PREFIX) and rest.isdigit() and len(rest) <= 6 else None
 
 
 def lease_key(name: str) -> str:

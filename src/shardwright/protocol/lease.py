@@ -1,18 +1,18 @@
-"""Leases: one live owner per node share of a run, and one publisher."""
+"""Leases: one live owner per node share of a run, one per shard (its claim), and one publisher."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ConcurrentRunError, LeaseLostError
-from ..process import pid_alive
+from ..process import host_identity, pid_alive
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import LEASES_PREFIX, lease_key, lease_name
@@ -59,12 +59,18 @@ class LeaseHolder:
     host: str | None = None
     pid: int | None = None
     slurm: str | None = None  # the Slurm task that held it (slurm_identity())
+    task: str | None = None  # the scheduler task that held it (task_identity(): Slurm or a Kubernetes index)
     heartbeat: float = 0.0  # time.time() of its last renewal
     ttl: float | None = None  # None: this process's lease_ttl()
     epoch: int = 0
     node_rank: int | None = None
     num_nodes: int | None = None
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    shard: int | None = None  # a shard claim's shard (protocol 5)
+    node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
+    ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
+    ray_job: str | None = None
+    ray_ip: str | None = None
 
     @classmethod
     def from_json(cls, data: object, where: str) -> LeaseHolder:
@@ -79,12 +85,18 @@ class LeaseHolder:
             host=_optional_str(data, "host"),
             pid=_optional_int(data, "pid"),
             slurm=_optional_str(data, "slurm"),
+            task=_optional_str(data, "task"),
             heartbeat=number(data, "heartbeat", 0.0),
             ttl=None if ttl == math.inf else ttl,
             epoch=int(number(data, "epoch", 0)),
             node_rank=_optional_int(data, "node_rank"),
             num_nodes=_optional_int(data, "num_nodes"),
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
+            shard=_optional_int(data, "shard"),
+            node_lease=_optional_str(data, "node_lease"),
+            ray_node=_optional_str(data, "ray_node"),
+            ray_job=_optional_str(data, "ray_job"),
+            ray_ip=_optional_str(data, "ray_ip"),
         )
 
     @classmethod
@@ -107,7 +119,7 @@ class LeaseHolder:
         age = self.heartbeat_age()
         if age > self.effective_ttl():
             return f"its last heartbeat was {age:.0f} s ago"
-        if self.host == socket.gethostname() and not pid_alive(self.pid if self.pid is not None else -1):
+        if self.host == host_identity() and not pid_alive(self.pid if self.pid is not None else -1):
             return "its process is gone"
         return None
 
@@ -142,6 +154,15 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
         )
 
 
+def lease_owner(storage: Storage, key: str) -> str | None:
+    """The owner the lease ``key`` names now (None: no readable lease)."""
+    try:
+        holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+    except FileNotFoundError:
+        return None
+    return holder.owner if holder is not None else None
+
+
 def slurm_identity() -> str | None:
     job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
     if not job:
@@ -149,16 +170,63 @@ def slurm_identity() -> str | None:
     return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}_{os.environ.get('SLURM_PROCID', '0')}"
 
 
+def task_identity() -> str | None:
+    """The scheduler's task this process is, if its scheduler restarts a task only after the
+    previous incarnation is gone: a Slurm array task (requeue), or a Kubernetes Indexed Job's
+    index (a pod restarted with the same index; the manifest asks for podReplacementPolicy
+    Failed). A lease held by the same task identity is then a leftover of that incarnation."""
+    slurm = slurm_identity()
+    if slurm is not None:
+        return f"slurm:{slurm}"
+    host = host_identity()
+    return host if host.startswith("k8s:") else None
+
+
+# A judge of lease holders that only the caller can see dead (a Ray task asks Ray whether the
+# holder's node or job is gone): returns why the holder is gone, or None.
+HolderJudge = Callable[[LeaseHolder], "str | None"]
+
+
+def stale_reason(holder: LeaseHolder, judge: HolderJudge | None = None) -> str | None:
+    """Why ``holder``'s lease may be taken over by this process, or None (see :class:`Lease`;
+    the package docstring's "Who may take a claim over")."""
+    dead = holder.dead_reason()
+    if dead is not None:
+        return dead
+    if holder.host == host_identity() and holder.pid == os.getpid():
+        return "it is this process's own (an earlier call that did not release it)"
+    slurm = slurm_identity()
+    if slurm is not None and holder.slurm == slurm:
+        return "it belongs to this same Slurm task before its requeue"
+    task = task_identity()
+    if task is not None and holder.task == task:
+        return f"it belongs to this same task ({task}) before its restart"
+    if judge is not None:
+        return judge(holder)
+    return None
+
+
 class Lease:
     """A heartbeat-renewed claim on ``leases/{name}.json``, taken with conditional writes.
 
     A lease is stale (and may be taken over) when its heartbeat is older than the TTL, when
-    its holder was on this host and its pid is gone, or when it was held by this same Slurm
-    array task before a requeue (Slurm only restarts a task after killing the old one).
+    its holder was on this host and its pid is gone, when it was held by this same scheduler
+    task before a restart (Slurm requeue, a pod of the same Job index: the scheduler only
+    restarts a task after the old one is gone), or when ``judge`` says its holder is gone (a
+    Ray node that Ray reports dead). Fencing keeps a takeover safe even when that holder
+    still runs, cut off.
     """
 
-    def __init__(self, storage: Storage, name: str, what: str, extra: dict | None = None):
+    def __init__(
+        self,
+        storage: Storage,
+        name: str,
+        what: str,
+        extra: dict | None = None,
+        judge: HolderJudge | None = None,
+    ):
         self.storage = storage
+        self.judge = judge
         self.key = lease_key(name)
         self.extra = extra or {}
         self.what = what
@@ -174,9 +242,10 @@ class Lease:
         return dumps(
             {
                 "owner": self.owner,
-                "host": socket.gethostname(),
+                "host": host_identity(),
                 "pid": os.getpid(),
                 "slurm": slurm_identity(),
+                "task": task_identity(),
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
                 "epoch": self.epoch,
@@ -185,18 +254,11 @@ class Lease:
         )
 
     def _stale_reason(self, holder: LeaseHolder) -> str | None:
-        dead = holder.dead_reason()
-        if dead is not None:
-            return dead
-        if holder.host == socket.gethostname() and holder.pid == os.getpid():
+        if holder.host == host_identity() and holder.pid == os.getpid() and holder.dead_reason() is None:
             with _held_lock:
                 if holder.owner in _held_here:
                     return None  # a live call in another thread of this process
-            return "it is this process's own (an earlier call that did not release it)"
-        slurm = slurm_identity()
-        if slurm is not None and holder.slurm == slurm:
-            return "it belongs to this same Slurm task before its requeue"
-        return None
+        return stale_reason(holder, self.judge)
 
     def _next_epoch(self, holder: LeaseHolder | None) -> int:
         # Above the fenced holder's epoch whatever the clocks say, and above any earlier
@@ -243,6 +305,10 @@ class Lease:
                 "Wait for it to finish or stop it; a dead run's lease expires "
                 f"{holder.ttl if holder.ttl is not None else lease_ttl():.0f} s after its last heartbeat"
             )
+        self.start_heartbeat()
+
+    def start_heartbeat(self) -> None:
+        """Renew the (acquired) lease every TTL/4 until released."""
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.key}", daemon=True)
         self._thread.start()
 
@@ -258,19 +324,27 @@ class Lease:
     def _heartbeat(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
         while not self._stop.wait(interval):
-            try:
-                with self._renew_lock:
-                    renewed = self._version is not None and self.storage.replace_if_version(
-                        self.key, self._body(), self._version
-                    )
-                    if renewed:
-                        self._version = self._current_version()
-                        renewed = self._version is not None
-            except Exception:  # a flaky network must not kill the run; the next beat retries
-                continue
-            if not renewed:
-                self.lost = f"the lease on {self.what} was taken over by another run"
+            if not self.renew():
                 return
+
+    def renew(self) -> bool:
+        """One heartbeat: False once the lease is lost (``lost`` says why); a storage error
+        counts as renewed (a flaky network must not kill the run; the next beat retries)."""
+        if self.lost is not None:
+            return False
+        try:
+            with self._renew_lock:
+                renewed = self._version is not None and self.storage.replace_if_version(
+                    self.key, self._body(), self._version
+                )
+                if renewed:
+                    self._version = self._current_version()
+                    renewed = self._version is not None
+        except Exception:
+            return True
+        if not renewed:
+            self.lost = f"the lease on {self.what} was taken over by another run"
+        return renewed
 
     def confirm(self) -> None:
         """Renew now, or raise LeaseLostError: called right before publishing, so a run that

@@ -12,7 +12,7 @@ from ..storage import Storage
 from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, require_field
-from .layout import MANIFEST_KEY, PROTOCOL_VERSION, chunk_generation
+from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, chunk_generation
 from .shards import MAX_NUM_SHARDS, clamp_num_shards, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
@@ -117,7 +117,8 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict, where: str) -> Manifest:
         what = "run manifest"
-        if data.get("protocol") != PROTOCOL_VERSION:
+        protocol = data.get("protocol")
+        if type(protocol) is not int or protocol not in RESUMABLE_PROTOCOLS:
             raise CorruptStateError(
                 f"{what} {where} has protocol {data.get('protocol')!r}, this shardwright writes {PROTOCOL_VERSION}; "
                 "finish the run with the shardwright version that started it, or rerun with mode='overwrite'"
@@ -142,6 +143,7 @@ class Manifest:
             fn_identity=_fn_identity_json(data.get("fn_identity"), where),
             input_ranges=data.get("input_ranges"),
             range_skips=data.get("range_skips"),
+            protocol=protocol,
         ).validated(where)
 
     def validated(self, where: str) -> Manifest:

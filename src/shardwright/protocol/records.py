@@ -210,7 +210,7 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordF
     return _RecordFile(key, seq, epoch, records)
 
 
-def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[str]:
+def _chain(progress: ShardProgress, files: list[_RecordFile], url: str, strict: bool = True) -> list[str]:
     """Fill ``progress`` with the shard's committed chain; returns the keys of files off it.
 
     The chain (fencing, see the package docstring): record 0 has no predecessor; record k is,
@@ -247,6 +247,11 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str) -> list[
         if f.records is None or torn or all(r.epoch < top for r in rest):
             if len(rest) == len(f.records or ()):
                 off.append(f.key)
+            continue
+        if not strict:
+            # A reader that does not hold the shard (status, a peer checking for publishing)
+            # may list a live writer's directory mid-write: a directory listing can miss a file
+            # created during it and see a later one. The shard only looks less advanced.
             continue
         raise CorruptStateError(
             f"checkpoint records of shard {progress.shard} do not form one chain 0..n-1 (at {url}/{f.key}): "
@@ -320,7 +325,7 @@ def load_progress(
     progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
     dropped = list(stale)
     for shard, shard_files in files.items():
-        dropped += _chain(progress[shard], shard_files, storage.url)
+        dropped += _chain(progress[shard], shard_files, storage.url, strict=repair)
     if repair:
         for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
             storage.delete(key)

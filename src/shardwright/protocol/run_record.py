@@ -3,12 +3,12 @@ shows) and which of its inputs failed (what a rerun of the same call retries).""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass, field
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
+from ..process import host_identity
 from ..storage import Storage
 from .fingerprint import InputsFingerprint
 from .fn_identity import FnIdentity
@@ -128,7 +128,7 @@ class RunRecord:
             "started_at": manifest.created_at,
             "finished_at": now,
             "seconds": now - manifest.created_at,
-            "published_by": socket.gethostname(),
+            "published_by": host_identity(),
             "fn_name": fn.name,
             "fn_code": fn.code,
             "fn_identity": fn.to_json(),

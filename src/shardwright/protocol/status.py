@@ -14,8 +14,9 @@ from .manifest import read_manifest
 from .publish import merge
 from .records import load_progress
 from .run_record import read_run_record
+from .shards import shards_of_node
 
-__all__ = ["STATES", "LeaseStatus", "RunStatus", "merge", "read_status", "stop_reason"]
+__all__ = ["STATES", "LeaseStatus", "NodeProgress", "RunStatus", "merge", "read_status", "stop_reason"]
 
 STATES = ("empty", "complete", "running", "interrupted", "failed")
 
@@ -28,6 +29,32 @@ class LeaseStatus:
     heartbeat_age_s: float
     live: bool
     current_inputs: list[int] = field(default_factory=list)  # the input each worker is on (-1: idle)
+    shard: int | None = None  # a shard claim: its shard (protocol 5)
+    node_rank: int | None = None
+    num_nodes: int | None = None
+    ray_node: str | None = None  # executor="ray": the Ray node holding it, and its address
+    ray_ip: str | None = None
+
+    @property
+    def place(self) -> str:
+        """Where the holder runs, for a person: a Ray node, a node rank, or a host."""
+        if self.ray_node:
+            return f"ray node {self.ray_node[:12]}" + (f" ({self.ray_ip})" if self.ray_ip else "")
+        if self.node_rank is not None and (self.num_nodes or 1) > 1:
+            return f"node {self.node_rank}"
+        return f"host {self.host}"
+
+
+@dataclass(frozen=True)
+class NodeProgress:
+    """One node's share of a multi-node run (its shards by the static map) and how far it is."""
+
+    node: int
+    shards: int
+    shards_done: int
+    inputs: int
+    inputs_done: int
+    live: bool  # its node lease is live
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,7 @@ class RunStatus:
     shards_in_progress: list[int] = field(default_factory=list)
     shards_pending: list[int] = field(default_factory=list)
     leases: list[LeaseStatus] = field(default_factory=list)
+    nodes: list[NodeProgress] = field(default_factory=list)  # multi-node runs: each node's progress
     fn: str | None = None
     started_at: float | None = None
     stop_reason: str | None = None  # "user error: FnError on input 150", "interrupted (SIGTERM)", ...
@@ -83,6 +111,11 @@ def read_status(storage: Storage) -> RunStatus:
             round(holder.heartbeat_age(), 1),
             holder.is_live(),
             list(holder.current_inputs),
+            holder.shard,
+            holder.node_rank,
+            holder.num_nodes,
+            holder.ray_node,
+            holder.ray_ip,
         )
         for name, holder in read_leases(storage)
     ]
@@ -117,9 +150,34 @@ def read_status(storage: Storage) -> RunStatus:
         shards_in_progress=[s for s, p in progress.items() if p.records and not p.done],
         shards_pending=[s for s, p in progress.items() if not p.records],
         leases=leases,
+        nodes=node_progress(progress, leases, manifest.num_shards),
         fn=manifest.fn_name,
         started_at=manifest.created_at,
     )
+
+
+def node_progress(progress: dict, leases: list[LeaseStatus], num_shards: int) -> list[NodeProgress]:
+    """Per-node progress of a run whose node leases say it has several nodes (Slurm,
+    Kubernetes): each rank's shards by the static map."""
+    counts = {lease.num_nodes for lease in leases if lease.shard is None and lease.num_nodes}
+    count = max(counts, default=1)
+    if count <= 1:
+        return []
+    live = {lease.node_rank for lease in leases if lease.shard is None and lease.live}
+    nodes = []
+    for rank in range(count):
+        mine = [progress[s] for s in shards_of_node(num_shards, rank, count) if s in progress]
+        nodes.append(
+            NodeProgress(
+                rank,
+                len(mine),
+                sum(1 for p in mine if p.done),
+                sum(p.end - p.start for p in mine),
+                sum(p.inputs_done for p in mine),
+                rank in live,
+            )
+        )
+    return nodes
 
 
 def stop_reason(attempt: Attempt) -> str:

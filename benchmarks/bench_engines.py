@@ -1,0 +1,184 @@
+#!/usr/bin/env python
+"""optimize(executor="ray") against executor="local" on the same cores, and 1 vs 3 Ray nodes.
+
+    .venv/bin/python benchmarks/bench_engines.py            # median of 3, about 2-3 minutes
+    .venv/bin/python benchmarks/bench_engines.py --quick    # small sizes, 1 repeat, ~1 minute
+    .venv/bin/python benchmarks/bench_engines.py --inputs 3000 --repeats 5 --json out.json
+
+Part 1, Ray's overhead. One workload (``fn``: a numpy sort sized so one input costs ~2 ms of
+CPU, BLAS/OpenMP pinned to one thread) run with ``executor="local", num_workers=2`` and with
+``executor="ray"`` on a one-node Ray cluster of 2 CPUs (one task, ``num_workers=2``): the
+same 2 cores. Timed from the optimize() call to its return: the cluster's start is excluded,
+task scheduling, the object store and the driver's own work are included. Goal: <= 10 %.
+
+Part 2, nodes. The same workload on a Ray cluster of 1 node and of 3 nodes (1 CPU each,
+``num_workers=1`` per task). The emulated nodes share the machine's real cores, so 3 nodes
+cannot beat ``os.cpu_count()`` times 1 node (2x on the dev VM).
+
+Every run is checked: the dataset holds every input once, in order. Clusters are
+``ray.cluster_utils.Cluster`` on 127.0.0.1 with usage stats off, in a temp dir removed after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+os.environ["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")  # Ray's workers
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback (read at import)
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import numpy as np  # noqa: E402
+
+SORT_SIZE = 20000
+
+
+def work(i: int) -> dict:
+    rng = np.random.default_rng(i)
+    values = np.sort(rng.random(SORT_SIZE))
+    return {"i": i, "median": float(values[SORT_SIZE // 2])}
+
+
+def calibrate(target_ms: float = 2.0) -> int:
+    global SORT_SIZE
+    for _ in range(3):
+        started = time.perf_counter()
+        for i in range(50):
+            work(i)
+        per = (time.perf_counter() - started) / 50 * 1000
+        SORT_SIZE = max(1000, int(SORT_SIZE * target_ms / per))
+    return SORT_SIZE
+
+
+def check(out: str, n: int) -> None:
+    from shardwright import StreamingDataset
+
+    got = [item["i"] for item in StreamingDataset(out)]
+    if got != list(range(n)):
+        raise SystemExit(f"broken run in {out}: {len(got)} items, expected {n} in order")
+
+
+def timed_run(out_root: str, n: int, **kwargs) -> float:
+    from shardwright import optimize
+
+    size = SORT_SIZE
+
+    def fn(i: int) -> dict:  # a closure over the calibrated size: Ray pickles it by value
+        rng = np.random.default_rng(i)
+        values = np.sort(rng.random(size))
+        return {"i": i, "median": float(values[size // 2])}
+
+    out = tempfile.mkdtemp(dir=out_root)
+    shutil.rmtree(out)
+    started = time.perf_counter()
+    result = optimize(fn, list(range(n)), out, chunk_size=100, verbose=False, **kwargs)
+    seconds = time.perf_counter() - started
+    assert result.published
+    check(out, n)
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
+class Cluster:
+    def __init__(self, temp: str, head_cpus: int, nodes: int):
+        import ray
+        from ray.cluster_utils import Cluster as RayCluster
+
+        os.makedirs(os.path.join(temp, "ray"), exist_ok=True)
+        os.environ["RAY_TMPDIR"] = temp
+        self.cluster = RayCluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "node_ip_address": "127.0.0.1",
+                "temp_dir": os.path.join(temp, "ray"),
+                "include_dashboard": False,
+            },
+        )
+        for _ in range(nodes - 1):
+            self.cluster.add_node(num_cpus=head_cpus, node_ip_address="127.0.0.1")
+        self.cluster.wait_for_nodes()
+        ray.init(address=self.cluster.address, log_to_driver=False)
+
+    def close(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--inputs", type=int)
+    ap.add_argument("--repeats", type=int)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    n = args.inputs or (600 if args.quick else 2000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    print(f"calibrated sort size {calibrate()} (~2 ms per input); {n} inputs; median of {repeats}")
+    print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
+    temp = tempfile.mkdtemp(prefix="swbench-", dir="/tmp")
+    results: dict = {"inputs": n, "repeats": repeats, "sort_size": SORT_SIZE}
+    try:
+        local, ray_2cpu = [], []
+        cluster = Cluster(temp + "/a", head_cpus=2, nodes=1)
+        try:
+            timed_run(
+                temp, 50, executor="ray", shared_output=True, num_workers=2, ray_remote_args={"num_cpus": 2}
+            )  # warm the workers
+            for _ in range(repeats):  # interleaved: load changes hit both alike
+                local.append(timed_run(temp, n, num_workers=2))
+                ray_2cpu.append(
+                    timed_run(
+                        temp, n, executor="ray", shared_output=True, num_workers=2, ray_remote_args={"num_cpus": 2}
+                    )
+                )
+        finally:
+            cluster.close()
+        overhead = median(ray_2cpu) / median(local) - 1
+        results["part1"] = {"local_s": local, "ray_s": ray_2cpu, "overhead": overhead}
+        print(
+            f"part 1, same 2 cores: local {median(local):.2f} s, ray {median(ray_2cpu):.2f} s "
+            f"(min {min(local):.2f} / {min(ray_2cpu):.2f}); Ray's overhead {overhead * 100:+.1f} % (goal <= 10 %)"
+        )
+        by_nodes: dict[int, list[float]] = {}
+        for nodes in (1, 3):
+            cluster = Cluster(f"{temp}/n{nodes}", head_cpus=1, nodes=nodes)
+            try:
+                timed_run(temp, 50, executor="ray", shared_output=True, num_workers=1)
+                by_nodes[nodes] = [
+                    timed_run(temp, n, executor="ray", shared_output=True, num_workers=1) for _ in range(repeats)
+                ]
+            finally:
+                cluster.close()
+        speedup = median(by_nodes[1]) / median(by_nodes[3])
+        results["part2"] = {"1_node_s": by_nodes[1], "3_nodes_s": by_nodes[3], "speedup": speedup}
+        print(
+            f"part 2, Ray nodes of 1 CPU: 1 node {median(by_nodes[1]):.2f} s, 3 nodes {median(by_nodes[3]):.2f} s; "
+            f"speed-up {speedup:.2f}x (capped at {os.cpu_count()}x by the machine's cores)"
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

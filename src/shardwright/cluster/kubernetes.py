@@ -1,0 +1,151 @@
+"""``shardwright k8s manifest``: a Kubernetes Indexed Job that runs one ``optimize()`` over N pods.
+
+Every pod runs the same command. Kubernetes gives each pod ``JOB_COMPLETION_INDEX`` (its
+rank); the manifest adds the pod count (``SHARDWRIGHT_NUM_NODES``) and the Job's name
+(``SHARDWRIGHT_JOB_NAME``), from which a pod's host identity is ``k8s:{job}/{index}``:
+stable when a pod of the same index is restarted (preemption, eviction, a crash), so the
+new pod takes its predecessor's leases and claims over at once and resumes its shards from
+their committed chunks. The pod that finishes last publishes ``index.json`` (or run
+``shardwright merge OUTPUT_DIR`` once every index succeeded).
+
+- ``completionMode: Indexed``, ``completions`` = ``parallelism`` = N by default;
+- ``backoffLimitPerIndex``: a failing index is retried that many times, the others go on;
+- ``podFailurePolicy``: a pod that failed because of a disruption (preemption, eviction,
+  node drain: the ``DisruptionTarget`` condition) is ignored, so it is not counted against
+  the limit; ``podReplacementPolicy: Failed`` starts a replacement only once the old pod is
+  gone (two pods of one index never run at once);
+- credentials come from a Secret, by reference (``envFrom: secretRef``): never inline;
+- ``resources`` from ``--cpu`` / ``--memory``.
+
+The manifest is JSON (which ``kubectl apply -f`` reads like YAML). See docs/kubernetes.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+
+NUM_NODES_VAR = "SHARDWRIGHT_NUM_NODES"
+JOB_NAME_VAR = "SHARDWRIGHT_JOB_NAME"
+OUTPUT_DIR_VAR = "SHARDWRIGHT_OUTPUT_DIR"
+CONTAINER = "optimize"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+MAX_COMPLETIONS = 100_000  # Kubernetes' own limit for Indexed Jobs
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What ``shardwright k8s manifest`` asks for, validated by :meth:`validate`."""
+
+    name: str
+    image: str
+    command: list[str]
+    completions: int
+    parallelism: int | None = None  # None: all at once
+    backoff_limit_per_index: int = 3
+    max_failed_indexes: int | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    secret: str | None = None  # a Secret whose keys become env vars (AWS_ACCESS_KEY_ID, ...)
+    output_dir: str | None = None
+    shared_output: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+    namespace: str | None = None
+
+    def validate(self) -> JobSpec:
+        if not _DNS_LABEL.match(self.name) or len(self.name) > 52:
+            raise UsageError(
+                f"--name {self.name!r} is not a valid Job name: lowercase letters, digits and '-', at most 52 "
+                "characters (Kubernetes adds the index to pod names)"
+            )
+        if not self.image.strip():
+            raise UsageError("--image is empty; give the container image that has your script and shardwright")
+        if not self.command:
+            raise UsageError(
+                "give the command each pod runs after `--`, e.g. shardwright k8s manifest --completions 4 "
+                "--image IMG -- python prepare.py"
+            )
+        if not 1 <= self.completions <= MAX_COMPLETIONS:
+            raise UsageError(f"--completions must be 1..{MAX_COMPLETIONS:,}; got {self.completions}")
+        if self.parallelism is not None and not 1 <= self.parallelism <= self.completions:
+            raise UsageError(f"--parallelism must be 1..{self.completions} (the completions); got {self.parallelism}")
+        if self.backoff_limit_per_index < 0:
+            raise UsageError(f"--backoff-limit-per-index must be 0 or more; got {self.backoff_limit_per_index}")
+        for name, value in (("--cpu", self.cpu), ("--memory", self.memory)):
+            if value is not None and not _QUANTITY.match(value):
+                raise UsageError(f"{name} {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 8Gi)")
+        if self.secret is not None and not _DNS_LABEL.match(self.secret):
+            raise UsageError(f"--secret {self.secret!r} is not a valid Secret name")
+        for key in self.env:
+            if not _ENV_NAME.match(key):
+                raise UsageError(f"--env {key!r} is not an environment variable name")
+            if key in (NUM_NODES_VAR, JOB_NAME_VAR, "JOB_COMPLETION_INDEX"):
+                raise UsageError(f"--env {key} is set by the manifest itself; leave it out")
+        if self.output_dir is not None:
+            local = "://" not in self.output_dir
+            if local and not self.shared_output and self.completions > 1:
+                raise UsageError(
+                    f"--output-dir {self.output_dir!r} is a local path: each pod would write its own disk. Use a "
+                    "bucket URL (s3://...), or --shared-output if every pod mounts the same volume there"
+                )
+        return self
+
+
+def job_manifest(spec: JobSpec) -> dict:
+    """The Indexed Job (a plain dict, as ``kubectl apply`` reads it)."""
+    spec = spec.validate()
+    labels = {"app.kubernetes.io/name": "shardwright", "shardwright/job": spec.name}
+    env = [
+        {"name": NUM_NODES_VAR, "value": str(spec.completions)},
+        {"name": JOB_NAME_VAR, "value": spec.name},
+        # say where Python's output goes at once: `kubectl logs -f` shows progress as it happens
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    if spec.output_dir is not None:
+        env.append({"name": OUTPUT_DIR_VAR, "value": spec.output_dir})
+    env += [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    container: dict = {"name": CONTAINER, "image": spec.image, "command": list(spec.command), "env": env}
+    if spec.secret is not None:
+        container["envFrom"] = [{"secretRef": {"name": spec.secret}}]  # by reference: never inline
+    resources: dict = {}
+    if spec.cpu is not None:
+        resources.setdefault("requests", {})["cpu"] = spec.cpu
+    if spec.memory is not None:
+        resources.setdefault("requests", {})["memory"] = spec.memory
+        resources.setdefault("limits", {})["memory"] = spec.memory
+    if resources:
+        container["resources"] = resources
+    pod_spec: dict = {
+        "restartPolicy": "Never",  # the Job controller replaces a failed pod (a podFailurePolicy needs Never)
+        "terminationGracePeriodSeconds": 60,  # SIGTERM: optimize() commits what it has and exits
+        "containers": [container],
+    }
+    if spec.service_account is not None:
+        pod_spec["serviceAccountName"] = spec.service_account
+    job_spec: dict = {
+        "completionMode": "Indexed",
+        "completions": spec.completions,
+        "parallelism": spec.parallelism or spec.completions,
+        "backoffLimitPerIndex": spec.backoff_limit_per_index,
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {
+            "rules": [
+                # preemption, eviction, a drained node: not the pod's fault, not counted
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            ]
+        },
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if spec.max_failed_indexes is not None:
+        job_spec["maxFailedIndexes"] = spec.max_failed_indexes
+    metadata: dict = {"name": spec.name, "labels": labels}
+    if spec.namespace is not None:
+        metadata["namespace"] = spec.namespace
+    if spec.output_dir is not None:
+        metadata["annotations"] = {"shardwright/output-dir": spec.output_dir}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}

@@ -1,0 +1,494 @@
+"""``optimize(..., executor="ray")``: the run's shards spread over a Ray cluster's nodes.
+
+The driver (the process that called optimize) does what a single node does before and
+after the work: it holds the run's node lease, decides what the output needs
+(``decide``), creates the manifest, and publishes. In between it hands the unfinished
+shards to Ray tasks, one per node by default (``scheduling_strategy="SPREAD"``, ``num_cpus``
+= ``num_workers``), and each task runs its shards on ``num_workers`` local processes
+exactly as a node of a Slurm run does, under each shard's claim (protocol 5).
+
+Failures, and why each stays exactly once:
+- a node dies: Ray retries its task elsewhere (``max_retries``), and the driver resubmits
+  what is left when Ray gives up. The new task takes the dead node's claims over at once (a
+  holder on a node Ray reports dead), resumes each shard from its committed chunks, and a
+  task that is in fact alive but cut off is fenced by the claim's epoch.
+- the driver is SIGKILLed: Ray ends its job's tasks; rerunning the same call resumes, and
+  the new tasks take the old job's claims over at once (the old job is dead in Ray's table).
+- Ray retries a task that had finished: its shards are done (it releases and returns), or
+  the run is published already (the manifest is gone: it returns at once).
+
+Ray is imported only when a call names this executor (``pip install 'shardwright[ray]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..engine.attempts import AttemptLog
+from ..engine.executors import ExecutorCall
+from ..engine.identity import fn_identity
+from ..engine.inputs import load_source_state
+from ..engine.messages import Committed, Progress
+from ..engine.options import OptimizeOptions
+from ..engine.planning import NodeIdentity
+from ..engine.progress import tqdm_class
+from ..engine.result import OptimizeResult
+from ..engine.run import check_shared_output, make_request, open_call, open_output
+from ..engine.share import run_share
+from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
+from ..process import HOST_ID_VAR, host_identity
+from ..protocol.lease import Lease, LeaseHolder, lease_ttl
+from ..protocol.manifest import Manifest, read_manifest
+from ..protocol.publish import publish_if_complete
+from ..protocol.records import load_progress
+from ..sources import Source
+from ..storage import open_storage
+
+log = logging.getLogger("shardwright")
+
+RESUBMITS = 3  # the driver's own resubmissions of a share after Ray's retries are spent
+BOARD_FLUSH_SECONDS = 0.5
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the ray package is not installed") from None
+    return ray
+
+
+class RayExecutor:
+    """The driver's side (see the module docstring)."""
+
+    def run(self, call: ExecutorCall) -> OptimizeResult:
+        ray = import_ray()
+        options = call.options
+        if options.node_rank is not None:
+            raise UsageError(
+                "executor='ray' spreads the run over the Ray cluster itself: do not pass node_rank "
+                "(num_nodes= sets how many Ray tasks share the run)"
+            )
+        if not ray.is_initialized():  # RAY_ADDRESS, else a local cluster, as ray.init() does
+            ray.init(log_to_driver=options.verbose, configure_logging=False)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        remote_args = task_options(options, nodes)
+        workers = task_workers(options, remote_args)
+        tasks = options.num_nodes or max(1, len(nodes))
+        is_source = isinstance(call.inputs, Source)
+        request = None if is_source else make_request(call.fn, call.inputs, options)
+        storage = open_output(call.output_dir, options)
+        if len(nodes) > 1 or tasks > 1:
+            check_shared_output(storage, options, f"the {len(nodes)} nodes of the Ray cluster")
+        if is_source:  # planned by range: the driver reads its metadata, never its rows
+            load_source_state(storage, call.inputs)
+            request = make_request(call.fn, call.inputs, options)
+        assert request is not None
+        node = NodeIdentity(0, 1, "the Ray driver")
+        lease = Lease(storage, "node-0", "the run", extra={"node_rank": 0, "num_nodes": 1, "executor": "ray"})
+        lease.acquire(storage.url)
+        attempt = AttemptLog(storage, node, options.mode, options.storage_options)
+        try:
+            notes: list[str] = []
+            opened = open_call(storage, request, call.inputs, notes)
+            if opened is None:
+                attempt.close("noop")
+                return OptimizeResult(
+                    storage.url, 0, 0, 0, time.monotonic() - call.started, True, True, len(call.inputs)
+                )
+            manifest, resumed = opened
+            driver = _Driver(ray, call, manifest, remote_args, workers, tasks, lease)
+            counts = driver.run()
+            if lease.lost:
+                raise LeaseLostError(f"stopped: {lease.lost}")
+            lease.confirm()
+            published, missing = publish_if_complete(storage, manifest, {}, fn_identity(call.fn))
+            if missing:
+                raise ShardwrightError(
+                    f"the Ray tasks returned but shard(s) {missing[:20]} are not done; rerun the same call to resume"
+                )
+            result = OptimizeResult(
+                output_dir=storage.url,
+                items=counts.items,
+                chunks=counts.chunks,
+                bytes=counts.bytes,
+                seconds=time.monotonic() - call.started,
+                resumed=resumed,
+                published=published,
+                inputs=manifest.num_inputs,
+                failed=counts.failed,
+            )
+            attempt.close("published" if published else "waiting")
+            if options.verbose:
+                print(f"shardwright: {result}", file=sys.stderr)
+            return result
+        except BaseException as exc:
+            if not isinstance(exc, ConcurrentRunError):
+                attempt.close_for(exc)
+            raise
+        finally:
+            lease.release()
+
+
+def task_options(options: OptimizeOptions, nodes: list[dict]) -> dict:
+    """Ray's options of each share task: one per node (SPREAD), ``num_workers`` CPUs, retried
+    on system failures only; ``ray_remote_args`` overrides any of them."""
+    engines = options.engines
+    defaults: dict = {
+        "num_cpus": options.num_workers if engines.num_workers_given else 1,
+        "max_retries": 3,
+        "retry_exceptions": False,
+        "scheduling_strategy": "SPREAD",
+    }
+    merged = {**defaults, **(engines.ray_remote_args or {})}
+    wanted = merged.get("num_cpus") or 0
+    most = max((float(n.get("Resources", {}).get("CPU", 0)) for n in nodes), default=0.0)
+    if nodes and wanted > most:
+        raise UsageError(
+            f"each Ray task asks for {wanted} CPUs but the largest live node has {most:g}: the tasks could "
+            f"never start. Pass num_workers= (and ray_remote_args={{'num_cpus': ...}}) at most {most:g}"
+        )
+    return merged
+
+
+def task_workers(options: OptimizeOptions, remote_args: dict) -> int:
+    """Worker processes per task: ``num_workers`` when given, else the CPUs the task asks for."""
+    if options.engines.num_workers_given:
+        return options.num_workers
+    return max(1, int(remote_args.get("num_cpus") or 1))
+
+
+@dataclass
+class Counts:
+    inputs: int = 0
+    items: int = 0
+    chunks: int = 0
+    bytes: int = 0
+    failed: int = 0
+
+    def add(self, other: dict) -> None:
+        for name in ("inputs", "items", "chunks", "bytes", "failed"):
+            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
+
+
+@dataclass(frozen=True)
+class ShareCall:
+    """What a share task needs besides fn and inputs (which travel as object refs)."""
+
+    output_url: str
+    options: OptimizeOptions
+    manifest: Manifest
+    workers: int
+    board: Any  # the ProgressBoard actor (None: nobody shows a bar, nothing to report)
+    task_index: int
+
+
+@dataclass
+class _Share:
+    shards: list[int]
+    index: int
+    resubmits: int = 0
+    ref: Any = None
+
+
+@dataclass
+class _Driver:
+    ray: Any
+    call: ExecutorCall
+    manifest: Manifest
+    remote_args: dict
+    workers: int
+    tasks: int
+    lease: Lease
+    counts: Counts = field(default_factory=Counts)
+    done_inputs: int = 0  # inputs committed when the last look at the records was taken
+    committed: dict = field(default_factory=dict)  # the progress board's last totals
+
+    def unfinished(self) -> list[int]:
+        storage = open_storage(self.call.output_dir, self.call.options.storage_options)
+        progress = load_progress(storage, self.manifest.shard_bounds(), self.manifest.run_id)
+        self.done_inputs = sum(p.inputs_done for p in progress.values())
+        return sorted(s for s, p in progress.items() if not p.done)
+
+    def run(self) -> Counts:
+        ray = self.ray
+        remote = remote_share_task(ray).options(**self.remote_args)
+        # the bar's actor starts a worker process (~1 s): only when a bar is shown, once per driver
+        board = _progress_board(ray) if self.call.options.verbose else None
+        fn_ref, inputs_ref = ray.put(self.call.fn), ray.put(self.call.inputs)
+        bar = self._open_bar()
+        deadline = None
+        try:
+            pending = self.unfinished()
+            if bar is not None:
+                bar.n = self.done_inputs
+            while pending:
+                shares = [_Share(pending[i :: self.tasks], i) for i in range(min(self.tasks, len(pending)))]
+                for share in shares:
+                    share.ref = remote.remote(fn_ref, inputs_ref, self._share_call(board, share), share.shards)
+                busy = self._wait(shares, remote, fn_ref, inputs_ref, board, bar)
+                pending = self.unfinished()
+                if pending and busy:
+                    # claims another live process holds (a task of an earlier driver that Ray has
+                    # not reported dead yet): wait for them to be released or to go stale
+                    deadline = deadline or time.monotonic() + 3 * lease_ttl()
+                    if time.monotonic() > deadline:
+                        raise ConcurrentRunError(
+                            f"shard(s) {sorted(busy)[:20]} of {self.call.output_dir} stay claimed by another live "
+                            "process; stop that run, or wait for it to finish"
+                        )
+                    time.sleep(min(2.0, lease_ttl() / 4))
+                elif pending:
+                    raise ShardwrightError(f"shard(s) {pending[:20]} are still not done after every task returned")
+        finally:
+            if bar is not None:
+                bar.close()
+        for name, value in self.committed.items():
+            setattr(self.counts, name, max(getattr(self.counts, name), value))
+        return self.counts
+
+    def _share_call(self, board: Any, share: _Share) -> ShareCall:
+        return ShareCall(self.call.output_dir, self.call.options, self.manifest, self.workers, board, share.index)
+
+    def _open_bar(self) -> Any:
+        if not self.call.options.verbose:
+            return None
+        return tqdm_class()(
+            total=self.manifest.num_inputs, unit="input", desc="optimize (ray)", mininterval=0.5, dynamic_ncols=True
+        )
+
+    def _wait(self, shares: list[_Share], remote: Any, fn_ref: Any, inputs_ref: Any, board: Any, bar: Any) -> set:
+        """Until every share returned: progress on the bar, failures raised or resubmitted."""
+        ray = self.ray
+        busy: set[int] = set()
+        running = {share.ref: share for share in shares}
+        base = self.done_inputs
+        try:
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
+                if bar is not None and not ready:
+                    self._refresh(board, bar, base)
+                if self.lease.lost:
+                    raise LeaseLostError(f"stopped: {self.lease.lost}")
+                for ref in ready:
+                    share = running.pop(ref)
+                    try:
+                        summary = ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:
+                        raise _cause(exc) from None
+                    except ray.exceptions.RayError as exc:  # the node, worker or object is gone
+                        if share.resubmits >= RESUBMITS:
+                            raise ShardwrightError(
+                                f"the Ray task running shard(s) {share.shards[:20]} failed {RESUBMITS + 1} times "
+                                f"({type(exc).__name__}: {str(exc)[:300]}); committed work is kept, rerun the "
+                                "same call to resume"
+                            ) from exc
+                        log.warning("a Ray task failed (%s); its shards are resubmitted", type(exc).__name__)
+                        share.resubmits += 1
+                        share.ref = remote.remote(fn_ref, inputs_ref, self._share_call(board, share), share.shards)
+                        running[share.ref] = share
+                        continue
+                    self.counts.add(summary)
+                    busy.update(summary.get("busy", []))
+        except BaseException:
+            for ref in running:
+                ray.cancel(ref, force=True)  # their committed work is kept
+            raise
+        self._refresh(board, bar, base)
+        return busy
+
+    def _refresh(self, board: Any, bar: Any, base: int) -> None:
+        if board is None:
+            return
+        try:
+            totals = self.ray.get(board.totals.remote(self.manifest.run_id), timeout=2)
+        except Exception:
+            return  # the board's node is gone: the bar pauses, the run goes on
+        # the board also counts what tasks that died had committed, which they never returned
+        self.committed = {name: int(totals.get(name, 0)) for name in ("items", "chunks", "bytes")}
+        if bar is not None:
+            bar.n = min(self.manifest.num_inputs, base + totals.get("inputs", 0))
+            bar.refresh()
+
+
+def _cause(exc: Any) -> BaseException:
+    """The exception the task raised (FnError, ...), not Ray's wrapper."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def _on_this_node(ray: Any) -> dict:
+    """Put the progress board on the driver's node: it lives as long as the driver does."""
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node_id = ray.get_runtime_context().get_node_id()
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)}
+    except Exception:
+        return {}
+
+
+# --- the task's side ---------------------------------------------------------------------------
+
+
+class ProgressBoard:
+    """A Ray actor summing what every task reports per run, read by the driver's progress bar
+    (one per driver process, reused by its calls)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, int]] = {}
+
+    def add(self, run_id: str, delta: dict) -> None:
+        totals = self.runs.setdefault(run_id, {})
+        for name, value in delta.items():
+            totals[name] = totals.get(name, 0) + int(value)
+
+    def totals(self, run_id: str) -> dict:
+        return dict(self.runs.get(run_id, {}))
+
+
+class RayJudge:
+    """Sees claim holders dead that only Ray can: on a node Ray reports dead, or started by a
+    Ray job that has ended (a SIGKILLed driver). Asks Ray at most every two seconds."""
+
+    def __init__(self, ray: Any, job_id: str):
+        self.ray = ray
+        self.job_id = job_id
+        self.checked = 0.0
+        self.dead_nodes: set[str] = set()
+        self.dead_jobs: set[str] = set()
+
+    def _refresh(self) -> None:
+        if time.monotonic() - self.checked < 2.0:
+            return
+        self.checked = time.monotonic()
+        try:
+            self.dead_nodes = {n["NodeID"] for n in self.ray.nodes() if not n.get("Alive")}
+        except Exception:
+            self.dead_nodes = set()
+        try:  # Ray's job table has no public API outside its dashboard
+            from ray._private.state import state
+
+            self.dead_jobs = {j["JobID"] for j in state.job_table() if j.get("IsDead")}
+        except Exception:
+            self.dead_jobs = set()
+
+    def __call__(self, holder: LeaseHolder) -> str | None:
+        node, job = holder.ray_node, holder.ray_job
+        if not node and not job:
+            return None
+        self._refresh()
+        if node in self.dead_nodes:
+            return f"its Ray node {str(node)[:12]} is dead"
+        if job and job != self.job_id and job in self.dead_jobs:
+            return f"the Ray job {job} that started it has ended"
+        return None
+
+
+def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int]) -> dict:
+    """One Ray task: run ``shards`` of the run on ``call.workers`` local processes."""
+    ray = import_ray()
+    context = ray.get_runtime_context()
+    node_id, job_id = context.get_node_id(), context.get_job_id()
+    suffix = f"ray-{node_id[:16]}"
+    if not os.environ.get(HOST_ID_VAR, "").endswith(suffix):
+        # processes of two Ray nodes never judge each other by pid, even on one machine
+        os.environ[HOST_ID_VAR] = f"{host_identity()}/{suffix}"
+    storage = open_storage(call.output_url, call.options.storage_options)
+    current = read_manifest(storage)
+    if current is None or current.run_id != call.manifest.run_id:
+        return {}  # published already (Ray retried a task that had finished), or another run's
+    options = call.options
+    if options.num_workers != call.workers:
+        options = replace(options, num_workers=call.workers)
+    delta: dict[str, int] = {}
+    last_flush = [time.monotonic()]
+
+    def flush() -> None:
+        if delta and call.board is not None:
+            call.board.add.remote(call.manifest.run_id, dict(delta))
+            delta.clear()
+        last_flush[0] = time.monotonic()
+
+    def on_message(message: Any) -> None:
+        if isinstance(message, Progress):
+            delta["inputs"] = delta.get("inputs", 0) + message.inputs
+        elif isinstance(message, Committed) and message.record.chunk is not None:
+            delta["items"] = delta.get("items", 0) + message.record.chunk.chunk_size
+            delta["chunks"] = delta.get("chunks", 0) + 1
+            delta["bytes"] = delta.get("bytes", 0) + message.record.stored_bytes
+
+    def on_idle(current_inputs: list[int]) -> str | None:
+        if time.monotonic() - last_flush[0] >= BOARD_FLUSH_SECONDS:
+            flush()
+        return None
+
+    extra = {
+        "ray_node": node_id,
+        "ray_job": job_id,
+        "ray_ip": _node_ip(ray),
+        "task": call.task_index,
+        "host_name": socket.gethostname(),
+    }
+    share = run_share(
+        storage,
+        call.manifest,
+        fn,
+        inputs,
+        options,
+        call.task_index,
+        shards,
+        claim_extra=extra,
+        judge=RayJudge(ray, job_id),
+        require_all=False,
+        on_message=on_message,
+        on_idle=on_idle,
+    )
+    flush()
+    tracker = share.tracker
+    return {
+        "items": tracker.items,
+        "chunks": tracker.chunks,
+        "bytes": tracker.bytes,
+        "failed": sum(len(p.failed) for p in share.progress.values()),
+        "busy": sorted(share.busy),
+    }
+
+
+def _node_ip(ray: Any) -> str:
+    try:
+        return str(ray.util.get_node_ip_address())
+    except Exception:
+        return ""
+
+
+_remote_cache: dict[str, Any] = {}
+
+
+def remote_share_task(ray: Any) -> Any:
+    if "share" not in _remote_cache:
+        _remote_cache["share"] = ray.remote(share_task)
+    return _remote_cache["share"]
+
+
+def _board_class(ray: Any) -> Any:
+    if "board" not in _remote_cache:
+        _remote_cache["board"] = ray.remote(ProgressBoard)
+    return _remote_cache["board"]
+
+
+def _progress_board(ray: Any) -> Any:
+    """This driver's ProgressBoard actor, created on first use (again after a reconnect)."""
+    job = ray.get_runtime_context().get_job_id()
+    cached = _remote_cache.get("board_actor")
+    if cached is None or cached[0] != job:
+        actor = _board_class(ray).options(num_cpus=0, **_on_this_node(ray)).remote()
+        _remote_cache["board_actor"] = cached = (job, actor)
+    return cached[1]

@@ -1,0 +1,124 @@
+"""Shard claims (protocol 5, step 0): a shard is written only under its own claim.
+
+A claim is a :class:`~shardwright.protocol.lease.Lease` named ``shard-{shard:05d}``: taken
+before the shard's records are read to resume it, renewed while it is worked on, released
+once its ``done`` record is committed. Its epoch is the one the shard's chunk and record
+names carry, and the committer checks it before each record write of that shard. So the
+unit of fencing is the shard, and a shard can move to another node (a lost Ray node's
+shards resume on the others) without waiting for the node that held it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from ..storage import Storage
+from .layout import claim_name
+from .lease import HolderJudge, Lease, LeaseHolder, lease_ttl
+
+
+@dataclass(frozen=True)
+class ClaimTicket:
+    """What a writer of one shard needs of its claim: the epoch its names carry, and the
+    claim (key, owner) to check before each record write."""
+
+    epoch: int
+    key: str
+    owner: str
+
+
+class ShardClaims:
+    """The claims this process holds on the shards of one run, renewed by ONE thread (a node
+    may hold many claims), which also releases done shards off the caller's thread.
+
+    ``extra`` goes into every claim file (node rank, Ray node: what ``shardwright status``
+    shows of who holds which shard); ``judge`` sees holders dead that only the caller can
+    (see :class:`Lease`).
+    """
+
+    def __init__(self, storage: Storage, extra: dict | None = None, judge: HolderJudge | None = None):
+        self.storage = storage
+        self.extra = dict(extra or {})
+        self.judge = judge
+        self.held: dict[int, Lease] = {}
+        self._lock = threading.Lock()
+        self._to_release: list[int] = []
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def claim(self, shard: int) -> LeaseHolder | None:
+        """Take ``shard``'s claim: None on success (or when already held here), else the live
+        holder's record (another process works on the shard)."""
+        if shard in self.held:
+            return None
+        lease = Lease(self.storage, claim_name(shard), f"shard {shard}", {**self.extra, "shard": shard}, self.judge)
+        holder = lease.try_acquire()
+        if holder is not None:
+            return holder
+        with self._lock:
+            self.held[shard] = lease
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._renew_all, name="shard-claims", daemon=True)
+                self._thread.start()
+        return None
+
+    def ticket(self, shard: int) -> ClaimTicket:
+        lease = self.held[shard]
+        return ClaimTicket(lease.epoch, lease.key, lease.owner)
+
+    def lost(self) -> str | None:
+        """Why a claim of ours was taken over (its heartbeat found another owner), or None."""
+        with self._lock:
+            leases = list(self.held.items())
+        for shard, lease in leases:
+            if lease.lost:
+                return f"the claim on shard {shard} was taken over by another run"
+        return None
+
+    def set_extra(self, key: str, value: object) -> None:
+        """Published by each claim's next heartbeat (e.g. the input its worker is on)."""
+        with self._lock:
+            for lease in self.held.values():
+                lease.extra[key] = value
+
+    def release_later(self, shard: int) -> None:
+        """Release ``shard``'s claim from the renewing thread (its shard is done): the caller,
+        a pool's message loop, must not wait for storage."""
+        with self._lock:
+            self._to_release.append(shard)
+        self._wake.set()
+
+    def release(self, shard: int) -> None:
+        with self._lock:
+            lease = self.held.pop(shard, None)
+        if lease is not None:
+            lease.release()
+
+    def release_all(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for shard in list(self.held):
+            self.release(shard)
+
+    def _renew_all(self) -> None:
+        interval = max(0.5, lease_ttl() / 4)
+        next_beat = time.monotonic() + interval
+        while not self._closed:
+            self._wake.wait(max(0.0, next_beat - time.monotonic()))
+            self._wake.clear()
+            with self._lock:
+                done, self._to_release = self._to_release, []
+            for shard in done:
+                self.release(shard)
+            if self._closed or time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + interval
+            with self._lock:
+                leases = list(self.held.values())
+            for lease in leases:
+                lease.renew()  # sets lease.lost when another run took it: lost() reports it

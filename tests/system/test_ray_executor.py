@@ -1,0 +1,236 @@
+"""optimize(executor="ray") on a real local 3-node Ray cluster (tests/support/ray_fixtures.py).
+
+Each run is a real driver process (tests/support/crash_child.py) connected through
+RAY_ADDRESS; nodes are really removed (raylet and workers killed), drivers really SIGKILLed.
+Every emulated node has its own host identity (the Ray task sets it from its node id), so a
+dead node's claims are taken over because Ray reports the node dead, never by a local pid
+check; the lease TTL is 120 s in the cluster, so a run that finishes soon after a node loss
+did not wait for it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support.crash_child import expected
+from support.helpers import CHILD, committed_records, kill_group, read_pairs, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def start_driver(ray_cluster, config: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, CHILD, json.dumps(config)],
+        env=ray_cluster.env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_driver(ray_cluster, config: dict, timeout: float = 150) -> tuple[int, str, str]:
+    proc = start_driver(ray_cluster, config)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        raise AssertionError(f"the Ray driver did not finish in {timeout} s:\n{err[-4000:]}") from None
+    return proc.returncode, out, err
+
+
+def ray_config(output_dir: str, n: int, **extra) -> dict:
+    config = {
+        "kind": "located",
+        "n": n,
+        "chunk_size": 10,
+        "num_workers": 1,
+        "num_shards": 12,
+        "output_dir": output_dir,
+        "extra": {"executor": "ray", "shared_output": True},
+    }
+    config.update(extra)
+    return config
+
+
+def hosts_of(output_dir: str, options: dict | None = None) -> set[str]:
+    from shardwright import StreamingDataset
+
+    return {item["host"] for item in StreamingDataset(output_dir, storage_options=options)}
+
+
+def check_exactly_once(config: dict, options: dict | None = None) -> None:
+    assert read_pairs(config["output_dir"], options) == expected(config["kind"], config["n"])
+
+
+def test_ray_run_spreads_over_the_nodes_and_writes_once(ray_cluster, tmp_path):
+    ray_cluster.restore()
+    config = ray_config(str(tmp_path / "out"), 600, sleep=0.002)
+    code, out, err = run_driver(ray_cluster, config)
+    assert code == 0, err[-4000:]
+    check_exactly_once(config)
+    hosts = hosts_of(config["output_dir"])
+    assert len(hosts) == 3, f"the shards should run on all 3 nodes, ran on {hosts}"
+    assert all("/ray-" in h for h in hosts)
+    assert json.loads(out.strip().splitlines()[-1])["items"] == 600
+    # the same call again is a no-op
+    code, out, err = run_driver(ray_cluster, config)
+    assert code == 0, err[-4000:]
+    assert json.loads(out.strip().splitlines()[-1])["items"] == 0
+    check_exactly_once(config)
+
+
+def test_a_local_output_dir_needs_shared_output(ray_cluster, tmp_path):
+    ray_cluster.restore()
+    config = ray_config(str(tmp_path / "out"), 20, extra={"executor": "ray"})
+    code, _, err = run_driver(ray_cluster, config)
+    assert code != 0
+    assert "shared_output=True" in err and "local path" in err, err[-3000:]
+    assert not (tmp_path / "out" / ".shardwright" / "manifest.json").exists(), "refused before writing"
+
+
+def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_path):
+    """A worker node is killed while its task writes: Ray retries the task on a live node,
+    which takes the dead node's claims over at once and resumes them from their commits."""
+    ray_cluster.restore()
+    config = ray_config(str(tmp_path / "out"), 1500, sleep=0.01)
+    started = time.monotonic()
+    driver = start_driver(ray_cluster, config)
+    try:
+        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 12, 90)
+        assert driver.poll() is None, "the run finished before a node could be removed: too small"
+        shown: list[str] = []
+
+        def status_names_a_ray_node() -> bool:  # which Ray node holds which shard
+            done = subprocess.run(
+                [sys.executable, "-m", "shardwright.cli", "status", config["output_dir"]],
+                env=ray_cluster.env,
+                capture_output=True,
+                text=True,
+            )
+            shown[:] = [done.stdout + done.stderr]
+            return "held by ray node" in done.stdout
+
+        assert wait_for(status_names_a_ray_node, 20, interval=0.5), shown
+        ray_cluster.remove_worker_node()
+        out, err = driver.communicate(timeout=110)
+    finally:
+        kill_group(driver)
+        ray_cluster.restore()
+    assert driver.returncode == 0, err[-4000:]
+    assert time.monotonic() - started < 110, "the dead node's claims were waited out, not taken over"
+    check_exactly_once(config)
+
+
+def test_driver_sigkilled_then_the_same_call_resumes(ray_cluster, tmp_path):
+    ray_cluster.restore()
+    config = ray_config(str(tmp_path / "out"), 900, sleep=0.01)
+    driver = start_driver(ray_cluster, config)
+    try:
+        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 12, 90)
+        assert driver.poll() is None, "the run finished before the driver could be killed: too small"
+    finally:
+        kill_group(driver, signal.SIGKILL)
+        driver.communicate()
+    started = time.monotonic()
+    code, out, err = run_driver(ray_cluster, config, timeout=110)
+    assert code == 0, err[-4000:]
+    assert json.loads(out.strip().splitlines()[-1])["resumed"] is True
+    assert time.monotonic() - started < 100, "the killed job's claims were waited out, not taken over"
+    check_exactly_once(config)
+
+
+def test_ray_run_on_s3(ray_cluster, s3_url, s3_storage_options):
+    ray_cluster.restore()
+    config = ray_config(s3_url, 300, extra={"executor": "ray"})
+    config["storage_options"] = s3_storage_options
+    code, _, err = run_driver(ray_cluster, config)
+    assert code == 0, err[-4000:]
+    check_exactly_once(config, s3_storage_options)
+    assert len(hosts_of(s3_url, s3_storage_options)) == 3
+
+
+def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_path):
+    """Ray may run a finished task again (its result was lost with its node): the share task,
+    run twice over the same shards, commits them once; after publishing it returns at once."""
+    import ray
+
+    from shardwright.cluster.ray import ShareCall, remote_share_task
+    from shardwright.engine.options import OptimizeOptions
+    from shardwright.engine.run import make_request, open_output, open_run
+    from shardwright.protocol.publish import publish_if_complete
+
+    ray_cluster.restore()
+    if not ray.is_initialized():
+        ray.init(address=ray_cluster.address)
+
+    def fn(i: int) -> dict:  # a closure: Ray pickles it by value (this test module is not importable there)
+        return {"i": i}
+
+    inputs = list(range(40))
+    options = OptimizeOptions.validate(fn, chunk_size=5, num_workers=1, num_shards=4, verbose=False)
+    storage = open_output(str(tmp_path / "out"), options)
+    manifest, _ = open_run(storage, make_request(fn, inputs, options))
+    task = remote_share_task(ray).options(num_cpus=1)
+    call = ShareCall(storage.url, options, manifest, 1, None, 0)
+    first = ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3]))
+    again = ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3]))
+    assert first["items"] == 40 and again["items"] == 0
+    published, missing = publish_if_complete(storage, manifest, {})
+    assert published and not missing
+    assert ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3])) == {}, "after publishing: nothing to do"
+    from shardwright import StreamingDataset
+
+    assert [item["i"] for item in StreamingDataset(str(tmp_path / "out"))] == inputs
+
+
+def test_a_source_is_planned_by_range_and_read_by_the_tasks(ray_cluster, tmp_path):
+    """A parquet source goes to the tasks as a description (files and row counts), not its
+    rows; each task reads its shards' row groups. Driven from this process (ray.init)."""
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import ray
+
+    from shardwright import StreamingDataset, optimize, sources
+
+    ray_cluster.restore()
+    if not ray.is_initialized():
+        ray.init(address=ray_cluster.address)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in range(3):
+        first = f * 400
+        table = pa.table({"id": list(range(first, first + 400)), "text": ["x" * 200] * 400})
+        pq.write_table(table, str(raw / f"part-{f}.parquet"), row_group_size=50)
+    source = sources.parquet(raw)
+    assert len(pickle.dumps(source)) < 20_000, "the source must travel as a description, not its rows"
+
+    def fn(row):  # a closure: Ray pickles it by value
+        from shardwright.process import host_identity
+
+        return {"id": row["id"], "host": host_identity()}
+
+    out = tmp_path / "out"
+    result = optimize(fn, source, out, executor="ray", shared_output=True, num_workers=1, chunk_size=20, verbose=False)
+    assert result.published and result.items == 1200
+    items = list(StreamingDataset(str(out)))
+    assert [item["id"] for item in items] == list(range(1200))
+    assert len({item["host"] for item in items}) == 3
+
+
+def test_a_task_that_could_never_start_is_refused_before_writing(ray_cluster, tmp_path):
+    ray_cluster.restore()
+    config = ray_config(
+        str(tmp_path / "out"), 20, extra={"executor": "ray", "shared_output": True, "ray_remote_args": {"num_cpus": 8}}
+    )
+    code, _, err = run_driver(ray_cluster, config)
+    assert code != 0 and "could never start" in err, err[-3000:]
+    assert not (tmp_path / "out" / ".shardwright" / "manifest.json").exists()
