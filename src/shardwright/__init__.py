@@ -5,7 +5,16 @@ from importlib import metadata as _metadata
 from typing import TYPE_CHECKING
 
 from . import sources
-from .engine import OptimizeResult, abandon, optimize
+from .engine import (
+    OptimizeResult,
+    abandon,
+    iter_webdataset_tar,
+    list_media_folder,
+    map,
+    merge_datasets,
+    optimize,
+    walk,
+)
 from .errors import (
     ArgumentTypeError,
     ConcurrentRunError,
@@ -27,10 +36,27 @@ from .errors import (
     UsageError,
     WorkerDiedError,
 )
-from .format import TokensLoader
+from .format import (
+    Audio,
+    File,
+    Graph,
+    Image,
+    Jpeg,
+    JpegArray,
+    Mesh,
+    Nifti,
+    Pdf,
+    Pil,
+    Tensor,
+    Text,
+    Tiff,
+    TokensLoader,
+    Video,
+)
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
-    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset
+    from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
     __version__ = _metadata.version("shardwright")
@@ -40,6 +66,13 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "optimize",
     "abandon",
+    "map",
+    "list_media_folder",
+    "iter_webdataset_tar",
+    "merge_datasets",
+    "walk",
+    "train_test_split",
+    "litdata_collate",
     "sources",
     "verify",
     "OptimizeResult",
@@ -47,6 +80,21 @@ __all__ = [
     "StreamingDataLoader",
     "TokensLoader",
     "CombinedStreamingDataset",
+    # litdata's media wrappers (shardwright.format.media)
+    "Audio",
+    "File",
+    "Graph",
+    "Image",
+    "Jpeg",
+    "JpegArray",
+    "Mesh",
+    "Nifti",
+    "Pdf",
+    "Pil",
+    "Tensor",
+    "Text",
+    "Tiff",
+    "Video",
     "ShardwrightError",
     "ArgumentTypeError",
     "ConcurrentRunError",
@@ -68,7 +116,13 @@ __all__ = [
     "WorkerDiedError",
 ]
 
-_READER_NAMES = ("StreamingDataset", "StreamingDataLoader", "CombinedStreamingDataset")
+_READER_NAMES = (
+    "StreamingDataset",
+    "StreamingDataLoader",
+    "CombinedStreamingDataset",
+    "litdata_collate",
+    "train_test_split",
+)
 
 
 def __getattr__(name: str) -> object:

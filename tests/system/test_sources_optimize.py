@@ -140,7 +140,7 @@ def _kill_and_rerun(config: dict, rng: random.Random, kills: int) -> int:
     for _ in range(kills):
         proc = _start(config)
         try:
-            proc.wait(timeout=rng.uniform(0.3, 2.5))
+            proc.wait(timeout=rng.uniform(0.3, 1.5))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -191,15 +191,15 @@ def test_incremental_over_a_growing_listing_survives_sigkill(tmp_path):
     _kill_and_rerun(config, random.Random(1), 0)
     with pytest.raises(DatasetExistsError, match="mode='incremental'"):
         optimize(lambda r: {"name": r.path}, sources.files(src), out, chunk_size=3, verbose=False)
-    for i in range(20, 45):
+    for i in range(20, 80):
         (src / f"{i:03d}.bin").write_bytes(bytes([i]))
-    config.update(mode="incremental", sleep=0.03)
+    config.update(mode="incremental", sleep=0.05)
     landed = _kill_and_rerun(config, random.Random(5), 4)
     assert landed >= 1
-    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(45)]
+    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(80)]
     proc = _start(config)  # nothing new: a no-op
     assert proc.wait(timeout=120) == 0
-    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(45)]
+    assert ids_of(out, "name") == [f"{i:03d}.bin" for i in range(80)]
 
 
 def test_parquet_on_s3_reads_through_storage_options(tmp_path, s3_url, s3_storage_options):
@@ -219,3 +219,44 @@ def test_parquet_on_s3_reads_through_storage_options(tmp_path, s3_url, s3_storag
     refs = sources.files(f"{s3_url}/raw", pattern="*.parquet", storage_options=s3_storage_options)
     assert [r.path for r in refs] == [f"{s3_url}/raw/p0.parquet", f"{s3_url}/raw/p1.parquet"]
     assert refs[0].read()[:4] == b"PAR1" and refs[1].version
+
+
+def fails_midway(ref):
+    data = ref.read()
+    for k in range(3):
+        if k == 2 and data == b"\x05" and os.path.exists(ref.path + ".fail"):
+            raise RuntimeError("a transient failure after two outputs")
+        yield {"name": ref.path.rsplit("/", 1)[-1], "k": k}
+
+
+def test_incremental_retries_an_input_that_failed_midway_without_repeating_its_outputs(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(8):
+        (src / f"{i:02d}.bin").write_bytes(bytes([i]))
+    (tmp_path / "in" / "05.bin.fail").write_text("x")  # not a .bin: not an input
+    out = tmp_path / "out"
+    first = optimize(
+        fails_midway,
+        sources.files(src, pattern="*.bin"),
+        out,
+        chunk_size=1,
+        num_workers=2,
+        on_error="skip",
+        verbose=False,
+    )
+    assert first.failed == 1
+    os.remove(tmp_path / "in" / "05.bin.fail")
+    second = optimize(
+        fails_midway,
+        sources.files(src, pattern="*.bin"),
+        out,
+        chunk_size=1,
+        num_workers=2,
+        mode="incremental",
+        verbose=False,
+    )
+    assert second.items == 1  # only the third output of 05.bin: its first two are in the dataset
+    ds = StreamingDataset(str(out))
+    pairs = sorted((ds[i]["name"], ds[i]["k"]) for i in range(len(ds)))
+    assert pairs == sorted((f"{i:02d}.bin", k) for i in range(8) for k in range(3))

@@ -7,7 +7,7 @@ import traceback
 
 import pytest
 
-from shardwright import StreamingDataLoader, StreamingDataset, optimize
+from shardwright import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, optimize
 
 KEY, SECRET = "AKIDUSERPART77", "SECRETPASSWORDPART99"
 
@@ -77,4 +77,7 @@ def test_item_reads_iteration_and_loader_of_a_broken_dataset_are_redacted(remote
     _assert_clean(info.value)
     with pytest.raises(Exception) as info:
         list(StreamingDataLoader(ds, batch_size=4))
+    _assert_clean(info.value)
+    with pytest.raises(Exception) as info:
+        list(CombinedStreamingDataset([ds, ds], weights=[1, 1]))
     _assert_clean(info.value)

@@ -332,3 +332,9 @@ def test_mismatch_names_the_setting_and_the_fix():
 def test_dataset_exists_suggests_append_and_overwrite():
     with pytest.raises(DatasetExistsError, match="append.*overwrite"):
         decide(seen(index_chunks=GEN0), request())
+
+
+def test_an_input_that_failed_midway_is_retried_skipping_its_outputs_in_the_dataset():
+    failed_4 = Recorded([0], [FIRST_TEN], [[[0, 4], [5, 10]]], partials=[[[4, 2]]])  # 4 failed after 2 outputs
+    plan = decide(seen(index_chunks=GEN0, last_run=one_run(), recorded=failed_4), incremental(range(2, 12)))
+    assert plan.input_ranges == ((2, 3), (8, 10)) and plan.range_skips == ((2, 2),)

@@ -516,8 +516,9 @@ def test_corrupt_item_and_chunk_are_clear_errors():
 
 
 def test_unknown_leaf_format_is_unsupported():
-    with pytest.raises(UnsupportedFormatError, match="json"):
-        decode_item(struct.pack("<I", 2) + b"[]", ["json"], flatten_sample(1)[1])
+    assert decode_item(struct.pack("<I", 2) + b"[]", ["json"], flatten_sample(1)[1]) == []
+    with pytest.raises(UnsupportedFormatError, match="'custom'"):
+        decode_item(struct.pack("<I", 2) + b"[]", ["custom"], flatten_sample(1)[1])
 
 
 # --- compression and names --------------------------------------------------------------------
@@ -626,12 +627,14 @@ def test_entry_and_config_json_helpers():
     assert IndexConfig.from_json(config.to_json()) == config
 
 
-def test_parse_index_reads_litdata_batch_compression_as_unsupported():
+def test_parse_index_reads_litdata_compression_levels():
     config = make_config(compression="zstd").to_json()
-    config["compression_level"] = "batch"
-    data = json.dumps({"chunks": [], "config": config}).encode()
-    with pytest.raises(UnsupportedFormatError, match="batch"):
-        parse_index(data, "lit")
+    for level in ("batch", "sample"):
+        config["compression_level"] = level
+        assert parse_index(json.dumps({"chunks": [], "config": config}).encode(), "lit")[1].compression_level == level
+    config["compression_level"] = "frame"
+    with pytest.raises(CorruptStateError, match="compression_level"):
+        parse_index(json.dumps({"chunks": [], "config": config}).encode(), "lit")
 
 
 def _index(chunks=None, config=None, drop=()):

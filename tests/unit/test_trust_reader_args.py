@@ -52,7 +52,7 @@ def test_allow_pickle_false_string_never_unpickles(tmp_path):
 
 
 def test_loader_drop_last_is_strict(dataset):
-    with pytest.raises(ArgumentTypeError, match="drop_last must be True or False"):
+    with pytest.raises(ArgumentTypeError, match="drop_last must be True, False or None"):
         loader_class()(StreamingDataset(dataset), batch_size=2, drop_last="false")
 
 

@@ -179,6 +179,10 @@ def _function_config(found: _Collector, func: types.FunctionType, prefix: str) -
 def _collect(found: _Collector, fn: Callable, prefix: str = "", depth: int = 0) -> None:
     if depth > 4:
         return
+    wrapped = getattr(fn, "__wrapped__", None)
+    if callable(wrapped) and not isinstance(fn, types.FunctionType):
+        _collect(found, wrapped, prefix, depth + 1)  # a wrapper object (map's) is identified by what it wraps
+        return
     if isinstance(fn, functools.partial):
         for i, arg in enumerate(fn.args):
             found.add(f"{prefix}partial argument {i}", arg)

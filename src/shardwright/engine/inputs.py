@@ -180,6 +180,17 @@ class Concat(Sequence):
         return self.parts[k][i - self.starts[k]]
 
 
+def shard_skips(manifest: Manifest, ids: Sequence | None, lo: int, hi: int) -> list | None:
+    """Outputs already in the dataset of each input of a shard's positions ``lo..hi`` (a
+    retry's input_skips, an incremental run's range_skips), or None when there are none."""
+    if manifest.input_skips:
+        return manifest.input_skips[lo:hi]
+    if manifest.range_skips and ids is not None:
+        skips = {p: k for p, k in manifest.range_skips}
+        return [skips.get(i, 0) for i in ids]
+    return None
+
+
 def shard_inputs(inputs: Sequence, manifest: Manifest, lo: int, hi: int) -> tuple[Sequence, Sequence | None]:
     """(values, run-wide ids or None) of a shard's positions ``lo..hi`` of this run: a lazy
     slice of a source (a worker reads its rows), a list of a plain sequence's values."""

@@ -19,6 +19,7 @@ from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
 from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
+from ..sources import Source
 from ..storage.options import check_storage_option_names
 
 DEFAULT_CHUNK_BYTES = "64MB"
@@ -279,3 +280,100 @@ class OptimizeOptions:
 # mode="incremental" processes only the inputs whose identity (protocol.identity) is not in
 # the dataset yet and appends their outputs; it is validated with the other modes above
 # (MODES) and needs no option of its own.
+
+
+# --- litdata's optimize() arguments (issue 15: litdata parity) ---------------------------------
+# Each of litdata 0.2.76's optimize() arguments that shardwright's own do not cover is either
+# carried out with litdata's meaning here, or refused with one line saying why and what to use.
+# docs/litdata-compat.md lists them all.
+
+#: litdata's fast_dev_run=True: the first 10 inputs (litdata's _DEFAULT_FAST_DEV_RUN_ITEMS).
+FAST_DEV_RUN_INPUTS = 10
+
+_LIGHTNING_ONLY = ("machine", "num_downloaders", "num_uploaders", "optimize_dns", "broadcast_paths")
+_REFUSED_LITDATA_ARGS: dict[str, str] = {
+    "weights": "it balances litdata's static split of inputs among workers; shardwright's workers take "
+    "contiguous shards as they free up, so there is nothing to weigh: drop it (raise num_shards for finer balancing)",
+    "key_fn": "it writes litdata's keys/ sidecar for dataset[key] lookups, which shardwright's reader does not "
+    "offer: store the key as a field of each sample instead",
+    "encryption": "shardwright writes no encrypted chunks: encrypt the storage (S3 SSE, an encrypted disk)",
+    "queue": "a multiprocessing queue cannot be resumed exactly once: pass the inputs as a sequence",
+    "reader": "litdata's input readers (parquet ...) are not used: read the input inside fn",
+    "compression_batch_size": "it sizes litdata's in-file zstd frames, which shardwright does not write "
+    "(compression_level='chunk' only): drop it",
+}
+
+
+@dataclass(frozen=True)
+class LitdataArgs:
+    """litdata's optimize() arguments that shardwright carries out, validated."""
+
+    batch_size: int | None = None
+    fast_dev_run: int | None = None  # number of inputs kept
+
+    def apply(self, inputs: Any) -> Any:
+        """litdata's order: inputs grouped into batches (fn receives a list), then cut to the first few."""
+        if self.batch_size is not None and isinstance(inputs, Source):
+            raise UsageError(
+                "batch_size= groups a list of inputs; a source's rows are read lazily by the workers: "
+                "drop batch_size (or pass a list of inputs)"
+            )
+        if self.batch_size is not None:
+            inputs = [list(inputs[pos : pos + self.batch_size]) for pos in range(0, len(inputs), self.batch_size)]
+        if self.fast_dev_run is not None:
+            inputs = inputs[: self.fast_dev_run]
+        return inputs
+
+
+def litdata_args(
+    *,
+    batch_size: object = None,
+    fast_dev_run: object = False,
+    keep_data_ordered: object = None,
+    reorder_files: object = True,
+    compression_level: object = None,
+    input_dir: object = None,
+    align_chunking: object = False,
+    chunk_size: object = None,
+    others: dict[str, Any],
+) -> LitdataArgs:
+    """Validate litdata's arguments; ``others`` are the remaining keyword arguments given."""
+    for name in others:
+        if name in _LIGHTNING_ONLY:
+            raise UsageError(
+                f"optimize({name}=...) is refused: it configures Lightning AI's platform (remote machines, "
+                "downloaders, DNS), which shardwright does not run on; drop it (num_workers and num_nodes/Slurm "
+                "set the parallelism here)"
+            )
+        if name in _REFUSED_LITDATA_ARGS:
+            raise UsageError(f"optimize({name}=...) is refused: {_REFUSED_LITDATA_ARGS[name]}")
+        raise ArgumentTypeError(f"optimize() got an unexpected keyword argument {name!r}")
+    batch = None if batch_size is None else _require_int("batch_size", batch_size, 1, " (inputs per fn call)")
+    if batch == 1:
+        batch = None  # litdata groups only batch_size > 1
+    if type(fast_dev_run) is bool:
+        keep = FAST_DEV_RUN_INPUTS if fast_dev_run else None
+    else:
+        keep = _require_int("fast_dev_run", fast_dev_run, 1, " (True or a number of inputs)")
+    for name, value in (("keep_data_ordered", keep_data_ordered), ("reorder_files", reorder_files)):
+        if value is not None and type(value) is not bool:
+            raise ArgumentTypeError(f"{name} must be True or False; got {value!r}")
+        # Either way the dataset keeps the inputs' order: shards are contiguous and committed in order.
+    _require_bool("align_chunking", align_chunking)
+    if align_chunking and chunk_size is None:
+        raise UsageError("align_chunking=True needs chunk_size= (as in litdata): chunks of that many items")
+    if compression_level not in (None, "chunk"):
+        raise UsageError(
+            f"compression_level={compression_level!r} is refused: it writes litdata 0.2.76's zstd frames inside "
+            ".bin files, which earlier litdata versions cannot read; shardwright compresses whole chunk files "
+            "(compression='zstd', compression_level='chunk' or None), which every version reads"
+        )
+    if input_dir is not None:
+        if not isinstance(input_dir, (str, os.PathLike)) or "://" in os.fspath(input_dir):
+            raise UsageError(
+                f"input_dir={input_dir!r} is refused: litdata downloads remote input files before fn; with "
+                "shardwright read remote files inside fn (or give local paths)"
+            )
+        if not os.path.isdir(input_dir):
+            raise UsageError(f"input_dir={os.fspath(input_dir)!r} is not a directory")
+    return LitdataArgs(batch_size=batch, fast_dev_run=keep)

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import (
     ConcurrentRunError,
@@ -50,8 +51,9 @@ from .inputs import (
     record_identities,
     save_source_state,
     shard_inputs,
+    shard_skips,
 )
-from .options import OptimizeOptions, fn_name
+from .options import OptimizeOptions, fn_name, litdata_args
 from .planning import NodeIdentity, check_inputs, check_output_dir, node_identity
 from .pool import WorkerPool
 from .progress import Tracker
@@ -85,6 +87,15 @@ def optimize(
     item_loader: object = None,
     allow_fn_config_change: bool = False,
     allow_repeated_append: bool = False,
+    # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
+    batch_size: int | None = None,
+    fast_dev_run: bool | int = False,
+    keep_data_ordered: bool | None = None,
+    reorder_files: bool = True,
+    compression_level: str | None = None,
+    input_dir: str | None = None,
+    align_chunking: bool = False,
+    **litdata_only: Any,
 ) -> OptimizeResult:
     """Apply ``fn`` to every input and write the outputs as a litdata-format dataset, exactly once.
 
@@ -144,6 +155,17 @@ def optimize(
         allow_repeated_append: ``mode="append"`` of inputs that an earlier run of this
             dataset (the original run or an append) already added: refused by default, since
             each would be in the dataset twice.
+        batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
+        fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
+            that many; the output is a real, small dataset.
+        keep_data_ordered, reorder_files: accepted (litdata's names); the dataset always keeps
+            the inputs' order. ``align_chunking=True`` needs ``chunk_size`` (as litdata): the
+            chunk layout never depends on num_workers here; ``num_shards=1`` gives a single
+            worker's boundaries.
+        compression_level: None or ``"chunk"`` (whole-file zstd); litdata's in-file levels
+            are refused. ``input_dir``: a local directory (validated); fn gets the inputs as given.
+        Other litdata arguments are refused with the reason (Lightning-platform ones such as
+            ``machine``, ``num_downloaders``, ``optimize_dns``; ``weights``, ``key_fn``, ...).
 
     Returns:
         An :class:`OptimizeResult`: what this call (this node) wrote and whether the index
@@ -153,9 +175,13 @@ def optimize(
         UsageError: a bad argument (also a ValueError; ArgumentTypeError also a TypeError).
         InputsError: inputs is not a sequence, or an input cannot be pickled.
         OutputDirError: output_dir cannot be used.
-        DatasetExistsError: a finished dataset of another call is there and mode is None.
-        RunMismatchError: the interrupted run had other inputs or settings.
+        DatasetExistsError: a finished dataset of another call is there and mode is None; or
+            an append of inputs an earlier run already added; or the same call with a changed fn.
+        RunMismatchError: the interrupted run had other inputs, settings or fn configuration.
         ConcurrentRunError: another live run is writing the same output.
+        IncompleteRunError: a single-node run finished its shards but could not publish
+            index.json (another process holds the publish lease, or the storage does not list
+            what was written); the message says what to do. Never returned as a success.
         FnError: fn raised on an input (its index, repr and traceback are attached).
         WorkerDiedError: a worker process died (OOM killer, segfault, os._exit).
         StorageError: the storage failed (credentials, bucket, network, disk full).
@@ -188,7 +214,18 @@ def optimize(
         allow_repeated_append=allow_repeated_append,
         output_dir=os.fspath(output_dir) if isinstance(output_dir, os.PathLike) else output_dir,
     )
-    inputs = check_inputs(inputs)
+    extra = litdata_args(
+        batch_size=batch_size,
+        fast_dev_run=fast_dev_run,
+        keep_data_ordered=keep_data_ordered,
+        reorder_files=reorder_files,
+        compression_level=compression_level,
+        input_dir=input_dir,
+        align_chunking=align_chunking,
+        chunk_size=chunk_size,
+        others=litdata_only,
+    )
+    inputs = extra.apply(check_inputs(inputs))
     node = node_identity(options.num_nodes, options.node_rank)
     if node.is_multi_node and not options.use_checkpoint:
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
@@ -345,6 +382,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         input_files=request.input_files,
         fn_identity=request.fn().to_json(),
         input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
+        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False
@@ -411,7 +449,6 @@ def _check_picklable(fn: Callable, start_method: str) -> None:
 
 
 def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
-    skips = manifest.input_skips
     tasks = []
     for p in progress.values():
         if p.done:
@@ -427,7 +464,7 @@ def _tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manif
                 p.next_seq,
                 values,
                 ids,
-                skips[p.next_input : p.end] if skips else None,
+                shard_skips(manifest, ids, p.next_input, p.end),
                 p.records[-1].epoch if p.records else None,
             )
         )

@@ -35,6 +35,13 @@ Leaf -> bytes, named by ``data_format`` (one name per leaf, fixed by the first s
 ``pickle``                 ``pickle.dumps`` (None, sets, objects: anything without a format above)
 =========================  =====================================================================
 
+litdata 0.2.76's other leaves are read and written too, with the same bytes: images (``pil``,
+``jpeg``, ``jpeg_array``, ``image:EXT``; module ``images``), files (``text``, ``file:EXT``,
+``video:EXT``, ``audio:EXT``, ``tifffile``, ``pdf``, ``nifti:EXT``, ``mesh:EXT``; ``files``),
+``graph`` (``graph``) and ``json`` (``jsonleaf``); ``serializers`` is the name table and
+``media`` the wrapper classes (``Image(path=...)`` ...) that pick them. Chunk layouts other than
+the classic one (framed and per-item zstd, Arrow-footer rows) are in ``layouts``.
+
 numpy dtype codes: int8 0, int16 1, int32 2, int64 3, uint8 4, uint16 5, uint32 6, uint64 7,
 float16 8, float32 9, float64 10, complex64 11, complex128 12, bool 13.
 torch dtype codes (what litdata writes; it reads the aliases in brackets too): float32 1 [0],
@@ -56,6 +63,7 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
 --------------------------------------------------------------------------------------
 - A ``str`` leaf is always ``str``: litdata pickles a string that names an existing file, or
   reads the file for media extensions, so its format would depend on the working directory.
+  Wrap the path instead (``Image(path=p)``, ``File(path=p)``): the same leaf in both libraries.
 - ``bytes`` starting with ``%PDF`` stay ``bytes`` (litdata: ``pdf``).
 - numpy scalars and 0-d arrays are never pickled (litdata pickles them): int/float/bool
   scalars are ``int``/``float``/``bool`` (read back as Python numbers, as ``.item()`` gives),
@@ -66,8 +74,9 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   pickled: litdata crashes on them, writes pointers, or drops the mask.
 - bfloat16 tensors are written (litdata's writer goes through numpy and crashes); tensors of
   dtypes without a code (uint32, uint64, float8, ...) are refused: torch cannot unpickle them.
-- namedtuple, deque and defaultdict are single pickled leaves; PIL images are pickled and a
-  list of JPEG images is a list of leaves (litdata has media serializers for those).
+- namedtuple, deque and defaultdict are single pickled leaves; a list of JPEG images is a list
+  of ``jpeg`` leaves (as litdata does; ``JpegArray`` makes one ``jpeg_array`` leaf).
+- ``Tiff`` leaves are named ``tifffile`` (litdata names them ``tiff``, which its reader cannot read).
 - litdata 0.2.76 turns a list inside a dict sample into one ``json`` leaf of its own binary
   format; we keep lists as pytree containers (as torch and litdata 0.2.58 do).
 - Later samples are checked against the first (litdata does not check and can silently
@@ -79,12 +88,54 @@ from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_che
 from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .jsonleaf import JsonLeaf
+from .layouts import DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
+from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
 from .pytree import flatten_sample, parse_spec, unflatten_sample
 from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_plan, leaf_format
 from .tokens import TOKENS_LOADER, TokenEncoder, TokensLoader, is_tokens_loader
 
+# litdata's top-level media wrapper names (``from litdata import Image``).
+MEDIA_WRAPPERS = (
+    "Pil",
+    "Jpeg",
+    "JpegArray",
+    "Image",
+    "Text",
+    "File",
+    "Tensor",
+    "Audio",
+    "Video",
+    "Tiff",
+    "Pdf",
+    "Nifti",
+    "Mesh",
+    "Graph",
+)
+
 __all__ = [
+    "MEDIA_WRAPPERS",
+    "Audio",
+    "DecodedItem",
+    "File",
+    "Graph",
+    "Image",
+    "Jpeg",
+    "JpegArray",
+    "JsonLeaf",
+    "Mesh",
+    "Nifti",
+    "Pdf",
+    "Pil",
+    "RowChunk",
+    "Tensor",
+    "Text",
+    "Tiff",
+    "Video",
+    "pack_framed",
+    "pack_sample",
+    "unpack_chunk",
     "CHECKSUM_ALGORITHM",
     "TOKENS_LOADER",
     "ChecksumMismatch",

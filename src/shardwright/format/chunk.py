@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import CorruptStateError, SampleFormatError
+from .layouts import DecodedItem, RowChunk
 
 _U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
@@ -27,14 +28,20 @@ def build_chunk(items: list[bytes]) -> bytes:
     return b"".join([struct.pack(f"<{n + 2}I", n, *offsets), *items])
 
 
-def chunk_num_items(chunk: bytes | memoryview) -> int:
+def chunk_num_items(chunk: bytes | memoryview | RowChunk) -> int:
+    if isinstance(chunk, RowChunk):
+        return len(chunk)
     if len(chunk) < 8:
         raise CorruptStateError(f"chunk is {len(chunk)} bytes, too short for a chunk header")
     return _U32.unpack_from(chunk, 0)[0]
 
 
-def chunk_item(chunk: bytes | memoryview, j: int) -> memoryview:
-    """Zero-copy view of item ``j``; raises IndexError/CorruptStateError."""
+def chunk_item(chunk: bytes | memoryview | RowChunk, j: int) -> memoryview | DecodedItem:
+    """Zero-copy view of item ``j`` (a DecodedItem for a RowChunk); raises IndexError/CorruptStateError."""
+    if isinstance(chunk, RowChunk):
+        if not 0 <= j < len(chunk):
+            raise IndexError(f"item {j} of a chunk of {len(chunk)} items")
+        return DecodedItem(chunk.rows[j])
     n = chunk_num_items(chunk)
     if not 0 <= j < n:
         raise IndexError(f"item {j} of a chunk of {n} items")

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CorruptStateError
+from .layouts import DecodedItem
 from .sample import decode_plan
 
 __all__ = ["decode_item", "item_decoder"]
@@ -20,8 +21,10 @@ def item_decoder(data_format: list[str], data_spec: str, *, allow_pickle: bool =
     sizes_struct, decoders, build = decode_plan(tuple(data_format), data_spec, allow_pickle)
     header, unpack = sizes_struct.size, sizes_struct.unpack_from
 
-    def decode(buf: bytes | memoryview) -> Any:
-        view = memoryview(buf)
+    def decode(buf: bytes | memoryview | DecodedItem) -> Any:
+        if type(buf) is DecodedItem:  # a row of litdata's Arrow footer: already a value
+            return buf.value
+        view = memoryview(buf)  # type: ignore[arg-type]
         if len(view) < header:
             raise CorruptStateError(f"item is {len(view)} bytes, shorter than its {header}-byte size header")
         sizes = unpack(view, 0)
@@ -37,7 +40,9 @@ def item_decoder(data_format: list[str], data_spec: str, *, allow_pickle: bool =
     return decode
 
 
-def decode_item(buf: bytes | memoryview, data_format: list[str], data_spec: str, *, allow_pickle: bool = True) -> Any:
+def decode_item(
+    buf: bytes | memoryview | DecodedItem, data_format: list[str], data_spec: str, *, allow_pickle: bool = True
+) -> Any:
     """Inverse of :meth:`ItemEncoder.encode` for one item (see :func:`item_decoder`). torch is
     imported only for tensor leaves."""
     return item_decoder(data_format, data_spec, allow_pickle=allow_pickle)(buf)

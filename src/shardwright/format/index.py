@@ -72,6 +72,9 @@ class IndexConfig:
     data_spec: str | None
     encryption: Any = None
     item_loader: str = "PyTreeLoader"
+    # litdata 0.2.76: None/"chunk" = whole-file compression; "batch"/"sample" = zstd frames
+    # inside .bin files (format.layouts).
+    compression_level: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,8 +83,8 @@ class IndexConfig:
             "compression": self.compression,
             # litdata 0.2.76 keys; null = whole-file compression, no Arrow/batch frames. Its
             # reader only .get()s them, but its writer compares configs when merging.
-            "compression_batch_size": None,
-            "compression_level": None,
+            "compression_batch_size": 256 if self.compression_level == "batch" else None,
+            "compression_level": self.compression_level,
             "data_format": list(self.data_format),
             "data_spec": self.data_spec,
             "encryption": self.encryption,
@@ -116,12 +119,8 @@ class IndexConfig:
         if compression is not None and not isinstance(compression, str):
             raise ValueError(f"config compression {compression!r} is not a string or null")
         level = data.get("compression_level")
-        if compression is not None and level not in (None, "", "chunk"):
-            raise UnsupportedFormatError(
-                f"chunks use litdata's in-file compression_level={level!r} (zstd frames inside .bin), "
-                "which shardwright does not read; read them with litdata, or rewrite the dataset with "
-                "whole-file compression (litdata: compression_level='chunk')"
-            )
+        if level is not None and level not in ("", "chunk", "batch", "sample"):
+            raise ValueError(f"config compression_level {level!r} is not 'chunk', 'batch', 'sample' or null")
         chunk_bytes, chunk_size = data.get("chunk_bytes"), data.get("chunk_size")
         if isinstance(chunk_bytes, str):
             chunk_bytes = parse_size(chunk_bytes)
@@ -139,6 +138,7 @@ class IndexConfig:
             data_spec=data_spec,
             encryption=data.get("encryption"),
             item_loader=item_loader,
+            compression_level=level if compression is not None and level in ("batch", "sample") else None,
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import SampleFormatError
 from .pytree import flatten_sample
 from .sample import ItemEncoder, leaf_format
+from .serializers import unwrap_tensor
 
 __all__ = ["TOKENS_LOADER", "TokenEncoder", "TokensLoader", "is_tokens_loader"]
 
@@ -69,6 +70,7 @@ class TokenEncoder:
 
     def encode(self, sample: Any, input_index: int) -> bytes:
         """The raw tokens of ``sample``. Raises SampleFormatError naming the input."""
+        sample = unwrap_tensor(sample)  # litdata's Tensor(array=...) wrapper
         fmt = leaf_format(sample)
         if not fmt.startswith(("no_header_numpy:", "no_header_tensor:")):
             raise SampleFormatError(

@@ -120,6 +120,7 @@ class RunPlan:
     input_skips: tuple[int, ...] | None = None  # ... and their outputs committed before
     fn_changed_from: str | None = None  # RESUME with another fn: the recorded one (a warning)
     input_ranges: tuple[tuple[int, int], ...] | None = None  # INCREMENTAL: positions of the inputs to run
+    range_skips: tuple[tuple[int, int], ...] = ()  # INCREMENTAL: (position, outputs already in) of retried ones
     note: str = ""  # INCREMENTAL / NOOP of an incremental call: what was skipped or left, for the user
 
 
@@ -328,14 +329,13 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
     module table and protocol.identity)."""
     index, last_run = base[0], seen.last_run.data if seen.last_run is not None else {}
     recorded_fn = last_run.get("fn_name")
-    if recorded_fn and (
-        recorded_fn != request.fn_name
-        or (last_run.get("fn_code") and request.fn_code and last_run.get("fn_code") != request.fn_code)
-    ):
+    change = _fn_changes(seen.last_run, request) if seen.last_run is not None else None
+    if recorded_fn and (recorded_fn != request.fn_name or change):
+        what = f"fn {recorded_fn}" if recorded_fn != request.fn_name else f"fn {recorded_fn} ({change})"
         raise RunMismatchError(
-            f"{seen.url} was last written by fn {recorded_fn}{' with other code' if recorded_fn == request.fn_name else ''}, "
-            f"this call runs {request.fn_name}: an incremental run would mix two fns' outputs. Rebuild it with "
-            "mode='overwrite', or add these inputs with mode='append' if that is what you mean"
+            f"{seen.url} was last written by {what}, this call runs {request.fn_name}: an incremental run would "
+            "mix two fns' outputs. Rebuild it with mode='overwrite', or add these inputs with mode='append' "
+            "if that is what you mean"
         )
     settings = last_run.get("settings")
     mine = {k: v for k, v in request.settings.to_json().items() if k != "num_shards"}  # shards may differ
@@ -373,6 +373,7 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             manifest_mode="incremental",
             base=base,
             input_ranges=tuple((a, b) for a, b in plan.new),
+            range_skips=plan.skips,
             note="; ".join(notes),
         )
     # Not recorded (an older shardwright's, or litdata's): only a dataset made by one run whose

@@ -23,7 +23,9 @@ The selection (``.shardwright/inputs/{gen:08d}.json``)
 Written by the publisher right before index.json (step 4; the same bytes again after a
 crash): which positions of the call's inputs the run put into the dataset, as ranges: all
 of them (mode None or append), the retried ids (a retry), the new ones (incremental), minus
-the inputs that failed and were skipped (so a later incremental run retries them).
+the inputs that failed and were skipped (so a later incremental run retries them), and
+``partial``: those of them whose first outputs are in the dataset (a generator that failed
+midway) with how many, which the retry skips.
 
 The dataset's recorded inputs are the (units, selection) pairs of every generation up to
 the last finished run's (``run.json``); generations above it belong to an unfinished or
@@ -35,6 +37,7 @@ made by a single run whose inputs are a prefix of the new ones: see ``decide``).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import json
@@ -315,9 +318,14 @@ def selected_positions(manifest: Manifest, failed: Iterable[int]) -> list[list[i
     return subtract(ran, failed)
 
 
-def write_selection(storage: Storage, generation: int, count: int, selected: list[list[int]]) -> None:
-    """Step 4's companion, written right before index.json: what this generation added."""
-    data = json.dumps({"generation": generation, "count": count, "selected": selected}, separators=(",", ":"))
+def write_selection(
+    storage: Storage, generation: int, count: int, selected: list[list[int]], partial: list[list[int]] | None = None
+) -> None:
+    """Step 4's companion, written right before index.json: what this generation added, and
+    ``partial``: [position, outputs committed] of the failed inputs whose first outputs are
+    in the dataset (a generator that failed midway), so an incremental retry skips those."""
+    record = {"generation": generation, "count": count, "selected": selected, "partial": partial or []}
+    data = json.dumps(record, separators=(",", ":"))
     storage.write_bytes(selection_key(generation), data.encode())
 
 
@@ -328,6 +336,7 @@ class Recorded:
     generations: list[int]
     tables: list[IdentityTable]
     selections: list[list[list[int]]]
+    partials: list[list[list[int]]] | None = None  # per generation: [position, outputs committed]
 
 
 def read_recorded(storage: Storage, up_to: int) -> Recorded:
@@ -343,9 +352,17 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         try:
             selection = json.loads(storage.read_bytes(s_key))
             ranges = selection["selected"]
+            partial = selection.get("partial", [])
             ok = isinstance(ranges, list) and all(
                 isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) and r[0] < r[1]
                 for r in ranges
+            )
+            ok = (
+                ok
+                and isinstance(partial, list)
+                and all(
+                    isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) for r in partial
+                )
             )
         except (ValueError, KeyError, TypeError):
             ok = False
@@ -357,6 +374,11 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         recorded.generations.append(generation)
         recorded.tables.append(table)
         recorded.selections.append(ranges)
+        if partial:
+            recorded.partials = recorded.partials or [[] for _ in recorded.generations[:-1]]
+            recorded.partials.append(partial)
+        elif recorded.partials is not None:
+            recorded.partials.append([])
     return recorded
 
 
@@ -369,6 +391,7 @@ class IncrementalPlan:
     present: int  # inputs already in the dataset (skipped)
     changed: list[int]  # units of the new table whose content changed since they were added
     removed: int  # recorded inputs (units) no longer among the inputs (kept in the dataset)
+    skips: tuple[tuple[int, int], ...] = ()  # (new position, outputs already in the dataset) of retried inputs
 
 
 def _combined(keys: np.ndarray, versions: np.ndarray) -> np.ndarray:
@@ -400,11 +423,46 @@ def _spans(table: IdentityTable, ranges: list[list[int]]) -> Iterable[tuple[int,
 
 def plan_incremental(recorded: Recorded, table: IdentityTable) -> IncrementalPlan:
     """Which of the call's inputs (``table``) are not in the dataset yet, counting repeated
-    inputs by occurrence, in input order."""
+    inputs by occurrence, in input order; a retried input whose first outputs are in the
+    dataset (it failed midway) carries how many to skip."""
     one_row = table.rows is None and all(t.rows is None for t in recorded.tables)
-    if one_row:
-        return _plan_one_row(recorded, table)
-    return _plan_spans(recorded, table)
+    plan = _plan_one_row(recorded, table) if one_row else _plan_spans(recorded, table)
+    if not recorded.partials or not any(recorded.partials):
+        return plan
+    return IncrementalPlan(
+        plan.new, plan.present, plan.changed, plan.removed, _partial_skips(recorded, table, plan.new)
+    )
+
+
+def _unit_arrays(table: IdentityTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = len(table.keys)
+    rows = table.rows.astype(np.int64) if table.rows is not None else np.ones(n, np.int64)
+    firsts = table.firsts.astype(np.int64) if table.firsts is not None else np.zeros(n, np.int64)
+    return firsts, rows, np.concatenate([[0], np.cumsum(rows)])
+
+
+def _partial_skips(recorded: Recorded, table: IdentityTable, new: list[list[int]]) -> tuple[tuple[int, int], ...]:
+    """Match each recorded partial input (by unit identity and row) to one new position."""
+    firsts, rows, offsets = _unit_arrays(table)
+    starts = [a for a, _ in new]
+    taken: dict[int, int] = {}
+    for old, partial in zip(recorded.tables, recorded.partials or []):
+        o_firsts, _o_rows, o_offsets = _unit_arrays(old)
+        for position, skip in partial:
+            if skip <= 0 or position >= int(o_offsets[-1]):
+                continue
+            unit = int(np.searchsorted(o_offsets, position, side="right")) - 1
+            row = int(o_firsts[unit]) + position - int(o_offsets[unit])
+            same = np.flatnonzero((table.keys == old.keys[unit]) & (table.versions == old.versions[unit]))
+            for u in same.tolist():
+                if not firsts[u] <= row < firsts[u] + rows[u]:
+                    continue
+                candidate = int(offsets[u]) + row - int(firsts[u])
+                k = bisect.bisect_right(starts, candidate) - 1
+                if candidate not in taken and k >= 0 and candidate < new[k][1]:
+                    taken[candidate] = skip
+                    break
+    return tuple(sorted(taken.items()))
 
 
 def _plan_one_row(recorded: Recorded, table: IdentityTable) -> IncrementalPlan:

@@ -101,6 +101,7 @@ class Manifest:
     protocol: int = PROTOCOL_VERSION
     # sources (issue 17): an incremental run's positions of the call's inputs, as [a, b) ranges
     input_ranges: list | None = None
+    range_skips: list | None = None  # ... and [position, outputs already in the dataset] of retried inputs
 
     def fn(self) -> FnIdentity:
         """The fn this run was started with (configuration None when it was not recorded)."""
@@ -140,6 +141,7 @@ class Manifest:
             input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
             fn_identity=_fn_identity_json(data.get("fn_identity"), where),
             input_ranges=data.get("input_ranges"),
+            range_skips=data.get("range_skips"),
         ).validated(where)
 
     def validated(self, where: str) -> Manifest:
@@ -156,6 +158,14 @@ class Manifest:
             problem = f"generation {self.generation} is negative"
         elif self.input_ranges is not None and not ranges_valid(self.input_ranges, self.num_inputs, inputs["count"]):
             problem = "its incremental input ranges are invalid"
+        elif self.range_skips is not None and not (
+            isinstance(self.range_skips, list)
+            and all(
+                isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x <= MAX_INPUTS for x in p)
+                for p in self.range_skips
+            )
+        ):
+            problem = "its incremental skips are invalid"
         elif self.input_ids is None and self.input_ranges is None and self.num_inputs != inputs["count"]:
             problem = f"num_inputs {self.num_inputs} differs from the fingerprint's {inputs['count']}"
         elif self.num_shards != clamp_num_shards(self.num_shards, self.num_inputs):

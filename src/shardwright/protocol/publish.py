@@ -160,8 +160,10 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
     )
     chunks = base + [chunk for _, chunk in committed]
     storage.barrier()  # chunks written without checkpoints are made durable before being named
-    failed = [pair[0] for s in sorted(progress) for pair in progress[s].failed]
-    write_selection(storage, manifest.generation, manifest.inputs["count"], selected_positions(manifest, failed))
+    pairs = [pair for s in sorted(progress) for pair in progress[s].failed]
+    partial = [list(pair) for pair in pairs if pair[1] > 0]  # failed midway: their first outputs are in
+    selected = selected_positions(manifest, [pair[0] for pair in pairs])
+    write_selection(storage, manifest.generation, manifest.inputs["count"], selected, partial)
     storage.write_bytes(INDEX_KEY, render_index(chunks, config))  # the publication point
     return chunks
 

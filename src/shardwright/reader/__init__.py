@@ -42,7 +42,8 @@ from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader",
+    "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
+    "train_test_split",
 ]  # fmt: skip
 
 # Names the existing tests reach for.
@@ -57,6 +58,14 @@ def __getattr__(name: str) -> Any:
         from .loader import StreamingDataLoader
 
         return StreamingDataLoader
+    if name == "train_test_split":
+        from .splits import train_test_split
+
+        return train_test_split
+    if name == "litdata_collate":
+        from .collate import litdata_collate
+
+        return litdata_collate
     if name == "CombinedStreamingDataset":
         from .combined import CombinedStreamingDataset
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import mmap
 
-from ..errors import CorruptStateError, UnsupportedFormatError
-from ..format import ChunkEntry, chunk_num_items
+from ..errors import CorruptStateError
+from ..format import ChunkEntry, RowChunk, chunk_num_items
 from ..protocol.layout import STATE_DIR
 
 __all__ = ["check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
-
-# litdata 0.2.76 marks chunks whose rows live in an Arrow IPC footer instead of pytree items.
-_ARROW_FOOTER_MAGIC = b"LDARW01\0"
 
 
 def release_buffer(buffer: bytes | memoryview) -> None:
@@ -46,14 +43,24 @@ def check_exact_size(data: bytes | memoryview, entry: ChunkEntry, name: str, ver
     )
 
 
-def check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None:
-    """The chunk file agrees with its index entry; a clear error otherwise."""
+def check_chunk(
+    data: bytes | memoryview | RowChunk, entry: ChunkEntry, name: str, *, stored_size: int | None = None
+) -> None:
+    """The chunk file agrees with its index entry; a clear error otherwise. ``stored_size``: the
+    size of the file's bytes when ``data`` was unpacked from another layout (format.layouts)."""
     fix = "restore it or rerun optimize with mode='overwrite'"
-    if len(data) < entry.chunk_bytes:
+    size = stored_size if stored_size is not None else len(data)
+    if size < entry.chunk_bytes:
         raise CorruptStateError(
-            f"chunk file {name} is {len(data)} bytes but index.json says {entry.chunk_bytes}: it is "
+            f"chunk file {name} is {size} bytes but index.json says {entry.chunk_bytes}: it is "
             f"truncated or was replaced; {fix}"
         )
+    if isinstance(data, RowChunk):
+        if len(data) != entry.chunk_size:
+            raise CorruptStateError(
+                f"chunk file {name} holds {len(data)} rows but index.json says {entry.chunk_size}; {fix}"
+            )
+        return
     try:
         n = chunk_num_items(data)
     except CorruptStateError as exc:
@@ -65,11 +72,5 @@ def check_chunk(data: bytes | memoryview, entry: ChunkEntry, name: str) -> None:
         raise CorruptStateError(f"chunk file {name} is too short for the offsets of its {n} items; {fix}")
     first = int.from_bytes(data[4:8], "little")
     last = int.from_bytes(data[header - 4 : header], "little")
-    if n and first == last == header and bytes(data[-len(_ARROW_FOOTER_MAGIC) :]) == _ARROW_FOOTER_MAGIC:
-        raise UnsupportedFormatError(
-            f"chunk file {name} stores its rows in litdata's Arrow footer (litdata 0.2.76 does this for "
-            "dicts of plain values when pyarrow is installed); shardwright does not read that layout. "
-            "Read it with litdata.StreamingDataset"
-        )
     if first != header or not first <= last <= len(data):
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")

@@ -181,7 +181,11 @@ class CombinedStreamingDataset(_IterableBase):
 
     # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
 
-    def loader_view(self) -> CombinedStreamingDataset:
+    def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> CombinedStreamingDataset:
+        if shuffle is not None:
+            raise UsageError(
+                "shuffle= overrides a StreamingDataset's; give it to each dataset of a CombinedStreamingDataset"
+            )
         return self
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:

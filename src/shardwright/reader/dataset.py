@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import multiprocessing
 import operator
 import os
@@ -12,18 +13,18 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from ..errors import ArgumentTypeError, UnsupportedFormatError, UsageError, require_bool
-from ..format import TOKENS_LOADER, TokensLoader, chunk_item, decode_plan, item_decoder, parse_size
+from ..errors import UnsupportedFormatError, UsageError, require_bool
+from ..format import TOKENS_LOADER, chunk_item, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
-from ..storage.options import check_storage_option_names
 from . import resume
-from .cache import DEFAULT_MAX_CACHE_BYTES
+from .options import ReaderOptions
 from .order import EpochSequence, OrderSpec, iter_segment
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .resume import EpochStart
 from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
+from .subsample import RegionSelection, Subsample
 from .tokens import TokenLayout
 
 try:  # the base classes are chosen once, when this module is imported
@@ -40,8 +41,6 @@ except ImportError:  # torch is optional: plain objects then
 
 __all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
 
-DEFAULT_PREFETCH_DEPTH = 4
-
 
 def _wants_iterable(kwargs: dict) -> bool:
     choice = require_bool("iterable", kwargs.get("iterable"), optional=True)
@@ -56,7 +55,7 @@ def _redacted(exc: BaseException, storage_options: dict | None) -> BaseException
     return redact_exception(exc, secret_values(storage_options))
 
 
-class StreamingDataset(_DatasetBase):
+class StreamingDataset(RegionSelection, _DatasetBase):
     """A dataset written by shardwright (or litdata) in a local directory or on S3.
 
     ``len(ds)``, ``ds[i]`` (negative indices too) and ``ds[a:b:c]`` (a list) read any item;
@@ -72,8 +71,9 @@ class StreamingDataset(_DatasetBase):
     DataLoader worker — and ``DataLoader`` / :class:`StreamingDataLoader` iterate it.
 
     Args:
-        output_dir: the dataset: a local directory, a ``file://`` URL, ``s3://bucket/prefix``,
-            ``gs://bucket/prefix`` or ``az://container/prefix`` (docs/clouds.md).
+        input_dir: the dataset: a local directory, a ``file://`` URL, ``s3://bucket/prefix``,
+            ``gs://bucket/prefix`` or ``az://container/prefix`` (docs/clouds.md); litdata's name
+            (``output_dir=`` is accepted too).
         shuffle: shuffle each epoch: chunks in a random order, then the items of a window of
             ``shuffle_window`` chunks mixed together (per worker). The order depends only on
             ``seed`` and the epoch (:meth:`set_epoch`).
@@ -95,7 +95,10 @@ class StreamingDataset(_DatasetBase):
         storage_options: boto3 client arguments such as ``endpoint_url`` (remote only).
         cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
             ``~/.cache/shardwright``); it must be yours and not writable by others.
-        max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``.
+        max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``
+            (default 10 GB).
+        max_cache_size, subsample, transform, max_pre_download, batch_decode: litdata's
+            arguments, see :class:`~shardwright.reader.options.ReaderOptions`.
         prefetch: remote only: True (``4`` chunks ahead), False, or how many chunks the
             reader downloads ahead of use, from its epoch plan when iterating.
         iterable: force the map-style (False) or iterable (True) kind; None chooses as above.
@@ -125,80 +128,79 @@ class StreamingDataset(_DatasetBase):
 
     def __init__(
         self,
-        output_dir: str | os.PathLike,
+        input_dir: str | os.PathLike | None = None,
         *,
         shuffle: bool = False,
         seed: int = 42,
         drop_last: bool | None = None,
         pad: bool = False,
         shuffle_window: int = 4,
-        item_loader: TokensLoader | None = None,
+        item_loader: Any = None,
         allow_pickle: bool = False,
         storage_options: dict | None = None,
         cache_dir: str | os.PathLike | None = None,
-        max_cache_bytes: int | str = DEFAULT_MAX_CACHE_BYTES,
+        max_cache_bytes: int | str | None = None,
         prefetch: bool | int = True,
         iterable: bool | None = None,
+        max_cache_size: int | float | str | None = None,
+        subsample: float = 1.0,
+        transform: Callable[[Any], Any] | list[Callable[[Any], Any]] | None = None,
+        max_pre_download: int | None = None,
+        batch_decode: Any = "auto",
+        output_dir: str | os.PathLike | None = None,
         check_checksums: bool = True,
+        **litdata_only: Any,
     ):
-        shuffle = bool(require_bool("shuffle", shuffle))
-        pad = bool(require_bool("pad", pad))
-        allow_pickle = bool(require_bool("allow_pickle", allow_pickle))
-        drop_last = require_bool("drop_last", drop_last, optional=True)
-        require_bool("iterable", iterable, optional=True)
-        self.check_checksums = bool(require_bool("check_checksums", check_checksums))
-        if storage_options is not None and not isinstance(storage_options, dict):
-            raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
-            )
-        check_storage_option_names(storage_options or {}, os.fspath(output_dir))
-        if cache_dir is not None and not os.fspath(cache_dir).strip():
-            raise UsageError(
-                "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
-                "None for $SHARDWRIGHT_CACHE_DIR or ~/.cache/shardwright"
-            )
+        opts = ReaderOptions.validate(
+            input_dir=input_dir,
+            output_dir=output_dir,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            pad=pad,
+            shuffle_window=shuffle_window,
+            item_loader=item_loader,
+            allow_pickle=allow_pickle,
+            storage_options=storage_options,
+            cache_dir=cache_dir,
+            max_cache_bytes=max_cache_bytes,
+            prefetch=prefetch,
+            iterable=iterable,
+            max_cache_size=max_cache_size,
+            subsample=subsample,
+            transform=transform,
+            max_pre_download=max_pre_download,
+            batch_decode=batch_decode,
+            check_checksums=check_checksums,
+            litdata_only=litdata_only,
+        )
+        self.check_checksums = opts.check_checksums
+        self._transforms = opts.transforms
+        self.batch_decode = opts.batch_decode
+        self.order_spec = OrderSpec("chunk_window" if opts.shuffle else "none", opts.seed, opts.shuffle_window)
+        self.shuffle, self.seed, self.pad, self.drop_last = opts.shuffle, opts.seed, opts.pad, opts.drop_last
+        self.allow_pickle = opts.allow_pickle
+        self.item_loader = opts.item_loader
+        self.storage_options = opts.storage_options
+        self.prefetch = opts.prefetch_depth > 0
         try:
-            limit = parse_size(max_cache_bytes)
-        except ValueError as exc:
-            raise UsageError(f"max_cache_bytes: {exc}") from None
-        if item_loader is not None and not isinstance(item_loader, TokensLoader):
-            raise UsageError(
-                f"item_loader must be None or shardwright.TokensLoader(block_size=...), got {item_loader!r}"
-            )
-        if type(prefetch) is bool:
-            depth = DEFAULT_PREFETCH_DEPTH if prefetch else 0
-        elif type(prefetch) is int and prefetch >= 0:
-            depth = prefetch
-        else:
-            raise UsageError(f"prefetch must be True, False or a number of chunks >= 0, got {prefetch!r}")
-        self.order_spec = OrderSpec("chunk_window" if shuffle else "none", seed, shuffle_window)
-        self.shuffle = shuffle
-        self.seed = seed
-        self.pad = pad
-        self.drop_last = drop_last
-        if pad and drop_last:
-            raise UsageError("drop_last=True and pad=True exclude each other: pad keeps every item")
-        self.allow_pickle = allow_pickle
-        self.item_loader = item_loader
-        self.storage_options = dict(storage_options or {})
-        self.prefetch = depth > 0
-        try:
-            self._open(output_dir, cache_dir, limit, depth, shuffle_window)
+            self._open(opts)
         except BaseException as exc:
             clean = _redacted(exc, self.storage_options)
             if clean is exc:
                 raise
             raise clean from None
 
-    def _open(self, output_dir, cache_dir, limit: int, depth: int, shuffle_window: int) -> None:
-        item_loader = self.item_loader
+    def _open(self, opts: ReaderOptions) -> None:
+        seed, item_loader, fraction = self.seed, self.item_loader, opts.subsample
+        limit, depth = opts.cache_limit, opts.prefetch_depth
         self._source = ChunkSource(
-            os.fspath(output_dir),
+            opts.location,
             self.storage_options,
-            cache_dir,
+            opts.cache_dir,
             limit,
             depth,
-            keep_chunks=max(MIN_CACHED_CHUNKS, shuffle_window + 2),
+            keep_chunks=max(MIN_CACHED_CHUNKS, opts.shuffle_window + 2),
             check_checksums=self.check_checksums,
         )
         self.output_dir = self._source.output_dir
@@ -227,6 +229,14 @@ class StreamingDataset(_DatasetBase):
         else:
             self._group_sizes = [entry.chunk_size for entry in chunks]
             self._length = total
+        self._subsample: Subsample | None = None
+        if fraction != 1.0:
+            if self._tokens is not None:
+                raise UsageError("subsample= is not supported with item_loader=TokensLoader: it selects whole items")
+            self._subsample = Subsample.of([entry.chunk_size for entry in chunks], fraction, self.shuffle, seed)
+            self._group_sizes = self._subsample.group_sizes
+            self._length = sum(self._group_sizes)
+        if self._tokens is None:
             if total and config.data_spec is not None:
                 # Builds the decode plan now, so an unreadable leaf format fails at open time.
                 decode_plan(tuple(config.data_format), config.data_spec, self.allow_pickle)
@@ -242,6 +252,8 @@ class StreamingDataset(_DatasetBase):
         self._resume: ResumePoint | None = None
         self._progress: dict | None = None  # this process's current stream (StatefulDataLoader)
         self._fingerprint = fingerprint(self._length, chunks)
+        if self._subsample is not None:
+            self._fingerprint["subsample"] = [fraction, self.shuffle, seed]
         self._decode: Callable[[Any], Any] | None = None
 
     # --- checks at open --------------------------------------------------------------------
@@ -309,6 +321,9 @@ class StreamingDataset(_DatasetBase):
     def __len__(self) -> int:
         return self._length
 
+    def _fresh_epoch_state(self) -> dict[str, Any]:
+        return {"_epoch_shared": _shared_int()}  # a copy counts its own epochs
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._length))]
@@ -341,9 +356,14 @@ class StreamingDataset(_DatasetBase):
                 for k, first, n in tokens.pieces(i)
             ]
             return tokens.assemble(parts)
+        if self._subsample is not None:
+            i = self._subsample.base(i)
         k = bisect.bisect_right(self._starts, i) - 1
         view = self._source.item_view(k, i - self._starts[k], sequential_hint=hint)
-        return self._decoder()(view)
+        item = self._decoder()(view)
+        for step in self._transforms:
+            item = step(item)
+        return item
 
     def _decoder(self):
         decode = self._decode
@@ -354,6 +374,8 @@ class StreamingDataset(_DatasetBase):
         return decode
 
     def _chunks_of_groups(self, groups: list[int]) -> list[int]:
+        if self._subsample is not None:
+            return self._subsample.chunks_of(groups)
         if self._tokens is None:
             return groups
         return [k for g in groups for k in self._tokens.chunks_of_block_range(g)]
@@ -425,11 +447,14 @@ class StreamingDataset(_DatasetBase):
     def _item_reader(self):
         """``read(i, hint)`` for iteration: the decoder bound once, the chunks of the current
         window looked up once (``_get`` pays both per item)."""
-        decode, starts, source = self._decoder(), self._starts, self._source
+        decode, starts, source, steps = self._decoder(), self._starts, self._source, self._transforms
+        base = self._subsample.base if self._subsample is not None else None
         held: dict[int, Any] = {}
         find = bisect.bisect_right
 
         def read(i: int, _hint: bool) -> Any:
+            if base is not None:
+                i = base(i)
             k = find(starts, i) - 1
             buf = held.get(k)
             if buf is None:
@@ -441,7 +466,10 @@ class StreamingDataset(_DatasetBase):
             except ValueError:  # released: another thread of this process pushed it out of the LRU
                 buf = held[k] = source.chunk(k, sequential_hint=False)
                 view = chunk_item(buf, i - starts[k])
-            return decode(view)
+            item = decode(view)
+            for step in steps:
+                item = step(item)
+            return item
 
         return read
 
@@ -461,8 +489,17 @@ class StreamingDataset(_DatasetBase):
 
     # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
 
-    def loader_view(self) -> IterableStreamingDataset:
-        return as_iterable(self)
+    def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> IterableStreamingDataset:
+        if shuffle is None and drop_last is None:
+            return as_iterable(self)
+        view = as_iterable(copy.copy(self))  # a loader's override is its own, not the dataset's
+        if shuffle is not None:
+            view.shuffle = shuffle
+            view.order_spec = dataclasses.replace(view.order_spec, shuffle="chunk_window" if shuffle else "none")
+        if drop_last is not None:
+            view.drop_last = drop_last
+            view.pad = view.pad and not drop_last
+        return view
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._batch_size = batch_size

@@ -8,6 +8,7 @@ from typing import Any, cast
 from torch.utils.data import DataLoader
 
 from ..errors import UsageError, require_bool
+from .collate import litdata_collate
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -30,37 +31,55 @@ class StreamingDataLoader(DataLoader):
         batch_size: items per batch; workers split a rank's share at whole batches, so only a
             rank's last batch can be partial.
         num_workers: DataLoader worker processes per rank.
-        drop_last: drop the partial last batch of each worker (DataLoader's meaning). To give
-            every rank the same number of batches use the dataset's drop_last / pad.
-        **kwargs: any other DataLoader argument (collate_fn, pin_memory, persistent_workers,
-            multiprocessing_context, prefetch_factor, ...); ``shuffle`` and ``sampler`` are
-            refused: the dataset orders itself.
+        shuffle: None keeps the dataset's; True/False overrides it for this loader (litdata's
+            meaning: the dataset's chunk-aware shuffle, with its seed), the dataset object itself
+            is left as it is.
+        drop_last: None keeps the dataset's; True/False overrides the dataset's drop_last for
+            this loader (ranks equal) and also drops each worker's partial last batch, so
+            only whole batches are read, as with litdata.
+        collate_fn: default :func:`litdata_collate` (graphs batched with PyG, the rest with
+            torch's default_collate), as litdata's loader.
+        **kwargs: any other DataLoader argument (pin_memory, persistent_workers,
+            multiprocessing_context, prefetch_factor, ...); ``sampler`` and ``batch_sampler``
+            are refused: the dataset orders itself.
 
     Raises:
         TypeError: dataset is not a StreamingDataset / CombinedStreamingDataset (any
             :class:`~shardwright.reader.resume.Resumable`).
-        UsageError: shuffle, sampler or batch_sampler was given, or batch_size is not an int >= 1.
+        UsageError: sampler or batch_sampler was given, or batch_size is not an int >= 1.
     """
 
     def __init__(
-        self, dataset: Any, batch_size: int = 1, num_workers: int = 0, *, drop_last: bool = False, **kwargs: Any
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        *,
+        shuffle: bool | None = None,
+        drop_last: bool | None = None,
+        collate_fn: Any = None,
+        **kwargs: Any,
     ):
         if not isinstance(dataset, Resumable):
             raise TypeError(
                 f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
                 f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
-        for refused in ("shuffle", "sampler", "batch_sampler"):
-            if kwargs.get(refused) not in (None, False):
+        for refused in ("sampler", "batch_sampler"):
+            if kwargs.get(refused) is not None:
                 raise UsageError(
                     f"StreamingDataLoader does not take {refused}=: pass shuffle=True (and seed=) to "
-                    "the StreamingDataset, which shuffles chunk-aware and per epoch"
+                    "the StreamingDataset or the loader, which shuffle chunk-aware and per epoch"
                 )
             kwargs.pop(refused, None)
+        shuffle = require_bool("shuffle", shuffle, optional=True)  # None: keep the dataset's
+        drop_last = require_bool("drop_last", drop_last, optional=True)
         if type(batch_size) is not int or batch_size < 1:
             raise UsageError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        view: Resumable = dataset.loader_view()
-        view.configure_loader(batch_size, bool(require_bool("drop_last", drop_last)))
+        # shuffle=/drop_last= override the dataset's for this loader only (litdata's meaning).
+        view: Resumable = dataset.loader_view(shuffle=shuffle, drop_last=drop_last)
+        view.configure_loader(batch_size, bool(drop_last))
+        kwargs["collate_fn"] = collate_fn if collate_fn is not None else litdata_collate
         self._view = view
         self._started = False
         self._finished = False
@@ -69,7 +88,9 @@ class StreamingDataLoader(DataLoader):
         self._pending_epoch = 0  # its epoch
         self._epoch_start: Any = None  # where the running iteration started (view.epoch_start)
         # cast: a Resumable is an IterableDataset (torch types the argument as its Dataset class)
-        super().__init__(cast(Any, view), batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, **kwargs)
+        super().__init__(
+            cast(Any, view), batch_size=batch_size, num_workers=num_workers, drop_last=bool(drop_last), **kwargs
+        )
 
     @property
     def current_epoch(self) -> int:

@@ -39,8 +39,9 @@ class Resumable(Protocol):
 
     def set_epoch(self, epoch: int) -> None: ...
 
-    def loader_view(self) -> Any:
-        """The dataset the DataLoader iterates (an iterable view of a map-style dataset)."""
+    def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> Any:
+        """The dataset the DataLoader iterates (an iterable view of a map-style dataset);
+        ``shuffle``/``drop_last`` not None override the dataset's for that loader only."""
         ...
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:

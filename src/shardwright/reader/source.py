@@ -16,7 +16,16 @@ from ..errors import (
     OutputIsAFileError,
     UnsupportedFormatError,
 )
-from ..format import ChunkEntry, check_checksum, chunk_item, decompress, parse_index
+from ..format import (
+    ChunkEntry,
+    DecodedItem,
+    RowChunk,
+    check_checksum,
+    chunk_item,
+    decompress,
+    parse_index,
+    unpack_chunk,
+)
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
@@ -190,7 +199,7 @@ class ChunkSource:
         entry = self.chunks[k]
         try:
             if self.cache is not None:
-                if self.config.compression is None:  # only uncompressed chunks stay pinned
+                if self._whole_file_compression is None:  # only uncompressed chunks stay pinned
                     with state.lock:  # unpin first, so that the download can evict what we no longer need
                         self._trim(state, incoming=entry.chunk_bytes)
                 loaded = self._load_remote(entry)
@@ -214,7 +223,7 @@ class ChunkSource:
             self.prefetch([k + 1])  # reading forward: fetch the next chunk while this one is read
         return data
 
-    def item_view(self, k: int, j: int, *, sequential_hint: bool = True) -> memoryview:
+    def item_view(self, k: int, j: int, *, sequential_hint: bool = True) -> memoryview | DecodedItem:
         """Item ``j`` of chunk ``k``, taken under the LRU lock: once it exists, another thread
         dropping the chunk from the LRU cannot unmap the bytes under it."""
         state = self.state()
@@ -270,9 +279,14 @@ class ChunkSource:
             # mmap: pages are read on demand and shared between DataLoader workers.
             return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
+    @property
+    def _whole_file_compression(self) -> str | None:
+        """The codec chunk files are wrapped in as a whole (not litdata's in-file zstd frames)."""
+        return self.config.compression if self.config.compression_level is None else None
+
     def _stored_chunk(self, entry: ChunkEntry) -> tuple[bytes | memoryview, bool]:
         """The stored bytes of a local chunk and whether they are compressed."""
-        compression = self.config.compression
+        compression = self._whole_file_compression
         try:
             return self._chunk_bytes(entry), compression is not None
         except FileNotFoundError:
@@ -293,7 +307,7 @@ class ChunkSource:
     def _load_local(self, entry: ChunkEntry) -> bytes | memoryview:
         stored, compressed = self._stored_chunk(entry)
         name = os.path.join(self.output_dir, entry.filename)
-        as_indexed = compressed == (self.config.compression is not None)  # not litdata's decompressed copy
+        as_indexed = compressed == (self._whole_file_compression is not None)  # not litdata's decompressed copy
         verified = self.state().verified
         if self.check_checksums and as_indexed and entry.checksum and entry.filename not in verified:
             # Once per chunk per process, on its first load (never per item): the bytes
@@ -319,11 +333,21 @@ class ChunkSource:
         try:
             if exact:
                 check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
-            check_chunk(data, entry, name)
+            unpacked = self._unpack_layout(data, name)
+            check_chunk(unpacked, entry, name, stored_size=len(data))
         except Exception:
             release_buffer(data)
             raise
-        return data
+        if unpacked is not data:
+            release_buffer(data)  # litdata's framed/sample zstd or Arrow rows: the unpacked copy is kept
+        return unpacked
+
+    def _unpack_layout(self, data: bytes | memoryview, name: str) -> bytes | memoryview | RowChunk:
+        """litdata 0.2.76's other chunk layouts (framed zstd, per-item zstd, Arrow rows) as the classic one."""
+        try:
+            return unpack_chunk(data, self.config.compression_level)
+        except CorruptStateError as exc:
+            raise CorruptStateError(f"chunk file {name}: {exc}; {_FIX}") from None
 
     def _load_remote(self, entry: ChunkEntry) -> Loaded:
         """Fetch a chunk into the cache (or find it there) and map/decompress it.
@@ -334,7 +358,7 @@ class ChunkSource:
         cache = self.cache
         assert cache is not None
         name = f"{self.output_dir}/{entry.filename}"
-        compressed = self.config.compression is not None
+        compressed = self._whole_file_compression is not None
         for attempt in range(2):
             pin = cache.open(entry)
             assert pin is not None  # None only when a prefetch's still_wanted says no

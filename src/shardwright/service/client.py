@@ -111,7 +111,10 @@ def add_jobs_command(subparsers) -> None:
     s.add_argument("pipeline")
     s.add_argument("--output-dir", required=True)
     inputs = s.add_mutually_exclusive_group(required=True)
-    inputs.add_argument("--inputs", help="JSON list of inputs (or @file.json)")
+    inputs.add_argument(
+        "--inputs",
+        help='JSON list of inputs, or a source such as {"source": "parquet", "url": "s3://b/raw/"} (or @file.json)',
+    )
     inputs.add_argument("--range", type=int, metavar="N", help="inputs 0..N-1")
     s.add_argument("--config", help="JSON object: the pipeline's config (or @file.json)")
     s.add_argument("--options", help="JSON object of optimize() options, e.g. '{\"chunk_size\": 100}'")

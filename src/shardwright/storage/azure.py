@@ -281,7 +281,10 @@ class AzureStorage(CloudStorage):
             return True
         if isinstance(e, aexc.HttpResponseError):
             status = self._status(e)  # None: the reply never arrived whole ("Response ended prematurely")
-            return status is None or status in _RETRY_STATUS or "Md5Mismatch" in self._code(e)
+            # A body damaged in flight, refused by its Content-MD5: Azure says Md5Mismatch,
+            # Azurite InvalidOperation "Provided contentMD5 doesn't match".
+            damaged = "Md5Mismatch" in self._code(e) or (status == 400 and "contentmd5" in str(e).lower())
+            return status is None or status in _RETRY_STATUS or damaged
         return isinstance(e, (ConnectionError, TimeoutError))
 
     def to_storage_error(
@@ -479,8 +482,15 @@ class AzureStorage(CloudStorage):
         self.download_into(key, local_path, durable, fetch)
 
     def check(self) -> None:
-        """One cheap container lookup at run start: a wrong container, account or credentials fail now."""
-        self.run("GET container", None, lambda _a: self.client().get_container_properties())
+        """One cheap listing (one page of at most one blob) at run start: a wrong container,
+        account or credentials fail now, with only the permissions a writer needs (a SAS
+        without container-read rights cannot get the container's properties)."""
+
+        def once(_attempt: int) -> None:
+            pages = self.client().list_blobs(name_starts_with=self._full_prefix("") or None, results_per_page=1)
+            next(iter(pages.by_page()), None)
+
+        self.run("LIST", None, once)
 
 
 def _no_query(url: str) -> str:

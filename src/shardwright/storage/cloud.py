@@ -153,9 +153,11 @@ class CloudStorage(Storage):
                 result = fn(attempt)
                 self._reached = True
                 return result
-            except (StorageError, FileNotFoundError, ValueError, UsageError):
-                raise
             except Exception as e:
+                if isinstance(e, (StorageError, FileNotFoundError, UsageError)) or (
+                    isinstance(e, ValueError) and not self.is_retryable(e)
+                ):  # ours, or a bad argument (an SDK's reply it cannot parse is a ValueError too: retried)
+                    raise
                 if self.is_retryable(e):
                     delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
                     if time.monotonic() + delay < deadline:

@@ -192,6 +192,10 @@ class GCSStorage(CloudStorage):
 
         if isinstance(e, TruncatedBody):
             return True
+        import json
+
+        if isinstance(e, json.JSONDecodeError):  # a JSON reply cut short
+            return True
         if self._is_connect_error(e) and not self._reached:
             return False  # never reached: a wrong endpoint, reported at once
         if isinstance(e, (gexc.GoogleAPICallError, auth_exc.TransportError)) or type(e).__name__ in (
@@ -398,8 +402,17 @@ class GCSStorage(CloudStorage):
         self.download_into(key, local_path, durable, fetch)
 
     def check(self) -> None:
-        """One cheap bucket lookup at run start: a wrong bucket, endpoint or credentials fail now."""
-        self.run("GET bucket", None, lambda _a: self.client().bucket(self.bucket).reload(retry=None, timeout=_TIMEOUT))
+        """One cheap listing (at most one object) at run start: a wrong bucket, endpoint or
+        credentials fail now. A listing, not a bucket lookup: storage.buckets.get is not in
+        roles/storage.objectAdmin, which is all a writer needs."""
+
+        def once(_attempt: int) -> None:
+            blobs = self.client().list_blobs(
+                self.bucket, prefix=self._full_prefix(""), max_results=1, retry=None, timeout=_TIMEOUT
+            )
+            list(blobs)
+
+        self.run("LIST", None, once)
 
 
 def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> GCSStorage:

@@ -1,0 +1,98 @@
+"""StreamingDataset's arguments by litdata's names: what each becomes here, or one line saying
+why it is refused and what to use instead (docs/litdata-compat.md has the whole table)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import UsageError
+from ..format import TokensLoader, is_tokens_loader, parse_size
+from .cache import default_cache_root
+
+__all__ = ["cache_limit", "item_loader_of", "refuse_litdata_only", "transforms_of"]
+
+# litdata arguments with no meaning here, and why.
+_REFUSED: dict[str, str] = {
+    "serializers": "custom serializers: shardwright reads litdata's 24 built-in leaf formats only",
+    "encryption": "encrypted datasets are not read by shardwright; decrypt with litdata",
+    "session_options": "boto3 session options: pass credentials in storage_options or the AWS chain",
+    "index_path": "an index.json elsewhere than the dataset: copy it into the dataset directory",
+    "force_override_state_dict": "a resume state is checked against its dataset; start a new loader to ignore one",
+    "num_canonical_nodes": "the order does not depend on nodes here: the same seed gives the same epoch order",
+    "item_shuffle_window": "items are shuffled within shuffle_window chunks: pass shuffle_window=",
+    "window_direct_io": "O_DIRECT windows over NFS are a litdata feature; read normally",
+}
+
+
+def refuse_litdata_only(kwargs: dict[str, Any]) -> None:
+    for name in kwargs:
+        reason = _REFUSED.get(name)
+        if reason is None:
+            raise TypeError(f"StreamingDataset() got an unexpected keyword argument {name!r}")
+        raise UsageError(f"StreamingDataset({name}=...) is refused: {reason}")
+
+
+def input_dir_of(input_dir: Any, output_dir: Any) -> str:
+    """litdata's ``input_dir`` (first argument), or shardwright's older ``output_dir=`` keyword."""
+    if input_dir is not None and output_dir is not None:
+        raise UsageError("give the dataset once: StreamingDataset(input_dir) (output_dir= is its older name)")
+    where = input_dir if input_dir is not None else output_dir
+    if where is None:
+        raise UsageError("StreamingDataset needs the dataset: StreamingDataset(input_dir)")
+    if not isinstance(where, (str, os.PathLike)):
+        raise UsageError(f"input_dir must be a path or URL string, got {type(where).__name__}")
+    return os.fspath(where)
+
+
+def cache_limit(max_cache_bytes: Any, max_cache_size: Any, cache_dir: Any, default: int) -> int:
+    """Bytes the chunk cache may hold: ``max_cache_bytes`` or litdata's ``max_cache_size`` (a size
+    such as "50GB", or a fraction of the cache disk's free space such as 0.9)."""
+    if max_cache_bytes is not None and max_cache_size is not None:
+        raise UsageError("give max_cache_bytes or max_cache_size (its litdata name), not both")
+    if max_cache_size is None:
+        value = default if max_cache_bytes is None else max_cache_bytes
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise UsageError(f"max_cache_bytes: {exc}") from None
+    if type(max_cache_size) is float:
+        if not 0 < max_cache_size <= 1:
+            raise UsageError(f"max_cache_size {max_cache_size!r}: a fraction of free disk must be in (0, 1]")
+        place = default_cache_root(cache_dir)
+        while not os.path.exists(place):
+            place = os.path.dirname(place)
+        return int(shutil.disk_usage(place).free * max_cache_size)
+    try:
+        return parse_size(max_cache_size)
+    except ValueError as exc:
+        raise UsageError(f"max_cache_size: {exc}") from None
+
+
+def transforms_of(transform: Any) -> tuple[Callable[[Any], Any], ...]:
+    if transform is None:
+        return ()
+    chain = transform if isinstance(transform, (list, tuple)) else [transform]
+    for step in chain:
+        if not callable(step):
+            raise UsageError(f"transform must be a callable or a list of callables, got {step!r}")
+    return tuple(chain)
+
+
+def item_loader_of(item_loader: Any) -> TokensLoader | None:
+    """Ours or litdata's TokensLoader (as ours, same block size); litdata's PyTreeLoader is the
+    default (None); other litdata loaders are refused by name."""
+    if item_loader is None or isinstance(item_loader, TokensLoader):
+        return item_loader
+    name = type(item_loader).__name__
+    if is_tokens_loader(item_loader):
+        block_size = getattr(item_loader, "_block_size", None) or getattr(item_loader, "block_size", None)
+        return TokensLoader(block_size=block_size)
+    if name == "PyTreeLoader":
+        return None
+    raise UsageError(
+        f"item_loader={name}(...) is not read by shardwright: it reads ordinary (PyTreeLoader) datasets and "
+        "token datasets (item_loader=TokensLoader(block_size=...)); read this one with litdata"
+    )
