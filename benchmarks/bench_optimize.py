@@ -484,6 +484,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="comma-separated workload numbers, e.g. 1,4")
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--show-output", action="store_true", help="let the runs print to the terminal")
+    parser.add_argument("--no-litdata", action="store_true", help="shardwright and the floors only")
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
 
@@ -493,9 +494,9 @@ def main(argv=None) -> int:
     import shardwright
 
     selected = [w for w in workloads(args.quick) if not args.only or w.wid in args.only.split(",")]
-    if args.quick:
+    if args.quick or args.no_litdata:
         for w in selected:
-            w.variants = quick_variants(w.variants, keep_litdata=w.wid == "1")
+            w.variants = quick_variants(w.variants, keep_litdata=w.wid == "1" and not args.no_litdata)
     root = tempfile.mkdtemp(prefix="shardwright-bench-")
     log_path = os.path.join(tempfile.gettempdir(), f"shardwright-bench-{os.getpid()}.log")
     # Everything that lands in the temp folder (litdata's cache folders, its spawned workers'
