@@ -27,11 +27,18 @@ S3_FIXTURES = {"s3_server", "s3_bucket", "s3_url", "s3_storage_options", "fault_
 GCS_FIXTURES = {"gcs_server", "gcs_bucket", "gcs_url", "gcs_storage_options"}
 AZURE_FIXTURES = {"azure_server", "azure_container", "azure_url", "azure_storage_options"}
 SLURM_FIXTURES = {"slurm_cluster"}
+SERVER_FIXTURES = S3_FIXTURES | GCS_FIXTURES | AZURE_FIXTURES | SLURM_FIXTURES
+UNIT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit") + os.sep
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
+        servers = used & SERVER_FIXTURES
+        if servers and str(item.path).startswith(UNIT_DIR):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {', '.join(sorted(servers))}: a test that needs a server belongs in tests/system/"
+            )
         if used & S3_FIXTURES:
             item.add_marker(pytest.mark.s3)
         if used & GCS_FIXTURES:
