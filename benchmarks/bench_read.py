@@ -50,6 +50,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "support"))  # s3server.py
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 ARRAY_BYTES = 256 << 10
 WORKERS = 2
@@ -64,7 +65,22 @@ def array(i: int) -> dict:
     return {"i": i, "x": np.full(ARRAY_BYTES, i % 256, dtype=np.uint8)}
 
 
-WORKLOADS = {"small": (small, 16), "arrays": (array, ARRAY_BYTES + 8)}  # fn, payload bytes per item
+WORKLOADS = {"small": (small, 16), "arrays": (array, ARRAY_BYTES + 8), "s3small": (small, 16)}  # fn, bytes/item
+# Where and how each workload is read (default: everywhere, every way). s3small is issue 19's
+# case: 500k small dicts from S3, cold cache, 2 workers, the loader in order.
+PLACES = {"s3small": ("s3",)}
+WAYS = {"s3small": ("seq",)}
+ALL_WAYS = ("inproc", "seq", "shuffle")
+
+
+def mosaic_installed() -> bool:
+    """mosaicml-streaming is optional: installing it downgrades numpy and cloud clients that
+    the project's venv pins, so where it is absent its columns are skipped (and said so)."""
+    try:
+        import streaming  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def count(batch) -> int:
@@ -88,7 +104,6 @@ def write_all(workload: str, n: int, root: str, libs: set[str] | None = None) ->
     if libs is not None and "litdata" not in libs and "mosaic" not in libs:
         return dirs
     import litdata
-    from streaming import MDSWriter
 
     litdata.optimize(
         fn=fn,
@@ -98,8 +113,12 @@ def write_all(workload: str, n: int, root: str, libs: set[str] | None = None) ->
         num_workers=WORKERS,
         start_method="fork",
     )
-    columns = {"i": "int64", "x": "int64"} if workload == "small" else {"i": "int64", "x": "ndarray:uint8"}
-    sample_bytes = 24 if workload == "small" else ARRAY_BYTES + 64
+    if not mosaic_installed() or (libs is not None and "mosaic" not in libs):
+        return dirs
+    from streaming import MDSWriter
+
+    columns = {"i": "int64", "x": "int64"} if workload != "arrays" else {"i": "int64", "x": "ndarray:uint8"}
+    sample_bytes = 24 if workload != "arrays" else ARRAY_BYTES + 64
     with MDSWriter(out=dirs["mosaic"], columns=columns, size_limit=per_chunk * sample_bytes) as writer:
         for i in range(n):
             writer.write(fn(i))
@@ -174,6 +193,42 @@ def read_raw(src: str, options: dict | None, client=None) -> int:
     return sum(c["chunk_size"] for c in index["chunks"])
 
 
+class RawChunks(torch.utils.data.IterableDataset):
+    """The chunk files' bytes, no decoding, split over the loader's workers: the loader floor
+    (one item per chunk: its item count, so the loop sums to the dataset's length)."""
+
+    def __init__(self, src: str, options: dict | None, chunks: list[dict]):
+        self.src, self.options, self.chunks = src, options, chunks
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        mine = self.chunks[info.id :: info.num_workers] if info else self.chunks
+        if self.options:
+            import boto3
+
+            client = boto3.session.Session().client("s3", **self.options)
+            bucket, prefix = self.src[5:].split("/", 1)
+            for c in mine:
+                client.get_object(Bucket=bucket, Key=f"{prefix}/{c['filename']}")["Body"].read()
+                yield c["chunk_size"]
+            return
+        for c in mine:
+            with open(os.path.join(self.src, c["filename"]), "rb") as f:
+                f.read()
+            yield c["chunk_size"]
+
+
+def read_raw_loader(src: str, options: dict | None, client=None) -> int:
+    """torch's DataLoader (2 workers) over the raw chunk bytes: the floor of the loader rows."""
+    if options:
+        bucket, prefix = src[5:].split("/", 1)
+        index = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/index.json")["Body"].read())
+    else:
+        index = json.loads(open(os.path.join(src, "index.json")).read())
+    loader = torch.utils.data.DataLoader(RawChunks(src, options, index["chunks"]), batch_size=None, num_workers=WORKERS)
+    return sum(loader)
+
+
 def read_shardwright_unchecked(src: str, way: str, options: dict | None, cache: str) -> int:
     """shardwright with check_checksums=False: the difference is what checking chunks costs."""
     return read_shardwright(src, way, options, cache, check=False)
@@ -188,10 +243,37 @@ READERS = {
 SOURCE_OF = {"unchecked": "shardwright"}  # readers that read another library's copy
 
 
+def reset_peak_rss() -> None:
+    """Linux: make VmHWM (this process's peak RSS) start again from the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (MB) since reset_peak_rss()."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+PEAKS: list[float] = []  # the driver's peak RSS of each timed() call, in order
+
+
 def timed(run, args: tuple, expected: int) -> float:
+    gc.collect()
+    reset_peak_rss()
     started = time.perf_counter()
     got = run(*args)
     seconds = time.perf_counter() - started
+    PEAKS.append(peak_rss_mb())
     if got != expected:
         raise RuntimeError(f"read {got} items, expected {expected}")
     return seconds
@@ -208,11 +290,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--libs", default="", help="readers to run, e.g. shardwright,unchecked (checksum cost only)")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
-    sizes = {"small": 20_000, "arrays": 80} if args.quick else {"small": 100_000, "arrays": 400}
+    places_of, ways_of = dict(PLACES), dict(WAYS)
+    if args.quick:  # a smoke run, well under a minute: S3 only for s3small, no shuffled rows
+        places_of.update(small=("local",), arrays=("local",))
+        ways_of.update(small=("inproc", "seq"), arrays=("inproc", "seq"))
+    sizes = (
+        {"small": 10_000, "arrays": 40, "s3small": 10_000}
+        if args.quick
+        else {"small": 100_000, "arrays": 400, "s3small": 500_000}
+    )
     for pair in filter(None, args.items.split(",")):
         name, _, value = pair.partition("=")
         sizes[name] = int(value)
     workloads = [w for w in WORKLOADS if not args.only or w in args.only.split(",")]
+    if args.no_s3:
+        workloads = [w for w in workloads if "local" in places_of.get(w, ("local",))]
+    if not mosaic_installed():
+        print("mosaicml-streaming is not installed: its columns are skipped (benchmarks/requirements.txt)")
     import shardwright.reader  # noqa: F401 - imports (torch) are paid here, not by the first reader timed
 
     root = tempfile.mkdtemp(prefix="bench-read-")
@@ -246,33 +340,42 @@ def main(argv: list[str] | None = None) -> int:
                 dirs = write_all(workload, n, root, wanted)
             finally:
                 os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-            places = [("local", dirs, None)]
-            if server is not None:
+            places = [("local", dirs, None)] if "local" in places_of.get(workload, ("local", "s3")) else []
+            if server is not None and "s3" in places_of.get(workload, ("local", "s3")):
                 client = server.client()
                 bucket = server.create_bucket()
                 remote = {lib: upload_dir(client, bucket, d, lib) for lib, d in dirs.items() if os.path.isdir(d)}
                 places.append(("s3", remote, dict(server.storage_options)))
+            ways = ways_of.get(workload, ALL_WAYS)
             for place, srcs, options in places:
-                raw_s = statistics.median(
-                    timed(read_raw, (srcs["shardwright"], options, server.client() if options else None), n)
-                    for _ in range(repeats)
-                )
-                results.append(
-                    {
-                        "workload": workload,
-                        "place": place,
-                        "way": "raw",
-                        "lib": "raw",
-                        "seconds": raw_s,
-                        "items_per_s": n / raw_s,
-                        "mb_per_s": n * payload / raw_s / 1e6,
-                    }
-                )
-                for way in ("inproc", "seq", "shuffle"):
+                # the floors: raw bytes read in-process, and through torch's DataLoader
+                floors = [("raw", read_raw)] + ([("raw_loader", read_raw_loader)] if ways != ("inproc",) else [])
+                for floor, read in floors:
+                    del PEAKS[:]
+                    raw_s = statistics.median(
+                        timed(read, (srcs["shardwright"], options, server.client() if options else None), n)
+                        for _ in range(repeats)
+                    )
+                    results.append(
+                        {
+                            "workload": workload,
+                            "place": place,
+                            "way": floor,
+                            "lib": floor,
+                            "seconds": raw_s,
+                            "items_per_s": n / raw_s,
+                            "mb_per_s": n * payload / raw_s / 1e6,
+                            "driver_peak_rss_mb": max(PEAKS),
+                        }
+                    )
+                for way in ways:
                     for lib, reader in READERS.items():
                         if args.libs and lib not in args.libs.split(","):
                             continue
+                        if lib == "mosaic" and not mosaic_installed():
+                            continue
                         seconds = []
+                        del PEAKS[:]
                         for r in range(repeats):
                             cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
                             try:
@@ -298,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "seconds": s,
                                     "items_per_s": n / s,
                                     "mb_per_s": n * payload / s / 1e6,
+                                    "driver_peak_rss_mb": max(PEAKS),
                                 }
                             )
                     report(results, workload, place, way)
@@ -319,27 +423,39 @@ def report(results: list[dict], workload: str, place: str, way: str) -> None:
 
 
 def print_table(results: list[dict]) -> None:
+    """One row per (workload, place, way). ``floor`` is the raw chunk bytes read with no
+    decoding and no checksums: in-process for ``inproc``, through torch's DataLoader (2
+    workers) for the loader rows; ``sw/floor`` is shardwright's (checked) throughput over it.
+    ``peak MB`` is the driver's (this process's) peak RSS during shardwright's runs."""
     print(
         "\n| workload | from | way | shardwright items/s (MB/s) | unchecked items/s | checksum cost | "
-        "litdata items/s | mosaic items/s | sw/litdata | sw/mosaic | sw/raw |"
+        "litdata items/s | mosaic items/s | floor items/s | sw/litdata | sw/mosaic | sw/floor | "
+        "unchecked/floor | peak MB sw / litdata / floor |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted(
-        {(r["workload"], r["place"], r["way"]) for r in results if r["way"] != "raw"},
-        key=lambda k: (k[0], k[1], ["inproc", "seq", "shuffle"].index(k[2])),
+        {(r["workload"], r["place"], r["way"]) for r in results if r["way"] not in FLOOR_WAYS},
+        key=lambda k: (k[0], k[1], ALL_WAYS.index(k[2])),
     )
     for key in keys:
         row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == key}
-        raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], "raw")), None)
+        floor_way = "raw" if key[2] == "inproc" else "raw_loader"
+        raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], floor_way)), None)
         sw = row.get("shardwright")
         first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
         unchecked = row.get("unchecked")
         cost = f"{(unchecked['items_per_s'] / sw['items_per_s'] - 1) * 100:+.1f} %" if sw and unchecked else "-"
+        peaks = " / ".join(f"{r['driver_peak_rss_mb']:,.0f}" if r else "-" for r in (sw, row.get("litdata"), raw))
+        floor_rate = f"{raw['items_per_s']:,.0f}" if raw else "-"
         print(
             f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'unchecked')} | {cost} | "
-            f"{_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | "
-            f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} |"
+            f"{_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | {floor_rate} | "
+            f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_ratio(sw, raw)} | "
+            f"{_ratio(unchecked, raw)} | {peaks} |"
         )
+
+
+FLOOR_WAYS = ("raw", "raw_loader")
 
 
 def _rate(row: dict, lib: str) -> str:

@@ -18,6 +18,9 @@ INPUTS = InputsFingerprint.of(list(range(10)))
 OTHER_INPUTS = InputsFingerprint.of(list(range(11)))
 SETTINGS = OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=2)
 OTHER_SETTINGS = OutputSettings(chunk_size=3, chunk_bytes=None, compression=None, num_shards=2)
+# the same settings with a count of shards from this call's workers (issue 19: the default
+# count changed from a fixed 64 to 4 per worker), against runs that recorded 2
+OTHER_SHARDS = OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=8)
 CONFIG = IndexConfig(chunk_bytes=None, chunk_size=2, compression=None, data_format=["int"], data_spec=None)
 GEN0 = (ChunkEntry("chunk-0-00000-000000.bin", 2, 24), ChunkEntry("chunk-0-00001-000000.bin", 2, 24))
 GEN1 = GEN0 + (ChunkEntry("chunk-1-00000-000000.bin", 2, 24),)
@@ -50,8 +53,15 @@ def finished(*, inputs=INPUTS, settings=SETTINGS, fn="m.f", failed=()):
     return RunRecord.from_json(data, "run.json")
 
 
-def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True):
-    return Request(mode=mode, inputs=inputs, settings=settings, fn_name=fn, use_checkpoint=use_checkpoint)
+def request(mode=None, *, inputs=INPUTS, settings=SETTINGS, fn="m.f", use_checkpoint=True, explicit_num_shards=True):
+    return Request(
+        mode=mode,
+        inputs=inputs,
+        settings=settings,
+        fn_name=fn,
+        use_checkpoint=use_checkpoint,
+        explicit_num_shards=explicit_num_shards,
+    )
 
 
 def seen(**kw):
@@ -72,6 +82,18 @@ TABLE = [
     ("interrupted, other fn", seen(manifest=manifest(fn="m.old")), request(), PlanKind.RESUME),
     ("interrupted, other inputs", seen(manifest=manifest()), request(inputs=OTHER_INPUTS), RunMismatchError),
     ("interrupted, other settings", seen(manifest=manifest()), request(settings=OTHER_SETTINGS), RunMismatchError),
+    (
+        "interrupted, default shards from other workers: the recorded count wins",
+        seen(manifest=manifest()),
+        request(settings=OTHER_SHARDS, explicit_num_shards=False),
+        PlanKind.RESUME,
+    ),
+    (
+        "interrupted, num_shards passed and different",
+        seen(manifest=manifest()),
+        request(settings=OTHER_SHARDS),
+        RunMismatchError,
+    ),
     ("interrupted without checkpoints", seen(manifest=manifest(use_checkpoint=False)), request(), PlanKind.RESTART),
     (
         "interrupted, call without checkpoints",
@@ -105,6 +127,12 @@ TABLE = [
         PlanKind.FINISH_PUBLISH,
     ),
     ("dataset of the same call", seen(index_chunks=GEN0, last_run=finished()), request(), PlanKind.NOOP),
+    (
+        "dataset of the same call, default shards from other workers",
+        seen(index_chunks=GEN0, last_run=finished()),
+        request(settings=OTHER_SHARDS, explicit_num_shards=False),
+        PlanKind.NOOP,
+    ),
     (
         "dataset of the same call, append",
         seen(index_chunks=GEN0, last_run=finished()),

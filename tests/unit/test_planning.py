@@ -25,10 +25,23 @@ def test_shards_cover_every_input_once_in_order(n, shards):
     assert covered == list(range(n))
 
 
-def test_default_num_shards_depends_only_on_inputs():
-    assert default_num_shards(0) == 1
-    assert default_num_shards(5) == 5
-    assert default_num_shards(10**6) == 64
+@pytest.mark.parametrize(
+    "num_inputs, num_workers, num_nodes, shards",
+    [
+        (0, 2, 1, 1),  # no inputs: one (empty) shard
+        (1, 8, 1, 1),  # never more shards than inputs
+        (5, 2, 1, 5),
+        (200_000, 2, 1, 8),  # small data on 2 workers: 8 chunks, not 64 tiny ones
+        (2_000_000, 2, 1, 8),
+        (10**6, 1, 1, 4),
+        (10**6, 16, 1, 64),  # parallelism kept: 4 shards per worker
+        (10**6, 2, 4, 32),  # every worker of every node counts
+        (10**6, 0, 1, 4),  # a nonsense worker count still gives a valid plan
+        (10**9, 64, 1000, 100_000),  # capped at MAX_NUM_SHARDS
+    ],
+)
+def test_default_num_shards_is_four_per_worker_of_the_run(num_inputs, num_workers, num_nodes, shards):
+    assert default_num_shards(num_inputs, num_workers, num_nodes) == shards
 
 
 def test_nodes_split_shards_round_robin_without_overlap():

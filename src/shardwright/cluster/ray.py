@@ -83,13 +83,13 @@ class RayExecutor:
         workers = task_workers(options, remote_args)
         tasks = options.num_nodes or max(1, len(nodes))
         is_source = isinstance(call.inputs, Source)
-        request = None if is_source else make_request(call.fn, call.inputs, options)
+        request = None if is_source else make_request(call.fn, call.inputs, options, tasks)
         storage = open_output(call.output_dir, options)
         if len(nodes) > 1 or tasks > 1:
             check_shared_output(storage, options, f"the {len(nodes)} nodes of the Ray cluster")
         if is_source:  # planned by range: the driver reads its metadata, never its rows
             load_source_state(storage, call.inputs)
-            request = make_request(call.fn, call.inputs, options)
+            request = make_request(call.fn, call.inputs, options, tasks)
         assert request is not None
         node = NodeIdentity(0, 1, "the Ray driver")
         lease = Lease(storage, "node-0", "the run", extra={"node_rank": 0, "num_nodes": 1, "executor": "ray"})

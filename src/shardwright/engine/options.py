@@ -168,7 +168,7 @@ class OptimizeOptions:
     verbose: bool
     num_nodes: int | None
     node_rank: int | None
-    num_shards: int | None  # None: default_num_shards(len(inputs))
+    num_shards: int | None  # None: default_num_shards(len(inputs), num_workers, num_nodes)
     on_error: str
     max_retries: int
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
@@ -271,8 +271,15 @@ class OptimizeOptions:
             ),
         )
 
-    def output_settings(self, num_inputs: int) -> OutputSettings:
-        shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
+    def output_settings(self, num_inputs: int, num_nodes: int = 1) -> OutputSettings:
+        """The settings a new run of ``num_inputs`` inputs would record. Without an explicit
+        ``num_shards`` the count comes from the workers (``default_num_shards``); an existing
+        run keeps the count its manifest recorded (``Request.explicit_num_shards``)."""
+        shards = (
+            self.num_shards
+            if self.num_shards is not None
+            else default_num_shards(num_inputs, self.num_workers, num_nodes)
+        )
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )

@@ -131,8 +131,12 @@ def optimize(
         num_nodes: number of machines sharing this run (default: from litdata's
             ``DATA_OPTIMIZER_*`` variables or Slurm, else 1). Give with ``node_rank``.
         node_rank: this machine's rank in ``0 .. num_nodes-1``.
-        num_shards: how many contiguous input ranges the run is cut into (default
-            ``min(len(inputs), 64)``); fixed for the life of the run.
+        num_shards: how many contiguous input ranges the run is cut into; fixed for the
+            life of the run. Default: 4 per worker of the whole run (``num_workers`` x
+            ``num_nodes``), at most ``len(inputs)``: each shard ends in a partly filled
+            chunk, so fewer shards mean fewer small chunks, and 4 per worker keep the
+            workers balanced when inputs take uneven time. A resume keeps the count the
+            interrupted run recorded, whatever ``num_workers`` it uses.
         on_error: ``"raise"`` stops at the first input whose fn raises (FnError);
             ``"skip"`` records the failure under ``.shardwright/failed/`` and goes on.
         max_retries: extra attempts of a failing input before it counts as failed.
@@ -250,13 +254,13 @@ def optimize(
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
     is_source = isinstance(inputs, Source)
-    request = None if is_source else make_request(fn, inputs, options)
+    request = None if is_source else make_request(fn, inputs, options, node.count)
     storage = open_output(output_dir, options)
     if node.is_multi_node and node.source == KUBERNETES:
         check_shared_output(storage, options, f"{node.count} pods of a Kubernetes Indexed Job")
     if is_source:
         load_source_state(storage, inputs)  # a JSONL line index an earlier attempt kept
-        request = make_request(fn, inputs, options)  # the source's metadata: read once, here
+        request = make_request(fn, inputs, options, node.count)  # the source's metadata: read once, here
     assert request is not None
 
     lease = Lease(
@@ -300,7 +304,7 @@ def optimize(
         lease.release()
 
 
-def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Request:
+def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions, num_nodes: int = 1) -> Request:
     """What this call asks of the output (compared with what is there by ``decide``); a
     source's state must be loaded first (``load_source_state``)."""
     incremental = options.mode == "incremental"
@@ -315,7 +319,8 @@ def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions) -> Re
     return Request(
         mode=options.mode,
         inputs=fingerprint(inputs),
-        settings=options.output_settings(len(inputs)),
+        settings=options.output_settings(len(inputs), num_nodes),
+        explicit_num_shards=options.num_shards is not None,
         fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
         fn_code=identity.code,

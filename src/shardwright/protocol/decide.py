@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import CorruptStateError, DatasetExistsError, OutputDirError, RunMismatchError
 from ..format import ChunkEntry, IndexConfig
@@ -89,6 +89,10 @@ class Request:
     fn_identity: FnIdentity | None = None  # name, code and configuration; None: compare name and code only
     allow_fn_config_change: bool = False  # resume although fn's configuration changed (optimize option)
     allow_repeated_append: bool = False  # append inputs an earlier run already added (optimize option)
+    # False: settings.num_shards is the default for this call's workers, not the user's
+    # choice, so a recorded run's count wins (runs created with another worker count, or
+    # before the default changed, stay resumable and recognisable as the same call)
+    explicit_num_shards: bool = True
     # mode="incremental": the identities of the call's inputs, and the fingerprint of its
     # first n inputs (an unrecorded dataset whose one run's inputs are a prefix of these)
     identities: IdentityTable | None = None
@@ -96,6 +100,13 @@ class Request:
 
     def fn(self) -> FnIdentity:
         return self.fn_identity or FnIdentity(name=self.fn_name, code=self.fn_code)
+
+    def settings_against(self, recorded_num_shards: object) -> OutputSettings:
+        """This call's settings to compare with a recorded run's: with a defaulted
+        num_shards, the recorded count (an int) stands in for ours."""
+        if self.explicit_num_shards or type(recorded_num_shards) is not int:
+            return self.settings
+        return replace(self.settings, num_shards=recorded_num_shards)
 
 
 @dataclass(frozen=True)
@@ -132,7 +143,7 @@ def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
             f"inputs changed since the interrupted run in {url}: {difference}; "
             f"pass the same inputs to resume, {start_over_hint(manifest.mode, url)}"
         )
-    changed = manifest.settings.first_difference(request.settings)
+    changed = manifest.settings.first_difference(request.settings_against(manifest.settings.num_shards))
     if changed is not None:
         key, was, now = changed
         raise RunMismatchError(
@@ -145,7 +156,8 @@ def _same_finished_call(last_run: RunRecord | None, request: Request) -> bool:
     return (
         last_run is not None
         and last_run.inputs == request.inputs.to_json()
-        and last_run.settings == request.settings.to_json()
+        and last_run.settings is not None
+        and last_run.settings == request.settings_against(last_run.settings.get("num_shards")).to_json()
         and last_run.fn_name == request.fn_name
     )
 

@@ -1,23 +1,33 @@
 """Shards: contiguous ranges of inputs, the unit of order, resume and distribution.
 
 The dataset is the concatenation of the shards in shard order, each in input order. The
-number of shards depends only on the inputs (or an explicit ``num_shards``), never on the
-number of workers or nodes, so a resume may use another worker count and an array of any
-size can share one plan.
+number of shards is fixed when a run is created (an explicit ``num_shards``, else
+``default_num_shards``) and recorded in its manifest; a resume, or another node joining,
+uses the recorded number whatever its own worker count, so the plan never changes under a
+run.
 """
 
 from __future__ import annotations
 
-DEFAULT_MAX_SHARDS = 64
+# Default shards per worker of the whole run (num_workers x num_nodes). Every shard ends in a
+# partly filled chunk, so each shard costs a small chunk: a fixed 64 made 64 chunks of ~87 KB
+# out of a 5 MB dataset asked for in 64 MB chunks. One shard per worker would give the fewest
+# chunks but no balancing (a worker whose inputs are slow would finish last, alone); 4 lets
+# the others take over the remaining shards, so the tail is at most about a quarter of one
+# worker's share.
+SHARDS_PER_WORKER = 4
 # Upper bound on num_shards, checked in optimize() and on every manifest read from disk, so a
 # hand-edited manifest cannot make status or merge loop over 10^8 shards.
 MAX_NUM_SHARDS = 100_000
 
 
-def default_num_shards(num_inputs: int) -> int:
-    """Enough shards to keep every local worker busy and balance uneven inputs, few enough
-    that each shard's last, partly filled chunk is not noise in the dataset."""
-    return clamp_num_shards(DEFAULT_MAX_SHARDS, num_inputs)
+def default_num_shards(num_inputs: int, num_workers: int, num_nodes: int = 1) -> int:
+    """``SHARDS_PER_WORKER`` shards per worker of the whole run (``num_workers`` on each of
+    ``num_nodes`` nodes): enough to keep every worker busy and balance uneven inputs, few
+    enough that each shard's last, partly filled chunk is not noise in the dataset. Never
+    more shards than inputs nor than ``MAX_NUM_SHARDS``."""
+    workers = max(1, num_workers) * max(1, num_nodes)
+    return clamp_num_shards(min(SHARDS_PER_WORKER * workers, MAX_NUM_SHARDS), num_inputs)
 
 
 def clamp_num_shards(num_shards: int, num_inputs: int) -> int:
