@@ -269,26 +269,30 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
                 for way in ("inproc", "seq", "shuffle"):
-                    for lib, reader in READERS.items():
-                        if args.libs and lib not in args.libs.split(","):
-                            continue
-                        seconds = []
-                        for r in range(repeats):
+                    libs = [lib for lib in READERS if not args.libs or lib in args.libs.split(",")]
+                    seconds: dict[str, list[float]] = {lib: [] for lib in libs}
+                    failed: set[str] = set()
+                    for r in range(repeats):
+                        # Readers interleaved, their order rotated: load drift spreads over all of them.
+                        for lib in libs[r % len(libs) :] + libs[: r % len(libs)]:
+                            if lib in failed:
+                                continue
                             cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
                             try:
                                 src = srcs[SOURCE_OF.get(lib, lib)]
-                                seconds.append(timed(reader, (src, way, options, cache), n))
+                                seconds[lib].append(timed(READERS[lib], (src, way, options, cache), n))
                             except Exception:
                                 failures += 1
+                                failed.add(lib)
                                 print(
                                     f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
                                     file=sys.stderr,
                                 )
-                                break
                             finally:
                                 shutil.rmtree(cache, ignore_errors=True)
-                        if seconds:
-                            s = statistics.median(seconds)
+                    for lib in libs:
+                        if seconds[lib] and lib not in failed:
+                            s = statistics.median(seconds[lib])
                             results.append(
                                 {
                                     "workload": workload,
