@@ -10,6 +10,7 @@ import ctypes
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Mapping
 
@@ -141,3 +142,23 @@ def kill_stale(pid: int | None, start: str | None, timeout: float = 15.0) -> boo
             return True
         time.sleep(0.05)
     return False
+
+
+class ForkSafeLock:
+    """A lock that a forked child starts with unlocked: a plain lock held by another thread at
+    the moment of the fork would stay locked forever in the child (the engine forks workers
+    while a committer or prefetch thread may hold a storage client's lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

@@ -41,3 +41,15 @@ def test_describe_exit():
     assert "SIGTERM" in describe_exit(-signal.SIGTERM)
     assert "code 3" in describe_exit(3)
     assert describe_exit(None) == "still running"
+
+
+def test_fork_safe_lock_is_unlocked_in_a_child_forked_while_it_is_held():
+    from shardwright.process import ForkSafeLock
+
+    lock = ForkSafeLock()
+    with lock:
+        pid = os.fork()
+        if pid == 0:  # the child: a plain threading.Lock would still be held here
+            os._exit(0 if lock._lock.acquire(timeout=2) else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

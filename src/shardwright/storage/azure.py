@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .cloud import CloudStorage, TruncatedBody, kept_failing, pop_number, refuse_options
 from .registry import parse_location, register_backend
 
 __all__ = ["AzureStorage", "check_option_names", "open_azure", "parse_azure_url"]
@@ -313,11 +313,7 @@ class AzureStorage(CloudStorage):
                 "account name, account_url or connection string, the network, and that the service is up"
             )
         if self.is_retryable(e):
-            return StorageError(
-                f"Azure {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} attempt{'s' if attempts != 1 else ''}, "
-                f"last: {type(e).__name__} {code or status or ''}): the network or the service is unstable; rerun the "
-                "same call to resume"
-            )
+            return kept_failing("Azure", where, ep, elapsed, attempts, f"{type(e).__name__} {code or status or ''}")
         if isinstance(e, aexc.HttpResponseError):
             return StorageError(f"Azure {where} at {ep} failed: {status} {code}".rstrip())
         return e

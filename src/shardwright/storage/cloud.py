@@ -16,30 +16,29 @@ import copy
 import errno
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..errors import StorageError, UsageError
+from ..process import ForkSafeLock
 from .base import ObjectInfo, Storage
 from .files import tmp_name, unlink_quiet
 
-__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
+__all__ = ["CloudStorage", "TruncatedBody", "kept_failing", "pop_number", "refuse_options"]
 
 T = TypeVar("T")
 
-# Reset in a forked child: a lock held by another thread at fork time would stay locked.
-_CLIENT_LOCK = threading.Lock()
+_CLIENT_LOCK = ForkSafeLock()  # one client per process; a forked child starts with it unlocked
 
 
-def _reset_client_lock() -> None:
-    global _CLIENT_LOCK
-    _CLIENT_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_client_lock)
+def kept_failing(service: str, where: str, endpoint: str, elapsed: float, attempts: int, last: str) -> StorageError:
+    """The error once an operation's retries ran out: how long, how often, the last failure."""
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    return StorageError(
+        f"{service} {where} at {endpoint} kept failing for {elapsed:.0f} s ({tries}, last: {last}): the network or "
+        "the service is unstable; rerun the same call to resume"
+    )
 
 
 class TruncatedBody(Exception):

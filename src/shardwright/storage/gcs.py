@@ -37,7 +37,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .cloud import CloudStorage, TruncatedBody, kept_failing, pop_number, refuse_options
 from .registry import parse_location, register_backend
 
 __all__ = ["GCSStorage", "check_option_names", "open_gcs"]
@@ -241,11 +241,7 @@ class GCSStorage(CloudStorage):
                 "STORAGE_EMULATOR_HOST or storage_options['api_endpoint'], the network, and that the service is up"
             )
         if self.is_retryable(e):
-            return StorageError(
-                f"GCS {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} attempt{'s' if attempts != 1 else ''}, "
-                f"last: {type(e).__name__} {status or ''}): the network or the service is unstable; rerun the same call "
-                "to resume"
-            )
+            return kept_failing("GCS", where, ep, elapsed, attempts, f"{type(e).__name__} {status or ''}")
         if isinstance(e, gexc.GoogleAPICallError):
             return StorageError(f"GCS {where} at {ep} failed: {status} {getattr(e, 'message', '')}".rstrip())
         return e

@@ -20,12 +20,12 @@ import copy
 import errno
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import OutputDirError, StorageError
+from ..process import ForkSafeLock
 from ..secrets import without_url_credentials
 from .base import ObjectInfo, Storage, check_range
 from .files import download_atomically
@@ -51,17 +51,7 @@ _CREDENTIAL_CODES = frozenset(
     " UnrecognizedClientException AuthorizationHeaderMalformed InvalidSecurity TokenRefreshRequired 403".split()
 )
 
-# Reset in a forked child: a lock held by another thread at fork time would stay locked.
-_CLIENT_LOCK = threading.Lock()
-
-
-def _reset_client_lock() -> None:
-    global _CLIENT_LOCK
-    _CLIENT_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_client_lock)
+_CLIENT_LOCK = ForkSafeLock()  # one client per process; a forked child starts with it unlocked
 
 
 def _endpoint_for_messages(url: str) -> str:
