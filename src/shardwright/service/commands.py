@@ -65,6 +65,11 @@ def add_service_commands(subparsers) -> None:
         metavar="ROOT",
         help="let jobs read sources (parquet, jsonl, files) under ROOT; repeatable (none: no sources)",
     )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help='Ray cluster for jobs of executor kind "ray" (e.g. ray://head:10001 or auto); without it they are refused',
+    )
     p.add_argument("--max-inputs", type=int, default=100_000, help="most inputs one job may list")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body")
     p.set_defaults(func=_serve)
@@ -91,4 +96,5 @@ def _serve(args) -> int:
         max_body_bytes=args.max_body_bytes,
         cancel_grace=args.cancel_grace,
         retry_backoff=args.retry_backoff,
+        ray_address=args.ray_address,
     )

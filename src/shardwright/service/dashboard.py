@@ -82,7 +82,7 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
     <textarea id="form-inputs" rows="3" cols="60" placeholder="[1, 2, 3]"></textarea></label>
    <fieldset id="form-config"><legend>config</legend></fieldset>
    <fieldset id="form-options"><legend>options</legend></fieldset>
-   <label>executor <select id="form-executor"><option value="local">local</option><option value="slurm">slurm</option></select>
+   <label>executor <select id="form-executor"><option value="local">local</option><option value="slurm">slurm</option><option value="ray">ray</option></select>
     array tasks <input id="form-array" type="number" min="1" value="1" size="5"></label>
    <label>storage options (JSON; credentials: sent once with the job, kept in the server's memory only, never stored here)
     <textarea id="form-storage-options" rows="2" cols="60" autocomplete="off" spellcheck="false" placeholder='{"endpoint_url": "..."}'></textarea></label>
@@ -165,7 +165,7 @@ async function refreshJob() {
   $("job-progress").textContent = progressText(job.progress);
   $("job-speed").textContent = job.items_per_second !== null ? job.items_per_second.toFixed(1) + " items/s" : "";
   $("job-eta").textContent = duration(job.eta_seconds);
-  $("job-executor").textContent = job.executor.kind + (job.executor.kind === "slurm" ? " (" + job.executor.array + " tasks)" : "");
+  $("job-executor").textContent = job.executor.kind + (job.executor.kind === "slurm" ? " (" + job.executor.array + " tasks)" : "") + (job.executor.kind === "ray" ? " (Ray cluster)" : "");
   $("job-config").textContent = JSON.stringify(job.config); $("job-options").textContent = JSON.stringify(job.options);
   $("job-error").textContent = errorText(job.error);
   $("job-attempts").replaceChildren(...job.attempt_history.map(a => {
@@ -295,6 +295,7 @@ async function submitJob(ev) {
   problems.push(...configProblems, ...optionProblems);
   const body = {pipeline: $("form-pipeline").value, inputs, output_dir: output, config, options,
                 executor: {kind: $("form-executor").value, array: Number($("form-array").value || 1)}};
+  if (body.executor.kind !== "slurm") body.executor.array = 1;
   const secretText = $("form-storage-options").value.trim();
   if (secretText) {
     try { body.storage_options = JSON.parse(secretText); } catch (e) { problems.push("storage_options: not JSON"); }

@@ -74,10 +74,8 @@ class LocalExecutor:
     """Job processes of this server. Used by the scheduler's loop thread only (PR_SET_PDEATHSIG
     follows the thread that forked, so that thread outlives its children)."""
 
-    kind = "local"
-
-    def __init__(self, cancel_grace: float):
-        self.cancel_grace = cancel_grace
+    def __init__(self, cancel_grace: float, kind: str = "local"):
+        self.cancel_grace, self.kind = cancel_grace, kind
         self.procs: dict[str, subprocess.Popen] = {}  # job id -> its current attempt's process
         self.term_sent: dict[str, float] = {}
 

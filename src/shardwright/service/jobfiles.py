@@ -19,6 +19,16 @@ from .store import JobRecord, StoreFullError, is_disk_full
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
 
 
+def engine_arguments(executor: dict) -> dict:
+    """optimize()'s engine arguments of a job's executor spec (``{"kind": "ray", ...}``)."""
+    if executor.get("kind") != "ray":
+        return {}
+    args: dict = {"executor": "ray", "shared_output": bool(executor.get("shared_output", False))}
+    if executor.get("ray_remote_args"):
+        args["ray_remote_args"] = executor["ray_remote_args"]
+    return args
+
+
 class JobFiles:
     def __init__(self, config: ServiceConfig):
         self.config = config
@@ -52,6 +62,7 @@ class JobFiles:
             "state_dirs": list(self.config.state_dirs),
             "config": job.config,
             "options": job.options,
+            "engine": engine_arguments(job.executor),
         }
         try:
             os.makedirs(path, mode=0o700)
@@ -100,9 +111,12 @@ class JobFiles:
         )
         return redact(text, secret_values(storage_options))
 
-    def job_env(self) -> dict:
-        """The environment of job processes (and sbatch: Slurm clients need the server's SLURM_CONF)."""
-        env = {k: v for k, v in os.environ.items() if k != "SHARDWRIGHT_API_TOKEN"}
+    def job_env(self, kind: str = "local") -> dict:
+        """The environment of job processes (and sbatch: Slurm clients need the server's SLURM_CONF);
+        a Ray job's driver connects to the service's Ray cluster (RAY_ADDRESS), any other job to none."""
+        env = {k: v for k, v in os.environ.items() if k not in ("SHARDWRIGHT_API_TOKEN", "RAY_ADDRESS")}
+        if kind == "ray" and self.config.ray_address:
+            env["RAY_ADDRESS"] = self.config.ray_address
         extra = [p for p in (self.config.module_path, SRC_DIR) if p]
         env["PYTHONPATH"] = os.pathsep.join(extra + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env.setdefault("PYTHONUNBUFFERED", "1")

@@ -91,6 +91,17 @@ def _check_location(spec: dict) -> None:
         )
 
 
+def _connect_ray_with_the_pipelines() -> None:
+    """Connect to the service's Ray cluster (RAY_ADDRESS) so that its workers import the
+    pipelines' module as this process does: Ray's workers do not inherit the driver's
+    PYTHONPATH, so it travels in the job's runtime environment."""
+    import ray  # the "ray" extra; only Ray jobs get here
+
+    if not ray.is_initialized():
+        env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+        ray.init(runtime_env={"env_vars": env_vars}, log_to_driver=False, configure_logging=False)
+
+
 def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | None) -> int:
     with open(os.path.join(job_dir, "spec.json")) as f:
         spec = json.load(f)
@@ -138,7 +149,10 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
             threading.Thread(
                 target=_progress_loop, daemon=True, args=(status, spec["output_dir"], storage_options, total, stop)
             ).start()
-        result = optimize(fn, inputs, spec["output_dir"], storage_options=storage_options, **spec["options"])
+        engine = spec.get("engine") or {}  # {"executor": "ray", ...}: a Ray job (absent in older specs)
+        if engine.get("executor") == "ray":
+            _connect_ray_with_the_pipelines()
+        result = optimize(fn, inputs, spec["output_dir"], storage_options=storage_options, **spec["options"], **engine)
         stop.set()
         seen = read_progress(spec["output_dir"], storage_options, total)
         progress = seen.progress if seen else Progress(0, total, 0)

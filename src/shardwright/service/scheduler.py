@@ -79,6 +79,9 @@ class Scheduler:
         self.executors: dict[str, Executor] = executors or {
             "local": LocalExecutor(config.cancel_grace),
             "slurm": SlurmExecutor(self.files.job_env()),
+            # a Ray job's driver is a local job process (cancel, retry and restarts as for local
+            # jobs) whose optimize() spreads the shards over the cluster at config.ray_address
+            "ray": LocalExecutor(config.cancel_grace, kind="ray"),
         }
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -277,7 +280,7 @@ class Scheduler:
                         number,
                         self.files.job_dir(job.id),
                         self.files.log_path(job.id),
-                        self.files.job_env(),
+                        self.files.job_env(job.executor_kind),
                         self.secrets.get(job.id),
                     )
                 )

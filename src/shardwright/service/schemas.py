@@ -44,8 +44,14 @@ OptimizeOptions = JobOptions  # the name before the options came from the engine
 
 class ExecutorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["local", "slurm"] = "local"
+    kind: Literal["local", "slurm", "ray"] = "local"
     array: StrictInt = Field(1, ge=1, le=100_000, description="Slurm array tasks (kind=slurm)")
+    shared_output: StrictBool = Field(
+        False, description="kind=ray: the local output_dir is one filesystem every Ray node mounts (NFS, Lustre)"
+    )
+    ray_remote_args: dict[str, Any] | None = Field(
+        None, description="kind=ray: Ray options of each task (num_cpus, num_gpus, resources)"
+    )
 
 
 class JobSubmit(BaseModel):

@@ -115,6 +115,7 @@ def serve(
     max_body_bytes: int = 16 * 1024 * 1024,
     cancel_grace: float = 30.0,
     retry_backoff: float = 1.0,
+    ray_address: str | None = None,
 ) -> int:
     try:
         import uvicorn
@@ -161,6 +162,7 @@ def serve(
         cancel_grace=cancel_grace,
         retry_backoff=retry_backoff,
         pipeline_names=names,
+        ray_address=ray_address,
     )
     os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     scheduler = Scheduler(store, config)
@@ -176,6 +178,8 @@ def serve(
             else "any except system and home directories and the service's own (restrict them with --output-root)"
         )
     )
+    if ray_address:
+        _say(f'Ray jobs ({{"kind": "ray"}}) run on the Ray cluster at {ray_address}')
     if host not in ("127.0.0.1", "localhost", "::1"):
         _say(f"warning: listening on {host}: the token and credentials travel in clear unless a TLS proxy is in front")
     _say(f"http://{host}:{port}/ (dashboard), http://{host}:{port}/api/v1")

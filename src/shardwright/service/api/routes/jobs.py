@@ -72,7 +72,7 @@ def _check_storage_options(storage_options: dict | None, output_dir: str | None 
         ) from None
 
 
-def _check_executor(body: schemas.JobSubmit) -> None:
+def _check_executor(body: schemas.JobSubmit, ray_address: str | None) -> None:
     if body.executor.kind == "slurm" and body.storage_options:
         raise ApiProblem(
             422,
@@ -81,7 +81,17 @@ def _check_executor(body: schemas.JobSubmit) -> None:
             "be written into the batch job); give the cluster's tasks credentials through their "
             "environment (AWS_* variables, ~/.aws) and leave storage_options out",
         )
-    if body.executor.kind == "local" and body.executor.array != 1:
+    if body.executor.kind == "ray" and not ray_address:
+        raise ApiProblem(
+            422,
+            "ValidationError",
+            'executor.kind: this server has no Ray cluster (the operator starts it with --ray-address); use "local"',
+        )
+    if body.executor.kind != "ray" and (body.executor.shared_output or body.executor.ray_remote_args):
+        raise ApiProblem(
+            422, "ValidationError", 'executor.shared_output: only Ray jobs take it; use {"kind": "ray", ...}'
+        )
+    if body.executor.kind != "slurm" and body.executor.array != 1:
         raise ApiProblem(
             422,
             "ValidationError",
@@ -121,7 +131,7 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         raise ApiProblem(
             exc.status, "OutputNotAllowed" if exc.status == 403 else "InvalidOutputDir", str(exc)
         ) from None
-    _check_executor(body)
+    _check_executor(body, config.ray_address)
     options = _options(service, body)
     record = JobRecord(
         id=new_job_id(),
