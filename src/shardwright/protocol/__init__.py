@@ -65,7 +65,7 @@ Steps and the state on disk after each
    *After:* the dataset is readable; the manifest and records are still there.
 5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
-   orphan chunks of the generation, the records, the format claim, and the manifest LAST.
+   orphan chunks of the generation, shard claims left by killed processes, the records, the format claim, and the manifest LAST.
    *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
    failure details and the run history (``history/``, informational: see the history
    module) remain.

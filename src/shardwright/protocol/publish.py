@@ -16,6 +16,7 @@ from .hints import START_OVER
 from .identity import selected_positions, write_selection
 from .layout import (
     CHUNK_PREFIX,
+    CLAIM_PREFIX,
     FORMAT_KEY,
     INDEX_KEY,
     LEASES_PREFIX,
@@ -78,6 +79,11 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     for key in storage.list("chunk-"):
         if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
             storage.delete(key)
+    # shard claims left by killed processes (a done shard is never claimed again, so nobody
+    # else would take them over); a holder still running somewhere loses its claim and stops
+    # at its next record write
+    for key in storage.list(LEASES_PREFIX + CLAIM_PREFIX):
+        storage.delete(key)
     records = storage.list(SHARDS_PREFIX)
     if all(is_state_key(key) for key in records):
         storage.delete_prefix(SHARDS_PREFIX)  # one batch request on S3
