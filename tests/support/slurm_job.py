@@ -139,7 +139,9 @@ def main(argv=None) -> int:
     ap.add_argument("--inputs", type=int, required=True)
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--chunk-size", type=int, default=4)
-    ap.add_argument("--num-shards", type=int)
+    # the tests compute shares with the layout of 64 shards (the default before issue 19); the
+    # default rule (4 per worker of the run) is tested in tests/unit/test_decide.py and test_optimize.py
+    ap.add_argument("--num-shards", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--on-error", default="raise")
     ap.add_argument("--max-retries", type=int, default=0)
