@@ -166,6 +166,7 @@ def workloads(quick: bool) -> list[Workload]:
     arrays = 100 if quick else 2_000
     gen_inputs = 50 if quick else 500
     chunk100 = 10_000 if quick else 200_000
+    million = 200_000 if quick else 2_000_000
     return [
         Workload(
             "1",
@@ -235,6 +236,19 @@ def workloads(quick: bool) -> list[Workload]:
             [sw(), ld()],
             [Comparison("shardwright / litdata", "sw", "ld")],
             max_seconds={"sw": 1.0},
+        ),
+        Workload(
+            "6",
+            f"{million:,} small dicts (issue 19's throughput goal)",
+            small_dict,
+            million,
+            million,
+            expect_small_dict,
+            key_small_dict,
+            [sw()],  # litdata takes ~90 s here; workload 1 compares with it
+            [],
+            # 1M items/s, start-up amortised (a quick run is too small to judge)
+            max_seconds={} if quick else {"sw": million / 1_000_000},
         ),
     ]
 

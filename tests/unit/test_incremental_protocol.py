@@ -16,7 +16,7 @@ from shardwright.protocol.claim import claim_format, read_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import Request
 from shardwright.protocol.fn_identity import FnIdentity
-from shardwright.protocol.identity import IdentityTable, read_recorded, subtract, to_ranges
+from shardwright.protocol.identity import IdentityTable, read_recorded, subtract, to_ranges, values_hashes
 from shardwright.protocol.layout import INDEX_KEY, INPUTS_PREFIX, MANIFEST_KEY, units_key
 from shardwright.protocol.manifest import OutputSettings
 from shardwright.protocol.publish import publish_if_complete
@@ -174,3 +174,21 @@ def test_damaged_identity_files_are_refused_naming_the_file(storage):
 def test_range_helpers():
     assert to_ranges([1, 2, 3, 7, 8, 10]) == [[1, 4], [7, 9], [10, 11]]
     assert subtract([[0, 10], [20, 25]], [0, 4, 9, 22, 30]) == [[1, 4], [5, 9], [20, 22], [23, 25]]
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        range(0),
+        range(5),
+        range(3, 100, 7),
+        range(10, -10, -3),
+        range(2**63 - 5, 2**63 + 5),
+        range(-(2**63) - 2, -(2**63) + 3),
+    ],
+)
+def test_a_range_has_the_identities_of_its_values(inputs):
+    """range(N) takes a vectorised path (issue 19): the same hashes as its values one by one,
+    and ranges reaching past int64 take the general path."""
+    fast, plain = values_hashes(inputs), values_hashes(list(inputs))
+    assert fast.dtype == plain.dtype and fast.tolist() == plain.tolist() and len(fast) == len(inputs)

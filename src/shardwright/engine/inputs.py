@@ -228,4 +228,6 @@ def shard_inputs(inputs: Sequence, manifest: Manifest, lo: int, hi: int) -> tupl
     if manifest.input_ids is not None:
         ids_list = manifest.input_ids[lo:hi]
         return [inputs[i] for i in ids_list], ids_list
-    return (inputs[lo:hi] if lazy else list(inputs[lo:hi])), None
+    if lazy or type(inputs) is range:  # a range's slice is a range: nothing to copy or pickle
+        return inputs[lo:hi], None
+    return list(inputs[lo:hi]), None

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .messages import WorkerExited, WorkerFailed
-from .worker import ShardTask, WorkerConfig, worker_main
+from .tasks import ShardTask, WorkerConfig
+from .worker import worker_main
 
 STOP_GRACE_SECONDS = float(os.environ.get("SHARDWRIGHT_STOP_GRACE", "5"))
 DEATH_GRACE_SECONDS = 1.0  # a worker's last messages may still be in the pipe when it exits

@@ -22,7 +22,7 @@ from .options import OptimizeOptions
 from .pool import WorkerPool
 from .progress import Tracker
 from .result import raise_for_outcome
-from .worker import ShardTask, WorkerConfig
+from .tasks import ShardTask, WorkerConfig
 
 
 @dataclass

@@ -17,27 +17,20 @@ import signal
 import time
 import traceback
 import types
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 from ..errors import ShardwrightError, bounded_text, short_repr
-from ..format import TOKENS_LOADER, ItemEncoder, TokenEncoder
 from ..process import die_with_parent, host_identity
-from ..protocol.claim import claim_format, read_format
-from ..protocol.claims import ClaimTicket
-from ..protocol.commit import PendingChunk, RoundSettings
 from ..protocol.failures import FailureRecord, write_failure
-from ..protocol.manifest import Manifest
 from ..protocol.records import CommitRecord
 from ..secrets import redact, redact_exception, secret_values
 from ..sources import BadRow
-from ..storage import Storage, open_storage
+from ..storage import open_storage
 from .committer import ChunkCommitter
 from .failed_dir import FailedDir
 from .guards import explain_fn_error
 from .messages import Committed, Progress, WorkerExited, WorkerFailed
-from .options import OptimizeOptions
+from .shard_writer import FormatGate, ShardWriter
+from .tasks import ShardTask, WorkerConfig
 
 PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
 # Seconds between looks at the pool's stop event and the parent's pid. Event.is_set() takes
@@ -46,200 +39,10 @@ PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes 
 # Ctrl-C), so seeing it up to this much later only delays a stop that was already racing
 # with the inputs in flight; fencing, not this check, keeps a deposed run from committing.
 STOP_CHECK_INTERVAL = 0.02
+# The hot loop hands its encoded items to the shard's writer at least this often (and every
+# STOP_CHECK_INTERVAL): a chunk is cut no later than this many bytes past its limit.
+FLUSH_BYTES = 1 << 20
 MAX_STORED_TEXT = 16_000  # characters of an error message or traceback kept in records and errors
-
-
-class LeaseTicket(Protocol):
-    """What workers need of the node's lease (protocol.lease.Lease): its epoch and identity."""
-
-    epoch: int
-    key: str
-    owner: str
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """What every worker of a run needs; derived from the options and the run's manifest."""
-
-    output_dir: str
-    storage_options: dict | None
-    round: RoundSettings
-    chunk_size: int | None
-    chunk_bytes: int | None
-    on_error: str  # "raise" or "skip"
-    max_retries: int
-    node_rank: int
-    timeout: float | None = None  # seconds per input (SIGALRM in the worker), None: no limit
-    tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
-    failed_dir: str | None = None  # where failure records are copied too (failed_dir=), best effort
-    retry_run: bool = False  # a run redoing inputs that failed before: a success is "resolved"
-
-    @classmethod
-    def for_run(
-        cls,
-        output_url: str,
-        options: OptimizeOptions,
-        manifest: Manifest,
-        node_rank: int,
-        lease: LeaseTicket | None = None,
-    ) -> WorkerConfig:
-        """``lease``: a run-wide lease every record write checks (None: each shard's claim,
-        carried by its ShardTask, is the lease its writes are fenced by)."""
-        settings = manifest.settings
-        return cls(
-            output_dir=output_url,
-            storage_options=options.storage_options,
-            round=RoundSettings(
-                run_id=manifest.run_id,
-                generation=manifest.generation,
-                compression=settings.compression,
-                use_checkpoint=manifest.use_checkpoint,
-                epoch=lease.epoch if lease is not None else 0,
-                lease_key=lease.key if lease is not None else None,
-                lease_owner=lease.owner if lease is not None else None,
-            ),
-            chunk_size=settings.chunk_size,
-            chunk_bytes=settings.chunk_bytes,
-            on_error=options.on_error,
-            max_retries=options.max_retries,
-            node_rank=node_rank,
-            timeout=options.timeout,
-            tokens=settings.item_loader == TOKENS_LOADER,
-            failed_dir=options.engines.failed_dir,
-            retry_run=manifest.mode == "retry",
-        )
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    shard: int
-    start: int
-    end: int
-    next_input: int
-    skip_outputs: int
-    next_seq: int
-    inputs: Sequence  # the input values from next_input to end (a lazy slice of a source)
-    ids: Sequence | None = None  # run-wide input ids of those values when they are not next_input.. (a retry)
-    base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
-    prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
-    claim: ClaimTicket | None = None  # the shard's claim (protocol 5): its epoch names what we write
-
-    def input_id(self, position: int) -> int:
-        return self.ids[position - self.next_input] if self.ids is not None else position
-
-    def first_skip(self, position: int) -> int:
-        """Outputs of this input already committed, which fn's rerun must not add again."""
-        resumed = self.skip_outputs if position == self.next_input else 0
-        base = self.base_skips[position - self.next_input] if self.base_skips is not None else 0
-        return max(resumed, base)
-
-
-class FormatGate:
-    """Encodes samples; the first sample anywhere in the run fixes the format (format.json)."""
-
-    def __init__(self, storage: Storage, run_id: str, tokens: bool = False):
-        self.storage = storage
-        self.run_id = run_id
-        self.encoder_class = TokenEncoder if tokens else ItemEncoder
-        self.encoder: ItemEncoder | TokenEncoder | None = None
-
-    def encode(self, sample, input_index: int) -> bytes:
-        if self.encoder is None:
-            known = read_format(self.storage, self.run_id)
-            if known is None:
-                probe = self.encoder_class()
-                data = probe.encode(sample, input_index)
-                known = claim_format(
-                    self.storage, self.run_id, list(probe.data_format or []), probe.data_spec, input_index
-                )
-                if known["data_format"] == probe.data_format and known["data_spec"] == probe.data_spec:
-                    self.encoder = probe
-                    self.encoder.format_input_index = known["input_index"]
-                    return data
-            self.encoder = self.encoder_class(known["data_format"], known["data_spec"])
-            self.encoder.format_input_index = known["input_index"]
-        return self.encoder.encode(sample, input_index)
-
-
-class ShardWriter:
-    """Buffers one shard's encoded items and cuts them into chunks.
-
-    ``position`` is where the shard would resume if everything added so far were committed:
-    (next input, outputs of it already taken). It is what each commit record stores.
-    """
-
-    def __init__(
-        self,
-        task: ShardTask,
-        cfg: WorkerConfig,
-        committer: ChunkCommitter,
-        token_itemsize: Callable[[], int | None] | None = None,
-    ):
-        self.task, self.cfg, self.committer = task, cfg, committer
-        self.token_itemsize = token_itemsize  # token datasets: bytes per token, known once encoded
-        self.items: list[bytes] = []
-        self.items_bytes = 0
-        self.seq = task.next_seq
-        self.position = (task.next_input, task.skip_outputs)
-        self.committed = self.position
-        self.first_input = task.next_input
-        self.failed: list[list[int]] = []  # [run-wide id, outputs committed] skipped since the last commit
-        self.prev_epoch = task.prev_epoch  # the next record follows this epoch's (see protocol: fencing)
-        self.epoch = task.claim.epoch if task.claim is not None else cfg.round.epoch
-        self.claim = (task.claim.key, task.claim.owner) if task.claim is not None else None
-
-    def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
-        if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
-            self.commit()  # the chunk ends before this item, at the current position
-        if not self.items:
-            self.first_input = input_index
-        self.items.append(data)
-        self.items_bytes += len(data)
-        self.position = after
-        if self.cfg.chunk_size and len(self.items) >= self.cfg.chunk_size:
-            self.commit()
-
-    def commit(self, done: bool = False) -> None:
-        if not self.items and not done and not self.failed:
-            return
-        next_input, skip = self.position
-        dim = None
-        if self.cfg.tokens and self.items and self.token_itemsize is not None:
-            dim = self.items_bytes // (self.token_itemsize() or 1)
-        self.committer.submit(
-            PendingChunk(
-                self.task.shard,
-                self.seq,
-                self.items,
-                self.first_input,
-                next_input,
-                skip,
-                done,
-                tuple(tuple(pair) for pair in self.failed),
-                prev_epoch=self.prev_epoch,
-                dim=dim,
-                epoch=self.epoch,
-                claim=self.claim,
-            )
-        )
-        self.prev_epoch = self.epoch
-        self.seq += 1
-        self.committed = self.position
-        self.items, self.items_bytes, self.failed = [], 0, []
-
-    def mark(self) -> tuple[int, int, tuple[int, int]]:
-        return self.seq, len(self.items), self.position
-
-    def rollback(self, mark: tuple[int, int, tuple[int, int]]) -> None:
-        """Forget what an input added since ``mark`` (fn failed on it, or is retried)."""
-        seq, length, position = mark
-        if seq == self.seq:
-            del self.items[length:]
-            self.position = position
-        else:  # a chunk was committed inside this input: keep that, drop the rest
-            self.items.clear()
-            self.position = self.committed
-        self.items_bytes = sum(len(x) for x in self.items)
 
 
 class Worker:
@@ -294,26 +97,120 @@ class Worker:
     def run_shard(self, task: ShardTask) -> None:
         writer = ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
         try:
-            for i in range(task.next_input, task.end):
-                if self.should_stop():
-                    raise _Stop
-                self.current_inputs[self.wid] = task.input_id(i)
-                self._process_input(writer, task.inputs[i - task.next_input], i, task.input_id(i), task.first_skip(i))
-                self.tick()
+            i = task.next_input
+            if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
+                if task.skip_outputs:  # a resumed generator: its first input takes the general path
+                    self._process_input(writer, task.inputs[0], i, i, task.first_skip(i))
+                    self.tick()
+                    i += 1
+                self._run_plain(writer, task, i)
+            else:
+                for i in range(task.next_input, task.end):
+                    if self.should_stop():
+                        raise _Stop
+                    self.current_inputs[self.wid] = task.input_id(i)
+                    value = task.inputs[i - task.next_input]
+                    self._process_input(writer, value, i, task.input_id(i), task.first_skip(i))
+                    self.tick()
             writer.position = (task.end, 0)
             writer.commit(done=True)
         except _Stop:
             writer.commit()  # keep what is done: the rerun resumes at writer.position
             raise
 
-    def _process_input(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
+    def _run_plain(self, writer: ShardWriter, task: ShardTask, start: int) -> None:
+        """The hot loop over inputs ``start..task.end`` of a task whose input ids are their
+        positions, with nothing to skip and no timeout.
+
+        fn's first call and the encoding of the one sample it returns are inline, and the
+        items gather in ``batch`` and go to the writer together (ShardWriter.add_run) every
+        STOP_CHECK_INTERVAL seconds or FLUSH_BYTES. Anything else (fn raised, returned a
+        generator or None, a source's bad row) flushes the batch and goes to
+        :meth:`_process_input` with fn's first outcome, so fn is never called more often
+        than the retries allow. Stops, progress and the status's current input are looked
+        at every STOP_CHECK_INTERVAL seconds, as in the general loop."""
+        fn, inputs, base, current, wid = self.fn, task.inputs, task.next_input, self.current_inputs, self.wid
+        monotonic, generator = time.monotonic, types.GeneratorType
+        rows = type(inputs) not in (list, range)  # a source's rows (a plain sequence's values: a list or range)
+        encode, flat = self.gate.encode, None
+        batch: list[bytes] = []
+        append = batch.append
+        first = start  # the input whose sample is batch[0]
+        batch_bytes = 0
+        next_check = 0.0
+        i = counted = start  # inputs start..counted-1 are in self._pending_progress
+
+        def flush(upto: int) -> None:
+            nonlocal first, batch_bytes
+            if batch:
+                writer.add_run(batch, first)
+                batch.clear()
+            first, batch_bytes = upto, 0
+
+        try:
+            for i in range(start, task.end):
+                now = monotonic()
+                if now >= next_check:
+                    next_check = now + STOP_CHECK_INTERVAL
+                    flush(i)
+                    self._pending_progress += i - counted
+                    counted = i
+                    if now - self._last_progress >= PROGRESS_INTERVAL:
+                        self.flush_progress()
+                        self._last_progress = now
+                    current[wid] = i
+                    if self.should_stop():
+                        raise _Stop
+                    if self.gate.encoder is not None:  # the format is known: skip the gate's call
+                        encode, flat = self.gate.encoder.encode, self.gate.encoder.flat
+                value = inputs[i - base]
+                if rows and isinstance(value, BadRow):
+                    flush(i + 1)
+                    current[wid] = i
+                    self._process_input(writer, value, i, i, 0)
+                    continue
+                try:
+                    result = fn(value)
+                except (Exception, SystemExit) as exc:
+                    flush(i + 1)
+                    current[wid] = i
+                    self._process_input(writer, value, i, i, 0, first=_Raised(exc))
+                    continue
+                if result is None or type(result) is generator:
+                    flush(i + 1)
+                    current[wid] = i
+                    self._process_input(writer, value, i, i, 0, first=_Returned(result))
+                    continue
+                if flat is None or (data := flat(result)) is None:
+                    data = encode(result, i)
+                append(data)
+                batch_bytes += len(data)
+                if batch_bytes >= FLUSH_BYTES:
+                    flush(i + 1)
+            flush(task.end)
+            i = task.end
+        except BaseException:
+            current[wid] = i  # the input a failure names (worker_main reports it)
+            raise
+        finally:
+            self._pending_progress += i - counted
+
+    def _process_input(self, writer: ShardWriter, value, i: int, input_id: int, skip: int, first=None) -> None:
+        """One input, with retries. ``first``: fn's outcome on this input when the hot loop
+        already called it (its return value, or _Raised); None: fn is called here."""
         attempt = 0
         mark = writer.mark()
         apply = self._apply_fn if self.cfg.timeout is None else self._apply  # one call less per input
         while True:
             attempt += 1
             try:
-                apply(writer, value, i, input_id, skip)
+                if first is None:
+                    apply(writer, value, i, input_id, skip)
+                else:
+                    outcome, first = first, None
+                    if type(outcome) is _Raised:
+                        raise outcome.exc
+                    self._add_outputs(writer, outcome.value, i, input_id, skip)
                 writer.position = (i + 1, 0)
                 if self.cfg.retry_run and self.failed_dir is not None:
                     self.failed_dir.resolved(input_id, self.cfg.round.generation, self.cfg.node_rank, attempt)
@@ -355,7 +252,10 @@ class Worker:
     def _apply_fn(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         if isinstance(value, BadRow):  # a source's row that could not be read (file:line)
             raise value.error()
-        result = self.fn(value)
+        self._add_outputs(writer, self.fn(value), i, input_id, skip)
+
+    def _add_outputs(self, writer: ShardWriter, result, i: int, input_id: int, skip: int) -> None:
+        """What fn returned for input ``i``: one sample, a generator of samples, or None."""
         if isinstance(result, types.GeneratorType):
             for j, sample in enumerate(result):
                 if j < skip:
@@ -388,6 +288,24 @@ class Worker:
 class InputTimeout(TimeoutError):
     """fn spent longer than ``timeout`` on one input: a failure of that input, like any
     exception fn raises (retried, skipped or raised as on_error says)."""
+
+
+class _Raised:
+    """fn's first call on an input raised this (the hot loop hands it to the retry logic)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+class _Returned:
+    """fn's first call on an input returned this (a generator or None)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object):
+        self.value = value
 
 
 class _Stop(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from itertools import accumulate
 
 from ..errors import CorruptStateError, SampleFormatError
 from .layouts import DecodedItem, RowChunk
@@ -17,9 +18,7 @@ _U32 = struct.Struct("<I")
 def build_chunk(items: list[bytes]) -> bytes:
     """``u32 N | u32 offsets[N+1] | items`` with absolute offsets."""
     n = len(items)
-    offsets = [4 + 4 * (n + 1)]
-    for item in items:
-        offsets.append(offsets[-1] + len(item))
+    offsets = list(accumulate(map(len, items), initial=4 + 4 * (n + 1)))  # C-speed: chunks of 1M small items
     if offsets[-1] > _U32_MAX:
         raise SampleFormatError(
             f"a chunk of {n} items would be {offsets[-1]} bytes; litdata's chunk offsets are uint32, so a "

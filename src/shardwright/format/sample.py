@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import CorruptStateError, SampleFormatError
+from .flat import FlatEncoder, flat_encoder
 from .leaves import is_tensor
 from .pytree import CONTAINER_NAMES as _CONTAINER_NAMES
 from .pytree import MAPPINGS as _MAPPINGS
@@ -115,6 +116,9 @@ class ItemEncoder:
         self._sizes: struct.Struct | None = None
         self._encoders: list[Callable[[Any], bytes]] = []
         self._pickled: list[int] = []
+        # the compiled encoder of flat samples (format/flat.py), or None: returns None for a
+        # sample it does not take, which encode() then takes. Public for the worker's hot loop.
+        self.flat: FlatEncoder | None = None
         if data_format is not None and data_spec is not None:
             self._fix(list(data_format), data_spec)
 
@@ -127,6 +131,8 @@ class ItemEncoder:
         self.data_format, self.data_spec, self._root = data_format, data_spec, root
         self._sizes = struct.Struct(f"<{len(data_format)}I")
         self._encoders = [encoder_for(fmt) for fmt in data_format]
+        # a scalar or one container of scalars: a compiled encoder takes the samples it can
+        self.flat = flat_encoder(root, data_format)
         # pickle leaves that name __main__ cannot be read by another process: warn (once per name)
         self._pickled = [i for i, fmt in enumerate(data_format) if fmt in ("pickle", "graph:pickle")]
 
@@ -154,6 +160,10 @@ class ItemEncoder:
 
     def encode(self, sample: Any, input_index: int) -> bytes:
         """Item bytes of ``sample`` (``u32 sizes[L]`` + leaves). Raises SampleFormatError."""
+        if self.flat is not None:
+            data = self.flat(sample)
+            if data is not None:
+                return data  # else the general path below encodes it or says what is wrong
         if self._root is None:
             try:
                 leaves, spec = flatten_sample(sample)

@@ -60,7 +60,9 @@ def is_tokens_loader(item_loader: Any) -> bool:
 
 class TokenEncoder:
     """Encodes fn's outputs as token items. Same interface as ItemEncoder (data_format,
-    data_spec, format_input_index, encode), plus ``itemsize`` (bytes per token)."""
+    data_spec, format_input_index, encode, flat), plus ``itemsize`` (bytes per token)."""
+
+    flat = None  # no compiled encoder: every sample goes through encode()
 
     def __init__(self, data_format: list[str] | None = None, data_spec: str | None = None):
         self.data_format, self.data_spec = data_format, data_spec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..format import ChunkEntry, build_chunk, chunk_checksum, compress
 from ..storage import Storage
@@ -32,9 +33,9 @@ class PendingChunk:
     epoch: int | None = None  # the shard claim's epoch (protocol 5); None: the round's
     claim: tuple[str, str] | None = None  # (key, owner) of the shard's claim, checked before its record
 
-    @property
-    def nbytes(self) -> int:
-        return sum(len(x) for x in self.items)
+    @cached_property
+    def nbytes(self) -> int:  # asked for by the committer's backpressure twice per chunk
+        return sum(map(len, self.items))
 
 
 @dataclass(frozen=True)

@@ -65,11 +65,12 @@ class InputsFingerprint:
     @classmethod
     def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputsFingerprint:
         hashes = []
+        ints = type(inputs) is range
         for start in range(0, len(inputs), block_size):
             block = list(inputs[start : start + block_size])
             try:
                 # the common case, a block of plain values, needs no canonical copy (a C-level check)
-                plain = set(map(type, block)) <= _ATOM_TYPES
+                plain = ints or set(map(type, block)) <= _ATOM_TYPES
                 data = _stable_pickle(block if plain else [canonical(v) for v in block])
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
@@ -166,6 +167,8 @@ class InputFiles:
 
     @classmethod
     def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputFiles | None:
+        if type(inputs) is range:
+            return None  # ints: no paths
         hashes, found = [], False
         count = min(len(inputs), MAX_FILE_CHECKS)
         for start in range(0, count, block_size):

@@ -1,0 +1,124 @@
+"""Compiled encoders for the commonest samples: a scalar, or one dict/list/tuple of scalars.
+
+``{"index": i, "score": 0.5, "text": "..."}`` is most of what users write. The general
+encoder (``sample.ItemEncoder``) walks the sample's tree and looks up each leaf's format in
+Python, which was most of a small item's cost in a worker (issue 19's profile: 54 %). For a
+flat sample of ``int``/``float``/``bool``/``str``/``bytes`` leaves, this module writes the
+encoder of that one shape as straight-line Python (the way ``dataclasses`` and
+``namedtuple`` build their methods) and compiles it once per writer: the container's exact
+type and length, each value by key or position, each value's exact type, then one
+``struct.pack`` (fixed-size leaves) or a few joined pieces. Measured on one core: 0.3 µs a
+sample against 1.1 µs for the same checks made with ``itemgetter`` and ``map`` (2 leaves).
+
+The generated source holds only names this module makes up (``v0``, ``k0``, ``t0`` ...) and
+numbers from its own table; keys, types and structs are bound through the namespace, so
+nothing from a sample or a dataset is ever part of code.
+
+The compiled encoder returns ``None`` for any sample it does not take exactly (another
+container type, a missing key, a subclass such as ``numpy.int64`` or ``IntEnum``, an int
+outside int64, text that is not UTF-8): the general encoder then decides, and either encodes
+it (the same bytes) or raises the error that names the problem. So a sample encodes to the
+same bytes whichever path takes it; ``tests/unit/test_format_flat.py`` checks that.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .pytree import MAPPINGS, SpecNode
+
+__all__ = ["FlatEncoder", "flat_encoder"]
+
+FlatEncoder = Callable[[Any], "bytes | None"]
+
+# format name -> (exact Python type, struct code or None for a variable-size leaf)
+_SCALARS: dict[str, tuple[type, str | None]] = {
+    "int": (int, "q"),
+    "float": (float, "d"),
+    "bool": (bool, "?"),  # struct packs exactly True/False as 1/0, the format's one byte
+    "str": (str, None),
+    "bytes": (bytes, None),
+}
+
+
+def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
+    """A compiled encoder for samples shaped like ``root``, or None when ``root`` is not a
+    scalar or one container of scalars of the formats above."""
+    if not data_format or any(fmt not in _SCALARS for fmt in data_format):
+        return None
+    if root.kind is not None and (not root.children or any(child.kind is not None for child in root.children)):
+        return None
+    count = len(data_format)
+    names = [f"v{i}" for i in range(count)]
+    namespace: dict[str, Any] = {"dict": dict, "OrderedDict": OrderedDict, "struct_error": struct.error}
+    lines = ["def encode(sample):"]
+    if root.kind is None:
+        lines.append("    v0 = sample")
+    elif root.kind in MAPPINGS:
+        # By key, as the general encoder: key order may differ, and dict and OrderedDict
+        # stand for each other.
+        lines.append(
+            f"    if (type(sample) is not dict and type(sample) is not OrderedDict) or len(sample) != {count}:"
+        )
+        lines.append("        return None")
+        lines.append("    try:")
+        for i, key in enumerate(root.keys):
+            namespace[f"k{i}"] = key
+            lines.append(f"        v{i} = sample[k{i}]")
+        lines.append("    except KeyError:")
+        lines.append("        return None")
+    else:
+        namespace["KIND"] = root.kind
+        lines.append(f"    if type(sample) is not KIND or len(sample) != {count}:")
+        lines.append("        return None")
+        lines.append(f"    {', '.join(names)}, = sample")
+    for i, fmt in enumerate(data_format):
+        namespace[f"t{i}"] = _SCALARS[fmt][0]
+    lines.append(f"    if {' or '.join(f'type(v{i}) is not t{i}' for i in range(count))}:")
+    lines.append("        return None")
+    lines.append("    try:")
+    lines.extend(f"        {line}" for line in _pack_lines(data_format, namespace))
+    # an int outside int64, a leaf of 4 GiB or more (its u32 size), text that is not UTF-8
+    lines.append("    except (struct_error, OverflowError, UnicodeEncodeError):")
+    lines.append("        return None")
+    exec(compile("\n".join(lines), f"<shardwright flat encoder {data_format}>", "exec"), namespace)
+    encode: FlatEncoder = namespace["encode"]
+    return encode
+
+
+def _pack_lines(data_format: list[str], namespace: dict[str, Any]) -> list[str]:
+    """The statements that return the item bytes of v0..vN: ``u32 size[L]`` + the leaves."""
+    codes = [_SCALARS[fmt][1] for fmt in data_format]
+    count = len(codes)
+    if all(code is not None for code in codes):
+        sizes = ", ".join(str(struct.calcsize("<" + code)) for code in codes)  # type: ignore[operator]
+        namespace["ITEM"] = struct.Struct(f"<{count}I" + "".join(codes))  # type: ignore[arg-type]
+        return [f"return ITEM.pack({sizes}, {', '.join(f'v{i}' for i in range(count))})"]
+    lines: list[str] = []
+    sizes_of: list[str] = []  # each leaf's size: a number, or len(bN) of a variable one
+    pieces: list[str] = []  # the expressions joined after the size header
+    run: list[int] = []  # consecutive fixed-size leaves, packed by one struct
+
+    def close_run() -> None:
+        if run:
+            name = f"S{len(pieces)}"
+            namespace[name] = struct.Struct("<" + "".join(codes[i] for i in run))  # type: ignore[misc]
+            pieces.append(f"{name}.pack({', '.join(f'v{i}' for i in run)})")
+            run.clear()
+
+    for i, code in enumerate(codes):
+        if code is None:
+            close_run()
+            lines.append(f"b{i} = v{i}.encode('utf-8')" if data_format[i] == "str" else f"b{i} = v{i}")
+            sizes_of.append(f"len(b{i})")
+            pieces.append(f"b{i}")
+        else:
+            run.append(i)
+            sizes_of.append(str(struct.calcsize("<" + code)))
+    close_run()
+    namespace["SIZES"] = struct.Struct(f"<{count}I")
+    lines.append(f"return b''.join((SIZES.pack({', '.join(sizes_of)}), {', '.join(pieces)}))")
+    return lines

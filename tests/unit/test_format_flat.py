@@ -1,0 +1,129 @@
+"""The compiled encoder of flat samples (format/flat.py) gives the general encoder's bytes,
+and hands every sample it does not take exactly back to it (which encodes or explains)."""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from shardwright.errors import SampleFormatError
+from shardwright.format import ItemEncoder, flatten_sample, parse_spec
+from shardwright.format.flat import flat_encoder
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+def item_bytes(*leaves: bytes) -> bytes:
+    """litdata's item layout, built by hand: u32 sizes, then the leaves."""
+    return struct.pack(f"<{len(leaves)}I", *map(len, leaves)) + b"".join(leaves)
+
+
+def q(v: int) -> bytes:
+    return struct.pack("<q", v)
+
+
+def d(v: float) -> bytes:
+    return struct.pack("<d", v)
+
+
+def compiled_for(first):
+    leaves, spec = flatten_sample(first)
+    enc = ItemEncoder()
+    enc.encode(first, 0)
+    return flat_encoder(parse_spec(spec), enc.data_format)
+
+
+@pytest.mark.parametrize(
+    "first, later, expected",
+    [
+        ({"i": 1, "x": 2}, {"i": 3, "x": 9}, item_bytes(q(3), q(9))),
+        ({"i": 1, "x": 2}, {"x": 9, "i": 3}, item_bytes(q(3), q(9))),  # taken by key, in the spec's order
+        ({"i": 1}, {"i": -(2**63)}, item_bytes(q(-(2**63)))),
+        ({"f": 0.5, "b": True}, {"f": -1.25, "b": False}, item_bytes(d(-1.25), b"\x00")),
+        ({"t": "a", "n": 1}, {"t": "héllo", "n": 2}, item_bytes("héllo".encode(), q(2))),
+        ({"t": "a", "raw": b"x"}, {"t": "", "raw": b"\x00\xff"}, item_bytes(b"", b"\x00\xff")),
+        ((1, "a"), (2, "bc"), item_bytes(q(2), b"bc")),
+        ([1.0, 2.0], [3.0, 4.0], item_bytes(d(3.0), d(4.0))),
+        (7, 8, item_bytes(q(8))),
+        ("s", "tü", item_bytes("tü".encode())),
+        (OrderedDict(a=1), {"a": 2}, item_bytes(q(2))),  # dict and OrderedDict are interchangeable
+        ({"a": 1}, OrderedDict(a=2), item_bytes(q(2))),
+        (np.int64(1), 2, item_bytes(q(2))),  # a numpy int fixed the format "int"
+    ],
+)
+def test_compiled_encoder_gives_the_layout_bytes(first, later, expected):
+    fast = compiled_for(first)
+    assert fast is not None
+    assert fast(later) == expected
+    enc = ItemEncoder()
+    enc.encode(first, 0)
+    assert enc.encode(later, 1) == expected
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"a": np.zeros(3)},
+        {"a": {"nested": 1}},
+        {"a": [1, 2]},
+        {"a": None},
+        [],
+        {},
+    ],
+)
+def test_no_compiled_encoder_for_other_shapes(first):
+    assert compiled_for(first) is None
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        {"i": np.int64(3), "x": 4},  # a subclass-like scalar: the general path decides
+        {"i": Level.LOW, "x": 4},
+        {"i": 2**63, "x": 4},  # outside int64
+        {"i": 1},  # missing key
+        {"i": 1, "x": 2, "y": 3},  # extra key
+        {"i": 1, "y": 2},  # other key, same length
+        [1, 2],
+        (1, 2),
+        None,
+        {"i": True, "x": 2},  # bool where int was fixed
+        {"i": 1.0, "x": 2},
+    ],
+)
+def test_compiled_encoder_declines_what_it_does_not_take_exactly(later):
+    fast = compiled_for({"i": 1, "x": 2})
+    assert fast is not None and fast(later) is None
+
+
+def test_declined_samples_get_the_general_paths_bytes_or_error():
+    enc = ItemEncoder()
+    enc.encode({"i": 1, "x": 2}, 0)
+    assert enc.encode({"i": np.int64(3), "x": 4}, 1) == item_bytes(q(3), q(4))
+    assert enc.encode(OrderedDict(x=4, i=3), 2) == item_bytes(q(3), q(4))
+    with pytest.raises(SampleFormatError, match=r"input 3: int 9223372036854775808 .* outside int64"):
+        enc.encode({"i": 2**63, "x": 4}, 3)
+    with pytest.raises(SampleFormatError, match=r"input 4 at the top level: expected dict with keys \['i', 'x'\]"):
+        enc.encode({"i": 1}, 4)
+    with pytest.raises(SampleFormatError, match=r"input 5 at \['i'\]: expected int, got bool"):
+        enc.encode({"i": True, "x": 2}, 5)
+
+
+def test_text_that_is_not_utf8_is_explained_by_the_general_path():
+    enc = ItemEncoder()
+    enc.encode({"t": "a"}, 0)
+    with pytest.raises(SampleFormatError, match="input 1: str leaf 0 cannot be encoded as UTF-8"):
+        enc.encode({"t": "\ud800"}, 1)
+
+
+def test_sequences_must_keep_their_type_and_length():
+    fast = compiled_for((1, 2))
+    assert fast is not None
+    assert fast([1, 2]) is None and fast((1, 2, 3)) is None and fast((1,)) is None
+    assert fast((5, 6)) == item_bytes(q(5), q(6))
