@@ -138,6 +138,21 @@ def test_roundtrip_and_missing_keys(storage):
     assert "AccountKey" not in repr(storage) and "AccountKey" not in str(vars(storage).get("url"))
 
 
+def test_write_parts_is_write_bytes_of_their_concatenation(storage):
+    """The chunk writer's path for large items: parts of any bytes-like type, empty ones too,
+    more than one writev takes (IOV_MAX 1024), deferred durability like write_bytes."""
+    parts = [b"head", b"", memoryview(b"middle"), bytearray(b"!"), *(bytes([k % 256]) * (k % 7) for k in range(2500))]
+    storage.write_parts("chunks/c.bin", parts, durable=False)
+    storage.barrier()
+    assert storage.read_bytes("chunks/c.bin") == b"".join(parts)
+    storage.write_parts("chunks/c.bin", [b"replaced"])
+    assert storage.read_bytes("chunks/c.bin") == b"replaced"
+    storage.write_parts("chunks/none.bin", [])
+    assert storage.read_bytes("chunks/none.bin") == b""
+    with pytest.raises(ValueError):
+        storage.write_parts("../escape", [b"x"])
+
+
 @pytest.mark.parametrize("has_syncfs", [True, False])
 def test_deferred_durability_and_barrier(storage, monkeypatch, has_syncfs):
     import shardwright.storage.local as local_module
@@ -148,19 +163,26 @@ def test_deferred_durability_and_barrier(storage, monkeypatch, has_syncfs):
     monkeypatch.setattr(
         local_module, "syncfs", lambda path: (syncfs_calls.append(path), real_syncfs(path) if has_syncfs else False)[1]
     )
-    for i in range(3):
+    many = local_module.SYNCFS_MIN_FILES + 1
+    for i in range(many):
         storage.write_bytes(f"chunks/c{i}", b"x" * i, durable=False)
     assert synced == [] and syncfs_calls == []  # no flush per write...
     storage.barrier()
     if isinstance(storage, LocalStorage) and has_syncfs:
-        assert len(syncfs_calls) == 1 and synced == []  # ...one syncfs for the whole batch
+        assert len(syncfs_calls) == 1 and synced == []  # ...one syncfs for a batch of many files
     elif isinstance(storage, LocalStorage):
-        assert len(synced) == 3 + 1  # ...or one fsync per file plus their directory
+        assert len(synced) == many + 1  # ...or one fsync per file plus their directory
     syncfs_calls.clear()
     synced.clear()
     storage.barrier()  # nothing pending
     assert synced == [] and syncfs_calls == []
-    assert [storage.read_bytes(f"chunks/c{i}") for i in range(3)] == [b"", b"x", b"xx"]
+    assert [storage.read_bytes(f"chunks/c{i}") for i in range(many)] == [b"x" * i for i in range(many)]
+    # a batch of a few (large) files: an fsync each, never a flush of every writer's pages
+    for i in range(3):
+        storage.write_bytes(f"big/b{i}", b"y" * i, durable=False)
+    storage.barrier()
+    if isinstance(storage, LocalStorage):
+        assert syncfs_calls == [] and len(synced) == 3 + 1
 
 
 def test_download_to_is_atomic_copy(storage, tmp_path):

@@ -84,8 +84,8 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   keys may come in another order and are stored in the first sample's order.
 """
 
-from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum
-from .chunk import build_chunk, chunk_item, chunk_num_items, compress, decompress
+from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum, parts_checksum
+from .chunk import build_chunk, chunk_header, chunk_item, chunk_num_items, compress, decompress
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
 from .jsonleaf import JsonLeaf
@@ -145,9 +145,11 @@ __all__ = [
     "TokenEncoder",
     "TokensLoader",
     "build_chunk",
+    "chunk_header",
     "can_check",
     "check_checksum",
     "chunk_checksum",
+    "parts_checksum",
     "chunk_item",
     "chunk_num_items",
     "compress",

@@ -23,7 +23,14 @@ import xxhash
 
 from ..errors import CorruptStateError
 
-__all__ = ["CHECKSUM_ALGORITHM", "ChecksumMismatch", "chunk_checksum", "check_checksum", "parse_checksum"]
+__all__ = [
+    "CHECKSUM_ALGORITHM",
+    "ChecksumMismatch",
+    "chunk_checksum",
+    "check_checksum",
+    "parse_checksum",
+    "parts_checksum",
+]
 
 CHECKSUM_ALGORITHM = "xxh3_128"
 _ALGORITHMS = {"xxh3_128": xxhash.xxh3_128_hexdigest, "xxh3_64": xxhash.xxh3_64_hexdigest}
@@ -37,6 +44,14 @@ class ChecksumMismatch(CorruptStateError):
 def chunk_checksum(data: Any) -> str:
     """The checksum to record for a chunk whose stored bytes are ``data``."""
     return f"{CHECKSUM_ALGORITHM}:{_ALGORITHMS[CHECKSUM_ALGORITHM](data)}"
+
+
+def parts_checksum(parts: list[Any]) -> str:
+    """:func:`chunk_checksum` of the concatenation of ``parts``, without making it."""
+    hasher = xxhash.xxh3_128()
+    for part in parts:
+        hasher.update(part)
+    return f"{CHECKSUM_ALGORITHM}:{hasher.hexdigest()}"
 
 
 def parse_checksum(value: object) -> str | None:

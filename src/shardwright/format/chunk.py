@@ -17,6 +17,11 @@ _U32 = struct.Struct("<I")
 
 def build_chunk(items: list[bytes]) -> bytes:
     """``u32 N | u32 offsets[N+1] | items`` with absolute offsets."""
+    return b"".join([chunk_header(items), *items])
+
+
+def chunk_header(items: list[bytes]) -> bytes:
+    """``u32 N | u32 offsets[N+1]``: the chunk is this followed by the items."""
     n = len(items)
     offsets = list(accumulate(map(len, items), initial=4 + 4 * (n + 1)))  # C-speed: chunks of 1M small items
     if offsets[-1] > _U32_MAX:
@@ -24,7 +29,7 @@ def build_chunk(items: list[bytes]) -> bytes:
             f"a chunk of {n} items would be {offsets[-1]} bytes; litdata's chunk offsets are uint32, so a "
             "chunk must stay under 4 GiB. Use a smaller chunk_bytes/chunk_size."
         )
-    return b"".join([struct.pack(f"<{n + 2}I", n, *offsets), *items])
+    return struct.pack(f"<{n + 2}I", n, *offsets)
 
 
 def chunk_num_items(chunk: bytes | memoryview | RowChunk) -> int:

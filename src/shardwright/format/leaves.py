@@ -152,8 +152,16 @@ def core_encoder(fmt: str) -> Callable[[Any], bytes]:
     if fmt == "str":
         return lambda leaf: leaf.encode("utf-8")
     if fmt.startswith("no_header_numpy:"):
-        return lambda leaf: np.asarray(leaf, dtype=_native(leaf.dtype)).tobytes(order="C")
+        return array_bytes
     return lambda leaf: encode_core(fmt, leaf)
+
+
+def array_bytes(leaf: Any) -> bytes:
+    """An array's raw bytes (C order, native byte order) as a view where they already are,
+    not a copy: the item's one join copies them (a 1 MiB array was copied twice before).
+    Typed as bytes: every consumer (len, join, the checksum) takes any bytes-like object."""
+    arr = np.ascontiguousarray(leaf, dtype=_native(leaf.dtype))
+    return memoryview(arr.reshape(-1).view(np.uint8))  # type: ignore[arg-type,return-value]
 
 
 def encode_core(fmt: str, leaf: Any) -> bytes:
@@ -180,13 +188,13 @@ def encode_core(fmt: str, leaf: Any) -> bytes:
         leaf = np.asarray(leaf, dtype=_native(leaf.dtype))
         shape = _shape_dims(leaf.shape, "array")
         header = struct.pack(f"<{2 + len(shape)}I", NUMPY_CODES[leaf.dtype], len(shape), *shape)
-        return header + leaf.tobytes(order="C")
+        return b"".join((header, array_bytes(leaf)))
     if fmt == "tensor":
         shape = _shape_dims(tuple(leaf.shape), "tensor")
         header = _TENSOR_HEADER.pack(_torch_code(leaf), len(shape)) + struct.pack(f">{len(shape)}I", *shape)
         return header + tensor_raw(leaf)
     if fmt.startswith("no_header_numpy:"):
-        return np.asarray(leaf, dtype=_native(leaf.dtype)).tobytes(order="C")
+        return array_bytes(leaf)
     if fmt.startswith("no_header_tensor:"):
         return tensor_raw(leaf)
     raise ValueError(f"unknown leaf format {fmt!r}")

@@ -183,7 +183,7 @@ class ItemEncoder:
                 if name in ("pickle", "graph:pickle"):
                     warn_main_references(blob, input_index)
                 blobs.append(self._checked(blob, position, input_index))
-            data = struct.pack(f"<{len(blobs)}I", *map(len, blobs)) + b"".join(blobs)
+            data = b"".join([struct.pack(f"<{len(blobs)}I", *map(len, blobs)), *blobs])
             # Fix the format only once the first sample encoded cleanly.
             self._fix(formats, spec)
             if self.format_input_index is None:
@@ -230,7 +230,7 @@ class ItemEncoder:
         if max(lengths, default=0) > _U32_MAX:
             for position, blob in enumerate(blobs):
                 self._checked(blob, position, input_index)
-        return self._sizes.pack(*lengths) + b"".join(blobs)
+        return b"".join([self._sizes.pack(*lengths), *blobs])  # each leaf's bytes copied once
 
     def _encode_one(self, position: int, leaf: Any, input_index: int) -> bytes:
         """One leaf, with the error naming it (the slow path, taken once a leaf failed)."""

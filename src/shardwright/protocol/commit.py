@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..format import ChunkEntry, build_chunk, chunk_checksum, compress
+from ..format import ChunkEntry, build_chunk, chunk_checksum, chunk_header, compress, parts_checksum
 from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
 from .lease import check_still_held
 from .records import CommitRecord, write_records
 
+# Items at least this large on average are written as parts (Storage.write_parts) rather than
+# joined into one chunk first: a copy of the whole chunk saved (issue 19: arrays of 1 MiB).
+# Smaller ones are joined, where the copy is cheap and one hash call beats one per item.
+LARGE_ITEM_BYTES = 64 * 1024
 SAME_EPOCH = -1  # PendingChunk.prev_epoch: the shard's previous record was this writer's own
 
 
@@ -69,18 +73,26 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
         epoch = job.epoch if job.epoch is not None else run.epoch
         entry, stored = None, 0
         if job.items:
-            raw = build_chunk(job.items)
             name = chunk_filename(run.generation, job.shard, job.seq, run.compression, epoch)
-            data = compress(raw, run.compression)
-            storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
+            if run.compression is None and job.nbytes >= LARGE_ITEM_BYTES * len(job.items):
+                # large items: written as they are (no joined copy of the chunk), hashed in place
+                parts = [chunk_header(job.items), *job.items]
+                storage.write_parts(name, parts, durable=False)  # step 1: the chunk first
+                raw_size = stored = len(parts[0]) + job.nbytes
+                checksum = parts_checksum(parts)
+            else:
+                raw = build_chunk(job.items)
+                data = compress(raw, run.compression)
+                storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
+                raw_size, stored = len(raw), len(data)
+                checksum = chunk_checksum(data)  # over the bytes as stored, from memory: no second pass
             entry = ChunkEntry(
                 filename=name,
                 chunk_size=len(job.items),
-                chunk_bytes=len(raw),
+                chunk_bytes=raw_size,
                 dim=job.dim,
-                checksum=chunk_checksum(data),  # over the bytes as stored, from memory: no second pass
+                checksum=checksum,
             )
-            stored = len(data)
         prev = None if job.seq == 0 else epoch if job.prev_epoch == SAME_EPOCH else job.prev_epoch
         records.append(
             CommitRecord(

@@ -40,6 +40,7 @@ from __future__ import annotations
 import abc
 import builtins
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key", "check_range"]
@@ -47,6 +48,7 @@ __all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key", "check_range
 #: The operations that change storage; an input view refuses every one of them.
 WRITE_OPERATIONS = (
     "write_bytes",
+    "write_parts",
     "create_exclusive",
     "replace_if_version",
     "delete",
@@ -148,6 +150,13 @@ class Storage(abc.ABC):
         serves many writes; until then a power cut may lose what was written, so nothing
         durable may name such a key before the barrier.
         """
+
+    def write_parts(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
+        """:meth:`write_bytes` of the concatenation of ``parts`` (any bytes-like objects).
+
+        A chunk of large items is its header and the items: a backend that can write them
+        as they are (local disk: writev) skips a copy of the whole chunk. The default joins."""
+        self.write_bytes(key, b"".join(parts), durable=durable)
 
     @abc.abstractmethod
     def create_exclusive(self, key: str, data: bytes) -> bool:

@@ -14,7 +14,7 @@ import random
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from ..errors import StorageError
 
@@ -30,6 +30,7 @@ __all__ = [
     "syncfs",
     "tmp_name",
     "unlink_quiet",
+    "write_all",
 ]
 
 #: errno values that mean "no space left" (a full device, or the user's quota).
@@ -152,3 +153,22 @@ def raising_disk_full(where: str, fix: str) -> Iterator[None]:
         if is_disk_full(exc):
             raise disk_full_error(exc, where, fix) from exc
         raise
+
+
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024, 1024)
+
+
+def write_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Write every byte of ``parts`` in order: writev in batches of IOV_MAX buffers, going on
+    after a short write (Linux caps one call at about 2 GiB)."""
+    views = [view for view in (memoryview(part).cast("B") for part in parts) if len(view)]
+    while views:
+        batch = views[:_IOV_MAX]
+        written = os.writev(fd, batch)
+        done = 0
+        while done < len(batch) and written >= len(batch[done]):
+            written -= len(batch[done])
+            done += 1
+        del views[:done]
+        if written:  # a part written in part: its rest goes first
+            views[0] = views[0][written:]

@@ -16,7 +16,7 @@ import errno
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from ..errors import OutputDirError, OutputIsAFileError
@@ -31,6 +31,7 @@ from .files import (
     syncfs,
     tmp_name,
     unlink_quiet,
+    write_all,
 )
 from .registry import register_backend
 
@@ -38,6 +39,11 @@ __all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "local_v
 
 #: The fix for a full disk under output_dir: every commit is durable, so rerunning resumes.
 RESUME_FIX = "free space and rerun the same call to resume; nothing committed was lost"
+# A barrier over more files than this flushes the file system with one syncfs(2) (one journal
+# commit for many small chunks). Over fewer it fsyncs each file: syncfs also flushes every
+# other writer's dirty pages (the other workers' half-written 64 MB chunks), which made large
+# chunks wait on each other (issue 19: 2,000 x 1 MiB arrays, 2 workers, 6.5-7.2 s -> 5.8 s).
+SYNCFS_MIN_FILES = 8
 
 # Names of our own scratch files next to real keys (never reported by ``list``):
 #   .{name}.tmp-{pid}-{tid}-{random}   a write in progress (or left by a crash), files.tmp_name
@@ -97,8 +103,9 @@ class LocalStorage(Storage):
             ) from e
         raise e
 
-    def _write_tmp(self, path: str, data: bytes, fsync: bool = True) -> str:
-        """Write ``data`` to a fresh (fsync-ed) temp file next to ``path``; return its name."""
+    def _write_tmp(self, path: str, data: bytes | Sequence[bytes], fsync: bool = True) -> str:
+        """Write ``data`` (bytes, or a list of parts written with writev) to a fresh
+        (fsync-ed) temp file next to ``path``; return its name."""
         tmp = tmp_name(path)
         try:
             try:
@@ -110,10 +117,7 @@ class LocalStorage(Storage):
             self._raise_os_error(e, path)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                write_all(fd, [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
                 if fsync:
                     os.fsync(fd)
             finally:
@@ -128,6 +132,9 @@ class LocalStorage(Storage):
     # -- Storage API ---------------------------------------------------------------------
 
     def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        self._write(key, data, durable)
+
+    def _write(self, key: str, data: bytes | Sequence[bytes], durable: bool) -> None:
         path = self._path(key)
         tmp = self._write_tmp(path, data, fsync=durable)
         try:
@@ -144,10 +151,14 @@ class LocalStorage(Storage):
             with lock:
                 pending.add(path)
 
+    def write_parts(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
+        self._write(key, parts, durable)  # writev: no joined copy of a chunk of large items
+
     def barrier(self) -> None:
         """fsync every file written with ``durable=False`` since the last barrier, then their
         directories (so the names survive too). One barrier per batch of chunks replaces an
-        fsync per file and per directory entry."""
+        fsync per file and per directory entry; a batch of more than SYNCFS_MIN_FILES files
+        is flushed with one syncfs(2) instead."""
         lock, pending = self._pending_set()
         with lock:
             paths = sorted(pending)
@@ -155,7 +166,7 @@ class LocalStorage(Storage):
         if not paths:
             return
         try:
-            if syncfs(self.root):
+            if len(paths) > SYNCFS_MIN_FILES and syncfs(self.root):
                 return  # one flush of the filesystem: every file, its data and its name
         except OSError as e:
             with lock:  # not durable: a later barrier must try again
