@@ -10,9 +10,11 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from shardwright.errors import SampleFormatError
+from shardwright.errors import CorruptStateError, SampleFormatError
 from shardwright.format import ItemEncoder, flatten_sample, parse_spec
-from shardwright.format.flat import flat_encoder
+from shardwright.format.decode import item_decoder
+from shardwright.format.flat import flat_decoder, flat_encoder
+from shardwright.format.layouts import DecodedItem
 
 
 class Level(enum.IntEnum):
@@ -127,3 +129,54 @@ def test_sequences_must_keep_their_type_and_length():
     assert fast is not None
     assert fast([1, 2]) is None and fast((1, 2, 3)) is None and fast((1,)) is None
     assert fast((5, 6)) == item_bytes(q(5), q(6))
+
+
+# --- the compiled decoder ---------------------------------------------------------------------
+
+
+def general_decoder(data_format, data_spec):
+    """The general decoder alone (what the compiled one falls back to)."""
+    calls = []
+
+    def general(buf):
+        calls.append(bytes(buf) if not isinstance(buf, DecodedItem) else buf)
+        return "general"
+
+    return general, calls
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [{"i": 3, "x": -(2**63), "f": 1.5, "b": True}, (1, 2.0), [False, True], 7, 2.25, {"only": 0}],
+)
+def test_compiled_decoder_reads_what_the_encoder_wrote(sample):
+    enc = ItemEncoder()
+    data = enc.encode(sample, 0)
+    decode = item_decoder(enc.data_format, enc.data_spec)
+    general, calls = general_decoder(enc.data_format, enc.data_spec)
+    fast = flat_decoder(parse_spec(enc.data_spec), enc.data_format, general)
+    assert fast is not None
+    assert decode(data) == sample and type(decode(data)) is type(sample)
+    assert fast(data) == sample and fast(memoryview(data)) == sample and calls == []
+
+
+def test_compiled_decoder_hands_odd_items_to_the_general_decoder():
+    enc = ItemEncoder()
+    data = enc.encode({"i": 1, "x": 2}, 0)
+    general, calls = general_decoder(enc.data_format, enc.data_spec)
+    fast = flat_decoder(parse_spec(enc.data_spec), enc.data_format, general)
+    assert fast is not None
+    assert fast(data[:-1]) == "general"  # another length
+    wrong_sizes = struct.pack("<2I", 4, 12) + data[8:]  # the right length, another size header
+    assert fast(wrong_sizes) == "general"
+    assert fast(DecodedItem({"i": 1})) == "general"
+    assert len(calls) == 3
+    with pytest.raises(CorruptStateError):  # and the general decoder names the damage
+        item_decoder(enc.data_format, enc.data_spec)(data[:-1])
+
+
+@pytest.mark.parametrize("first", [{"t": "text"}, {"a": b"x"}, {"a": np.zeros(2)}, OrderedDict(a=1), {"a": {"b": 1}}])
+def test_no_compiled_decoder_for_variable_or_nested_samples(first):
+    enc = ItemEncoder()
+    enc.encode(first, 0)
+    assert flat_decoder(parse_spec(enc.data_spec), enc.data_format, lambda buf: None) is None

@@ -10,6 +10,7 @@ from .layouts import DecodedItem, RowChunk
 
 _U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
+_SPAN = struct.Struct("<II")  # an item's start and end offsets
 
 
 # --- chunks -----------------------------------------------------------------------------------
@@ -46,12 +47,15 @@ def chunk_item(chunk: bytes | memoryview | RowChunk, j: int) -> memoryview | Dec
         if not 0 <= j < len(chunk):
             raise IndexError(f"item {j} of a chunk of {len(chunk)} items")
         return DecodedItem(chunk.rows[j])
-    n = chunk_num_items(chunk)
+    size = len(chunk)  # chunk_num_items's checks, inline: this runs once per item read
+    if size < 8:
+        raise CorruptStateError(f"chunk is {size} bytes, too short for a chunk header")
+    n = _U32.unpack_from(chunk, 0)[0]
     if not 0 <= j < n:
         raise IndexError(f"item {j} of a chunk of {n} items")
-    start, end = struct.unpack_from("<II", chunk, 4 + 4 * j)
-    if not start <= end <= len(chunk):
-        raise CorruptStateError(f"item {j} spans bytes {start}:{end} of a {len(chunk)}-byte chunk")
+    start, end = _SPAN.unpack_from(chunk, 4 + 4 * j)
+    if not start <= end <= size:
+        raise CorruptStateError(f"item {j} spans bytes {start}:{end} of a {size}-byte chunk")
     return memoryview(chunk)[start:end]
 
 

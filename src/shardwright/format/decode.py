@@ -6,7 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CorruptStateError
+from .flat import flat_decoder
 from .layouts import DecodedItem
+from .pytree import spec_or_corrupt
 from .sample import decode_plan
 
 __all__ = ["decode_item", "item_decoder"]
@@ -37,7 +39,9 @@ def item_decoder(data_format: list[str], data_spec: str, *, allow_pickle: bool =
             pos += size
         return build(iter(leaves))
 
-    return decode
+    # samples of fixed-size scalars: one unpack per item (the general decode above is the
+    # fallback that names any damage)
+    return flat_decoder(spec_or_corrupt(data_spec), list(data_format), decode) or decode
 
 
 def decode_item(

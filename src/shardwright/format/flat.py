@@ -1,4 +1,5 @@
-"""Compiled encoders for the commonest samples: a scalar, or one dict/list/tuple of scalars.
+"""Compiled encoders and decoders for the commonest samples: a scalar, or one dict/list/tuple
+of scalars.
 
 ``{"index": i, "score": 0.5, "text": "..."}`` is most of what users write. The general
 encoder (``sample.ItemEncoder``) walks the sample's tree and looks up each leaf's format in
@@ -19,6 +20,12 @@ container type, a missing key, a subclass such as ``numpy.int64`` or ``IntEnum``
 outside int64, text that is not UTF-8): the general encoder then decides, and either encodes
 it (the same bytes) or raises the error that names the problem. So a sample encodes to the
 same bytes whichever path takes it; ``tests/unit/test_format_flat.py`` checks that.
+
+The compiled decoder (:func:`flat_decoder`) is the reader's side, for samples of fixed-size
+leaves only (``int``, ``float``, ``bool``): an item of the expected length is one
+``struct.unpack_from`` and one container display; anything else (another length, a size
+header that does not match, an Arrow row) goes to the general decoder, which decodes it or
+raises the error that names the damage.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from .layouts import DecodedItem
 from .pytree import MAPPINGS, SpecNode
 
-__all__ = ["FlatEncoder", "flat_encoder"]
+__all__ = ["FlatEncoder", "flat_decoder", "flat_encoder"]
 
 FlatEncoder = Callable[[Any], "bytes | None"]
 
@@ -122,3 +130,43 @@ def _pack_lines(data_format: list[str], namespace: dict[str, Any]) -> list[str]:
     namespace["SIZES"] = struct.Struct(f"<{count}I")
     lines.append(f"return b''.join((SIZES.pack({', '.join(sizes_of)}), {', '.join(pieces)}))")
     return lines
+
+
+def flat_decoder(root: SpecNode, data_format: list[str], general: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
+    """A compiled decoder of items of samples shaped like ``root`` whose leaves are all of
+    fixed size, falling back to ``general`` for any item it does not take; None when ``root``
+    is not a scalar or one dict/list/tuple of such leaves."""
+    codes = [_SCALARS[fmt][1] if fmt in _SCALARS else None for fmt in data_format]
+    if not codes or any(code is None for code in codes):
+        return None
+    if root.kind is not None and (
+        root.kind not in (dict, list, tuple) or not root.children or any(c.kind is not None for c in root.children)
+    ):
+        return None
+    count = len(codes)
+    sizes = [struct.calcsize("<" + code) for code in codes]  # type: ignore[operator]
+    item = struct.Struct(f"<{count}I" + "".join(codes))  # type: ignore[arg-type]
+    namespace: dict[str, Any] = {"ITEM": item, "general": general, "DecodedItem": DecodedItem}
+    values = ", ".join(f"v{i}" for i in range(count))
+    if root.kind is None:
+        build = "v0"
+    elif root.kind is dict:
+        for i, key in enumerate(root.keys):
+            namespace[f"k{i}"] = key
+        build = "{" + ", ".join(f"k{i}: v{i}" for i in range(count)) + "}"
+    elif root.kind is list:
+        build = f"[{values}]"
+    else:
+        build = f"({values},)"
+    lines = [
+        "def decode(buf):",
+        f"    if type(buf) is DecodedItem or len(buf) != {item.size}:",
+        "        return general(buf)",
+        f"    {', '.join(f's{i}' for i in range(count))}, {values} = ITEM.unpack_from(buf)",
+        f"    if {' or '.join(f's{i} != {size}' for i, size in enumerate(sizes))}:",
+        "        return general(buf)",
+        f"    return {build}",
+    ]
+    exec(compile("\n".join(lines), f"<shardwright flat decoder {data_format}>", "exec"), namespace)
+    decode: Callable[[Any], Any] = namespace["decode"]
+    return decode
