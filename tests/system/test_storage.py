@@ -447,11 +447,13 @@ def test_local_disk_full_removes_temp_file(tmp_path, monkeypatch):
     s.write_bytes("chunk", b"old")
     real_write = os.write
 
-    def full(fd, data):
-        real_write(fd, bytes(data[:10]))
+    def full(fd, data):  # the device fills after 10 bytes (a short write, then ENOSPC)
+        parts = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        real_write(fd, b"".join(bytes(part) for part in parts)[:10])
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(os, "writev", full)  # write_all's path (chunks written as parts)
     with pytest.raises(StorageError, match="disk full while writing .*chunk: free space and rerun"):
         s.write_bytes("chunk", b"new" * 100)
     with pytest.raises(StorageError, match="disk full"):

@@ -253,3 +253,31 @@ def test_a_claim_taken_under_a_superseded_node_lease_is_stale(storage, monkeypat
     assert other_rank.claim(5) is not None, "another rank's node lease says nothing about this claim"
     b.release_all()
     a.release_all()
+
+
+def test_release_all_in_an_outage_asks_the_store_once_not_once_per_claim(storage):
+    """A node holding many claims, its run failing because the store stopped answering: the
+    first release that gets no answer ends the asking (the rest expire on their own), so giving
+    up costs one short retry budget, not one per claim (issue 19's CI: 50 s with 4 claims)."""
+    from shardwright.errors import StorageError
+
+    claims = ShardClaims(storage)
+    for shard in range(5):
+        assert claims.claim(shard) is None
+    asked: list[tuple[str, str | None]] = []
+
+    def outage(op: str, key: str | None):
+        asked.append((op, key))
+        return StorageError("S3 GET kept failing for 5 s: rerun the same call to resume")
+
+    storage.fail_when(outage)
+    claims.release_all()
+    assert len(asked) == 1, asked  # one read of the first claim, then nothing
+    assert claims.held == {}
+    storage.clear_faults()
+    # the claims are left to expire; in a store that answers, every release deletes its claim
+    claims = ShardClaims(storage)
+    for shard in range(5, 8):
+        assert claims.claim(shard) is None
+    claims.release_all()
+    assert not [k for k in storage.list() if any(claim_name(s) in k for s in range(5, 8))]

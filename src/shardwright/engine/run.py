@@ -271,6 +271,7 @@ def optimize(
     )
     lease.acquire(storage.url)
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
+    store_answered = True
     try:
         _check_peers_agree(storage, lease, node)
         notes: list[str] = []
@@ -298,10 +299,10 @@ def optimize(
         return result
     except BaseException as exc:  # recorded in the run's history, then raised unchanged
         if not isinstance(exc, ConcurrentRunError):  # another run owns the output: not ours to write
-            attempt.close_for(exc)
+            store_answered = attempt.close_for(exc) is not None
         raise
     finally:
-        lease.release()
+        lease.release(ask_storage=store_answered)  # no history written (an outage): let it expire
 
 
 def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions, num_nodes: int = 1) -> Request:
@@ -443,8 +444,7 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
     if manifest.run_id != wanted.run_id:  # another node created it first
         check_same_run(manifest, request, storage.url)
         resumed = True
-    if manifest.base_config and manifest.base_config.get("data_format"):
-        # appended samples must match the existing dataset's format (idempotent across nodes)
+    if manifest.base_config and manifest.base_config.get("data_format"):  # appended samples: the same format
         config = manifest.base_config
         claim_format(storage, manifest.run_id, config["data_format"], config["data_spec"], -1)
     return manifest, resumed

@@ -91,19 +91,23 @@ class ShardClaims:
             self._to_release.append(shard)
         self._wake.set()
 
-    def release(self, shard: int) -> None:
+    def release(self, shard: int, *, ask_storage: bool = True) -> bool:
+        """False when the store did not answer (see :meth:`Lease.release`)."""
         with self._lock:
             lease = self.held.pop(shard, None)
-        if lease is not None:
-            lease.release()
+        return lease.release(ask_storage=ask_storage) if lease is not None else True
 
     def release_all(self) -> None:
+        """Stop renewing and release every claim; once the store fails to answer one release
+        (an outage: the run is failing because of it), the rest are only forgotten, so a
+        node holding many claims gives up in one short retry budget, not one per claim."""
         self._closed = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        answered = True
         for shard in list(self.held):
-            self.release(shard)
+            answered = self.release(shard, ask_storage=answered) and answered
 
     def _renew_all(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
@@ -121,4 +125,6 @@ class ShardClaims:
             with self._lock:
                 leases = list(self.held.values())
             for lease in leases:
+                if self._closed:  # release_all is waiting: in an outage each renewal takes seconds
+                    break
                 lease.renew()  # sets lease.lost when another run took it: lost() reports it

@@ -358,14 +358,20 @@ class Lease:
                 self.lost = f"the lease on {self.what} was taken over by another run"
         raise LeaseLostError(f"stopped: {self.lost or 'the lease was released'}")
 
-    def release(self) -> None:
-        """Stop the heartbeat and delete the lease if it is still ours. Idempotent."""
+    def release(self, *, ask_storage: bool = True) -> bool:
+        """Stop the heartbeat and delete the lease if it is still ours. Idempotent.
+
+        False when the store did not answer (the lease then expires on its own, or is taken
+        over at once from our dead pid). ``ask_storage=False``: the caller already saw the
+        store fail, so the lease is only forgotten here; one outage must not cost a short
+        retry budget per lease held (a node holds several shard claims)."""
         with _held_lock:
             _held_here.discard(self.owner)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self.lost is None and self._version is not None:
+        answered = True
+        if self.lost is None and self._version is not None and ask_storage:
             storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
                 current = storage.read_versioned(self.key)
@@ -373,8 +379,9 @@ class Lease:
                 if holder is not None and holder.owner == self.owner:
                     storage.delete(self.key)
             except Exception:
-                pass  # the lease expires on its own
+                answered = False  # the lease expires on its own
         self._version = None  # released: a second call does nothing
+        return answered
 
 
 def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, LeaseHolder]]:
