@@ -214,8 +214,13 @@ def test_a_source_is_planned_by_range_and_read_by_the_tasks(ray_cluster, tmp_pat
     assert len(pickle.dumps(source)) < 20_000, "the source must travel as a description, not its rows"
 
     def fn(row):  # a closure: Ray pickles it by value
+        import time
+
         from shardwright.process import host_identity
 
+        # ~0.5 s a shard (12 shards): the tasks that start first must not finish every
+        # shard before the last node's task has started (the hot loop takes ~1 us a row)
+        time.sleep(0.005)
         return {"id": row["id"], "host": host_identity()}
 
     out = tmp_path / "out"
