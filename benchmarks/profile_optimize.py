@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """cProfile of one shardwright.optimize run: the main process, the worker's main thread and
-its chunk-committer thread, each profiled separately (num_workers=1, start_method="fork").
+its committer's two threads (chunk writer, sealer), each profiled separately (num_workers=1, start_method="fork").
 
     .venv/bin/python benchmarks/profile_optimize.py                 # workload 1: 200k small dicts
     .venv/bin/python benchmarks/profile_optimize.py --workload 4    # 200k items, chunk_size=100
     .venv/bin/python benchmarks/profile_optimize.py --workload 4 --no-checkpoint --top 30
 
 The worker is profiled by wrapping ``shardwright.engine.worker.worker_main`` and
-``ChunkCommitter._run`` before the pool forks (fork keeps the patched module), so this
+``ChunkCommitter._write_loop`` / ``_seal_loop`` before the pool forks (fork keeps the patched module), so this
 uses shardwright's internals on purpose: it is a diagnostic, not a benchmark (cProfile
 roughly doubles the cost of small Python calls).
 """
@@ -41,7 +41,7 @@ def install_worker_profilers(prof_dir: str) -> None:
     import shardwright.engine.pool as pool
 
     original_main = pool.worker_main
-    original_run = committer.ChunkCommitter._run
+    loops = {"committer": committer.ChunkCommitter._write_loop, "sealer": committer.ChunkCommitter._seal_loop}
 
     def profiled_main(wid, *args, **kwargs):
         prof = cProfile.Profile()
@@ -52,17 +52,21 @@ def install_worker_profilers(prof_dir: str) -> None:
             prof.disable()
             prof.dump_stats(os.path.join(prof_dir, f"worker-{wid}-{os.getpid()}.prof"))
 
-    def profiled_run(self):
-        prof = cProfile.Profile()
-        prof.enable()
-        try:
-            return original_run(self)
-        finally:
-            prof.disable()
-            prof.dump_stats(os.path.join(prof_dir, f"committer-{os.getpid()}.prof"))
+    def profiled(name: str, loop):
+        def run(self):
+            prof = cProfile.Profile()
+            prof.enable()
+            try:
+                return loop(self)
+            finally:
+                prof.disable()
+                prof.dump_stats(os.path.join(prof_dir, f"{name}-{os.getpid()}.prof"))
+
+        return run
 
     pool.worker_main = profiled_main  # the name the pool starts
-    committer.ChunkCommitter._run = profiled_run
+    committer.ChunkCommitter._write_loop = profiled("committer", loops["committer"])
+    committer.ChunkCommitter._seal_loop = profiled("sealer", loops["sealer"])
 
 
 def report(title: str, paths: list[str], top: int, sort: str) -> str:
@@ -123,14 +127,13 @@ def main() -> int:
                 args.sort,
             )
         )
-        print(
-            report(
-                "worker committer thread",
-                [os.path.join(prof_dir, f) for f in files if f.startswith("committer-")],
-                args.top,
-                args.sort,
+        for prefix, title in (
+            ("committer-", "worker committer (chunk writer) thread"),
+            ("sealer-", "worker sealer thread"),
+        ):
+            print(
+                report(title, [os.path.join(prof_dir, f) for f in files if f.startswith(prefix)], args.top, args.sort)
             )
-        )
         print(checkpoint_summary(prof_dir, files, seconds))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -149,7 +152,7 @@ def checkpoint_summary(prof_dir: str, files: list[str], seconds: float) -> str:
     lines, total = [], 0.0
     for title, names in (
         ("main process", ["main.prof"]),
-        ("worker committer threads", [f for f in files if f.startswith("committer-")]),
+        ("worker committer and sealer threads", [f for f in files if f.startswith(("committer-", "sealer-"))]),
         ("worker main threads", [f for f in files if f.startswith("worker-")]),
     ):
         spent, calls = 0.0, 0

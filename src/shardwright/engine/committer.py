@@ -1,4 +1,5 @@
-"""The committer thread of a worker: commits chunks in rounds while the worker computes on."""
+"""The committer of a worker: commits chunks in rounds, on two threads (writing, sealing),
+while the worker computes on."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from ..protocol.commit import PendingChunk, RoundSettings, commit_round
+from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
 from ..protocol.records import CommitRecord
 from ..storage import Storage
 
@@ -15,30 +16,51 @@ from ..storage import Storage
 # into large commit rounds (one barrier per round).
 PENDING_BYTES_LIMIT = 64 * 1024 * 1024
 PENDING_CHUNKS_LIMIT = 256
+SEALING_ROUNDS = 1  # written rounds that may wait for the sealer (bounds the dirty page cache)
 ROUND_LIMIT_ENV = "SHARDWRIGHT_COMMIT_ROUND"  # most chunks per commit round (tests: 1 record file per chunk)
 
 
 class ChunkCommitter:
-    """Commits chunks, in order, on a thread of its own (group commit).
+    """Commits chunks, in order, on two threads of its own (group commit, pipelined).
 
-    Each round takes every chunk waiting in the queue and commits them with
-    :func:`shardwright.protocol.commit.commit_round` (chunk files, one barrier, records).
+    The *writer* thread takes every chunk waiting in the queue as one round and writes its
+    chunk files (:func:`~shardwright.protocol.commit.write_chunks`, protocol step 1); the
+    chunks' memory is then free for the worker's next ones. The *sealer* thread takes the
+    rounds in the same order and commits them (:func:`~shardwright.protocol.commit.seal_round`:
+    barrier, fencing check, records). So the disk flushes round k while round k+1 is written
+    into the page cache: large chunks no longer alternate copying and flushing (issue 19:
+    the writer waited for every fsync before it could write the next chunk). At most
+    SEALING_ROUNDS written rounds wait for the sealer.
+
     After a power cut only records of the last round can be torn; load_progress drops a torn
-    record and every later one of its shard, which only means redoing those chunks.
+    record and every later one of its shard, which only means redoing those chunks. A failure
+    stops the writer; the sealer still commits the rounds written before it (their chunks are
+    good), then stops too.
     """
 
     def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord], None]):
         self.storage = storage
         self.run = run
         self.on_commit = on_commit
-        self.error: BaseException | None = None
+        self._write_error: BaseException | None = None
+        self._seal_error: BaseException | None = None
         self._queue: queue.Queue[PendingChunk | None] = queue.Queue()
+        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord]] | None] = queue.Queue(
+            maxsize=SEALING_ROUNDS
+        )
         self._room = threading.Condition()
         self._pending_bytes = 0
         self._pending_chunks = 0
         self._round_limit = int(os.environ.get(ROUND_LIMIT_ENV, PENDING_CHUNKS_LIMIT))
-        self._thread = threading.Thread(target=self._run, name="chunk-committer", daemon=True)
+        self._sealer = threading.Thread(target=self._seal_loop, name="chunk-sealer", daemon=True)
+        self._sealer.start()
+        self._thread = threading.Thread(target=self._write_loop, name="chunk-committer", daemon=True)
         self._thread.start()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first failure in commit order: a round's sealing comes before a later write."""
+        return self._seal_error or self._write_error
 
     def submit(self, job: PendingChunk) -> None:
         self.raise_if_failed()
@@ -58,42 +80,76 @@ class ChunkCommitter:
         self._queue.put(job)
 
     def raise_if_failed(self) -> None:
-        if self.error is not None:
-            raise self.error
+        error = self.error
+        if error is not None:
+            raise error
 
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
+        self._sealer.join()
         self.raise_if_failed()
 
-    def _run(self) -> None:
-        closing = False
-        while not closing:
-            first = self._queue.get()
-            batch: list[PendingChunk] = []
-            if first is None:
-                closing = True
-            else:
-                batch.append(first)
-                while len(batch) < self._round_limit:
-                    try:
-                        job = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        closing = True
-                        break
-                    batch.append(job)
+    def _next_round(self) -> tuple[list[PendingChunk], bool]:
+        """Every chunk waiting (up to the round limit), and whether close() was called."""
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < self._round_limit:
             try:
-                if self.error is None and batch:
-                    for record in commit_round(self.storage, batch, self.run):
-                        self.on_commit(record)
-                if closing and self.error is None:
-                    self.storage.barrier()  # the last round's records, durable before we report done
-            except BaseException as exc:  # reported through raise_if_failed; nothing after it commits
-                self.error = exc
-            finally:
-                with self._room:
-                    self._pending_chunks -= len(batch)
-                    self._pending_bytes -= sum(job.nbytes for job in batch)
-                    self._room.notify_all()
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
+    def _release(self, batch: list[PendingChunk]) -> None:
+        """The round's chunks are in the store's hands (local disk: the page cache): their
+        items are dropped (the worker keeps no reference to them) and their room is free."""
+        for job in batch:
+            job.items.clear()
+        with self._room:
+            self._pending_chunks -= len(batch)
+            self._pending_bytes -= sum(job.nbytes for job in batch)
+            self._room.notify_all()
+
+    def _write_loop(self) -> None:
+        closing = False
+        try:
+            while not closing:
+                batch, closing = self._next_round()
+                records: list[CommitRecord] = []
+                try:
+                    if self.error is None and batch:
+                        records = write_chunks(self.storage, batch, self.run)
+                except BaseException as exc:  # reported through raise_if_failed; nothing after it commits
+                    self._write_error = exc
+                finally:
+                    self._release(batch)
+                if records:
+                    self._sealing.put((batch, records))
+        finally:
+            self._sealing.put(None)
+
+    def _seal_loop(self) -> None:
+        while True:
+            item = self._sealing.get()
+            if item is None:
+                break
+            batch, records = item
+            if self._seal_error is not None:
+                continue  # an earlier round failed: nothing after it commits
+            try:
+                seal_round(self.storage, batch, records, self.run)
+                for record in records:
+                    self.on_commit(record)
+            except BaseException as exc:
+                self._seal_error = exc
+        if self.error is None:
+            try:
+                self.storage.barrier()  # the last round's records, durable before we report done
+            except BaseException as exc:
+                self._seal_error = exc

@@ -19,7 +19,7 @@ import traceback
 import types
 
 from ..errors import ShardwrightError, bounded_text, short_repr
-from ..process import die_with_parent, host_identity
+from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.records import CommitRecord
 from ..secrets import redact, redact_exception, secret_values
@@ -363,6 +363,7 @@ def _picklable_exception(exc: BaseException) -> bytes | None:
 def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, current_inputs) -> None:
     """Entry point of a worker process."""
     die_with_parent()  # a SIGKILLed main process must not leave workers writing on
+    reuse_freed_memory()  # large items: reuse the last chunk's pages, not fresh zeroed ones
     worker_ref: list[Worker] = []
 
     def on_signal(signum, frame):  # the main process decides; we just stop at the next input

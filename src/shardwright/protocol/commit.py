@@ -58,16 +58,29 @@ class RoundSettings:
 def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings) -> list[CommitRecord]:
     """Commit a batch of chunks; returns their records, in batch order.
 
-    1. write every chunk file (not yet durable);
+    1. write every chunk file (not yet durable): :func:`write_chunks`;
     2. ``storage.barrier()``: those chunks, and the records of earlier rounds, become durable;
     3. check the lease and every shard claim of the round are still ours (a fenced writer
        stops here, one round late at most);
     4. write one record file per shard for the round (made durable by the next round's
-       barrier, or the worker's final one).
+       barrier, or the worker's final one): 2-4 are :func:`seal_round`.
     So a durable record never names a chunk that is not durable, and one barrier serves the
     whole round instead of an fsync per file. Chunk and record names carry the epoch, so a
     writer paused between 3 and 4 past its lease cannot overwrite the new holder's files.
+
+    A worker's committer runs step 1 of round k+1 while round k is in steps 2-4 (the disk
+    flushes one round while the next is copied into the page cache): nothing names a chunk
+    before its own round's record, so a barrier that happens to flush the next round's files
+    too only makes them durable early.
     """
+    records = write_chunks(storage, batch, run)
+    seal_round(storage, batch, records, run)
+    return records
+
+
+def write_chunks(storage: Storage, batch: list[PendingChunk], run: RoundSettings) -> list[CommitRecord]:
+    """Step 1 of :func:`commit_round`: the round's chunk files, and the records that will
+    name them (not written yet)."""
     records = []
     for job in batch:
         epoch = job.epoch if job.epoch is not None else run.epoch
@@ -110,8 +123,14 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
                 prev,
             )
         )
+    return records
+
+
+def seal_round(storage: Storage, batch: list[PendingChunk], records: list[CommitRecord], run: RoundSettings) -> None:
+    """Steps 2-4 of :func:`commit_round` for chunks :func:`write_chunks` wrote (their items
+    may be gone: only the batch's claims are read)."""
     if not records:
-        return records
+        return
     storage.barrier()
     crash_point("after_chunk")
     if run.use_checkpoint:
@@ -120,4 +139,3 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
         for key, owner in dict.fromkeys(job.claim for job in batch if job.claim is not None):
             check_still_held(storage, key, owner)  # each shard's claim (protocol 5)
         write_records(storage, records)  # the commit point
-    return records

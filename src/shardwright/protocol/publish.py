@@ -3,8 +3,6 @@ and ``merge``, which publishes once every shard is done (``shardwright merge``).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteRunError
 from ..format import ChunkEntry, IndexConfig, parse_index, render_index
 from ..storage import Storage
@@ -142,8 +140,7 @@ def publish(storage: Storage, manifest: Manifest, progress: dict[int, ShardProgr
         except FileNotFoundError:
             return None
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        sizes = list(pool.map(size_of, committed))
+    sizes = storage.map_requests(size_of, committed)
     for (record, chunk), size in zip(committed, sizes):
         if size != record.stored_bytes:
             what = "is missing" if size is None else f"holds {size:,} bytes, its record says {record.stored_bytes:,}"

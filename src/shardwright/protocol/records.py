@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -326,7 +325,8 @@ def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
 def load_progress(
     storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None, repair: bool = False
 ) -> dict[int, ShardProgress]:
-    """Read the records of the given shards (parallel reads: S3 round trips dominate) and
+    """Read the records of the given shards (in parallel on object stores, where round trips
+    dominate: Storage.map_requests) and
     follow each shard's chain (see :func:`_chain`).
 
     ``repair=True`` (the process about to resume these shards, holding their lease) deletes
@@ -347,8 +347,7 @@ def load_progress(
                 raise
             return shard, key, None  # deleted since the listing: a cleanup (or repair) is running
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        results = list(pool.map(read, wanted))
+    results = storage.map_requests(read, wanted)
     files: dict[int, list[_RecordFile]] = {s: [] for s in bounds}
     stale: list[str] = []
     for shard, key, data in results:
@@ -387,5 +386,4 @@ def count_committed_chunks(storage: Storage, limit: int = MAX_RECORD_FILES_COUNT
             return 0
         return sum(1 for r in records or () if r.chunk is not None)
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        return sum(pool.map(count, keys))
+    return sum(storage.map_requests(count, keys))
