@@ -208,14 +208,19 @@ class IdentityTable:
             return cls(keys, versions, names=columns.names)
         return cls(keys, versions, firsts, rows, columns.names)
 
-    def to_bytes(self) -> bytes:
+    def to_parts(self) -> list:
+        """The table's file as parts, its columns as they are in memory where they already
+        are little-endian uint64 (no copy: 2M inputs are 32 MB, which three copies made
+        0.2 s of the call's start, issue 19). ``b"".join`` of them is :meth:`to_bytes`."""
         sources = self.rows is not None
         head = _MAGIC + np.array([len(self.keys), int(sources)], dtype="<u8").tobytes()
-        parts = [head, self.keys.astype("<u8").tobytes(), self.versions.astype("<u8").tobytes()]
-        if sources:
-            firsts = self.firsts if self.firsts is not None else np.zeros(len(self.keys), np.uint64)
-            parts += [firsts.astype("<u8").tobytes(), self.rows.astype("<u8").tobytes()]  # type: ignore[union-attr]
-        return b"".join(parts)
+        columns = [self.keys, self.versions]
+        if self.rows is not None:
+            columns += [self.firsts if self.firsts is not None else np.zeros(len(self.keys), np.uint64), self.rows]
+        return [head, *(np.ascontiguousarray(c, dtype="<u8").data for c in columns)]
+
+    def to_bytes(self) -> bytes:
+        return b"".join(self.to_parts())
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> IdentityTable:
@@ -283,7 +288,7 @@ def write_units(storage: Storage, generation: int, table: IdentityTable, *, only
     key = units_key(generation)
     if only_if_missing and storage.exists(key):
         return
-    storage.write_bytes(key, table.to_bytes())
+    storage.write_parts(key, table.to_parts())
 
 
 def subtract(ranges: list[list[int]], ids: Iterable[int]) -> list[list[int]]:
