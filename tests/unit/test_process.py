@@ -53,3 +53,19 @@ def test_fork_safe_lock_is_unlocked_in_a_child_forked_while_it_is_held():
             os._exit(0 if lock._lock.acquire(timeout=2) else 1)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_reuse_freed_memory_applies_on_glibc_and_can_be_turned_off(monkeypatch):
+    """Run in a child: mallopt changes the whole process's allocator."""
+    import subprocess
+    import sys
+
+    code = "from shardwright.process import reuse_freed_memory; print(reuse_freed_memory())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import platform
+
+    expected = platform.libc_ver()[0] == "glibc"
+    assert on.stdout.strip() == str(expected)
+    monkeypatch.setenv("SHARDWRIGHT_WORKER_MALLOC", "default")
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert off.stdout.strip() == "False"
