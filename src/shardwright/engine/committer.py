@@ -16,7 +16,10 @@ from ..storage import Storage
 # into large commit rounds (one barrier per round).
 PENDING_BYTES_LIMIT = 64 * 1024 * 1024
 PENDING_CHUNKS_LIMIT = 256
-SEALING_ROUNDS = 1  # written rounds that may wait for the sealer (bounds the dirty page cache)
+# Written rounds queued for the sealer; the writer may hold one more while it waits to queue
+# it. Bounds how far writing runs ahead of durability (the dirty page cache), not memory: a
+# round's items are dropped once written.
+SEALING_ROUNDS = 1
 ROUND_LIMIT_ENV = "SHARDWRIGHT_COMMIT_ROUND"  # most chunks per commit round (tests: 1 record file per chunk)
 
 
@@ -30,7 +33,8 @@ class ChunkCommitter:
     barrier, fencing check, records). So the disk flushes round k while round k+1 is written
     into the page cache: large chunks no longer alternate copying and flushing (issue 19:
     the writer waited for every fsync before it could write the next chunk). At most
-    SEALING_ROUNDS written rounds wait for the sealer.
+    SEALING_ROUNDS written rounds are queued for the sealer, plus the one the writer holds
+    while it waits to queue it.
 
     After a power cut only records of the last round can be torn; load_progress drops a torn
     record and every later one of its shard, which only means redoing those chunks. A failure
@@ -109,11 +113,12 @@ class ChunkCommitter:
     def _release(self, batch: list[PendingChunk]) -> None:
         """The round's chunks are in the store's hands (local disk: the page cache): their
         items are dropped (the worker keeps no reference to them) and their room is free."""
+        freed = sum(job.nbytes for job in batch)  # before the items go (nbytes may not be cached yet)
         for job in batch:
             job.items.clear()
         with self._room:
             self._pending_chunks -= len(batch)
-            self._pending_bytes -= sum(job.nbytes for job in batch)
+            self._pending_bytes -= freed
             self._room.notify_all()
 
     def _write_loop(self) -> None:

@@ -22,7 +22,9 @@ SAME_EPOCH = -1  # PendingChunk.prev_epoch: the shard's previous record was this
 @dataclass(frozen=True)
 class PendingChunk:
     """A chunk (or a shard's end, with no items) waiting to be committed, and where its shard
-    resumes once it is: what its commit record will say."""
+    resumes once it is: what its commit record will say. The worker's committer empties
+    ``items`` once the chunk file is written (:func:`write_chunks`); :func:`seal_round`
+    reads only the claims."""
 
     shard: int
     seq: int
