@@ -206,3 +206,25 @@ def errors_of_threads(target, seeds) -> list[BaseException]:
     for t in threads:
         t.join()
     return errors
+
+
+def fork_pool_map(fn, jobs: list, processes: int, timeout: float = 120) -> list:
+    """``Pool.map`` over forked processes, bounded: a child that hangs (a lock some thread of
+    this process held at the fork) fails the test in ``timeout`` s, and its processes are
+    SIGKILLed rather than left to a ``terminate()`` that waits forever on a child stuck below
+    Python, where SIGTERM's handler never runs."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    before = {p.pid for p in multiprocessing.active_children()}
+    pool = ctx.Pool(processes)
+    try:
+        results = pool.map_async(fn, jobs, chunksize=1).get(timeout=timeout)
+    except multiprocessing.TimeoutError:
+        for child in multiprocessing.active_children():
+            if child.pid not in before:
+                child.kill()
+        raise AssertionError(f"forked pool workers did not finish {len(jobs)} jobs in {timeout} s") from None
+    pool.close()
+    pool.join()
+    return results

@@ -8,6 +8,8 @@ Loaded by tests/conftest.py (``pytest_plugins``); tests that use it are marked `
   session (it takes ~6 s to start on 2 cores); a test that removes a node calls
   ``restore()`` (or ``ensure_nodes()``) so the next one finds 3 nodes again. Shut down at the
   end of the session, also when tests failed.
+* ``no_ray_driver_left_behind`` (autouse): after each test, a Ray connection of this process is
+  closed (``ray.shutdown()``), so no later test forks a process holding a Ray driver's threads.
 * ``env`` of the cluster: what a driver subprocess needs (``RAY_ADDRESS``, the temp dir,
   ``PYTHONPATH`` with this checkout's src).
 
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-__all__ = ["ray_cluster", "RayTestCluster", "LEASE_TTL"]
+__all__ = ["ray_cluster", "no_ray_driver_left_behind", "RayTestCluster", "LEASE_TTL"]
 
 # Read by Ray when it is imported (ray_constants), so set when pytest loads this plugin, before
 # any test imports ray: without it ray.init() in this process swaps 127.0.0.1 for the
@@ -107,6 +110,17 @@ class RayTestCluster:
                     else:
                         os.environ[key] = value
                 shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_ray_driver_left_behind():
+    """A test that connected this process to Ray (``ray.init``) is disconnected after it: the
+    driver's threads, left running, make a later test's fork (a DataLoader's workers, a
+    process pool) hang on a lock one of them held at the fork."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -239,3 +239,42 @@ def test_a_task_that_could_never_start_is_refused_before_writing(ray_cluster, tm
     code, _, err = run_driver(ray_cluster, config)
     assert code != 0 and "could never start" in err, err[-3000:]
     assert not (tmp_path / "out" / ".shardwright" / "manifest.json").exists()
+
+
+def _ray_threads() -> list[str]:
+    import threading
+
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith(("ray_", "PythonGCThread")))
+
+
+def _square(i: int) -> int:
+    return i * i
+
+
+def test_a_connection_optimize_opened_is_closed_and_a_fork_afterwards_works(ray_cluster, tmp_path, monkeypatch):
+    """optimize(executor="ray") connects through RAY_ADDRESS and disconnects when it returns:
+    no Ray driver thread is left in the caller's process, so forking there (a DataLoader's
+    workers, a process pool) cannot hang on a lock one held. A connection the caller opened
+    stays open."""
+    import multiprocessing
+
+    import ray
+
+    from shardwright import optimize
+
+    ray_cluster.restore()
+    ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster.address)
+
+    def fn(i: int) -> dict:  # a closure: Ray pickles it by value
+        return {"i": i}
+
+    result = optimize(fn, list(range(30)), str(tmp_path / "a"), executor="ray", shared_output=True, num_workers=1)
+    assert result.published and result.items == 30
+    assert not ray.is_initialized() and _ray_threads() == [], _ray_threads()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert pool.map_async(_square, range(8)).get(timeout=60) == [i * i for i in range(8)]
+
+    ray.init(address=ray_cluster.address)
+    result = optimize(fn, list(range(30)), str(tmp_path / "b"), executor="ray", shared_output=True, num_workers=1)
+    assert result.published and ray.is_initialized(), "the caller's own connection stays open"

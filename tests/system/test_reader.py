@@ -25,7 +25,7 @@ from shardwright.format import ChunkEntry, ItemEncoder, build_chunk
 from shardwright.protocol.layout import chunk_filename
 from shardwright.reader import _CACHE_MARKER, _ChunkCache, _try_evict
 from shardwright.storage import LocalStorage
-from support.helpers import errors_of_threads
+from support.helpers import errors_of_threads, fork_pool_map
 
 
 def item(i: int) -> dict:
@@ -332,8 +332,7 @@ def test_cache_processes_download_each_chunk_once(tmp_path):
     calls.mkdir()
     cache = _cache(tmp_path, CountingStorage(storage.root, str(calls)), 10**9)
     jobs = [(cache, e) for e in entries for _ in range(4)]
-    with multiprocessing.get_context("fork").Pool(4) as pool:
-        sizes = pool.map(_open_size, jobs, chunksize=1)
+    sizes = fork_pool_map(_open_size, jobs, 4)
     assert sizes == [e.chunk_bytes for _, e in jobs]
     downloads = sorted(p.name.split(".bin")[0] + ".bin" for p in calls.iterdir())
     assert downloads == sorted(e.filename for e in entries), downloads

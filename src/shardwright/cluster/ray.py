@@ -70,14 +70,24 @@ class RayExecutor:
 
     def run(self, call: ExecutorCall) -> OptimizeResult:
         ray = import_ray()
-        options = call.options
-        if options.node_rank is not None:
+        if call.options.node_rank is not None:
             raise UsageError(
                 "executor='ray' spreads the run over the Ray cluster itself: do not pass node_rank "
                 "(num_nodes= sets how many Ray tasks share the run)"
             )
-        if not ray.is_initialized():  # RAY_ADDRESS, else a local cluster, as ray.init() does
-            ray.init(log_to_driver=options.verbose, configure_logging=False)
+        if ray.is_initialized():  # the caller's own connection: theirs to keep
+            return self._drive(ray, call)
+        # RAY_ADDRESS, else a local cluster, as ray.init() does. A connection we opened we
+        # close: a Ray driver's threads left in the caller's process make any later fork
+        # there (a DataLoader's workers, a process pool) hang on a lock one of them held.
+        ray.init(log_to_driver=call.options.verbose, configure_logging=False)
+        try:
+            return self._drive(ray, call)
+        finally:
+            ray.shutdown()
+
+    def _drive(self, ray: Any, call: ExecutorCall) -> OptimizeResult:
+        options = call.options
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         remote_args = task_options(options, nodes)
         workers = task_workers(options, remote_args)
