@@ -6,8 +6,8 @@ with ``If-None-Match: *``; compare-and-swap is ``If-Match: <etag>``. S3's strong
 read-after-write consistency means an object is visible to every reader once its PUT
 returned, which is what lets a commit record be written right after its chunk.
 
-Retries: botocore's adaptive retries plus our own bounded loop for what it does not retry
-(connection resets, truncated bodies). A client is created lazily per process, so forked
+Retries: one bounded loop of ours (``retry_timeout``), botocore's own retries off, so the
+budget a caller sets is the time a failure takes. A client is created lazily per process, so forked
 workers never share a connection pool.
 
 Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first use.
@@ -85,13 +85,15 @@ class S3Storage(Storage):
       machines without any lock service.
     * The boto3 client is created lazily and once per process: the engine forks workers, and
       a client (its connection pool) must never be shared across a fork.
-    * Flaky networks: botocore retries each request (adaptive mode, 10 attempts), and every
-      operation is wrapped in our own bounded retry loop (about ``retry_timeout`` = 60 s) that
-      also covers what botocore does not: bodies cut mid-stream, connection resets while
-      reading, read timeouts. A body is only accepted if it has exactly Content-Length bytes.
-    * An endpoint that was never reachable fails fast (a couple of attempts, seconds), so a
-      typo in the URL does not hang for minutes; once the endpoint has answered, connection
-      failures are treated as transient and retried within the budget.
+    * Flaky networks: one retry loop with one budget (about ``retry_timeout`` = 60 s, exponential
+      backoff with jitter) around every operation, and botocore's own retries off: nested, its
+      10 attempts of up to 20 s each made a budget of 2 s last half a minute. The loop retries
+      what botocore would (throttling, 5xx, connection errors) and what it would not: bodies
+      cut mid-stream, connection resets while reading, read timeouts. A body is only accepted
+      if it has exactly Content-Length bytes.
+    * An endpoint that was never reachable fails fast (two attempts, seconds), so a typo in
+      the URL does not hang for minutes; once the endpoint has answered, connection failures
+      are treated as transient and retried within the budget.
     * Every failure surfaces as StorageError naming the bucket, key and endpoint, never a
       secret.
 
@@ -153,7 +155,7 @@ class S3Storage(Storage):
         from botocore.config import Config
 
         cfg = Config(
-            retries={"max_attempts": 10, "mode": "adaptive"},
+            retries={"total_max_attempts": 1, "mode": "standard"},  # our loop retries (_run)
             connect_timeout=3,
             read_timeout=30,
             max_pool_connections=32,
@@ -176,24 +178,9 @@ class S3Storage(Storage):
 
             session = boto3.session.Session()  # sessions are not thread-safe: one per client
             client = session.client("s3", config=self._botocore_config(), **self._client_kwargs)
-            # Runs before botocore's retry handler: stop retrying a never-reached endpoint.
-            client.meta.events.register_first("needs-retry.s3", self._fail_fast_unreachable)
             self._client = client
             self._client_pid = pid
             return client
-
-    def _fail_fast_unreachable(
-        self, attempts: int = 0, caught_exception: BaseException | None = None, **_kwargs: Any
-    ) -> None:
-        from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError
-
-        if (
-            caught_exception is not None
-            and not self._reached
-            and isinstance(caught_exception, (EndpointConnectionError, ConnectTimeoutError))
-            and attempts >= 2
-        ):
-            raise caught_exception  # ends botocore's retry loop with this error
 
     # -- retry loop and error mapping -----------------------------------------------------
 
@@ -207,13 +194,13 @@ class S3Storage(Storage):
     def _rel(self, full_key: str) -> str:
         return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
 
-    def _is_retryable(self, e: BaseException) -> bool:
+    def _is_retryable(self, e: BaseException, attempt: int = 0) -> bool:
         from botocore import exceptions as bce
 
         if isinstance(e, _TruncatedBody):
             return True
         if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError)):
-            return self._reached
+            return self._reached or attempt < 1  # never answered: one more try, then a clear error
         if isinstance(e, bce.ClientError):
             code, status, _ = _client_error_info(e)
             return code in _RETRY_CODES or (status is not None and status >= 500)
@@ -302,7 +289,7 @@ class S3Storage(Storage):
             except (StorageError, FileNotFoundError, ValueError):
                 raise
             except Exception as e:
-                if self._is_retryable(e):
+                if self._is_retryable(e, attempt):
                     delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
                     if time.monotonic() + delay < deadline:
                         attempt += 1
