@@ -47,9 +47,6 @@ from support.helpers import (
     wait_for,
 )
 
-# botocore's adaptive retry mode crawls under constant 503s: tests that inject faults use this.
-STANDARD_RETRIES = {"retries": {"mode": "standard", "max_attempts": 10}}
-
 
 @pytest.fixture(autouse=True)
 def private_reader_cache(tmp_path, monkeypatch):
@@ -197,7 +194,7 @@ def test_sigkill_loop_through_faulty_network(s3_server, s3_url, fault_proxy):
     """Kills while requests fail (503, resets before and after the server applied them,
     truncated responses): still exactly once."""
     rng = random.Random("s3-fault-kill-loop")
-    opts = dict(fault_proxy.storage_options, config=STANDARD_RETRIES)
+    opts = dict(fault_proxy.storage_options)  # the default client: our one retry loop
     fault_proxy.configure(p_503=0.04, p_reset=0.04, p_truncate=0.03)
     config = {
         "kind": "plain",
@@ -227,9 +224,7 @@ def test_sigkill_loop_through_faulty_network(s3_server, s3_url, fault_proxy):
 
 
 def test_persistent_503_fails_clearly_then_resumes(s3_server, s3_bucket, s3_url, fault_proxy):
-    opts = dict(
-        fault_proxy.storage_options, retry_timeout=3, config={"retries": {"mode": "standard", "max_attempts": 3}}
-    )
+    opts = dict(fault_proxy.storage_options, retry_timeout=3)
     config = {
         "kind": "plain",
         "n": 1200,
@@ -595,7 +590,7 @@ def test_two_processes_share_a_small_cache(remote_dataset, tmp_path):
 
 def test_reader_through_faulty_network(remote_dataset, fault_proxy, tmp_path):
     url, _ = remote_dataset
-    opts = dict(fault_proxy.storage_options, config=STANDARD_RETRIES)
+    opts = dict(fault_proxy.storage_options)  # the default client: our one retry loop
     ds = StreamingDataset(url, storage_options=opts, cache_dir=tmp_path / "cache")
     fault_proxy.configure(p_503=0.1, p_reset=0.05, p_truncate=0.15)
     for i, item in enumerate(ds):

@@ -538,8 +538,7 @@ def test_s3_endpoint_from_environment(s3_server, s3_bucket, monkeypatch):
 
 @pytest.mark.s3
 def test_s3_through_faults_completes_with_correct_bytes(fault_proxy, s3_bucket, s3_server):
-    # Default client settings (botocore adaptive retries). Kept small on purpose: adaptive mode's
-    # client-side rate limiter slows a client down to ~0.5 requests/s under persistent 503s.
+    # Default client settings: our one retry loop, botocore's own retries off.
     fault_proxy.configure(p_503=0.2, p_reset=0.1, p_truncate=0.1)
     s = open_storage(f"s3://{s3_bucket}/flaky", fault_proxy.storage_options)
     blobs = {f"d/k{i}": os.urandom(50_000 + i) for i in range(4)}
@@ -589,9 +588,7 @@ def test_s3_truncated_body_and_hang_are_retried(fault_proxy, s3_bucket):
 
 @pytest.mark.s3
 def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_bucket):
-    opts = dict(
-        fault_proxy.storage_options, retry_timeout=2, config={"retries": {"max_attempts": 2, "mode": "standard"}}
-    )
+    opts = dict(fault_proxy.storage_options, retry_timeout=2)  # the whole budget: no nested retries
     s = open_storage(f"s3://{s3_bucket}/p", opts)
     s.check()
     fault_proxy.configure(p_503=1.0)

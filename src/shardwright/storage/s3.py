@@ -41,10 +41,13 @@ _MiB = 1024 * 1024
 # (BadDigest, retried). SeaweedFS verifies it too: tests/system/test_trust_s3_upload.py.
 UPLOAD_CHECKSUM = "CRC32"
 
-# Error codes worth another try once botocore's own retries gave up (or did not apply).
+# Error codes worth another try: botocore's own transient and throttling codes (its retries
+# are off: ours replace them), and S3's.
 _RETRY_CODES = frozenset(
-    "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeTooSkewed Throttling ThrottlingException RequestLimitExceeded"
-    " TooManyRequestsException ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 500 502 503 504".split()
+    "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeoutException PriorRequestNotComplete"
+    " RequestTimeTooSkewed Throttling ThrottlingException ThrottledException RequestThrottledException"
+    " RequestThrottled RequestLimitExceeded BandwidthLimitExceeded LimitExceededException TooManyRequestsException"
+    " ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 429 500 502 503 504".split()
 )
 _CREDENTIAL_CODES = frozenset(
     "InvalidAccessKeyId SignatureDoesNotMatch AccessDenied InvalidToken ExpiredToken InvalidClientTokenId"
@@ -98,7 +101,8 @@ class S3Storage(Storage):
       secret.
 
     Besides boto3 client kwargs, ``storage_options`` may hold ``config`` (dict merged into
-    ``botocore.config.Config``) and the shardwright settings ``multipart_threshold``,
+    ``botocore.config.Config``; a ``retries`` there turns botocore's own retries back on,
+    inside our loop, so failures then take longer than ``retry_timeout``) and the shardwright settings ``multipart_threshold``,
     ``multipart_chunksize`` (bytes) and ``retry_timeout`` (seconds).
     """
 
@@ -203,7 +207,7 @@ class S3Storage(Storage):
             return self._reached or attempt < 1  # never answered: one more try, then a clear error
         if isinstance(e, bce.ClientError):
             code, status, _ = _client_error_info(e)
-            return code in _RETRY_CODES or (status is not None and status >= 500)
+            return code in _RETRY_CODES or (status is not None and (status >= 500 or status == 429))
         stream_errors = [bce.IncompleteReadError, bce.ReadTimeoutError, bce.ConnectionClosedError, bce.HTTPClientError]
         if hasattr(bce, "ResponseStreamingError"):
             stream_errors.append(bce.ResponseStreamingError)
