@@ -367,15 +367,57 @@ def touch_memory(nbytes: int) -> None:
         del block
 
 
+def run_order(variants: list[Variant], rep: int) -> list[Variant]:
+    """Each library's variants back to back, shardwright's first, the members of a pair
+    swapping places every repeat: so both members of a paired comparison follow the same
+    kind of run equally often. (Rotating all variants made ``use_checkpoint=True`` follow
+    litdata in 3 of 5 repeats and ``False`` in none: a run right after litdata's 25 CPU
+    seconds is slower, and workload 1 showed a checkpoint overhead of +11.6 % to +19 %
+    where the runs without litdata showed +4 %.)"""
+    ours = [v for v in variants if v.run is run_shardwright]
+    theirs = [v for v in variants if v.run is not run_shardwright]
+    if rep % 2:
+        ours, theirs = ours[::-1], theirs[::-1]
+    return ours + theirs
+
+
+def cpu_idle_fraction(seconds: float) -> float:
+    """The machine's idle share over ``seconds`` (/proc/stat; 1.0 where it cannot be read)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except OSError:
+        return 1.0
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def settle(nbytes: int) -> None:
+    """Before every timed run: flush what earlier runs left dirty (``os.sync``), wait (up to
+    5 s) for the machine to go idle (a previous run's processes exiting, the kernel handing
+    their freed memory back to the host), then ``touch_memory``."""
+    os.sync()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and cpu_idle_fraction(0.1) < 0.9:
+        pass
+    touch_memory(nbytes)
+
+
 def run_floors(w: Workload, rep: int, root: str, sizes: list[int], results: dict) -> None:
     """The fn-only and raw-I/O floors of ``w``, after its variants (the I/O floor writes the
     chunk sizes shardwright wrote in this repeat)."""
     gc.collect()
-    touch_memory(w.touch_bytes)
+    settle(w.touch_bytes)
     reset_peak_rss()
     fn_s = floor_fn_only(w.fn, w.num_inputs)
     peak = peak_rss_mb()
-    touch_memory(w.touch_bytes)
+    settle(w.touch_bytes)
     reset_peak_rss()
     io_s = floor_raw_io(sizes, os.path.join(root, f"w{w.wid}-floor-r{rep}"))
     peak = max(peak, peak_rss_mb())
@@ -476,7 +518,7 @@ def run_one(
     gc.collect()
     try:
         ctx = contextlib.nullcontext() if show_output else redirected(log_path)
-        touch_memory(w.touch_bytes)
+        settle(w.touch_bytes)
         with ctx:
             reset_peak_rss()
             cpu, started = cpu_seconds(), time.perf_counter()
@@ -553,7 +595,7 @@ def main(argv=None) -> int:
         for w in selected:
             for rep in range(repeats):
                 sw_sizes: list[int] = []
-                order = w.variants[rep % len(w.variants) :] + w.variants[: rep % len(w.variants)]
+                order = run_order(w.variants, rep)
                 for v in order:
                     result = results.setdefault((w.wid, v.key), Result())
                     try:

@@ -90,7 +90,7 @@ def main(argv=None) -> int:
                 if os.path.exists(log_path):
                     os.remove(log_path)
                 gc.collect()
-                bench.touch_memory(256 << 20)
+                bench.settle(256 << 20)
                 started = time.perf_counter()
                 shardwright.optimize(
                     fn, list(range(n)), out, num_workers=bench.NUM_WORKERS, use_checkpoint=checkpoint, verbose=False
