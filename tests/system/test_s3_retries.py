@@ -30,7 +30,7 @@ class Overloaded(http.server.ThreadingHTTPServer):
 class Handler(http.server.BaseHTTPRequestHandler):
     server: Overloaded
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         with self.server.lock:
             self.server.requests += 1
             failing = self.server.requests <= self.server.failures
