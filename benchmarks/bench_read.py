@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from bench_optimize import touch_memory  # noqa: E402
 
 ARRAY_BYTES = 256 << 10
 WORKERS = 2
@@ -267,22 +268,14 @@ def peak_rss_mb() -> float:
 PEAKS: list[float] = []  # the driver's peak RSS of each timed() call, in order
 
 
+# Memory touched before every timed read (bench_optimize.touch_memory says why): whichever
+# reader ran right after another would get the pages it freed cheap.
 TOUCH_BYTES = 1 << 30
-
-
-def touch_memory(nbytes: int = TOUCH_BYTES) -> None:
-    """Write to fresh memory and free it before a timed run: on a VM whose host takes back
-    the guest's free pages (this machine), the first write to such a page costs a host fault
-    (0.4 GB/s), and whichever reader ran right after another would get the pages it freed
-    cheap. Touching first gives every reader the same backed free memory (bench_optimize.py
-    does the same)."""
-    block = np.ones(nbytes, dtype=np.uint8)
-    del block
 
 
 def timed(run, args: tuple, expected: int) -> float:
     gc.collect()
-    touch_memory()
+    touch_memory(TOUCH_BYTES)
     reset_peak_rss()
     started = time.perf_counter()
     got = run(*args)

@@ -3,6 +3,7 @@
 It sits between boto3 and the test S3 server and, per request, can:
 
 * ``503``       answer ``503 SlowDown`` itself with a real S3 XML error body (server never sees it)
+* ``429``       answer ``429 TooManyRequests`` the same way (throttling: only through ``next_faults``)
 * ``reset``     reset the connection (TCP RST) before forwarding: the server never sees it
 * ``reset_after`` forward, let the server apply the request, then reset instead of answering:
                 the nastiest case, because the client cannot know the write happened
@@ -37,13 +38,22 @@ import sys
 import threading
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-FAULTS = ("503", "reset", "reset_after", "truncate", "hang", "corrupt_body")
+FAULTS = ("503", "429", "reset", "reset_after", "truncate", "hang", "corrupt_body")
 
-_SLOWDOWN_BODY = (
-    b'<?xml version="1.0" encoding="UTF-8"?>\n'
-    b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
-    b"<RequestId>faultproxy</RequestId><HostId>faultproxy</HostId></Error>"
-)
+
+def _s3_error_body(code: str) -> bytes:
+    return (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n'
+        b"<Error><Code>" + code.encode() + b"</Code><Message>Please reduce your request rate.</Message>"
+        b"<RequestId>faultproxy</RequestId><HostId>faultproxy</HostId></Error>"
+    )
+
+
+# the status lines and bodies of the faults the proxy answers itself, as S3 would
+_REFUSALS = {
+    "503": ("503 Slow Down", _s3_error_body("SlowDown")),
+    "429": ("429 Too Many Requests", _s3_error_body("TooManyRequests")),
+}
 
 
 class _Closed(Exception):
@@ -298,18 +308,19 @@ class FaultProxy:
                 self._stop.wait(delay)
             if fault:
                 self.stats[fault] += 1
-            if fault == "503":
+            if fault in _REFUSALS:
+                status, error = _REFUSALS[fault]
                 client.sendall(
                     _build_head(
-                        "HTTP/1.1 503 Slow Down",
+                        f"HTTP/1.1 {status}",
                         [
                             ("Content-Type", "application/xml"),
-                            ("Content-Length", str(len(_SLOWDOWN_BODY))),
+                            ("Content-Length", str(len(error))),
                             ("Connection", "close"),
                             ("x-amz-request-id", "faultproxy"),
                         ],
                     )
-                    + _SLOWDOWN_BODY
+                    + error
                 )
                 return
             if fault == "reset":

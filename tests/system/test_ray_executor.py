@@ -18,7 +18,7 @@ import time
 import pytest
 
 from support.crash_child import expected
-from support.helpers import CHILD, committed_records, kill_group, read_pairs, wait_for
+from support.helpers import CHILD, committed_records, fork_pool_map, kill_group, read_pairs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -256,8 +256,6 @@ def test_a_connection_optimize_opened_is_closed_and_a_fork_afterwards_works(ray_
     no Ray driver thread is left in the caller's process, so forking there (a DataLoader's
     workers, a process pool) cannot hang on a lock one held. A connection the caller opened
     stays open."""
-    import multiprocessing
-
     import ray
 
     from shardwright import optimize
@@ -272,8 +270,7 @@ def test_a_connection_optimize_opened_is_closed_and_a_fork_afterwards_works(ray_
     result = optimize(fn, list(range(30)), str(tmp_path / "a"), executor="ray", shared_output=True, num_workers=1)
     assert result.published and result.items == 30
     assert not ray.is_initialized() and _ray_threads() == [], _ray_threads()
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        assert pool.map_async(_square, range(8)).get(timeout=60) == [i * i for i in range(8)]
+    assert fork_pool_map(_square, list(range(8)), 2, timeout=60) == [i * i for i in range(8)]
 
     ray.init(address=ray_cluster.address)
     result = optimize(fn, list(range(30)), str(tmp_path / "b"), executor="ray", shared_output=True, num_workers=1)

@@ -7,8 +7,8 @@ read-after-write consistency means an object is visible to every reader once its
 returned, which is what lets a commit record be written right after its chunk.
 
 Retries: one bounded loop of ours (``retry_timeout``), botocore's own retries off, so the
-budget a caller sets is the time a failure takes. A client is created lazily per process, so forked
-workers never share a connection pool.
+budget a caller sets is the time a failure takes. A client is created lazily per process,
+so forked workers never share a connection pool.
 
 Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first use.
 """
@@ -47,7 +47,7 @@ _RETRY_CODES = frozenset(
     "SlowDown ServiceUnavailable InternalError RequestTimeout RequestTimeoutException PriorRequestNotComplete"
     " RequestTimeTooSkewed Throttling ThrottlingException ThrottledException RequestThrottledException"
     " RequestThrottled RequestLimitExceeded BandwidthLimitExceeded LimitExceededException TooManyRequestsException"
-    " ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 429 500 502 503 504".split()
+    " ConditionalRequestConflict OperationAborted BadDigest IncompleteBody 500 502 503 504".split()
 )
 _CREDENTIAL_CODES = frozenset(
     "InvalidAccessKeyId SignatureDoesNotMatch AccessDenied InvalidToken ExpiredToken InvalidClientTokenId"
@@ -102,8 +102,9 @@ class S3Storage(Storage):
 
     Besides boto3 client kwargs, ``storage_options`` may hold ``config`` (dict merged into
     ``botocore.config.Config``; a ``retries`` there turns botocore's own retries back on,
-    inside our loop, so failures then take longer than ``retry_timeout``) and the shardwright settings ``multipart_threshold``,
-    ``multipart_chunksize`` (bytes) and ``retry_timeout`` (seconds).
+    inside our loop, so failures then take longer than ``retry_timeout``) and the shardwright
+    settings ``multipart_threshold``, ``multipart_chunksize`` (bytes) and ``retry_timeout``
+    (seconds).
     """
 
     multipart_threshold: int = 64 * _MiB
