@@ -110,6 +110,23 @@ def test_unknown_and_mistyped_options():
         open_storage("az://data/p", {"connection_string": CONN, "max_block_size": True})
 
 
+@pytest.mark.parametrize(
+    "name, value",
+    [("retry_timeout", "60"), ("retry_timeout", -1), ("retry_timeout", True), ("retry_timeout", 10**9)]
+    + [("multipart_threshold", "64MiB"), ("multipart_threshold", 0), ("multipart_chunksize", 6 * 1024**3)],
+)
+def test_s3_numbers_are_typed_and_bounded_like_the_other_clouds(name, value):
+    # a string, a bool or an out-of-range number is refused in one line, before any client exists
+    with pytest.raises(UsageError, match=rf"storage_options\[{name!r}\] must be a number from") as info:
+        open_storage("s3://bucket/p", {name: value, "aws_secret_access_key": "s3cr3t-value"})
+    assert "\n" not in str(info.value) and "s3cr3t-value" not in str(info.value)
+
+
+def test_s3_numbers_in_range_are_kept():
+    storage = open_storage("s3://bucket/p", {"retry_timeout": 2, "multipart_threshold": 5 * 1024**2})
+    assert (storage.retry_timeout, storage.multipart_threshold) == (2, 5 * 1024**2)
+
+
 def test_optimize_refuses_before_writing_anything(tmp_path):
     # the S3 names check does not misreport gs:// options as boto3 ones
     with pytest.raises(UsageError, match="'token' -> 'credentials'"):

@@ -28,6 +28,7 @@ from ..errors import OutputDirError, StorageError
 from ..process import ForkSafeLock
 from ..secrets import without_url_credentials
 from .base import ObjectInfo, Storage, check_range
+from .cloud import pop_number
 from .files import download_atomically
 from .registry import parse_location, register_backend
 
@@ -36,6 +37,7 @@ __all__ = ["S3Storage", "open_s3"]
 T = TypeVar("T")
 
 _MiB = 1024 * 1024
+_GiB = 1024 * _MiB
 
 # Every upload sends this checksum of its body; the server refuses a body damaged in flight
 # (BadDigest, retried). SeaweedFS verifies it too: tests/system/test_trust_s3_upload.py.
@@ -117,12 +119,15 @@ class S3Storage(Storage):
             raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
         self.bucket, self.prefix, self.url = location.bucket, location.prefix, location.url
         opts = dict(storage_options or {})
-        if "multipart_threshold" in opts:
-            self.multipart_threshold = int(opts.pop("multipart_threshold"))
-        if "multipart_chunksize" in opts:
-            self.multipart_chunksize = int(opts.pop("multipart_chunksize"))
-        if "retry_timeout" in opts:
-            self.retry_timeout = float(opts.pop("retry_timeout"))
+        # S3's own limits: a single PUT and a part are at most 5 GiB (a part at least 5 MiB,
+        # which the upload enforces by rounding up)
+        self.multipart_threshold = int(
+            pop_number(opts, "multipart_threshold", self.multipart_threshold, minimum=1, maximum=5 * _GiB)
+        )
+        self.multipart_chunksize = int(
+            pop_number(opts, "multipart_chunksize", self.multipart_chunksize, minimum=1, maximum=5 * _GiB)
+        )
+        self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
         self._config = opts.pop("config", None)
         self._client_kwargs = opts  # may hold secrets: never printed
         self._client = None
