@@ -194,6 +194,59 @@ def test_a_range_has_the_identities_of_its_values(inputs):
     assert fast.dtype == plain.dtype and fast.tolist() == plain.tolist() and len(fast) == len(inputs)
 
 
+# computed by the code before issue 19's whole-list fast paths: they must not change
+GOLDEN_INTS_DIGEST = "2698b320d5c5b589"
+GOLDEN_INT_IDENTITIES = [13584602724991562817, 10290511070791673501, 6244629451894758760]
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        list(range(70_000)),  # one kind, more than one identity block
+        [f"item-{i}" for i in range(70_000)],
+        [2**64 + i for i in range(10)] + list(range(70_000)),  # ints past int64: the general path
+        [1, "a", b"x", None, 2.5, True, -5, 2**70, (1, "a"), {3, 1}] * 300,
+        [True, False] * 200,  # bool is not int: never the int path
+        [_Str("a/b"), "c/d", "e"] * 100,  # a str subclass is not str
+        ["/no/such/file", "relative/path", "x"] * 300,
+        [],
+    ],
+    ids=["ints", "strs", "big-ints", "mixed", "bools", "str-subclass", "paths", "empty"],
+)
+def test_the_whole_list_fast_paths_hash_like_the_blocks(values, tmp_path):
+    """A list's value types are looked at once (issue 19) and decide every block's path; a
+    tuple takes the per-block checks. Fingerprints, file stats and identities must be the
+    same bytes either way: a resume compares them with those of the run it resumes."""
+    from shardwright.protocol.fingerprint import InputFiles, InputsFingerprint, value_types
+
+    files = [str(tmp_path / f"f{i}") for i in range(3)]
+    for i, path in enumerate(files):
+        open(path, "w").write("x" * i)
+    values = values + files  # real files: their stats are hashed
+    as_list, as_tuple = values, tuple(values)
+    assert value_types(as_tuple) is None and value_types(as_list) == frozenset(map(type, values))
+    for given in (None, value_types(as_list)):
+        assert InputsFingerprint.of(as_list, types=given) == InputsFingerprint.of(as_tuple)
+        assert InputFiles.of(as_list, types=given) == InputFiles.of(as_tuple)
+        assert values_hashes(as_list, types=given).tolist() == values_hashes(as_tuple).tolist()
+    assert InputFiles.of(as_list) is not None
+
+
+def test_the_fingerprint_of_a_list_of_ints_is_fixed():
+    """The bytes a manifest records: a change of algorithm would refuse every resume of a run
+    written before it ("fingerprinted differently")."""
+    from shardwright.protocol.fingerprint import InputsFingerprint
+
+    fp = InputsFingerprint.of(list(range(1000)))
+    assert fp.digest() == GOLDEN_INTS_DIGEST
+    assert fp == InputsFingerprint.of(range(1000)) == InputsFingerprint.of(tuple(range(1000)))
+    assert values_hashes(list(range(3))).tolist() == GOLDEN_INT_IDENTITIES
+
+
 @pytest.mark.parametrize("sources", [False, True])
 def test_identity_table_file_layout_is_fixed_and_round_trips(sources):
     """The unit table's file: magic, count, kind, then little-endian uint64 columns, written

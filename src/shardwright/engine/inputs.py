@@ -36,29 +36,31 @@ def unit_columns(source: Source) -> UnitColumns:
     return UnitColumns(*source.unit_columns())
 
 
-def fingerprint(inputs: Sequence) -> InputsFingerprint:
-    """A source's fingerprint is its units' metadata, a plain sequence's its pickled values."""
+def fingerprint(inputs: Sequence, types: frozenset[type] | None = None) -> InputsFingerprint:
+    """A source's fingerprint is its units' metadata, a plain sequence's its pickled values.
+    ``types``: ``protocol.fingerprint.value_types(inputs)``, when the caller looked them up already
+    (make_request: once for the three functions over the inputs)."""
     if isinstance(inputs, Source):
         return units_fingerprint(unit_columns(inputs), len(inputs))
-    return InputsFingerprint.of(inputs)
+    return InputsFingerprint.of(inputs, types=types)
 
 
 def prefix_fingerprint(inputs: Sequence) -> Callable[[int], InputsFingerprint]:
     return lambda n: fingerprint(inputs[:n])
 
 
-def identities(inputs: Sequence) -> IdentityTable:
+def identities(inputs: Sequence, types: frozenset[type] | None = None) -> IdentityTable:
     if isinstance(inputs, Source):
         return IdentityTable.of_columns(unit_columns(inputs))
-    return IdentityTable.of_values(inputs)
+    return IdentityTable.of_values(inputs, types=types)
 
 
-def input_files_json(inputs: Sequence) -> dict | None:
+def input_files_json(inputs: Sequence, types: frozenset[type] | None = None) -> dict | None:
     """Size and mtime of plain inputs that are file paths (a source's files are in its
     fingerprint already)."""
     if isinstance(inputs, Source):
         return None
-    files = InputFiles.of(inputs)
+    files = InputFiles.of(inputs, types=types)
     # the host: another node may see the same inputs as node-local copies with other mtimes
     return {**files.to_json(), "host": host_identity()} if files is not None else None
 

@@ -24,7 +24,7 @@ from ..format import ChunkEntry, IndexConfig
 from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputFiles
+from ..protocol.fingerprint import InputFiles, value_types
 from ..protocol.fn_identity import describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY, lease_key
@@ -308,8 +308,7 @@ def optimize(
 def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions, num_nodes: int = 1) -> Request:
     """What this call asks of the output (compared with what is there by ``decide``); a
     source's state must be loaded first (``load_source_state``)."""
-    incremental = options.mode == "incremental"
-    identity = fn_identity(fn)
+    incremental, identity = options.mode == "incremental", fn_identity(fn)
     if identity.skipped:
         log.warning(
             "fn %s refers to state that cannot be compared by value, so a change there cannot be detected "
@@ -317,16 +316,17 @@ def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions, num_n
             identity.name,
             describe_changes(list(identity.skipped)),
         )
+    types = value_types(inputs)  # the values' types looked at once, for the three functions below
     return Request(
         mode=options.mode,
-        inputs=fingerprint(inputs),
+        inputs=fingerprint(inputs, types),
         settings=options.output_settings(len(inputs), num_nodes),
         explicit_num_shards=options.num_shards is not None,
         fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
         fn_code=identity.code,
-        input_files=input_files_json(inputs),
-        identities=identities(inputs) if incremental else None,
+        input_files=input_files_json(inputs, types),
+        identities=identities(inputs, types) if incremental else None,
         prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
         fn_identity=identity,
         allow_fn_config_change=options.allow_fn_config_change,

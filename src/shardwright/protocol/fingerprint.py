@@ -43,6 +43,19 @@ def canonical(value: object, depth: int = 0) -> object:
     return value
 
 
+def value_types(inputs: Sequence) -> frozenset[type] | None:
+    """The exact types of the values of a list or range, looked at once (one C-level pass) so
+    that the functions over a call's inputs (:meth:`InputsFingerprint.of`,
+    :meth:`InputFiles.of`, ``identity.values_hashes``) can take their fast path for the whole
+    list instead of checking every block; None for any other sequence, whose values those
+    functions look at a block at a time."""
+    if type(inputs) is range:
+        return frozenset((int,))
+    if type(inputs) is list:
+        return frozenset(map(type, inputs))
+    return None
+
+
 def _stable_pickle(values: list) -> bytes:
     """Pickle without the memo, so equal inputs give equal bytes whether or not they are the
     same object (``[p, p]`` vs ``[p, copy(p)]``)."""
@@ -63,15 +76,31 @@ class InputsFingerprint:
     block_hashes: str  # 16 hex chars per block of ``block_size`` inputs
 
     @classmethod
-    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputsFingerprint:
+    def of(
+        cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK, *, types: frozenset[type] | None = None
+    ) -> InputsFingerprint:
+        """``types``: :func:`value_types` of ``inputs``, if the caller has it (else looked up)."""
         hashes = []
-        ints = type(inputs) is range
+        if types is None:
+            types = value_types(inputs)
+        all_plain = types is not None and types <= _ATOM_TYPES
+        # one memo-less pickler for every plain block: the bytes are those of _stable_pickle
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer, protocol=4)
+        pickler.fast = True
         for start in range(0, len(inputs), block_size):
-            block = list(inputs[start : start + block_size])
+            block = inputs[start : start + block_size]
+            if type(block) is not list:
+                block = list(block)
             try:
                 # the common case, a block of plain values, needs no canonical copy (a C-level check)
-                plain = ints or set(map(type, block)) <= _ATOM_TYPES
-                data = _stable_pickle(block if plain else [canonical(v) for v in block])
+                if all_plain or set(map(type, block)) <= _ATOM_TYPES:
+                    buffer.seek(0)
+                    buffer.truncate()
+                    pickler.dump(block)
+                    data = buffer.getvalue()
+                else:
+                    data = _stable_pickle([canonical(v) for v in block])
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
                 raise InputsError(
@@ -166,15 +195,20 @@ class InputFiles:
     block_hashes: str  # 16 hex chars per block; "" when no input is a file
 
     @classmethod
-    def of(cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK) -> InputFiles | None:
-        if type(inputs) is range:
-            return None  # ints: no paths
+    def of(
+        cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK, *, types: frozenset[type] | None = None
+    ) -> InputFiles | None:
+        """``types``: :func:`value_types` of ``inputs``, if the caller has it (else looked up)."""
+        if types is None:
+            types = value_types(inputs)
+        if types is not None and not any(issubclass(k, (str, os.PathLike)) for k in types):
+            return None  # no value can be a path (ints, a range, ...): nothing to stat
         hashes, found = [], False
         count = min(len(inputs), MAX_FILE_CHECKS)
         for start in range(0, count, block_size):
             digest = hashlib.blake2b(digest_size=8)
             block = inputs[start : min(start + block_size, count)]
-            kinds = set(map(type, block))
+            kinds = types if types is not None and len(types) == 1 else set(map(type, block))
             if not any(issubclass(k, (str, os.PathLike)) for k in kinds) or (
                 kinds == {str} and "/" not in "".join(block)
             ):

@@ -51,7 +51,7 @@ import xxhash
 
 from ..errors import CorruptStateError
 from ..storage import Storage
-from .fingerprint import InputsFingerprint, canonical
+from .fingerprint import InputsFingerprint, canonical, value_types
 from .hints import START_OVER
 from .layout import INPUTS_PREFIX, selection_key, units_key
 from .manifest import Manifest
@@ -97,10 +97,13 @@ _INT_SEED = np.uint64(0x5157_3A11_D3C0_FFEE)
 def _mix_ints(values: np.ndarray) -> np.ndarray:
     """splitmix64 of int64 values (as uint64): the identity of a plain int, vectorised."""
     with np.errstate(over="ignore"):
-        z = values.astype(np.int64).view(np.uint64) + _INT_SEED
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+        z = values.astype(np.int64).view(np.uint64) + _INT_SEED  # a new array: the rest is in place
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        return z
 
 
 def value_hash(value: object) -> int:
@@ -137,16 +140,27 @@ class _Pickled:
         return xxhash.xxh3_64_intdigest(data, _PICKLE_SEED)
 
 
-def values_hashes(inputs: Sequence) -> np.ndarray:
-    """value_hash of every input, a block at a time (ints vectorised, str through xxh3)."""
+def values_hashes(inputs: Sequence, *, types: frozenset[type] | None = None) -> np.ndarray:
+    """value_hash of every input, a block at a time (ints vectorised, str through xxh3).
+    ``types``: :func:`~.fingerprint.value_types` of ``inputs``, if the caller has it."""
     if type(inputs) is range and len(inputs) and _within_int64(inputs):
         # range(N), the commonest input: its values without a Python int each
         return _mix_ints(np.arange(inputs.start, inputs.stop, inputs.step, dtype=np.int64))
+    if types is None:
+        types = value_types(inputs)
+    if types == {int}:  # a list of ints: one conversion (a value past int64 goes block by block)
+        try:
+            return _mix_ints(np.fromiter(inputs, dtype=np.int64, count=len(inputs)))
+        except OverflowError:
+            pass
+    # one kind throughout: every block has it; else each block's own (the hashes are the same
+    # whichever path a value takes, the paths differ only in speed)
+    known = types if types is not None and len(types) == 1 else None
     out = np.empty(len(inputs), dtype=np.uint64)
     block = 65_536
     for start in range(0, len(inputs), block):
         values = inputs[start : start + block]
-        kinds = set(map(type, values))
+        kinds = known if known is not None else set(map(type, values))
         if kinds == {int}:
             try:
                 out[start : start + len(values)] = _mix_ints(np.array(values, dtype=np.int64))
@@ -185,8 +199,8 @@ class IdentityTable:
         return int(self.rows.sum()) if self.rows is not None else len(self.keys)
 
     @classmethod
-    def of_values(cls, inputs: Sequence) -> IdentityTable:
-        keys = values_hashes(inputs)
+    def of_values(cls, inputs: Sequence, *, types: frozenset[type] | None = None) -> IdentityTable:
+        keys = values_hashes(inputs, types=types)
         return cls(keys, np.zeros(len(keys), dtype=np.uint64))
 
     @classmethod
