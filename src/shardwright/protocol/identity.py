@@ -97,7 +97,7 @@ _INT_SEED = np.uint64(0x5157_3A11_D3C0_FFEE)
 def _mix_ints(values: np.ndarray) -> np.ndarray:
     """splitmix64 of int64 values (as uint64): the identity of a plain int, vectorised."""
     with np.errstate(over="ignore"):
-        z = values.astype(np.int64).view(np.uint64) + _INT_SEED  # a new array: the rest is in place
+        z = values.astype(np.int64, copy=False).view(np.uint64) + _INT_SEED  # a new array: the rest in place
         z ^= z >> np.uint64(30)
         z *= np.uint64(0xBF58476D1CE4E5B9)
         z ^= z >> np.uint64(27)
