@@ -554,6 +554,30 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
         print("  ".join(str(c).ljust(widths[i]) if i < 2 else str(c).rjust(widths[i]) for i, c in enumerate(r)))
 
 
+def median_interval(values: list[float]) -> tuple[float, float] | None:
+    """A distribution-free 95 % confidence interval of the median (order statistics: the
+    k-th smallest and largest, k from the binomial's normal approximation); None under 10
+    values, too few for one."""
+    n = len(values)
+    if n < 10:
+        return None
+    k = max(0, int((n - 1.96 * n**0.5) / 2))
+    ordered = sorted(values)
+    return ordered[k], ordered[n - 1 - k]
+
+
+def overhead_verdict(ratio: float, interval: tuple[float, float] | None, target: float) -> str:
+    """ok / MISSED when the interval is on one side of the target; when it straddles it, the
+    machine's noise hides the answer (the issue's rule: the profile then decides)."""
+    if interval is None:
+        return "ok" if ratio - 1 <= target else "MISSED"
+    if interval[1] - 1 <= target:
+        return "ok"
+    if interval[0] - 1 > target:
+        return "MISSED"
+    return f"within noise (median {'ok' if ratio - 1 <= target else 'over'})"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and 1 repeat (smoke test, < 60 s)")
@@ -684,16 +708,20 @@ def main(argv=None) -> int:
                 continue
             ratio = statistics.median(a.seconds) / statistics.median(b.seconds)
             ratio_min = min(a.seconds) / min(b.seconds)
+            interval = None
             if c.kind == "overhead" and len(a.seconds) == len(b.seconds):
                 # paired: the two variants ran one after the other in each repeat, so the
                 # median of the per-repeat ratios cancels most of a loaded machine's drift
-                ratio = statistics.median(x / y for x, y in zip(a.seconds, b.seconds))
+                paired = [x / y for x, y in zip(a.seconds, b.seconds)]
+                ratio, interval = statistics.median(paired), median_interval(paired)
             if c.kind == "overhead":
                 value, value_min = f"{ratio - 1:+.1%}", f"{ratio_min - 1:+.1%}"
+                if interval is not None:
+                    value += f" (95% CI {interval[0] - 1:+.1%}..{interval[1] - 1:+.1%})"
                 verdict = (
                     ""
                     if c.target is None
-                    else (f"target <= {c.target:.0%}: {'ok' if ratio - 1 <= c.target else 'MISSED'}")
+                    else f"target <= {c.target:.0%}: {overhead_verdict(ratio, interval, c.target)}"
                 )
             else:
                 value, value_min = f"{ratio:.2f}x", f"{ratio_min:.2f}x"
@@ -709,6 +737,7 @@ def main(argv=None) -> int:
                     "kind": c.kind,
                     "ratio_of_medians": ratio,
                     "ratio_of_mins": ratio_min,
+                    "paired_median_95ci": list(interval) if interval else None,
                     "target": c.target,
                 }
             )

@@ -68,6 +68,23 @@ def drop_every_third(i):
     return None if i % 3 == 0 else {"i": i}
 
 
+class PickledBy:
+    """An input that notes which thread of this process pickled it."""
+
+    threads: list[str] = []
+
+    def __init__(self, i: int):
+        self.i = i
+
+    def __reduce__(self):
+        PickledBy.threads.append(threading.current_thread().name)
+        return (PickledBy, (self.i,))
+
+
+def value_of(x: PickledBy) -> dict:
+    return {"i": x.i}
+
+
 def fan_out(i):
     """0, 1, 2 or 3 outputs per input."""
     for j in range(i % 4):
@@ -361,6 +378,28 @@ def test_spawn_start_method_with_an_importable_fn(tmp_path):
         verbose=False,
     )
     assert ids(tmp_path / "out") == list(range(40))
+
+
+@pytest.mark.parametrize("method, through_the_queue", [("fork", False), ("spawn", True)])
+def test_forked_workers_get_a_lists_values_by_reference(tmp_path, method, through_the_queue):
+    """Issue 19: a forked worker has the caller's list already; its tasks name positions, and
+    no value is pickled into the task queue (whose feeder thread would do it). Spawned
+    workers have no copy: their tasks carry the values."""
+    PickledBy.threads.clear()
+    inputs = [PickledBy(i) for i in range(50)]
+    optimize(
+        value_of,
+        inputs,
+        tmp_path / "out",
+        chunk_size=7,
+        num_workers=2,
+        num_shards=4,
+        start_method=method,
+        verbose=False,
+    )
+    assert ids(tmp_path / "out") == list(range(50))
+    fed = [name for name in PickledBy.threads if name.startswith("QueueFeederThread")]
+    assert len(fed) == (50 if through_the_queue else 0), sorted(set(PickledBy.threads))
 
 
 def test_litdata_reads_the_output_in_order(tmp_path):

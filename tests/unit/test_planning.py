@@ -141,3 +141,24 @@ def test_node_identity_argument_errors():
         node_identity(2, None, {})
     with pytest.raises(ShardwrightError, match="out of range"):
         node_identity(2, 2, {})
+
+
+def test_a_list_is_shared_with_forked_workers_only_while_their_pool_runs():
+    """Tasks over a registered list carry three ints; unpickled where the registry is (a
+    worker forked while it was set) they are the list's slice; elsewhere, a clear error."""
+    import pickle
+
+    from shardwright.engine.inputs import InheritedSlice, shared_inputs
+
+    values = [f"/data/{i}.jpg" for i in range(25_000)]
+    with shared_inputs(values, "spawn") as nothing:
+        assert nothing is None  # spawned workers have no copy: their tasks carry the values
+    with shared_inputs(tuple(values), "fork") as nothing:
+        assert nothing is None  # only a list (the object the tasks are cut from) is shared
+    with shared_inputs(values, "fork") as shared:
+        assert shared is not None and shared.values is values
+        piece = InheritedSlice(shared.token, 100, 200)
+        sent = pickle.dumps(piece)
+        assert len(sent) < 100 and pickle.loads(sent) == values[100:200] and len(piece) == 100
+    with pytest.raises(RuntimeError, match="did not fork from its run"):
+        pickle.loads(sent)  # the run is over: its registry entry is gone

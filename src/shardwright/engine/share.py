@@ -16,7 +16,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
-from .inputs import shard_inputs, shard_skips
+from .inputs import SharedInputs, shard_inputs, shard_skips, shared_inputs
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -36,14 +36,17 @@ class ShareOutcome:
     busy: dict[int, LeaseHolder] = field(default_factory=dict)
 
 
-def shard_tasks(progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest) -> list[ShardTask]:
+def shard_tasks(
+    progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest, shared: SharedInputs | None = None
+) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
-    a lazy slice of a source, a list of a plain sequence's values)."""
+    a lazy slice of a source, a list of a plain sequence's values, or a reference to the list
+    ``shared`` registered for forked workers)."""
     tasks = []
     for p in progress.values():
         if p.done:
             continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end)
+        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end, shared)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -124,10 +127,11 @@ def run_share(
             if tracker.progress[shard].done:
                 claims.release(shard)
                 continue
-            task = shard_tasks({shard: tracker.progress[shard]}, inputs, manifest)[0]
+            task = shard_tasks({shard: tracker.progress[shard]}, inputs, manifest, shared)[0]
             return replace(task, claim=claims.ticket(shard))
         return None
 
+    shared: SharedInputs | None = None
     try:
         if waiting:
             cfg = WorkerConfig.for_run(storage.url, options, manifest, node_rank)
@@ -148,7 +152,8 @@ def run_share(
 
             tracker.open_bar()
             try:
-                outcome = pool.run([], message, idle, feed=next_task)
+                with shared_inputs(inputs, options.start_method) as shared:  # registered before the fork
+                    outcome = pool.run([], message, idle, feed=next_task)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)
