@@ -46,12 +46,21 @@ def config_for(output_dir: str, storage_options: dict | None = None) -> dict:
 
 def run_pods_with_one_killed(config: dict, options: dict | None) -> None:
     pods = {i: start_child(config, **pod_env(i)) for i in range(PODS)}
+    storage = open_storage(config["output_dir"], options)
+
+    def pod_1_is_writing() -> bool:
+        # on a loaded machine pods 0 and 2 may commit 6 records before pod 1 claims its first
+        # shard: kill it only once it holds a shard's claim (the case under test)
+        leases = read_status(storage).leases
+        return any(lease.shard is not None and lease.host == "k8s:prep/1" for lease in leases)
+
     try:
-        assert wait_for(lambda: committed_records(config["output_dir"], options) >= 6, 90)
+        assert wait_for(lambda: committed_records(config["output_dir"], options) >= 6 and pod_1_is_writing(), 90), (
+            "pod 1 never held a shard's claim while the run went on"
+        )
         assert pods[1].poll() is None, "pod 1 finished before it could be killed: the workload is too small"
-        status = read_status(open_storage(config["output_dir"], options))
+        status = read_status(storage)
         assert [n.node for n in status.nodes] == [0, 1, 2], "status shows each pod's progress"
-        assert any(lease.shard is not None and lease.host == "k8s:prep/1" for lease in status.leases)
         kill_group(pods[1], signal.SIGKILL)
         pods[1].communicate()
         pods[1] = start_child(config, **pod_env(1))  # the Job controller's replacement, same index
