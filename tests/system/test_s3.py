@@ -592,7 +592,7 @@ def test_reader_through_faulty_network(remote_dataset, fault_proxy, tmp_path):
     url, _ = remote_dataset
     opts = dict(fault_proxy.storage_options)  # the default client: our one retry loop
     ds = StreamingDataset(url, storage_options=opts, cache_dir=tmp_path / "cache")
-    fault_proxy.configure(p_503=0.1, p_reset=0.05, p_truncate=0.15)
+    fault_proxy.configure(p_503=0.1, p_reset=0.05, p_truncate=0.15, next_faults=["truncate"])  # one at least
     for i, item in enumerate(ds):
         check_item(item, i)
     assert fault_proxy.stats["truncate"] > 0
