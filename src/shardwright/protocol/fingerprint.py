@@ -56,17 +56,28 @@ def value_types(inputs: Sequence) -> frozenset[type] | None:
     return None
 
 
+class StablePickler:
+    """Pickles without the memo, so equal inputs give equal bytes whether or not they are the
+    same object (``[p, p]`` vs ``[p, copy(p)]``); one pickler and buffer reused for many
+    values (the fingerprint's blocks, the identities' values). Not thread-safe: one per loop."""
+
+    def __init__(self) -> None:
+        self._buffer = io.BytesIO()
+        self._pickler = pickle.Pickler(self._buffer, protocol=4)
+        self._pickler.fast = True  # no memo; fails on self-referencing values, handled below
+
+    def dumps(self, value: object) -> bytes:
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        try:
+            self._pickler.dump(value)
+        except (ValueError, RecursionError):
+            return pickle.dumps(value, protocol=4)
+        return self._buffer.getvalue()
+
+
 def _stable_pickle(values: list) -> bytes:
-    """Pickle without the memo, so equal inputs give equal bytes whether or not they are the
-    same object (``[p, p]`` vs ``[p, copy(p)]``)."""
-    buffer = io.BytesIO()
-    pickler = pickle.Pickler(buffer, protocol=4)
-    pickler.fast = True  # no memo; fails on self-referencing inputs, handled below
-    try:
-        pickler.dump(values)
-    except (ValueError, RecursionError):
-        return pickle.dumps(values, protocol=4)
-    return buffer.getvalue()
+    return StablePickler().dumps(values)
 
 
 @dataclass(frozen=True)
@@ -84,23 +95,15 @@ class InputsFingerprint:
         if types is None:
             types = value_types(inputs)
         all_plain = types is not None and types <= _ATOM_TYPES
-        # one memo-less pickler for every plain block: the bytes are those of _stable_pickle
-        buffer = io.BytesIO()
-        pickler = pickle.Pickler(buffer, protocol=4)
-        pickler.fast = True
+        pickler = StablePickler()
         for start in range(0, len(inputs), block_size):
             block = inputs[start : start + block_size]
             if type(block) is not list:
                 block = list(block)
             try:
                 # the common case, a block of plain values, needs no canonical copy (a C-level check)
-                if all_plain or set(map(type, block)) <= _ATOM_TYPES:
-                    buffer.seek(0)
-                    buffer.truncate()
-                    pickler.dump(block)
-                    data = buffer.getvalue()
-                else:
-                    data = _stable_pickle([canonical(v) for v in block])
+                plain = all_plain or set(map(type, block)) <= _ATOM_TYPES
+                data = pickler.dumps(block if plain else [canonical(v) for v in block])
             except Exception as exc:  # pickling errors come in many types
                 bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
                 raise InputsError(

@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import json
-import pickle
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,7 +49,7 @@ import xxhash
 
 from ..errors import CorruptStateError
 from ..storage import Storage
-from .fingerprint import InputsFingerprint, canonical, value_types
+from .fingerprint import InputsFingerprint, StablePickler, canonical, value_types
 from .hints import START_OVER
 from .layout import INPUTS_PREFIX, selection_key, units_key
 from .manifest import Manifest
@@ -125,19 +123,10 @@ class _Pickled:
     """Hashes of values' canonical pickles, with one reusable memo-less pickler."""
 
     def __init__(self) -> None:
-        self.buffer = io.BytesIO()
-        self.pickler = pickle.Pickler(self.buffer, protocol=4)
-        self.pickler.fast = True  # no memo: equal values pickle equal whether or not shared
+        self.pickler = StablePickler()
 
     def hash(self, value: object) -> int:
-        self.buffer.seek(0)
-        self.buffer.truncate()
-        try:
-            self.pickler.dump(canonical(value))
-            data = self.buffer.getvalue()
-        except (ValueError, RecursionError):  # a self-referencing value
-            data = pickle.dumps(canonical(value), protocol=4)
-        return xxhash.xxh3_64_intdigest(data, _PICKLE_SEED)
+        return xxhash.xxh3_64_intdigest(self.pickler.dumps(canonical(value)), _PICKLE_SEED)
 
 
 def values_hashes(inputs: Sequence, *, types: frozenset[type] | None = None) -> np.ndarray:
