@@ -92,12 +92,15 @@ def save_source_state(storage: Storage, inputs: Sequence) -> None:
 # --- identities: recorded by every run, checked by every resume of a source -----------------
 
 
-def record_identities(storage: Storage, manifest: Manifest, inputs: Sequence, created: bool) -> None:
+def record_identities(
+    storage: Storage, manifest: Manifest, inputs: Sequence, created: bool, table: IdentityTable | None = None
+) -> None:
     """The unit table of this run's generation (protocol.identity): written by the node that
-    created the run, and by any later attempt that finds it missing (the same bytes)."""
+    created the run, and by any later attempt that finds it missing (the same bytes).
+    ``table``: ``identities(inputs)`` when the caller has it (an incremental request's)."""
     if not created and storage.exists(units_key(manifest.generation)):
         return  # a resume: written when the run was created
-    write_units(storage, manifest.generation, identities(inputs), only_if_missing=False)
+    write_units(storage, manifest.generation, table if table is not None else identities(inputs), only_if_missing=False)
 
 
 def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:

@@ -363,7 +363,7 @@ def open_call(storage: Storage, request: Request, inputs: Sequence, notes: list[
     if opened is None:
         return None
     manifest, resumed = opened
-    record_identities(storage, manifest, inputs, created=not resumed)
+    record_identities(storage, manifest, inputs, created=not resumed, table=request.identities)
     save_source_state(storage, inputs)
     if resumed:
         _check_input_files(manifest, inputs, storage.url)
