@@ -801,3 +801,49 @@ def test_litdatas_tokens_loader_is_accepted_by_the_writer():
     from shardwright.format import is_tokens_loader
 
     assert is_tokens_loader(ld.TokensLoader())
+
+
+# --- chunk offsets, checked once per chunk -------------------------------------------------
+
+
+def _chunk_of(sizes: list[int]) -> bytes:
+    from shardwright.format import build_chunk
+
+    return build_chunk([bytes([i % 256]) * size for i, size in enumerate(sizes)])
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [3, 0, 5], [1] * 65, [2] * 300])  # both sides of the vectorised check
+def test_chunk_spans_give_every_items_bytes(sizes):
+    from shardwright.format import chunk_spans
+
+    raw = _chunk_of(sizes)
+    view, offsets = chunk_spans(raw)
+    assert len(offsets) == len(sizes) + 1
+    for j in range(len(sizes)):
+        assert bytes(view[offsets[j] : offsets[j + 1]]) == bytes(chunk_item(raw, j))
+
+
+@pytest.mark.parametrize("n", [3, 100])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("swap", "item 1 spans"),  # offsets out of order
+        ("beyond", "spans bytes"),  # the last item runs past the end
+        ("count", "too short for the offsets"),  # a count the file cannot hold
+    ],
+)
+def test_chunk_offsets_name_the_damage(n, damage, match):
+    from shardwright.format import chunk_offsets
+
+    raw = bytearray(_chunk_of([4] * n))
+    if damage == "swap":
+        a, b = struct.unpack_from("<2I", raw, 8)
+        struct.pack_into("<2I", raw, 8, b, a)
+    elif damage == "beyond":
+        struct.pack_into("<I", raw, 4 + 4 * n, len(raw) + 1)
+    else:
+        struct.pack_into("<I", raw, 0, 10**6)
+    with pytest.raises(CorruptStateError, match=match):
+        chunk_offsets(bytes(raw), len(raw))
+    with pytest.raises(CorruptStateError):
+        chunk_offsets(b"\x01\x00", 2)  # shorter than any header

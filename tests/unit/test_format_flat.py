@@ -180,3 +180,103 @@ def test_no_compiled_decoder_for_variable_or_nested_samples(first):
     enc = ItemEncoder()
     enc.encode(first, 0)
     assert flat_decoder(parse_spec(enc.data_spec), enc.data_format, lambda buf: None) is None
+
+
+def _general_loop(data_format, data_spec):
+    """The general decoder alone (no compiled path): the reference the compiled ones must match."""
+    from shardwright.format.pytree import unflattener
+    from shardwright.format.sample import decode_plan
+
+    sizes, decoders, build = decode_plan(tuple(data_format), data_spec)
+    _n, _build = unflattener(data_spec)
+
+    def decode(buf):
+        view = memoryview(buf)
+        lengths = sizes.unpack_from(view, 0)
+        pos, leaves = sizes.size, []
+        for size, leaf in zip(lengths, decoders):
+            leaves.append(leaf(view[pos : pos + size]))
+            pos += size
+        return build(iter(leaves))
+
+    return decode
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    if isinstance(a, (dict, OrderedDict)):
+        return type(a) is type(b) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+SPLIT_SAMPLES = [
+    {"i": 3, "x": np.arange(5, dtype=np.float32)},
+    {"t": "text", "b": b"\x00raw", "n": 7},
+    [np.ones((2, 3), dtype=np.int16), "a"],
+    ("only text",),
+    np.arange(4, dtype=np.uint8),
+    {"p": {1, 2}, "q": 0.5},  # a pickle leaf
+]
+
+
+@pytest.mark.parametrize("sample", SPLIT_SAMPLES)
+def test_split_decoder_reads_what_the_general_loop_reads(sample):
+    enc = ItemEncoder()
+    data = enc.encode(sample, 0)
+    general, calls = general_decoder(enc.data_format, enc.data_spec)
+    from shardwright.format.flat import flat_split_decoder
+    from shardwright.format.sample import decode_plan
+
+    _sizes, decoders, _build = decode_plan(tuple(enc.data_format), enc.data_spec)
+    fast = flat_split_decoder(parse_spec(enc.data_spec), decoders, general)
+    assert fast is not None
+    expected = _general_loop(enc.data_format, enc.data_spec)(data)
+    assert _same(fast(memoryview(data)), expected) and calls == []
+    assert _same(item_decoder(enc.data_format, enc.data_spec)(memoryview(data)), expected)
+
+
+def test_split_decoder_hands_odd_items_to_the_general_decoder():
+    enc = ItemEncoder()
+    data = enc.encode({"t": "text", "x": np.arange(3)}, 0)
+    general, calls = general_decoder(enc.data_format, enc.data_spec)
+    from shardwright.format.flat import flat_split_decoder
+    from shardwright.format.sample import decode_plan
+
+    fast = flat_split_decoder(parse_spec(enc.data_spec), decode_plan(tuple(enc.data_format), enc.data_spec)[1], general)
+    assert fast is not None
+    assert fast(memoryview(data)[:-1]) == "general"  # sizes that do not add up
+    assert fast(memoryview(data)[:5]) == "general"  # shorter than the size header
+    assert fast(data) == "general"  # not a memoryview: the general path converts
+    assert len(calls) == 3
+    decode = item_decoder(enc.data_format, enc.data_spec)
+    with pytest.raises(CorruptStateError, match="header announces"):
+        decode(memoryview(data)[:-1])
+    with pytest.raises(CorruptStateError, match="shorter than its"):
+        decode(memoryview(data)[:5])
+
+
+def test_nested_samples_get_no_split_decoder():
+    enc = ItemEncoder()
+    enc.encode({"a": {"b": np.zeros(2)}}, 0)
+    from shardwright.format.flat import flat_split_decoder
+    from shardwright.format.sample import decode_plan
+
+    decoders = decode_plan(tuple(enc.data_format), enc.data_spec)[1]
+    assert flat_split_decoder(parse_spec(enc.data_spec), decoders, lambda buf: None) is None
+
+
+def test_owned_items_decode_to_views_of_their_own_buffer_and_copies_otherwise():
+    enc = ItemEncoder()
+    sample = {"t": "abc", "x": np.arange(6, dtype=np.float32), "y": np.arange(4, dtype=np.uint8)}
+    data = enc.encode(sample, 0)
+    owned = np.frombuffer(bytearray(data), dtype=np.uint8)  # writable, the item's alone
+    got = item_decoder(enc.data_format, enc.data_spec, owned=True)(memoryview(owned))
+    assert _same(got, sample)
+    # "t" is 3 bytes, so "x" starts unaligned for float32: copied (aligned); "y" is a view
+    assert got["x"].flags.aligned and not np.shares_memory(got["x"], owned)
+    assert np.shares_memory(got["y"], owned) and got["y"].flags.writeable
+    shared = item_decoder(enc.data_format, enc.data_spec)(memoryview(owned))  # not owned: copies
+    assert not np.shares_memory(shared["y"], owned)

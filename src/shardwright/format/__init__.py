@@ -85,11 +85,20 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
 """
 
 from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum, parts_checksum
-from .chunk import build_chunk, chunk_header, chunk_item, chunk_num_items, compress, decompress
+from .chunk import (
+    build_chunk,
+    chunk_header,
+    chunk_item,
+    chunk_num_items,
+    chunk_offsets,
+    chunk_spans,
+    compress,
+    decompress,
+)
 from .decode import decode_item, item_decoder
 from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
 from .jsonleaf import JsonLeaf
-from .layouts import DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
+from .layouts import FRAMED_MAGIC, DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
 from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
 from .pytree import flatten_sample, parse_spec, unflatten_sample
 from .safe_pickle import load_data_only_pickle
@@ -118,6 +127,7 @@ __all__ = [
     "MEDIA_WRAPPERS",
     "Audio",
     "DecodedItem",
+    "FRAMED_MAGIC",
     "File",
     "Graph",
     "Image",
@@ -151,6 +161,8 @@ __all__ = [
     "chunk_checksum",
     "parts_checksum",
     "chunk_item",
+    "chunk_offsets",
+    "chunk_spans",
     "chunk_num_items",
     "compress",
     "decode_item",

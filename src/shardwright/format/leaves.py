@@ -21,6 +21,7 @@ __all__ = [
     "NUMPY_CODES",
     "TORCH_WRITE_CODES",
     "core_decoder",
+    "view_decoder",
     "core_encoder",
     "encode_core",
     "encode_tensor",
@@ -221,18 +222,41 @@ def _tensor_from(raw: memoryview, dtype: Any, shape: tuple) -> Any:
     return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)
 
 
-def _decode_numpy_nd(raw: memoryview) -> np.ndarray:
+def _numpy_nd_view(raw: memoryview) -> np.ndarray:
     code, ndim = struct.unpack_from("<II", raw, 0)
     if code >= len(_NUMPY_DTYPES):
         raise CorruptStateError(f"numpy dtype code {code} is not supported")
     shape = struct.unpack_from(f"<{ndim}I", raw, 8)
-    return np.frombuffer(raw[8 + 4 * ndim :], dtype=_NUMPY_DTYPES[code]).reshape(shape).copy()
+    return np.frombuffer(raw[8 + 4 * ndim :], dtype=_NUMPY_DTYPES[code]).reshape(shape)
+
+
+def _decode_numpy_nd(raw: memoryview) -> np.ndarray:
+    return _numpy_nd_view(raw).copy()
 
 
 def decode_tensor(raw: memoryview) -> Any:
     code, ndim = _TENSOR_HEADER.unpack_from(raw, 0)
     shape = struct.unpack_from(f">{ndim}I", raw, 8)
     return _tensor_from(raw[8 + 4 * ndim :], _torch_dtype(code), shape)
+
+
+def view_decoder(fmt: str) -> Callable[[memoryview], Any] | None:
+    """For an item read into a buffer of its own (no one else's bytes): the decoder of an
+    array leaf that returns a view of those bytes instead of a copy (the copy is what
+    ``core_decoder`` makes, so that items never pin a mapped chunk). None for any other
+    format: its decoder makes a new object anyway. A leaf whose bytes are not aligned for its
+    dtype is copied (numpy and torch want aligned data)."""
+    name, _, arg = fmt.partition(":")
+    if name == "no_header_numpy" and arg.isdigit() and int(arg) < len(_NUMPY_DTYPES):
+        dtype = _NUMPY_DTYPES[int(arg)]
+        return lambda raw: _aligned(np.frombuffer(raw, dtype=dtype))
+    if fmt == "numpy":
+        return lambda raw: _aligned(_numpy_nd_view(raw))
+    return None
+
+
+def _aligned(arr: np.ndarray) -> np.ndarray:
+    return arr if arr.flags.aligned else arr.copy()
 
 
 def core_decoder(fmt: str, allow_pickle: bool = True) -> Callable[[memoryview], Any] | None:

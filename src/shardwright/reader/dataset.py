@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from ..errors import UnsupportedFormatError, UsageError, require_bool
-from ..format import TOKENS_LOADER, chunk_item, decode_plan, item_decoder
+from ..format import TOKENS_LOADER, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
 from . import resume
+from .items import item_reader
 from .options import ReaderOptions
-from .order import EpochSequence, OrderSpec, iter_segment
+from .order import EpochSequence, OrderSpec, iter_segment, mixes_items
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .resume import EpochStart
@@ -365,7 +366,11 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             item = step(item)
         return item
 
-    def _decoder(self):
+    def _decoder(self, owned: bool = False):
+        if owned:  # items read into buffers of their own (reader.itemfile); format.decode keeps it
+            config = self._source.config
+            assert config.data_spec is not None
+            return item_decoder(config.data_format, config.data_spec, allow_pickle=self.allow_pickle, owned=True)
         decode = self._decode
         if decode is None:  # built per process: closures do not pickle
             config = self._source.config
@@ -444,34 +449,17 @@ class StreamingDataset(RegionSelection, _DatasetBase):
                 raise clean from None
             current = following
 
-    def _item_reader(self):
-        """``read(i, hint)`` for iteration: the decoder bound once, the chunks of the current
-        window looked up once (``_get`` pays both per item)."""
-        decode, starts, source, steps = self._decoder(), self._starts, self._source, self._transforms
-        base = self._subsample.base if self._subsample is not None else None
-        held: dict[int, Any] = {}
-        find = bisect.bisect_right
-
-        def read(i: int, _hint: bool) -> Any:
-            if base is not None:
-                i = base(i)
-            k = find(starts, i) - 1
-            buf = held.get(k)
-            if buf is None:
-                if len(held) > source.keep_chunks:
-                    held.clear()
-                buf = held[k] = source.chunk(k, sequential_hint=False)
-            try:
-                view = chunk_item(buf, i - starts[k])
-            except ValueError:  # released: another thread of this process pushed it out of the LRU
-                buf = held[k] = source.chunk(k, sequential_hint=False)
-                view = chunk_item(buf, i - starts[k])
-            item = decode(view)
-            for step in steps:
-                item = step(item)
-            return item
-
-        return read
+    def _item_reader(self) -> Callable[[int, bool], Any]:
+        """``read(i, hint)`` for iteration (see :func:`item_reader`)."""
+        return item_reader(
+            self._source,
+            self._starts,
+            self._decoder(),
+            self._transforms,
+            base=self._subsample.base if self._subsample is not None else None,
+            in_order=not mixes_items(self.order_spec),
+            decode_owned=self._decoder(owned=True),
+        )
 
     @property
     def plan_size(self) -> int:

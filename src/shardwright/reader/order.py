@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["OrderSpec", "Segment", "SHUFFLES", "EpochSequence", "iter_segment", "segment_windows"]
+__all__ = ["OrderSpec", "Segment", "SHUFFLES", "EpochSequence", "iter_segment", "mixes_items", "segment_windows"]
 
 Segment = tuple[int, int, int, int]
 
@@ -83,6 +83,12 @@ SHUFFLES: dict[str, tuple[Callable, Callable]] = {
     "none": (_keep_chunks, _no_mixing),
     "chunk_window": (_permute_chunks, _mix_window),
 }
+
+
+def mixes_items(spec: OrderSpec) -> bool:
+    """Whether items of a window are mixed: if not, a stream reads each chunk's items in one
+    run and never comes back to a chunk it has left (within a segment)."""
+    return SHUFFLES[spec.shuffle][1] is not _no_mixing
 
 
 class EpochSequence:

@@ -31,6 +31,7 @@ from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
 from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
+from .itemfile import ITEM_READ_BYTES, ItemFile
 from .prefetch import Loaded, ProcState
 
 __all__ = ["INDEX_NAME", "ChunkSource"]
@@ -207,10 +208,7 @@ class ChunkSource:
                 loaded = Loaded(self._load_local(entry))
         except (CorruptStateError, FileNotFoundError):
             if self._replaced():
-                raise CorruptStateError(
-                    f"the dataset at {self.output_dir} was replaced since it was opened (its index.json changed, "
-                    f"chunk {entry.filename} is gone or different): reopen it (a new StreamingDataset)"
-                ) from None
+                raise self._replaced_error(entry) from None
             raise
         with state.lock:
             previous = state.lru.pop(k, None)  # another thread loaded it meanwhile
@@ -222,6 +220,16 @@ class ChunkSource:
         if sequential_hint and sequential and k + 1 < len(self.chunks):
             self.prefetch([k + 1])  # reading forward: fetch the next chunk while this one is read
         return data
+
+    def release(self, k: int) -> None:
+        """Drop chunk ``k`` from this process's LRU now: a reader reading in order has passed
+        it. Its map closes (unless an item view still holds it) and, remote, its cached file
+        is unpinned; another thread that still wants it loads it again."""
+        state = self.state()
+        with state.lock:
+            loaded = state.lru.pop(k, None)
+            if loaded is not None:
+                loaded.release()
 
     def item_view(self, k: int, j: int, *, sequential_hint: bool = True) -> memoryview | DecodedItem:
         """Item ``j`` of chunk ``k``, taken under the LRU lock: once it exists, another thread
@@ -251,13 +259,13 @@ class ChunkSource:
 
     # --- loading ---------------------------------------------------------------------------
 
-    def _chunk_bytes(self, entry: ChunkEntry) -> bytes | memoryview:
-        """A local chunk file's stored bytes (still compressed if the dataset is).
+    def _open_chunk(self, entry: ChunkEntry, path: str) -> tuple[int, int]:
+        """(descriptor, size) of a local chunk file, opened read-only: the caller closes it.
 
         Raises FileNotFoundError when the file does not exist, CorruptStateError when it is a
-        symbolic link (or under one): a dataset's chunks are regular files inside it.
+        symbolic link (or under one) or not a regular file: a dataset's chunks are regular
+        files inside it.
         """
-        path = os.path.join(self.output_dir, entry.filename)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
@@ -266,18 +274,62 @@ class ChunkSource:
                     f"chunk file {path} is a symbolic link; a dataset's chunks are regular files inside it. {_FIX}"
                 ) from None
             raise
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise CorruptStateError(f"chunk file {path} is not a regular file; {_FIX}")
             if "/" in entry.filename and os.path.realpath(os.path.dirname(path)) != os.path.join(
                 os.path.realpath(self.output_dir), os.path.dirname(entry.filename)
             ):
                 raise CorruptStateError(f"chunk file {path} is reached through a symbolic link; {_FIX}")
-            if st.st_size == 0:
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st.st_size
+
+    def _chunk_bytes(self, entry: ChunkEntry) -> bytes | memoryview:
+        """A local chunk file's stored bytes (still compressed if the dataset is); raises
+        as :meth:`_open_chunk`."""
+        fd, size = self._open_chunk(entry, os.path.join(self.output_dir, entry.filename))
+        try:  # the bare descriptor, no file object: this runs once per chunk read
+            if size == 0:
                 return b""
             # mmap: pages are read on demand and shared between DataLoader workers.
-            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            return memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+        finally:
+            os.close(fd)
+
+    def item_file(self, k: int) -> ItemFile | None:
+        """Chunk ``k`` opened to be read one item at a time (reader.itemfile says why), or
+        None when its bytes must be loaded whole: remote, compressed, in another layout, of
+        small items, or with a checksum this process has not checked yet (checking reads
+        every byte before any item is used)."""
+        entry = self.chunks[k]
+        if (
+            self.cache is not None
+            or self.config.compression is not None
+            or self.config.compression_level is not None
+            or not entry.chunk_size
+            or entry.chunk_bytes < ITEM_READ_BYTES * entry.chunk_size
+            or (self.check_checksums and entry.checksum and entry.filename not in self.state().verified)
+        ):
+            return None
+        path = os.path.join(self.output_dir, entry.filename)
+        try:
+            fd, size = self._open_chunk(entry, path)
+            return ItemFile.open(fd, size, entry, path)
+        except (CorruptStateError, FileNotFoundError) as exc:
+            if self._replaced():
+                raise self._replaced_error(entry) from None
+            if isinstance(exc, FileNotFoundError):
+                raise CorruptStateError(f"chunk file {path} named in {self.index_source} is missing; {_FIX}") from None
+            raise
+
+    def _replaced_error(self, entry: ChunkEntry) -> CorruptStateError:
+        return CorruptStateError(
+            f"the dataset at {self.output_dir} was replaced since it was opened (its index.json changed, "
+            f"chunk {entry.filename} is gone or different): reopen it (a new StreamingDataset)"
+        )
 
     @property
     def _whole_file_compression(self) -> str | None:

@@ -1,0 +1,144 @@
+"""Chunks of large items are read one item at a time into each item's own buffer (no mmap):
+real files, read by the real reader, damaged and replaced under it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardwright import StreamingDataset, optimize
+from shardwright.errors import CorruptStateError
+from shardwright.reader.itemfile import ITEM_READ_BYTES
+
+ITEM = ITEM_READ_BYTES  # bytes of each item's array: at the threshold, so item files are used
+
+
+def big(i: int) -> dict:
+    return {"i": i, "x": np.full(ITEM, i % 251, dtype=np.uint8), "f": np.arange(3, dtype=np.float64) + i}
+
+
+def small(i: int) -> dict:
+    return {"i": i, "x": np.full(16, i % 251, dtype=np.uint8)}
+
+
+def write(out: Path, fn, n: int = 24) -> str:
+    optimize(fn, list(range(n)), str(out), chunk_size=4, num_workers=1, verbose=False)
+    return str(out)
+
+
+def mapped_chunks(out: str) -> set[str]:
+    """The dataset's chunk files this process has mapped now (from /proc/self/maps)."""
+    with open("/proc/self/maps") as f:
+        return {os.path.basename(line.split()[-1]) for line in f if out in line and line.rstrip().endswith(".bin")}
+
+
+def check(item: dict, i: int) -> None:
+    assert item["i"] == i
+    assert item["x"].shape == (ITEM,) and int(item["x"].min()) == int(item["x"].max()) == i % 251
+    assert np.array_equal(item["f"], np.arange(3, dtype=np.float64) + i)
+
+
+def test_large_items_are_read_without_mapping_their_chunk(tmp_path):
+    out = write(tmp_path / "big", big)
+    seen = []
+    for item in StreamingDataset(out, check_checksums=False):
+        seen.append(item)
+        assert mapped_chunks(out) == set()  # read with preadv: nothing mapped
+    for i, item in enumerate(seen):
+        check(item, i)
+    # each item owns its buffer: writable, and no two items share memory
+    seen[0]["x"][:] = 7
+    assert seen[0]["x"].flags.writeable and int(seen[1]["x"][0]) == 1
+    assert not any(np.shares_memory(seen[0]["x"], other["x"]) for other in seen[1:])
+    check(next(iter(StreamingDataset(out, check_checksums=False))), 0)  # the file is untouched
+
+
+def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
+    out = write(tmp_path / "small", small)
+    it = iter(StreamingDataset(out, check_checksums=False))
+    next(it)
+    assert len(mapped_chunks(out)) == 1  # small items: one mapping per chunk, no call per item
+    big_out = write(tmp_path / "big", big)
+    ds = StreamingDataset(big_out)  # checksums on: the first read checks every byte (mapped)
+    it = iter(ds)
+    check(next(it), 0)
+    assert len(mapped_chunks(big_out)) == 1
+    for i, item in enumerate(it, start=1):
+        check(item, i)
+    second = iter(ds)  # checked already in this process: read item by item
+    check(next(second), 0)
+    assert ds._source.chunks[0].filename not in mapped_chunks(big_out)
+    for i, item in enumerate(second, start=1):
+        check(item, i)
+
+
+def test_shuffled_and_subsampled_reads_give_the_same_items(tmp_path):
+    out = write(tmp_path / "big", big)
+    shuffled = list(StreamingDataset(out, shuffle=True, seed=3, check_checksums=False))
+    assert sorted(item["i"] for item in shuffled) == list(range(24))
+    for item in shuffled:
+        check(item, item["i"])
+
+
+def test_a_chunk_truncated_while_read_is_named_not_a_short_item(tmp_path):
+    out = write(tmp_path / "big", big)
+    ds = StreamingDataset(out, check_checksums=False)
+    it = iter(ds)
+    check(next(it), 0)
+    first_chunk = os.path.join(out, ds._source.chunks[0].filename)
+    os.truncate(first_chunk, os.path.getsize(first_chunk) // 2)
+    with pytest.raises(CorruptStateError, match=r"ends inside item .*truncated"):
+        for _ in it:
+            pass
+
+
+def test_a_truncated_chunk_is_refused_before_any_of_its_items(tmp_path):
+    out = write(tmp_path / "big", big)
+    ds = StreamingDataset(out, check_checksums=False)
+    second = os.path.join(out, ds._source.chunks[1].filename)
+    os.truncate(second, os.path.getsize(second) - 1)
+    got = []
+    with pytest.raises(CorruptStateError, match="truncated or was replaced"):
+        for item in ds:
+            got.append(item["i"])
+    assert got == [0, 1, 2, 3]  # the first chunk's items, none of the damaged one's
+
+
+def test_a_symlinked_chunk_of_large_items_is_refused(tmp_path):
+    out = write(tmp_path / "big", big)
+    ds = StreamingDataset(out, check_checksums=False)
+    name = os.path.join(out, ds._source.chunks[0].filename)
+    secret = tmp_path / "elsewhere.bin"
+    os.rename(name, secret)
+    os.symlink(secret, name)
+    with pytest.raises(CorruptStateError, match="is a symbolic link"):
+        next(iter(ds))
+
+
+def test_a_missing_chunk_is_named(tmp_path):
+    out = write(tmp_path / "big", big)
+    ds = StreamingDataset(out, check_checksums=False)
+    os.remove(os.path.join(out, ds._source.chunks[0].filename))
+    with pytest.raises(CorruptStateError, match="is missing"):
+        next(iter(ds))
+
+
+def test_no_descriptor_is_left_open(tmp_path):
+    out = write(tmp_path / "big", big)
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for _ in range(3):
+        assert sum(1 for _ in StreamingDataset(out, check_checksums=False)) == 24
+    it = iter(StreamingDataset(out, shuffle=True, check_checksums=False))
+    next(it)
+    del it  # an abandoned iteration
+    import gc
+
+    gc.collect()
+    assert open_fds() == before
