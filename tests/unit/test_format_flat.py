@@ -280,3 +280,22 @@ def test_owned_items_decode_to_views_of_their_own_buffer_and_copies_otherwise():
     assert np.shares_memory(got["y"], owned) and got["y"].flags.writeable
     shared = item_decoder(enc.data_format, enc.data_spec)(memoryview(owned))  # not owned: copies
     assert not np.shares_memory(shared["y"], owned)
+
+
+def test_owned_tensor_leaves_are_views_unless_unaligned():
+    torch = pytest.importorskip("torch")
+    enc = ItemEncoder()
+    sample = {"a": torch.arange(6, dtype=torch.int32), "t": "x", "b": torch.arange(4, dtype=torch.float64)}
+    data = enc.encode(sample, 0)
+    owned = np.frombuffer(bytearray(data), dtype=np.uint8)
+    got = item_decoder(enc.data_format, enc.data_spec, owned=True)(memoryview(owned))
+    assert torch.equal(got["a"], sample["a"]) and torch.equal(got["b"], sample["b"])
+    base = owned.ctypes.data
+    inside = [base <= t.data_ptr() < base + len(owned) for t in (got["a"], got["b"])]
+    aligned = [t.data_ptr() % t.element_size() == 0 for t in (got["a"], got["b"])]
+    assert all(aligned)
+    assert inside == [True, False]  # "a" sits at byte 12 (aligned): a view; "b" after the 1-byte str: copied
+    # a leaf is a view exactly when its bytes sat aligned in the buffer
+    for tensor, view in zip((got["a"], got["b"]), inside):
+        offset = bytes(owned).find(tensor.numpy().tobytes())
+        assert view == ((base + offset) % tensor.element_size() == 0)

@@ -242,17 +242,38 @@ def decode_tensor(raw: memoryview) -> Any:
 
 def view_decoder(fmt: str) -> Callable[[memoryview], Any] | None:
     """For an item read into a buffer of its own (no one else's bytes): the decoder of an
-    array leaf that returns a view of those bytes instead of a copy (the copy is what
+    array or tensor leaf that returns a view of those bytes instead of a copy (the copy is what
     ``core_decoder`` makes, so that items never pin a mapped chunk). None for any other
     format: its decoder makes a new object anyway. A leaf whose bytes are not aligned for its
-    dtype is copied (numpy and torch want aligned data)."""
+    dtype is copied (numpy and torch want aligned data). The buffer must be writable: torch
+    warns of (and numpy marks read-only) views of read-only memory."""
     name, _, arg = fmt.partition(":")
     if name == "no_header_numpy" and arg.isdigit() and int(arg) < len(_NUMPY_DTYPES):
         dtype = _NUMPY_DTYPES[int(arg)]
         return lambda raw: _aligned(np.frombuffer(raw, dtype=dtype))
     if fmt == "numpy":
         return lambda raw: _aligned(_numpy_nd_view(raw))
+    if name == "no_header_tensor" and arg.isdigit() and int(arg) in _TORCH_DTYPE_NAMES:
+        code = int(arg)
+        return lambda raw: _tensor_view(raw, _torch_dtype(code), (-1,) if len(raw) else (0,))
+    if fmt == "tensor":
+        return _decode_tensor_view
     return None
+
+
+def _tensor_view(raw: memoryview, dtype: Any, shape: tuple) -> Any:
+    import torch
+
+    itemsize = dtype.itemsize
+    if len(raw) == 0 or len(raw) % itemsize or np.frombuffer(raw, dtype=np.uint8).ctypes.data % itemsize:
+        return _tensor_from(raw, dtype, shape)  # empty, ragged or unaligned: the copying path decides
+    return torch.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def _decode_tensor_view(raw: memoryview) -> Any:
+    code, ndim = _TENSOR_HEADER.unpack_from(raw, 0)
+    shape = struct.unpack_from(f">{ndim}I", raw, 8)
+    return _tensor_view(raw[8 + 4 * ndim :], _torch_dtype(code), shape)
 
 
 def _aligned(arr: np.ndarray) -> np.ndarray:
