@@ -98,8 +98,7 @@ def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
     # an int outside int64, a leaf of 4 GiB or more (its u32 size), text that is not UTF-8
     lines.append("    except (struct_error, OverflowError, UnicodeEncodeError):")
     lines.append("        return None")
-    exec(compile("\n".join(lines), f"<shardwright flat encoder {data_format}>", "exec"), namespace)
-    encode: FlatEncoder = namespace["encode"]
+    encode: FlatEncoder = _define(lines, f"flat encoder {data_format}", namespace)
     return encode
 
 
@@ -162,9 +161,15 @@ def flat_decoder(root: SpecNode, data_format: list[str], general: Callable[[Any]
         "        return general(buf)",
         f"    return {build}",
     ]
-    exec(compile("\n".join(lines), f"<shardwright flat decoder {data_format}>", "exec"), namespace)
-    decode: Callable[[Any], Any] = namespace["decode"]
-    return decode
+    return _define(lines, f"flat decoder {data_format}", namespace)
+
+
+def _define(lines: list[str], what: str, namespace: dict[str, Any]) -> Callable[[Any], Any]:
+    """The one function ``lines`` define (``def NAME(...):`` first), compiled in ``namespace``."""
+    name = lines[0].split()[1].partition("(")[0]
+    exec(compile("\n".join(lines), f"<shardwright {what}>", "exec"), namespace)
+    function: Callable[[Any], Any] = namespace[name]
+    return function
 
 
 def _container_display(root: SpecNode, values: list[str], namespace: dict[str, Any]) -> str | None:
@@ -211,6 +216,4 @@ def flat_split_decoder(
         "        return general(buf)",
         f"    return {build}",
     ]
-    exec(compile("\n".join(lines), f"<shardwright flat split decoder of {count} leaves>", "exec"), namespace)
-    decode: Callable[[Any], Any] = namespace["decode"]
-    return decode
+    return _define(lines, f"flat split decoder of {count} leaves", namespace)
