@@ -142,3 +142,17 @@ def test_no_descriptor_is_left_open(tmp_path):
 
     gc.collect()
     assert open_fds() == before
+
+
+def test_a_two_worker_loader_reads_every_large_item_once(tmp_path):
+    from shardwright import StreamingDataLoader
+
+    out = write(tmp_path / "big", big)
+    for shuffle in (False, True):
+        ds = StreamingDataset(out, shuffle=shuffle, check_checksums=False)
+        seen = []
+        for batch in StreamingDataLoader(ds, batch_size=5, num_workers=2):
+            for i, x in zip(batch["i"].tolist(), batch["x"]):
+                assert int(x.min()) == int(x.max()) == i % 251 and x.shape == (ITEM,)
+                seen.append(i)
+        assert sorted(seen) == list(range(24))
