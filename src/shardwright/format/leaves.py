@@ -250,6 +250,8 @@ def view_decoder(fmt: str) -> Callable[[memoryview], Any] | None:
     name, _, arg = fmt.partition(":")
     if name == "no_header_numpy" and arg.isdigit() and int(arg) < len(_NUMPY_DTYPES):
         dtype = _NUMPY_DTYPES[int(arg)]
+        if dtype.alignment == 1:  # bytes: any address will do
+            return lambda raw: np.frombuffer(raw, dtype=dtype)
         return lambda raw: _aligned(np.frombuffer(raw, dtype=dtype))
     if fmt == "numpy":
         return lambda raw: _aligned(_numpy_nd_view(raw))

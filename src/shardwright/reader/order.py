@@ -115,15 +115,19 @@ class EpochSequence:
             raise ValueError(f"range {a}:{b} is outside the epoch's {self.total} items")
         out = []
         i = int(np.searchsorted(self.cum, a, side="right")) - 1
+        last = int(np.searchsorted(self.cum, b, side="left"))  # the groups S[a:b] reaches: i .. last
+        order = self.order[i : last + 1].tolist()  # plain ints: this loop runs once per group
+        cum = self.cum[i : last + 2].tolist()
+        starts = self.group_starts
         pos = a
-        while pos < b:
-            group = int(self.order[i])
-            offset = pos - int(self.cum[i])
-            length = min(b, int(self.cum[i + 1])) - pos
+        for k, group in enumerate(order):
+            if pos >= b:
+                break
+            offset = pos - cum[k]
+            length = min(b, cum[k + 1]) - pos
             if length > 0:
-                out.append((group, int(self.group_starts[group]) + offset, length))
+                out.append((group, int(starts[group]) + offset, length))
             pos += max(length, 0)
-            i += 1
         return out
 
 
