@@ -83,16 +83,22 @@ def test_shuffled_and_subsampled_reads_give_the_same_items(tmp_path):
         check(item, item["i"])
 
 
-def test_a_chunk_truncated_while_read_is_named_not_a_short_item(tmp_path):
-    out = write(tmp_path / "big", big)
-    ds = StreamingDataset(out, check_checksums=False)
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_chunk_truncated_while_read_is_named_not_a_short_item(tmp_path, shuffle):
+    # two chunks of 70 items; the one being read is cut in half under the open reader
+    out = str(tmp_path / "big")
+    optimize(big, list(range(140)), out, chunk_size=70, num_workers=1, num_shards=2, verbose=False)
+    ds = StreamingDataset(out, shuffle=shuffle, check_checksums=False)
     it = iter(ds)
-    check(next(it), 0)
-    first_chunk = os.path.join(out, ds._source.chunks[0].filename)
-    os.truncate(first_chunk, os.path.getsize(first_chunk) // 2)
+    first = next(it)
+    chunk = os.path.join(out, ds._source.chunks[first["i"] // 70].filename)
+    os.truncate(chunk, os.path.getsize(chunk) // 2)
+    got = [first]
     with pytest.raises(CorruptStateError, match=r"ends inside item .*truncated"):
-        for _ in it:
-            pass
+        for item in it:
+            got.append(item)
+    for item in got:  # what came before the error is whole: read before the truncation
+        check(item, item["i"])
 
 
 def test_a_truncated_chunk_is_refused_before_any_of_its_items(tmp_path):
