@@ -66,11 +66,10 @@ def item_reader(
         held[k] = entry = (buf, None, None) if spans is None else (*spans, None)
         return entry
 
-    def drop(k: int) -> None:
+    def forget(k: int) -> None:
         entry = held.pop(k, None)
         if entry is not None and entry[2] is not None:
             entry[2].close()
-        source.release(k)
 
     def read(i: int, _hint: bool) -> Any:
         if base is not None:
@@ -79,11 +78,12 @@ def item_reader(
         entry = held.get(k)
         if entry is None:
             previous = last[0]
-            if in_order and previous >= 0:
-                drop(previous)
-            if len(held) > source.keep_chunks:
+            if in_order and previous >= 0:  # passed for good: out of the LRU too
+                forget(previous)
+                source.release(previous)
+            if len(held) > source.keep_chunks:  # the LRU keeps what it keeps
                 for old in list(held):
-                    drop(old)
+                    forget(old)
             entry = load(k)
             last[0] = k
         j = i - starts[k]
