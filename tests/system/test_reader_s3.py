@@ -169,3 +169,39 @@ def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault
     out, err = later.communicate(timeout=120)
     assert later.returncode == 0 and out.strip() == str(CHUNKS * 20), err[-2000:]
     assert dir_bytes(cache) <= limit + 3 * chunk, f"{dir_bytes(cache)} bytes cached for a bound of {limit}"
+
+
+def test_a_reader_exits_while_a_prefetch_thread_holds_its_lock(tmp_path):
+    """A daemon prefetch thread frozen at exit while holding the prefetcher's lock must not
+    hang the process in the source's __del__ (it did, about 1 run in 10 of a CI test)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from shardwright import optimize
+
+    out = tmp_path / "ds"
+    optimize(_small_item, list(range(10)), str(out), num_workers=1, verbose=False)
+    script = textwrap.dedent(f"""
+        import threading, time
+        from shardwright import StreamingDataset
+        from shardwright.reader.prefetch import Prefetcher
+        ds = StreamingDataset({str(out)!r})
+        state = ds._source.state()
+        state.prefetcher = Prefetcher(None, 1, 1)
+        held = threading.Event()
+        def hold():
+            with state.prefetcher._lock:
+                held.set()
+                time.sleep(3600)
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        print(len(ds))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "10"
+
+
+def _small_item(i: int) -> dict:
+    return {"i": i}

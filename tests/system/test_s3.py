@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -538,8 +539,9 @@ def test_reader_dataloader_workers_spawn(remote_dataset, tmp_path):
 
 
 READER_PROCESS = textwrap.dedent("""
-    import json, sys
+    import faulthandler, json, signal, sys
     import numpy as np
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # run_readers asks for stacks on a hang
     from shardwright import StreamingDataset
     url, opts, cache_dir, limit, reverse = json.loads(sys.argv[1])
     ds = StreamingDataset(url, storage_options=opts, cache_dir=cache_dir, max_cache_bytes=limit)
@@ -562,10 +564,29 @@ def run_readers(args: list[list], timeout: float = 120) -> None:
         )
         for a in args
     ]
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, err[-3000:]
-        assert out.strip() == "800"
+    deadline = time.monotonic() + timeout
+    try:
+        for proc in procs:
+            try:
+                out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                # a hang (seen once in CI): every thread's stack, from each reader still running
+                stacks = []
+                for other in procs:
+                    if other.poll() is None:
+                        other.send_signal(signal.SIGUSR1)
+                time.sleep(2)
+                for other in procs:
+                    if other.poll() is None:
+                        other.kill()
+                    stacks.append(other.communicate()[1][-6000:])
+                pytest.fail(f"a reader hung past {timeout} s; their stderr:\n" + "\n---\n".join(stacks))
+            assert proc.returncode == 0, err[-3000:]
+            assert out.strip() == "800"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def test_two_processes_share_a_cache_without_double_downloads(remote_dataset, s3_server, fault_proxy, tmp_path):

@@ -108,10 +108,17 @@ class Prefetcher:
                     self._done.add(k)
 
     def close(self) -> None:
-        with self._lock:
+        # Bounded: close runs from __del__, and a download thread holds the lock only briefly
+        # (never across a download); if it cannot be had, the threads see _closed on their own.
+        if not self._lock.acquire(timeout=5):
+            self._closed = True
+            return
+        try:
             self._closed = True
             self._wanted = []
             self._lock.notify_all()
+        finally:
+            self._lock.release()
 
 
 class ProcState:

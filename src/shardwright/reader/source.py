@@ -8,6 +8,7 @@ import errno
 import mmap
 import os
 import stat
+import sys
 
 from ..errors import (
     CorruptStateError,
@@ -445,6 +446,11 @@ class ChunkSource:
             state.close()
 
     def __del__(self):
+        if sys.is_finalizing():
+            # At exit, a daemon prefetch thread may be frozen holding the prefetcher's lock:
+            # closing would wait for it forever (a reader process hung at exit in CI). The OS
+            # takes back the maps, descriptors and threads anyway.
+            return
         try:
             self.close()
         except Exception:
