@@ -9,7 +9,9 @@ from ..errors import CorruptStateError
 from ..format import ChunkEntry, RowChunk, chunk_num_items
 from ..protocol.layout import STATE_DIR
 
-__all__ = ["check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
+__all__ = ["CHUNK_FIX", "check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
+
+CHUNK_FIX = "restore it or rerun optimize with mode='overwrite'"  # what to do about a damaged chunk file
 
 
 def release_buffer(buffer: bytes | memoryview) -> None:
@@ -44,12 +46,20 @@ def check_exact_size(data: bytes | memoryview, entry: ChunkEntry, name: str, ver
 
 
 def check_chunk(
-    data: bytes | memoryview | RowChunk, entry: ChunkEntry, name: str, *, stored_size: int | None = None
+    data: bytes | memoryview | RowChunk,
+    entry: ChunkEntry,
+    name: str,
+    *,
+    stored_size: int | None = None,
+    head_of: int | None = None,
 ) -> None:
     """The chunk file agrees with its index entry; a clear error otherwise. ``stored_size``: the
-    size of the file's bytes when ``data`` was unpacked from another layout (format.layouts)."""
-    fix = "restore it or rerun optimize with mode='overwrite'"
-    size = stored_size if stored_size is not None else len(data)
+    size of the file's bytes when ``data`` was unpacked from another layout (format.layouts).
+    ``head_of``: ``data`` is only the first bytes (count and offset table) of a chunk of this
+    many bytes, read from its file (reader.itemfile)."""
+    fix = CHUNK_FIX
+    length = head_of if head_of is not None else len(data)
+    size = stored_size if stored_size is not None else length
     if size < entry.chunk_bytes:
         raise CorruptStateError(
             f"chunk file {name} is {size} bytes but index.json says {entry.chunk_bytes}: it is "
@@ -68,9 +78,9 @@ def check_chunk(
     if n != entry.chunk_size:
         raise CorruptStateError(f"chunk file {name} holds {n} items but index.json says {entry.chunk_size}; {fix}")
     header = 4 + 4 * (n + 1)
-    if len(data) < header:
+    if len(data) < header or length < header:
         raise CorruptStateError(f"chunk file {name} is too short for the offsets of its {n} items; {fix}")
     first = int.from_bytes(data[4:8], "little")
     last = int.from_bytes(data[header - 4 : header], "little")
-    if first != header or not first <= last <= len(data):
+    if first != header or not first <= last <= length:
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")

@@ -23,11 +23,11 @@ import numpy as np
 
 from ..errors import CorruptStateError
 from ..format import FRAMED_MAGIC, ChunkEntry, chunk_offsets
+from .checks import CHUNK_FIX, check_chunk
 
 __all__ = ["ITEM_READ_BYTES", "ItemFile"]
 
 ITEM_READ_BYTES = 64 << 10  # chunks whose items average this much are read item by item
-_FIX = "restore it or rerun optimize with mode='overwrite'"
 
 
 class ItemFile:
@@ -45,26 +45,15 @@ class ItemFile:
         closed) when its items are not plain spans of the file (litdata's framed zstd, or
         Arrow rows behind empty items): the caller reads it whole."""
         try:
-            n = entry.chunk_size
-            if size < entry.chunk_bytes:
-                raise CorruptStateError(
-                    f"chunk file {name} is {size} bytes but index.json says {entry.chunk_bytes}: it is "
-                    f"truncated or was replaced; {_FIX}"
-                )
-            head = os.pread(fd, 4 + 4 * (n + 1), 0)
+            head = os.pread(fd, 4 + 4 * (entry.chunk_size + 1), 0)
             if head[:8] == FRAMED_MAGIC:  # litdata's framed zstd: not spans of the file
                 os.close(fd)
                 return None
+            check_chunk(head, entry, name, head_of=size)  # the checks (and words) of a loaded chunk
             try:
-                offsets = chunk_offsets(head, size)
+                offsets = chunk_offsets(head, size)  # and every item inside the file, in order
             except CorruptStateError as exc:
-                raise CorruptStateError(f"chunk file {name}: {exc}; {_FIX}") from None
-            if len(offsets) != n + 1:
-                raise CorruptStateError(
-                    f"chunk file {name} holds {len(offsets) - 1} items but index.json says {n}; {_FIX}"
-                )
-            if offsets[0] != 4 + 4 * (n + 1):
-                raise CorruptStateError(f"chunk file {name} has an invalid offset table; {_FIX}")
+                raise CorruptStateError(f"chunk file {name}: {exc}; {CHUNK_FIX}") from None
             if offsets[0] == offsets[-1]:  # no bytes in any item: maybe Arrow rows in a footer
                 os.close(fd)
                 return None
@@ -82,7 +71,7 @@ class ItemFile:
         buf = np.empty(end - start, dtype=np.uint8).data  # the array's memoryview: writable, 'B'
         if os.preadv(self._fd, [buf], start) != end - start:
             raise CorruptStateError(
-                f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {_FIX}"
+                f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {CHUNK_FIX}"
             )
         return buf
 

@@ -31,7 +31,7 @@ from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
-from .checks import check_chunk, check_exact_size, incomplete_message, release_buffer
+from .checks import CHUNK_FIX, check_chunk, check_exact_size, incomplete_message, release_buffer
 from .itemfile import ITEM_READ_BYTES, ItemFile
 from .prefetch import Loaded, ProcState
 
@@ -39,7 +39,7 @@ __all__ = ["INDEX_NAME", "ChunkSource"]
 
 INDEX_NAME = INDEX_KEY
 MIN_CACHED_CHUNKS = 4  # decoded chunks kept per process (more when a shuffle window needs them)
-_FIX = "restore it or rerun optimize with mode='overwrite'"
+_FIX = CHUNK_FIX
 
 
 class ChunkSource:
@@ -323,8 +323,13 @@ class ChunkSource:
             if self._replaced():
                 raise self._replaced_error(entry) from None
             if isinstance(exc, FileNotFoundError):
-                raise CorruptStateError(f"chunk file {path} named in {self.index_source} is missing; {_FIX}") from None
+                raise self._missing_error(entry) from None
             raise
+
+    def _missing_error(self, entry: ChunkEntry) -> CorruptStateError:
+        return CorruptStateError(
+            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self.index_source} is missing; {_FIX}"
+        )
 
     def _replaced_error(self, entry: ChunkEntry) -> CorruptStateError:
         return CorruptStateError(
@@ -353,9 +358,7 @@ class ChunkSource:
                     return self._chunk_bytes(dataclasses.replace(entry, filename=plain)), False
                 except FileNotFoundError:
                     pass
-        raise CorruptStateError(
-            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self.index_source} is missing; {_FIX}"
-        )
+        raise self._missing_error(entry)
 
     def _load_local(self, entry: ChunkEntry) -> bytes | memoryview:
         stored, compressed = self._stored_chunk(entry)
