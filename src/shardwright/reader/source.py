@@ -39,7 +39,6 @@ __all__ = ["INDEX_NAME", "ChunkSource"]
 
 INDEX_NAME = INDEX_KEY
 MIN_CACHED_CHUNKS = 4  # decoded chunks kept per process (more when a shuffle window needs them)
-_FIX = CHUNK_FIX
 
 
 class ChunkSource:
@@ -94,13 +93,13 @@ class ChunkSource:
             self.chunks, self.config = parse_index(self.index_bytes, self.index_source)
         except RecursionError:  # a data_spec nested deeper than Python recurses
             raise CorruptStateError(
-                f"index.json at {self.index_source} nests its data_spec absurdly deep; {_FIX}"
+                f"index.json at {self.index_source} nests its data_spec absurdly deep; {CHUNK_FIX}"
             ) from None
         self.largest_chunk = max((entry.chunk_bytes for entry in self.chunks), default=0)
         for entry in self.chunks:
             if "\0" in entry.filename:
                 raise CorruptStateError(
-                    f"index.json at {self.index_source} names a chunk with a NUL byte in it; {_FIX}"
+                    f"index.json at {self.index_source} names a chunk with a NUL byte in it; {CHUNK_FIX}"
                 )
         if self.config.encryption is not None:
             raise UnsupportedFormatError(
@@ -272,17 +271,17 @@ class ChunkSource:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise CorruptStateError(
-                    f"chunk file {path} is a symbolic link; a dataset's chunks are regular files inside it. {_FIX}"
+                    f"chunk file {path} is a symbolic link; a dataset's chunks are regular files inside it. {CHUNK_FIX}"
                 ) from None
             raise
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise CorruptStateError(f"chunk file {path} is not a regular file; {_FIX}")
+                raise CorruptStateError(f"chunk file {path} is not a regular file; {CHUNK_FIX}")
             if "/" in entry.filename and os.path.realpath(os.path.dirname(path)) != os.path.join(
                 os.path.realpath(self.output_dir), os.path.dirname(entry.filename)
             ):
-                raise CorruptStateError(f"chunk file {path} is reached through a symbolic link; {_FIX}")
+                raise CorruptStateError(f"chunk file {path} is reached through a symbolic link; {CHUNK_FIX}")
         except BaseException:
             os.close(fd)
             raise
@@ -328,7 +327,7 @@ class ChunkSource:
 
     def _missing_error(self, entry: ChunkEntry) -> CorruptStateError:
         return CorruptStateError(
-            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self.index_source} is missing; {_FIX}"
+            f"chunk file {os.path.join(self.output_dir, entry.filename)} named in {self.index_source} is missing; {CHUNK_FIX}"
         )
 
     def _replaced_error(self, entry: ChunkEntry) -> CorruptStateError:
@@ -369,7 +368,7 @@ class ChunkSource:
             # Once per chunk per process, on its first load (never per item): the bytes
             # crossed a trust boundary (a disk, a copy) since they were written.
             try:
-                check_checksum(stored, entry.checksum, name, _FIX)
+                check_checksum(stored, entry.checksum, name, CHUNK_FIX)
             except CorruptStateError:
                 release_buffer(stored)
                 raise
@@ -381,7 +380,7 @@ class ChunkSource:
             try:
                 data: bytes | memoryview = decompress(stored, self.config.compression)
             except CorruptStateError as exc:
-                raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {_FIX}") from None
+                raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {CHUNK_FIX}") from None
             finally:
                 release_buffer(stored)
         else:
@@ -403,7 +402,7 @@ class ChunkSource:
         try:
             return unpack_chunk(data, self.config.compression_level)
         except CorruptStateError as exc:
-            raise CorruptStateError(f"chunk file {name}: {exc}; {_FIX}") from None
+            raise CorruptStateError(f"chunk file {name}: {exc}; {CHUNK_FIX}") from None
 
     def _load_remote(self, entry: ChunkEntry) -> Loaded:
         """Fetch a chunk into the cache (or find it there) and map/decompress it.
