@@ -162,3 +162,23 @@ def test_a_two_worker_loader_reads_every_large_item_once(tmp_path):
                 assert int(x.min()) == int(x.max()) == i % 251 and x.shape == (ITEM,)
                 seen.append(i)
         assert sorted(seen) == list(range(24))
+
+
+def test_a_resumed_stream_continues_mid_chunk_with_the_next_item(tmp_path):
+    # In order, runs of ids inside a chunk are read by one loop (reader.items): a stream
+    # resumed inside a chunk (item 6 of 4-item chunks) must start exactly at the next item,
+    # and a chunk-window boundary (4 chunks a window) must lose or repeat nothing.
+    out = write(tmp_path / "big", big, n=40)
+    ds = StreamingDataset(out, check_checksums=False, iterable=True)
+    first = []
+    for item in ds:
+        first.append(item["i"])
+        if len(first) == 6:
+            state = ds.state_dict()
+            break
+    resumed = StreamingDataset(out, check_checksums=False, iterable=True)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    for k, item in enumerate(rest):
+        check(item, 6 + k)
+    assert first + [item["i"] for item in rest] == list(range(40))

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import CorruptStateError
 from .flat import flat_decoder, flat_split_decoder
 from .layouts import DecodedItem
-from .leaves import view_decoder
+from .leaves import array_view_decoder, view_decoder
 from .pytree import spec_or_corrupt
 from .sample import decode_plan
 
@@ -27,7 +27,8 @@ def item_decoder(
     anything but plain data raise UnsupportedFormatError instead of running code.
 
     ``owned=True``: for items each read into a writable buffer of its own (never a view of a
-    chunk other items share): array leaves are views of that buffer, not copies."""
+    chunk other items share), given as that 1-D uint8 array (or a memoryview of it): array
+    leaves are views of that buffer, not copies."""
     return _item_decoder(tuple(data_format), data_spec, allow_pickle, owned)
 
 
@@ -60,7 +61,16 @@ def _item_decoder(
     # damage): fixed-size scalars are one unpack per item; any other leaves, one unpack of
     # the sizes and straight-line slicing
     root = spec_or_corrupt(data_spec)
-    return flat_decoder(root, list(data_format), decode) or flat_split_decoder(root, decoders, decode) or decode
+    if owned:  # the item's own uint8 array: leaves are slices of it, given as memoryviews where they need one
+        leaves = [array_view_decoder(fmt) or _as_memoryview(leaf) for fmt, leaf in zip(data_format, decoders)]
+        split = flat_split_decoder(root, leaves, decode, array_input=True)
+    else:
+        split = flat_split_decoder(root, decoders, decode)
+    return flat_decoder(root, list(data_format), decode) or split or decode
+
+
+def _as_memoryview(leaf: Callable[[memoryview], Any]) -> Callable[[Any], Any]:
+    return lambda raw: leaf(memoryview(raw))
 
 
 def decode_item(

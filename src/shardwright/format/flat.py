@@ -41,6 +41,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .layouts import DecodedItem
 from .pytree import MAPPINGS, SpecNode
 
@@ -189,16 +191,20 @@ def _container_display(root: SpecNode, values: list[str], namespace: dict[str, A
 
 
 def flat_split_decoder(
-    root: SpecNode, decoders: list[Callable[[memoryview], Any]], general: Callable[[Any], Any]
+    root: SpecNode, decoders: list[Callable[[Any], Any]], general: Callable[[Any], Any], array_input: bool = False
 ) -> Callable[[Any], Any] | None:
     """A compiled decoder of items of samples shaped like ``root`` (a scalar or one
     dict/list/tuple of leaves of any format), ``decoders`` being the leaves' own; any item
     it does not take (not a memoryview, sizes that do not add up) goes to ``general``, which
-    decodes it or names the damage. None when ``root`` is not such a shape."""
+    decodes it or names the damage. None when ``root`` is not such a shape.
+
+    ``array_input``: items come as 1-D uint8 numpy arrays instead of memoryviews, and each
+    leaf's decoder is given a slice of that array."""
     count = len(decoders)
     if not count:
         return None
-    namespace: dict[str, Any] = {"SIZES": struct.Struct(f"<{count}I"), "general": general, "memoryview": memoryview}
+    kind = np.ndarray if array_input else memoryview  # the type of item this decoder takes
+    namespace: dict[str, Any] = {"SIZES": struct.Struct(f"<{count}I"), "general": general, "KIND": kind}
     for i, leaf in enumerate(decoders):
         namespace[f"d{i}"] = leaf
     ends = ["H"] + [f"e{i}" for i in range(count)]
@@ -207,7 +213,7 @@ def flat_split_decoder(
         return None
     lines = [
         "def decode(buf):",
-        f"    if type(buf) is not memoryview or len(buf) < {4 * count}:",
+        f"    if type(buf) is not KIND or len(buf) < {4 * count}:",
         "        return general(buf)",
         f"    {', '.join(f's{i}' for i in range(count))}, = SIZES.unpack_from(buf)",
         f"    H = {4 * count}",
@@ -216,4 +222,5 @@ def flat_split_decoder(
         "        return general(buf)",
         f"    return {build}",
     ]
-    return _define(lines, f"flat split decoder of {count} leaves", namespace)
+    what = f"flat split decoder of {count} leaves{' (arrays)' if array_input else ''}"
+    return _define(lines, what, namespace)

@@ -37,6 +37,24 @@ class ChunkEntry:
     @classmethod
     def from_json(cls, data: Any) -> ChunkEntry:
         """Raises ValueError naming the bad field."""
+        if type(data) is dict:  # the common entry, checked in a few steps (issue 19: opening a dataset)
+            filename, size, nbytes = data.get("filename"), data.get("chunk_size"), data.get("chunk_bytes")
+            dim, checksum = data.get("dim"), data.get("checksum")
+            if (
+                type(filename) is str
+                and type(size) is int
+                and type(nbytes) is int
+                and size >= 0
+                and nbytes >= 0
+                and (dim is None or type(dim) is int)
+                and (checksum is None or type(checksum) is str)
+                and _safe_filename(filename)
+            ):
+                try:
+                    checksum = parse_checksum(checksum)
+                except ValueError as exc:
+                    raise ValueError(f"chunk {filename!r}: {exc}") from None
+                return cls(filename, size, nbytes, dim, checksum)
         if not isinstance(data, dict):
             raise ValueError(f"a chunk entry must be an object, got {type(data).__name__}")
         for key in ("filename", "chunk_size", "chunk_bytes"):

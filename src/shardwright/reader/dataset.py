@@ -429,7 +429,11 @@ class StreamingDataset(RegionSelection, _DatasetBase):
     def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
         windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
         remote = self._source.cache is not None
-        read = self._get if self._tokens is not None or not self._length else self._item_reader()
+        if self._tokens is not None or not self._length:
+            get = self._get
+            read_items: Callable[[Any], Iterator[Any]] = lambda ids: (get(i, False) for i in ids.tolist())  # noqa: E731
+        else:
+            read_items = self._item_reader()
         current = next(windows, None)
         while current is not None:
             groups, items = current
@@ -438,8 +442,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
                 if remote and following is not None:
                     # The next window's chunks download while this window is read.
                     self._source.prefetch(self._chunks_of_groups(following[0]))
-                for i in items.tolist():
-                    item = read(i, False)
+                for item in read_items(items):
                     progress["yielded"] += 1
                     yield item
             except Exception as exc:  # not GeneratorExit: a consumer closing us is no error
@@ -449,8 +452,8 @@ class StreamingDataset(RegionSelection, _DatasetBase):
                 raise clean from None
             current = following
 
-    def _item_reader(self) -> Callable[[int, bool], Any]:
-        """``read(i, hint)`` for iteration (see :func:`item_reader`)."""
+    def _item_reader(self) -> Callable[[Any], Iterator[Any]]:
+        """``read_items(ids)`` for iteration (see :func:`item_reader`)."""
         return item_reader(
             self._source,
             self._starts,

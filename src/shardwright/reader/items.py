@@ -17,8 +17,11 @@ into a buffer of its own (:mod:`.itemfile`) and decoded with views of it.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..format import chunk_item, chunk_spans
 from .itemfile import ItemFile
@@ -36,8 +39,14 @@ def item_reader(
     base: Callable[[int], int] | None,
     in_order: bool,
     decode_owned: Callable[[Any], Any] | None = None,
-) -> Callable[[int, bool], Any]:
-    """``read(i, hint)``: item ``i`` decoded and transformed by ``steps``.
+) -> Callable[[np.ndarray], Iterator[Any]]:
+    """``read_items(ids)``: the items ``ids`` (a window's, in stream order), one after
+    another, each decoded and transformed by ``steps``.
+
+    A run of consecutive ids inside one chunk that is read item by item (:class:`ItemFile`)
+    goes through one tight loop: a positional read and a decode per item, with no lookup of
+    its chunk (issue 19: the lookups were a fifth of the time of reading 256 KiB arrays
+    in-process, next to the floor's plain reads).
 
     Args:
         source: the dataset's chunks.
@@ -71,10 +80,8 @@ def item_reader(
         if entry is not None and entry[2] is not None:
             entry[2].close()
 
-    def read(i: int, _hint: bool) -> Any:
-        if base is not None:
-            i = base(i)
-        k = find(starts, i) - 1
+    def enter(k: int) -> tuple[Any, tuple[int, ...] | None, ItemFile | None]:
+        """Chunk ``k`` held (loaded if it is not), the chunk left behind released."""
         entry = held.get(k)
         if entry is None:
             previous = last[0]
@@ -86,8 +93,14 @@ def item_reader(
                     forget(old)
             entry = load(k)
             last[0] = k
+        return entry
+
+    def read(i: int) -> Any:
+        if base is not None:
+            i = base(i)
+        k = find(starts, i) - 1
+        buf, offsets, file = enter(k)
         j = i - starts[k]
-        buf, offsets, file = entry
         if file is not None:
             item = decode_owned(file.read(j))  # type: ignore[misc]
         else:
@@ -101,4 +114,38 @@ def item_reader(
             item = step(item)
         return item
 
-    return read
+    def read_items(ids: np.ndarray) -> Iterator[Any]:
+        if base is not None or decode_owned is None or len(ids) < 2:
+            for i in ids.tolist():
+                yield read(i)
+            return
+        # runs of consecutive ids: (first id, end id), cut where an id does not follow the last
+        cuts = (np.flatnonzero(ids[1:] != ids[:-1] + 1) + 1).tolist()
+        firsts = ids[[0, *cuts]].tolist()
+        ends = (ids[[c - 1 for c in cuts] + [len(ids) - 1]] + 1).tolist()
+        empty, preadv, uint8 = np.empty, os.preadv, np.uint8
+        for i, end in zip(firsts, ends):
+            while i < end:
+                k = find(starts, i) - 1
+                stop = min(end, starts[k + 1]) if k + 1 < len(starts) else end
+                file = enter(k)[2]
+                if file is None:  # a mapped chunk: item by item
+                    for x in range(i, stop):
+                        yield read(x)
+                    i = stop
+                    continue
+                # ItemFile.read and the decode, inlined: this loop runs once per item
+                fd, offsets, first = file.fd, file.offsets, starts[k]
+                for j in range(i - first, stop - first):
+                    start = offsets[j]
+                    size = offsets[j + 1] - start
+                    buf = empty(size, uint8)
+                    if preadv(fd, [buf], start) != size:  # type: ignore[list-item]  # an ndarray is a buffer
+                        raise file.truncated(j)
+                    item = decode_owned(buf)
+                    for step in steps:
+                        item = step(item)
+                    yield item
+                i = stop
+
+    return read_items

@@ -131,9 +131,8 @@ def _check_disjoint(segments: list, total: int) -> None:
 
 def fingerprint(num_items: int, chunks: list) -> dict:
     """What identifies a dataset in a state: item and chunk counts and a digest of the chunks."""
-    digest = hashlib.sha256()
-    for entry in chunks:
-        digest.update(f"{entry.filename}\0{entry.chunk_size}\0{entry.chunk_bytes}\n".encode())
+    # one update of the joined lines (the digest of their concatenation, as one per line was)
+    digest = hashlib.sha256("".join([f"{e.filename}\0{e.chunk_size}\0{e.chunk_bytes}\n" for e in chunks]).encode())
     return {"items": num_items, "chunks": len(chunks), "digest": digest.hexdigest()[:16]}
 
 
