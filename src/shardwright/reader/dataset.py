@@ -17,6 +17,7 @@ from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
 from . import resume
+from .itemfile import keep_freed_item_memory
 from .items import item_reader
 from .options import ReaderOptions
 from .order import EpochSequence, OrderSpec, iter_segment, mixes_items
@@ -409,6 +410,8 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is None:
             self._rank, self._world = distributed_env()
+        elif self._length and self._tokens is None:
+            keep_freed_item_memory()  # a loader worker: its batches' buffers are reused
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
         layout, total = self.layout(workers), self.plan_size
