@@ -67,7 +67,7 @@ class ItemFile:
     def __init__(self, fd: int, offsets: tuple[int, ...], name: str):
         self.offsets = offsets
         self.name = name
-        self.fd = fd  # for the reader's loop (reader.items), which inlines read()
+        self._fd = fd
         self._close = weakref.finalize(self, os.close, fd)  # an abandoned iteration closes it too
 
     @classmethod
@@ -100,15 +100,11 @@ class ItemFile:
         """Item ``j``'s bytes in a new writable 1-D uint8 array (what ``item_decoder(owned=True)`` takes)."""
         start, end = self.offsets[j], self.offsets[j + 1]
         buf = np.empty(end - start, dtype=np.uint8)
-        if os.preadv(self.fd, [buf], start) != end - start:  # type: ignore[list-item]  # an ndarray is a buffer
-            raise self.truncated(j)
+        if os.preadv(self._fd, [buf], start) != end - start:  # type: ignore[list-item]  # an ndarray is a buffer
+            raise CorruptStateError(
+                f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {CHUNK_FIX}"
+            )
         return buf
-
-    def truncated(self, j: int) -> CorruptStateError:
-        """The error of a read of item ``j`` that came back short."""
-        return CorruptStateError(
-            f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {CHUNK_FIX}"
-        )
 
     def close(self) -> None:
         self._close()
