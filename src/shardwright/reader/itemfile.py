@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import weakref
 
 import numpy as np
@@ -48,10 +49,12 @@ def keep_freed_item_memory() -> None:
     64 faults per 256 KiB item, half of a worker's time (issue 19: 2,000 x 256 KiB arrays
     through a 2-worker loader, 7,000 items/s against litdata's 9,900; 14,000-15,000 with
     this). Only in the loader's own worker processes, never in the user's main process. A no-op
-    where the C library has no mallopt (macOS) or ignores it (musl)."""
+    off Linux, and where the C library ignores it (musl)."""
     if _tuned_pid[0] == os.getpid():
         return
     _tuned_pid[0] = os.getpid()
+    if not sys.platform.startswith("linux"):  # glibc's; ctypes.CDLL(None) is not even allowed on Windows
+        return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
