@@ -5,6 +5,7 @@ only after its own barrier, whichever thread runs ahead."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -112,3 +113,37 @@ def test_a_failed_seal_stops_every_later_round(storage):
         committer.close()
     assert [r.seq for r in committed] == [0]
     assert load_progress(storage, {0: (0, 20)}, "run")[0].next_input == 2
+
+
+def test_an_idle_sealer_makes_the_round_s_records_durable_at_once(storage):
+    """No round waits: the records are made durable now, not by the next round's barrier."""
+    committed = []
+    committer = ChunkCommitter(storage, SETTINGS, committed.append)
+    committer.submit(job(0))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the barrier follows the record write (the commit)
+        ops = storage.operations()
+        writes = [
+            n for n, (op, key) in enumerate(ops) if op == "write_bytes" and key.startswith(".shardwright/shards/")
+        ]
+        if writes and any(op == "barrier" for op, _ in ops[writes[0] :]):
+            break
+        time.sleep(0.01)
+    storage.crash()  # a power cut before any other round
+    assert load_progress(storage, {0: (0, 20)}, "run")[0].next_input == 2
+    committer.submit(job(1, done=True))
+    committer.close()
+
+
+def test_a_power_cut_after_close_loses_at_most_the_last_round(storage):
+    """The last round's records get no barrier of their own (publishing does not need them)."""
+    committer = ChunkCommitter(storage, SETTINGS, lambda record: None)
+    for seq in range(4):
+        committer.submit(job(seq, done=seq == 3))
+    committer.close()
+    lost = storage.crash()
+    assert all(key.startswith(".shardwright/shards/00000-000003-") for key in lost), lost
+    progress = load_progress(storage, {0: (0, 20)}, "run")[0]
+    assert progress.next_input in (6, 8) and progress.done == (progress.next_input == 8)
+    present = set(storage.list("chunk-"))
+    assert all(c.filename in present for c in progress.chunks)

@@ -5,6 +5,7 @@ test_s3.py with real processes and real signals."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 
@@ -16,11 +17,13 @@ from shardwright.protocol.claim import claim_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.identity import skipped_by_selection
 from shardwright.protocol.layout import FORMAT_KEY, INDEX_KEY, MANIFEST_KEY, SHARDS_PREFIX, STATE_DIR
 from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest, read_manifest
 from shardwright.protocol.observe import observe
-from shardwright.protocol.publish import publish_if_complete
+from shardwright.protocol.publish import finish_published, publish_if_complete
 from shardwright.protocol.records import load_progress
+from shardwright.protocol.run_record import read_run_record
 from shardwright.protocol.status import read_status
 from shardwright.storage import MemoryStorage, open_storage
 
@@ -170,6 +173,61 @@ def test_a_crash_between_index_and_cleanup_is_finished_by_the_next_call(storage)
         mode=None, inputs=InputsFingerprint.of(list(range(N))), settings=SETTINGS, fn_name="m.f", use_checkpoint=True
     )
     assert decide(observe(storage), request).kind is PlanKind.FINISH_PUBLISH
+
+
+# (input id, outputs committed) skipped in each round: shard 0 skips input 1 in its first round;
+# shard 1 skips input 8 in its second and input 10, after one output, in its last
+SKIPPED = {(0, 0): ((1, 0),), (1, 1): ((8, 0),), (1, 2): ((10, 1),)}
+
+
+@pytest.mark.parametrize("power_cut", [False, True])
+def test_run_json_lists_every_skipped_input_even_when_a_power_cut_took_the_last_records(storage, power_cut):
+    """A worker leaves its last round's records to the page cache (engine.committer): a power
+    cut after index.json can take them, and the next call, finishing the publication, then
+    reads the skipped inputs from the selection written before index.json."""
+    manifest = new_run(storage)
+    settings = round_settings(manifest)
+    for seq in range(3):  # round by round, a barrier after each but the last (as the committer)
+        jobs = [
+            dataclasses.replace(chunk_job(manifest, shard, seq), failed=SKIPPED.get((shard, seq), ()))
+            for shard in range(2)
+        ]
+        commit_round(storage, jobs, settings)
+        if seq < 2:
+            storage.barrier()
+    storage.fail_when(
+        lambda op, key: (
+            StorageError("injected: power cut") if op == "write_bytes" and key and key.endswith("run.json") else None
+        )
+    )
+    with pytest.raises(StorageError):
+        publish_if_complete(storage, manifest, {})
+    storage.clear_faults()
+    if power_cut:  # the last round's record files, lost
+        for key in storage.list(SHARDS_PREFIX):
+            if key.split("/")[-1].split("-")[1] == "000002":
+                storage.delete(key)
+        assert not all(p.done for p in load_progress(storage, manifest.shard_bounds(), manifest.run_id).values())
+    chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
+    finish_published(storage, manifest, chunks)
+    record = read_run_record(storage)
+    assert record is not None and [list(p) for p in record.failed_inputs] == [[1, 0], [8, 0], [10, 1]]
+    assert not storage.exists(MANIFEST_KEY)
+
+
+@pytest.mark.parametrize(
+    "ran, selected, partial, expected",
+    [
+        ({"num_inputs": 6}, [[0, 6]], [], []),
+        ({"num_inputs": 6}, [[0, 2], [3, 5]], [[5, 2]], [[2, 0], [5, 2]]),
+        ({"num_inputs": 6}, [], [], [[p, 0] for p in range(6)]),
+        ({"num_inputs": 12, "input_ranges": [[2, 4], [8, 12]]}, [[3, 4], [8, 9], [10, 12]], [[9, 3]], [[2, 0], [9, 3]]),
+        ({"num_inputs": 4, "input_ids": [7, 3, 5, 4]}, [[4, 6]], [], [[3, 0], [7, 0]]),
+    ],
+)
+def test_the_skipped_inputs_of_a_selection(storage, ran, selected, partial, expected):
+    manifest = dataclasses.replace(new_run(storage), **ran)
+    assert skipped_by_selection(manifest, selected, partial) == expected
 
 
 def test_a_record_that_names_a_deleted_chunk_refuses_to_publish(storage):

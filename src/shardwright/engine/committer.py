@@ -36,10 +36,18 @@ class ChunkCommitter:
     SEALING_ROUNDS written rounds are queued for the sealer, plus the one the writer holds
     while it waits to queue it.
 
-    After a power cut only records of the last round can be torn; load_progress drops a torn
-    record and every later one of its shard, which only means redoing those chunks. A failure
-    stops the writer; the sealer still commits the rounds written before it (their chunks are
-    good), then stops too.
+    Records become durable as soon as the sealer is idle: when no written round waits for it,
+    it runs a barrier for the round's records at once, while the writer is still on the next
+    round, so the next round's barrier (which a worker's last round waits for at close) holds
+    its chunks alone. The last round's records get no barrier of their own: publishing names
+    chunks that are durable already, and a power cut before the dataset is published only
+    loses those records, which means redoing that round (the failures run.json lists then come
+    from the selection written before index.json: protocol.publish.published_failures).
+
+    After a power cut only records of the last round can be torn or lost; load_progress drops a
+    torn record and every later one of its shard, which only means redoing those chunks. A
+    failure stops the writer; the sealer still commits the rounds written before it (their
+    chunks are good), then stops too.
     """
 
     def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord], None]):
@@ -49,7 +57,8 @@ class ChunkCommitter:
         self._write_error: BaseException | None = None
         self._seal_error: BaseException | None = None
         self._queue: queue.Queue[PendingChunk | None] = queue.Queue()
-        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord]] | None] = queue.Queue(
+        # (round, its records, whether it is the worker's last); None: no more rounds
+        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord], bool] | None] = queue.Queue(
             maxsize=SEALING_ROUNDS
         )
         self._room = threading.Condition()
@@ -135,7 +144,7 @@ class ChunkCommitter:
                 finally:
                     self._release(batch)
                 if records:
-                    self._sealing.put((batch, records))
+                    self._sealing.put((batch, records, closing))
         finally:
             self._sealing.put(None)
 
@@ -144,17 +153,14 @@ class ChunkCommitter:
             item = self._sealing.get()
             if item is None:
                 break
-            batch, records = item
+            batch, records, last = item
             if self._seal_error is not None:
                 continue  # an earlier round failed: nothing after it commits
             try:
                 seal_round(self.storage, batch, records, self.run)
                 for record in records:
                     self.on_commit(record)
-            except BaseException as exc:
-                self._seal_error = exc
-        if self.error is None:
-            try:
-                self.storage.barrier()  # the last round's records, durable before we report done
+                if self.run.use_checkpoint and not last and self._sealing.empty():
+                    self.storage.barrier()  # idle: this round's records, durable now (see the class)
             except BaseException as exc:
                 self._seal_error = exc

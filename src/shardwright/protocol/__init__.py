@@ -41,7 +41,7 @@ Steps and the state on disk after each
    *After:* a manifest, no records: a rerun resumes every shard from its start.
 2. **Chunk** (per chunk, in a worker's commit round): the chunk file is written
    (``durable=False``); when the round's files are written, one ``storage.barrier()``
-   makes them (and the previous round's records) durable. Rounds are pipelined: a worker
+   makes them (and the previous round's records, if no earlier barrier did) durable. Rounds are pipelined: a worker
    writes round k+1's chunk files while round k is in its barrier and step 3 (its records
    are still written in round order, each after its own barrier); a barrier that flushes
    some of round k+1's files too only makes them durable early, since no record names them.
@@ -55,7 +55,10 @@ Steps and the state on disk after each
    seq-1, None for seq 0), and says where the shard resumes: ``next_input`` and ``skip_outputs`` (outputs of
    ``next_input`` already committed: a chunk may end inside a generator's outputs). The
    shard's last record has ``done: true``; ``failed`` lists inputs skipped with
-   ``on_error="skip"``. The record file becomes durable at the next barrier.
+   ``on_error="skip"``. The record file becomes durable at the writer's next barrier (a
+   worker's committer runs one as soon as no round waits for it). A worker's last round
+   gets none: publishing needs only durable chunks, and a power cut before the dataset is
+   published loses at most that round's records, which means redoing it.
    *After:* the chunk is committed; a rerun starts right after it.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
    its node lease): the records are read again from storage (never from memory), every
@@ -66,7 +69,9 @@ Steps and the state on disk after each
    manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
    exists only for a complete dataset.
    *After:* the dataset is readable; the manifest and records are still there.
-5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id).
+5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id). The
+   failed inputs come from the records, or, when a power cut after step 4 took a worker's
+   last records, from the selection (``publish.published_failures``).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
    orphan chunks of the generation, shard claims left by killed processes, the records, the format claim, and the manifest LAST.
    *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
@@ -99,7 +104,7 @@ during 2             a temp file                            temp files are never
 between 2 and 3      an orphan chunk                        recomputed, same name replaced
 during 3             a temp record file                     the record does not exist; as above
 after 3              the record                             resumes after it: nothing repeated
-power cut in 3       a torn (empty/NUL) last-round record   dropped with the shard's later records
+power cut in 3       a torn (NUL) or lost last record     dropped with the shard's later records
 between 4 and 6      index.json names this generation       ``decide`` -> FINISH_PUBLISH: steps 5-6
 during 6             some state gone, manifest still there  step 6 again (each step is idempotent)
 ===================  =====================================  ==========================================

@@ -64,8 +64,9 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
     2. ``storage.barrier()``: those chunks, and the records of earlier rounds, become durable;
     3. check the lease and every shard claim of the round are still ours (a fenced writer
        stops here, one round late at most);
-    4. write one record file per shard for the round (made durable by the next round's
-       barrier, or the worker's final one): 2-4 are :func:`seal_round`.
+    4. write one record file per shard for the round (made durable by the writer's next
+       barrier; a worker's last round by none, see the package docstring): 2-4 are
+       :func:`seal_round`.
     So a durable record never names a chunk that is not durable, and one barrier serves the
     whole round instead of an fsync per file. Chunk and record names carry the epoch, so a
     writer paused between 3 and 4 past its lease cannot overwrite the new holder's files.

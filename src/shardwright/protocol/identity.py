@@ -325,13 +325,16 @@ def to_ranges(ids: Iterable[int]) -> list[list[int]]:
 def selected_positions(manifest: Manifest, failed: Iterable[int]) -> list[list[int]]:
     """The positions of the call's inputs a run put into the dataset: the ones it ran (all,
     a retry's ids, an incremental run's ranges) minus those that failed and were skipped."""
+    return subtract(_ran(manifest), failed)
+
+
+def _ran(manifest: Manifest) -> list[list[int]]:
+    """The ranges of positions of the call's inputs a run ran, in order."""
     if manifest.input_ranges is not None:
-        ran = [list(r) for r in manifest.input_ranges]
-    elif manifest.input_ids is not None:
-        ran = to_ranges(sorted(manifest.input_ids))
-    else:
-        ran = [[0, manifest.num_inputs]] if manifest.num_inputs else []
-    return subtract(ran, failed)
+        return [list(r) for r in manifest.input_ranges]
+    if manifest.input_ids is not None:
+        return to_ranges(sorted(manifest.input_ids))
+    return [[0, manifest.num_inputs]] if manifest.num_inputs else []
 
 
 def write_selection(
@@ -355,6 +358,34 @@ class Recorded:
     partials: list[list[list[int]]] | None = None  # per generation: [position, outputs committed]
 
 
+def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], list[list[int]]] | None:
+    """(selected ranges, partial pairs) of one generation's selection; None when it has none.
+    Raises CorruptStateError when it is not what write_selection writes."""
+    key = selection_key(generation)
+    try:
+        raw = storage.read_bytes(key)
+    except FileNotFoundError:
+        return None
+    try:
+        selection = json.loads(raw)
+        ranges = selection["selected"]
+        partial = selection.get("partial", [])
+        ok = isinstance(ranges, list) and all(
+            isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) and r[0] < r[1]
+            for r in ranges
+        )
+        ok = (
+            ok
+            and isinstance(partial, list)
+            and all(isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) for r in partial)
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise CorruptStateError(f"input selection {storage.url}/{key} is damaged or was edited by hand; {START_OVER}")
+    return ranges, partial
+
+
 def read_recorded(storage: Storage, up_to: int) -> Recorded:
     """Every generation <= ``up_to`` with both a unit table and a selection."""
     present = set(storage.list(INPUTS_PREFIX))
@@ -364,29 +395,15 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         s_key, u_key = selection_key(generation), units_key(generation)
         if s_key not in present or u_key not in present:
             continue
-        where = f"{storage.url}/{s_key}"
-        try:
-            selection = json.loads(storage.read_bytes(s_key))
-            ranges = selection["selected"]
-            partial = selection.get("partial", [])
-            ok = isinstance(ranges, list) and all(
-                isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) and r[0] < r[1]
-                for r in ranges
-            )
-            ok = (
-                ok
-                and isinstance(partial, list)
-                and all(
-                    isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) for r in partial
-                )
-            )
-        except (ValueError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            raise CorruptStateError(f"input selection {where} is damaged or was edited by hand; {START_OVER}")
+        selection = read_selection(storage, generation)
+        if selection is None:
+            continue  # deleted since the listing
+        ranges, partial = selection
         table = IdentityTable.from_bytes(storage.read_bytes(u_key), f"{storage.url}/{u_key}")
         if ranges and ranges[-1][1] > table.count:
-            raise CorruptStateError(f"input selection {where} names inputs its unit table lacks; {START_OVER}")
+            raise CorruptStateError(
+                f"input selection {storage.url}/{s_key} names inputs its unit table lacks; {START_OVER}"
+            )
         recorded.generations.append(generation)
         recorded.tables.append(table)
         recorded.selections.append(ranges)
@@ -396,6 +413,27 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         elif recorded.partials is not None:
             recorded.partials.append([])
     return recorded
+
+
+def skipped_by_selection(manifest: Manifest, selected: list[list[int]], partial: list[list[int]]) -> list[list[int]]:
+    """[position, outputs committed] of the inputs a published run failed and skipped, from its
+    selection (what publish_failures falls back on): the inputs it ran (selected_positions)
+    that the selection leaves out, with the outputs ``partial`` says they committed."""
+    committed = {position: outputs for position, outputs in partial}
+    failed: list[list[int]] = []
+    k = 0
+    for a, b in _ran(manifest):  # both ascending; the loop steps over selected ranges whole
+        position = a
+        while position < b:
+            while k < len(selected) and selected[k][1] <= position:
+                k += 1
+            if k < len(selected) and selected[k][0] <= position:
+                position = selected[k][1]
+                continue
+            gap_end = min(b, selected[k][0]) if k < len(selected) else b
+            failed.extend([p, committed.get(p, 0)] for p in range(position, gap_end))
+            position = gap_end
+    return failed
 
 
 # --- the incremental plan --------------------------------------------------------------------

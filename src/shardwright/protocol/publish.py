@@ -11,7 +11,7 @@ from .crash import crash_point
 from .failures import forget_resolved_failures
 from .fn_identity import FnIdentity
 from .hints import START_OVER
-from .identity import selected_positions, write_selection
+from .identity import read_selection, selected_positions, skipped_by_selection, write_selection
 from .layout import (
     CHUNK_PREFIX,
     CLAIM_PREFIX,
@@ -43,9 +43,24 @@ def finish_published(
     if previous is not None and previous.run_id == manifest.run_id:
         cleanup_after_publish(storage, manifest, index_chunks, None)
         return
+    cleanup_after_publish(storage, manifest, index_chunks, published_failures(storage, manifest), finisher)
+
+
+def published_failures(storage: Storage, manifest: Manifest) -> list[list[int]]:
+    """[input id, outputs committed] of the inputs a published run skipped, for its run.json:
+    from the records when every shard's chain reaches its ``done`` record; else from the
+    selection written before index.json. A worker leaves its last round's records to the page
+    cache (engine.committer), so a power cut after publishing can take them."""
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
-    failed = [i for s in sorted(progress) for i in progress[s].failed]
-    cleanup_after_publish(storage, manifest, index_chunks, failed, finisher)
+    if all(p.done for p in progress.values()):
+        return [i for s in sorted(progress) for i in progress[s].failed]
+    selection = read_selection(storage, manifest.generation)
+    if selection is None:
+        raise CorruptStateError(
+            f"{storage.url} was published by run {manifest.run_id}, but its input selection "
+            f"and some of its checkpoint records are gone. {START_OVER}"
+        )
+    return skipped_by_selection(manifest, *selection)
 
 
 def cleanup_after_publish(
