@@ -284,11 +284,11 @@ class LocalStorage(Storage):
         # Start walking at the deepest directory the prefix fully names.
         head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, *head.split("/")) if head else self.root
-        if not os.path.isdir(start):
-            return
+        base = self.root if self.root.endswith(os.sep) else self.root + os.sep
+        # os.walk yields nothing for a start that is missing or not a directory; every dirpath
+        # it yields is under the root, so its key prefix is a slice (relpath costs two abspaths)
         for dirpath, dirnames, filenames in os.walk(start):
-            rel = os.path.relpath(dirpath, self.root)
-            rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            rel = "" if dirpath == self.root else dirpath[len(base) :].replace(os.sep, "/") + "/"
             # Prune directories that cannot contain matching keys.
             dirnames[:] = [
                 d for d in dirnames if (rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/")
