@@ -515,8 +515,7 @@ def _drive(
     attempt: AttemptLog,
 ) -> OptimizeResult:
     def on_idle(current: list[int]) -> str | None:
-        # the next heartbeat publishes which input each worker is on (shardwright status)
-        lease.extra["current_inputs"] = current
+        lease.extra["current_inputs"] = current  # published by the next heartbeat (shardwright status)
         return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
     share = run_share(
@@ -533,6 +532,7 @@ def _drive(
         attempt=attempt,
         on_idle=on_idle,
         verbose=options.verbose,
+        fresh=not resumed and not node.is_multi_node,
     )
     tracker, progress = share.tracker, share.progress
     if lease.lost:

@@ -81,6 +81,7 @@ def run_share(
     on_idle: Callable[[list[int]], str | None] | None = None,
     standing: Callable[[], str | None] | None = None,
     verbose: bool = False,
+    fresh: bool = False,
 ) -> ShareOutcome:
     """Run ``shards`` on ``options.num_workers`` processes: each shard is claimed just before
     a worker can take it (so a node holds a few claims, not one per shard of its share),
@@ -92,10 +93,15 @@ def run_share(
     tracker; ``on_idle`` (with the input each worker is on) is called ten times a second and
     stops the pool with its reason. ``standing`` says why this call lost the right to run
     the share (its node lease was taken over): a busy claim is then a LeaseLostError.
+
+    ``fresh``: the caller created the run's manifest (a new run id) and is its only node, so
+    no record of the run exists yet and none is read, neither for the first look nor at each
+    claim. Another process can only join such a run by taking its node lease over, and then
+    the committer's lease check stops this one before its first record write.
     """
     bounds = manifest.shard_bounds()
     mine = {s: bounds[s] for s in shards}
-    if manifest.use_checkpoint:
+    if manifest.use_checkpoint and not fresh:
         # a look without claims: the bar's start, and which shards are left at all
         progress = load_progress(storage, mine, manifest.run_id)
     else:
@@ -121,9 +127,9 @@ def run_share(
                     raise ConcurrentRunError(busy_message(storage, shard, holder))
                 busy[shard] = holder
                 continue
-            if manifest.use_checkpoint:  # read after claiming: nobody else writes it now
-                fresh = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)[shard]
-                tracker.progress[shard] = fresh
+            if manifest.use_checkpoint and not fresh:  # read after claiming: nobody else writes it now
+                read = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)
+                tracker.progress[shard] = read[shard]
             if tracker.progress[shard].done:
                 claims.release(shard)
                 continue

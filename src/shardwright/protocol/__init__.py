@@ -26,11 +26,14 @@ Steps and the state on disk after each
    processes never run the same node's share, and a run in progress is visible. Then, for
    each shard it is about to work on (protocol 5), the shard's *claim*
    ``.shardwright/leases/shard-{shard:05d}.json``, taken the same way, BEFORE the shard's
-   records are read. Each acquisition gets an *epoch*: ``max(now in ms, the stale holder's
-   epoch + 1)``, stored in the lease; a shard's chunk and record names carry its claim's
-   epoch, and its committer checks the claim before each record write (see Fencing). A
-   claim is released once the shard's ``done`` record is committed; a done shard is never
-   claimed for writing again (the claimant reads ``done`` and releases it).
+   records are read (the single node of a run it has just created reads none: nobody else
+   can have written any, for another process joins such a run only by taking its node lease
+   over, which the committer's check before each record write catches). Each acquisition
+   gets an *epoch*: ``max(now in ms, the stale holder's epoch + 1)``, stored in the lease; a
+   shard's chunk and record names carry its claim's epoch, and its committer checks the
+   claim before each record write (see Fencing). A claim is released once the shard's
+   ``done`` record is committed; a done shard is never claimed for writing again (the
+   claimant reads ``done`` and releases it).
    *After:* a lease and claims; nothing else changed.
 1. **Manifest.** ``decide(observe(output), request)`` picks the plan (see ``decide``). A new
    run creates ``.shardwright/manifest.json`` with a conditional create: several nodes may
