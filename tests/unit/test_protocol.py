@@ -18,7 +18,15 @@ from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_roun
 from shardwright.protocol.decide import PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.identity import skipped_by_selection
-from shardwright.protocol.layout import FORMAT_KEY, INDEX_KEY, MANIFEST_KEY, SHARDS_PREFIX, STATE_DIR
+from shardwright.protocol.layout import (
+    FORMAT_KEY,
+    INDEX_KEY,
+    MANIFEST_KEY,
+    SHARDS_PREFIX,
+    STATE_DIR,
+    parse_record_key,
+    selection_key,
+)
 from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest, read_manifest
 from shardwright.protocol.observe import observe
 from shardwright.protocol.publish import finish_published, publish_if_complete
@@ -205,7 +213,7 @@ def test_run_json_lists_every_skipped_input_even_when_a_power_cut_took_the_last_
     storage.clear_faults()
     if power_cut:  # the last round's record files, lost
         for key in storage.list(SHARDS_PREFIX):
-            if key.split("/")[-1].split("-")[1] == "000002":
+            if parse_record_key(key)[1] == 2:
                 storage.delete(key)
         assert not all(p.done for p in load_progress(storage, manifest.shard_bounds(), manifest.run_id).values())
     chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
@@ -213,6 +221,24 @@ def test_run_json_lists_every_skipped_input_even_when_a_power_cut_took_the_last_
     record = read_run_record(storage)
     assert record is not None and [list(p) for p in record.failed_inputs] == [[1, 0], [8, 0], [10, 1]]
     assert not storage.exists(MANIFEST_KEY)
+
+
+def test_a_power_cut_that_took_the_last_records_and_a_deleted_selection_is_named(storage):
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    storage.fail_when(
+        lambda op, key: (
+            StorageError("injected: power cut") if op == "write_bytes" and key and key.endswith("run.json") else None
+        )
+    )
+    with pytest.raises(StorageError):
+        publish_if_complete(storage, manifest, {})
+    storage.clear_faults()
+    storage.delete(max(storage.list(SHARDS_PREFIX)))  # a shard's last record, lost
+    storage.delete(selection_key(manifest.generation))  # deleted by hand
+    chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
+    with pytest.raises(CorruptStateError, match="input selection and some of its checkpoint records are gone"):
+        finish_published(storage, manifest, chunks)
 
 
 @pytest.mark.parametrize(

@@ -44,10 +44,11 @@ Steps and the state on disk after each
    *After:* a manifest, no records: a rerun resumes every shard from its start.
 2. **Chunk** (per chunk, in a worker's commit round): the chunk file is written
    (``durable=False``); when the round's files are written, one ``storage.barrier()``
-   makes them (and the previous round's records, if no earlier barrier did) durable. Rounds are pipelined: a worker
-   writes round k+1's chunk files while round k is in its barrier and step 3 (its records
-   are still written in round order, each after its own barrier); a barrier that flushes
-   some of round k+1's files too only makes them durable early, since no record names them.
+   makes them (and the previous round's records, if no earlier barrier did) durable.
+   Rounds are pipelined: a worker writes round k+1's chunk files while round k is in its
+   barrier and step 3 (its records are still written in round order, each after its own
+   barrier); a barrier that flushes some of round k+1's files too only makes them durable
+   early, since no record names them.
    *After:* a chunk file no record names (an orphan): invisible, and rewritten under the
    same name by the rerun (atomic replace); publishing deletes orphans of its generation.
 3. **Record** (the commit point): the writer first checks that the shard's claim still

@@ -358,14 +358,12 @@ class Recorded:
     partials: list[list[list[int]]] | None = None  # per generation: [position, outputs committed]
 
 
-def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], list[list[int]]] | None:
-    """(selected ranges, partial pairs) of one generation's selection; None when it has none.
-    Raises CorruptStateError when it is not what write_selection writes."""
+def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(selected ranges, partial pairs) of one generation's selection. Raises
+    FileNotFoundError when it has none, CorruptStateError when it is not what write_selection
+    writes."""
     key = selection_key(generation)
-    try:
-        raw = storage.read_bytes(key)
-    except FileNotFoundError:
-        return None
+    raw = storage.read_bytes(key)
     try:
         selection = json.loads(raw)
         ranges = selection["selected"]
@@ -379,7 +377,7 @@ def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], 
             and isinstance(partial, list)
             and all(isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) for r in partial)
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError):
         ok = False
     if not ok:
         raise CorruptStateError(f"input selection {storage.url}/{key} is damaged or was edited by hand; {START_OVER}")
@@ -395,10 +393,7 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         s_key, u_key = selection_key(generation), units_key(generation)
         if s_key not in present or u_key not in present:
             continue
-        selection = read_selection(storage, generation)
-        if selection is None:
-            continue  # deleted since the listing
-        ranges, partial = selection
+        ranges, partial = read_selection(storage, generation)
         table = IdentityTable.from_bytes(storage.read_bytes(u_key), f"{storage.url}/{u_key}")
         if ranges and ranges[-1][1] > table.count:
             raise CorruptStateError(
@@ -417,7 +412,7 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
 
 def skipped_by_selection(manifest: Manifest, selected: list[list[int]], partial: list[list[int]]) -> list[list[int]]:
     """[position, outputs committed] of the inputs a published run failed and skipped, from its
-    selection (what publish_failures falls back on): the inputs it ran (selected_positions)
+    selection (what publish.published_failures falls back on): the inputs it ran (selected_positions)
     that the selection leaves out, with the outputs ``partial`` says they committed."""
     committed = {position: outputs for position, outputs in partial}
     failed: list[list[int]] = []

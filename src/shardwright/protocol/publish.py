@@ -54,12 +54,13 @@ def published_failures(storage: Storage, manifest: Manifest) -> list[list[int]]:
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
     if all(p.done for p in progress.values()):
         return [i for s in sorted(progress) for i in progress[s].failed]
-    selection = read_selection(storage, manifest.generation)
-    if selection is None:
+    try:
+        selection = read_selection(storage, manifest.generation)
+    except FileNotFoundError:
         raise CorruptStateError(
             f"{storage.url} was published by run {manifest.run_id}, but its input selection "
             f"and some of its checkpoint records are gone. {START_OVER}"
-        )
+        ) from None
     return skipped_by_selection(manifest, *selection)
 
 
