@@ -183,6 +183,18 @@ def test_a_crash_between_index_and_cleanup_is_finished_by_the_next_call(storage)
     assert decide(observe(storage), request).kind is PlanKind.FINISH_PUBLISH
 
 
+def publish_cut_before_run_json(storage, manifest) -> None:
+    """Publish, cut off by a power cut at run.json's write: index.json is out, run.json is not."""
+    storage.fail_when(
+        lambda op, key: (
+            StorageError("injected: power cut") if op == "write_bytes" and key and key.endswith("run.json") else None
+        )
+    )
+    with pytest.raises(StorageError):
+        publish_if_complete(storage, manifest, {})
+    storage.clear_faults()
+
+
 # (input id, outputs committed) skipped in each round: shard 0 skips input 1 in its first round;
 # shard 1 skips input 8 in its second and input 10, after one output, in its last
 SKIPPED = {(0, 0): ((1, 0),), (1, 1): ((8, 0),), (1, 2): ((10, 1),)}
@@ -203,14 +215,7 @@ def test_run_json_lists_every_skipped_input_even_when_a_power_cut_took_the_last_
         commit_round(storage, jobs, settings)
         if seq < 2:
             storage.barrier()
-    storage.fail_when(
-        lambda op, key: (
-            StorageError("injected: power cut") if op == "write_bytes" and key and key.endswith("run.json") else None
-        )
-    )
-    with pytest.raises(StorageError):
-        publish_if_complete(storage, manifest, {})
-    storage.clear_faults()
+    publish_cut_before_run_json(storage, manifest)
     if power_cut:  # the last round's record files, lost
         for key in storage.list(SHARDS_PREFIX):
             if parse_record_key(key)[1] == 2:
@@ -226,14 +231,7 @@ def test_run_json_lists_every_skipped_input_even_when_a_power_cut_took_the_last_
 def test_a_power_cut_that_took_the_last_records_and_a_deleted_selection_is_named(storage):
     manifest = new_run(storage)
     finish_every_shard(storage, manifest)
-    storage.fail_when(
-        lambda op, key: (
-            StorageError("injected: power cut") if op == "write_bytes" and key and key.endswith("run.json") else None
-        )
-    )
-    with pytest.raises(StorageError):
-        publish_if_complete(storage, manifest, {})
-    storage.clear_faults()
+    publish_cut_before_run_json(storage, manifest)
     storage.delete(max(storage.list(SHARDS_PREFIX)))  # a shard's last record, lost
     storage.delete(selection_key(manifest.generation))  # deleted by hand
     chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
