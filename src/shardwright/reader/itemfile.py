@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import weakref
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -65,13 +65,20 @@ def keep_freed_item_memory() -> None:
 
 
 class ItemFile:
-    """An open chunk file and its checked item offsets; ``read(j)`` is item ``j``'s bytes."""
+    """An open chunk file and its checked item offsets; ``read(j)`` is item ``j``'s bytes,
+    ``read_run(a, b)`` those of items ``a`` to ``b - 1``, one after another."""
+
+    fd = -1  # closed (also what __del__ sees when __init__ never ran)
 
     def __init__(self, fd: int, offsets: tuple[int, ...], name: str):
         self.offsets = offsets
         self.name = name
-        self._fd = fd
-        self._close = weakref.finalize(self, os.close, fd)  # an abandoned iteration closes it too
+        self.fd = fd
+
+    def __del__(self) -> None:
+        # An abandoned iteration closes it too. Not weakref.finalize: this runs once per
+        # chunk, and a finalizer cost as much as opening the file (2-3 us).
+        self.close()
 
     @classmethod
     def open(cls, fd: int, size: int, entry: ChunkEntry, name: str) -> ItemFile | None:
@@ -103,11 +110,29 @@ class ItemFile:
         """Item ``j``'s bytes in a new writable 1-D uint8 array (what ``item_decoder(owned=True)`` takes)."""
         start, end = self.offsets[j], self.offsets[j + 1]
         buf = np.empty(end - start, dtype=np.uint8)
-        if os.preadv(self._fd, [buf], start) != end - start:  # type: ignore[list-item]  # an ndarray is a buffer
-            raise CorruptStateError(
-                f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {CHUNK_FIX}"
-            )
+        if os.preadv(self.fd, [buf], start) != end - start:  # type: ignore[list-item]  # an ndarray is a buffer
+            raise self._truncated(j)
         return buf
 
+    def read_run(self, first: int, stop: int) -> Iterator[np.ndarray]:
+        """Items ``first`` to ``stop - 1``, each as :meth:`read` gives it: the reader's hot
+        loop, with the lookups of ``read`` hoisted out of it (a tenth of the Python time per
+        256 KiB item)."""
+        offsets, fd, empty, preadv, uint8 = self.offsets, self.fd, np.empty, os.preadv, np.uint8
+        for j in range(first, stop):
+            start = offsets[j]
+            size = offsets[j + 1] - start
+            buf = empty(size, dtype=uint8)
+            if preadv(fd, [buf], start) != size:  # type: ignore[list-item]
+                raise self._truncated(j)
+            yield buf
+
+    def _truncated(self, j: int) -> CorruptStateError:
+        return CorruptStateError(
+            f"chunk file {self.name} ends inside item {j}: it was truncated or replaced; {CHUNK_FIX}"
+        )
+
     def close(self) -> None:
-        self._close()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)

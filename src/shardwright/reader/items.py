@@ -43,7 +43,7 @@ def item_reader(
     another, each decoded and transformed by ``steps``.
 
     A run of consecutive ids inside one chunk that is read item by item (:class:`ItemFile`)
-    goes through one loop: ``ItemFile.read`` and a decode per item, with no lookup of its
+    goes through one loop: ``ItemFile.read_run`` and a decode per item, with no lookup of its
     chunk per item.
 
     Args:
@@ -132,11 +132,15 @@ def item_reader(
                     i = stop
                     continue
                 first = starts[k]
-                for j in range(i - first, stop - first):
-                    item = decode_owned(file.read(j))
-                    for step in steps:
-                        item = step(item)
-                    yield item
+                if not steps:
+                    for buf in file.read_run(i - first, stop - first):
+                        yield decode_owned(buf)
+                else:
+                    for buf in file.read_run(i - first, stop - first):
+                        item = decode_owned(buf)
+                        for step in steps:
+                            item = step(item)
+                        yield item
                 i = stop
 
     return read_items
