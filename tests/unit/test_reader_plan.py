@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shardwright.reader.order import EpochSequence, OrderSpec, iter_segment, segment_windows
+from shardwright.reader.order import EpochSequence, OrderSpec, iter_segment, segment_ids, segment_windows
 from shardwright.reader.partition import Layout, batches_taken, rank_range, stream_ranges, worker_batch_counts
 from shardwright.reader.plan import length, remaining, stream_plans
 
@@ -84,6 +84,22 @@ def test_chunk_order_and_windows():
     assert sorted(items) == list(range(120))
     plain = EpochSequence(sizes, OrderSpec("none", 7, 3), 0)
     assert [int(i) for _g, w in iter_segment(plain, (0, 120, 0, 120)) for i in w] == list(range(120))
+
+
+def test_segment_ids_are_the_windows_items_when_the_order_keeps_items_in_place():
+    rng = random.Random(19)
+    for _ in range(CASES):
+        sizes, spec, layout = random_case(rng)
+        spec = OrderSpec("none", spec.seed, spec.window)
+        seq = EpochSequence(sizes, spec, rng.randint(0, 3))
+        most = rng.randint(1, 40)
+        for plan in stream_plans(sum(sizes), None, layout):
+            for seg, _repeat in plan:
+                batches = [ids.tolist() for ids in segment_ids(seq, seg, most)]
+                assert all(0 < len(ids) <= most for ids in batches)
+                assert [i for ids in batches for i in ids] == [int(i) for _g, w in iter_segment(seq, seg) for i in w]
+    with pytest.raises(ValueError, match="keep items in place"):
+        next(segment_ids(EpochSequence([3], OrderSpec("chunk_window", 0, 2), 0), (0, 3, 0, 3), 8))
 
 
 def test_ranks_touch_their_share_of_chunks():

@@ -20,7 +20,7 @@ from . import resume
 from .itemfile import keep_freed_item_memory
 from .items import item_reader
 from .options import ReaderOptions
-from .order import EpochSequence, OrderSpec, iter_segment, mixes_items
+from .order import EpochSequence, OrderSpec, iter_segment, mixes_items, segment_ids
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .resume import EpochStart
@@ -42,6 +42,8 @@ except ImportError:  # torch is optional: plain objects then
 
 
 __all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
+
+_IDS_PER_CALL = 65536  # item ids handed to the reader at a time, unmixed local reads (8 bytes each)
 
 
 def _wants_iterable(kwargs: dict) -> bool:
@@ -430,8 +432,15 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         return self._yield_plan(seq, drop_front(plan, skip), progress)
 
     def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
-        windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
         remote = self._source.cache is not None
+        windows: Iterator[tuple[list[int] | None, Any]]  # (chunks to fetch ahead, item ids)
+        if remote or mixes_items(seq.spec):
+            windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
+        else:
+            # Unmixed items from local files: no window's chunks to fetch ahead, so the ids
+            # come in long runs, not window by window (issue 19: callgrind counts 3.4 % fewer
+            # instructions for an epoch of 400 arrays of 256 KiB in 14 windows).
+            windows = ((None, ids) for seg, _repeat in plan for ids in segment_ids(seq, seg, _IDS_PER_CALL))
         if self._tokens is not None or not self._length:
             get = self._get
             read_items: Callable[[Any], Iterator[Any]] = lambda ids: (get(i, False) for i in ids.tolist())  # noqa: E731
@@ -442,7 +451,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             groups, items = current
             following = next(windows, None)
             try:
-                if remote and following is not None:
+                if remote and following is not None and following[0] is not None:
                     # The next window's chunks download while this window is read.
                     self._source.prefetch(self._chunks_of_groups(following[0]))
                 for item in read_items(items):

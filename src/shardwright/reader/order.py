@@ -29,7 +29,16 @@ import numpy as np
 
 from ..errors import UsageError
 
-__all__ = ["OrderSpec", "Segment", "SHUFFLES", "EpochSequence", "iter_segment", "mixes_items", "segment_windows"]
+__all__ = [
+    "OrderSpec",
+    "Segment",
+    "SHUFFLES",
+    "EpochSequence",
+    "iter_segment",
+    "mixes_items",
+    "segment_ids",
+    "segment_windows",
+]
 
 Segment = tuple[int, int, int, int]
 
@@ -159,3 +168,29 @@ def iter_segment(seq: EpochSequence, segment: Segment) -> Iterator[tuple[list[in
         items = mix(items, seq.spec, seq.epoch, (a, b, w))
         yield [g for g, _s, _n in window], items[max(lo - pos, 0) : hi - pos]
         pos += size
+
+
+def segment_ids(seq: EpochSequence, segment: Segment, most: int) -> Iterator[np.ndarray]:
+    """The item ids of ``segment`` in arrays of at most ``most`` ids: what the windows of
+    :func:`iter_segment` hold, laid end to end, when the order does not mix items (a window
+    of unmixed items is its pieces in order, so the windows' bounds change nothing). For a
+    reader that does not need to know the windows' chunks ahead (a local dataset: nothing
+    to prefetch), this skips building them: fewer, longer runs per call."""
+    if mixes_items(seq.spec):
+        raise ValueError(f"segment_ids is for orders that keep items in place, not {seq.spec.shuffle!r}")
+    a, b, lo, hi = segment
+    hi = min(hi, b - a)
+    if lo >= hi:
+        return
+    batch: list[np.ndarray] = []
+    count = 0
+    for _group, start, length in seq.pieces(a + lo, a + hi):
+        while length:
+            take = min(length, most - count)
+            batch.append(np.arange(start, start + take, dtype=np.int64))
+            count, start, length = count + take, start + take, length - take
+            if count == most:
+                yield np.concatenate(batch) if len(batch) > 1 else batch[0]
+                batch, count = [], 0
+    if batch:
+        yield np.concatenate(batch) if len(batch) > 1 else batch[0]
