@@ -12,10 +12,16 @@ streaming.MDSWriter), the same samples, in these ways:
 * ``seq``      a 2-worker loader, in order (shardwright/litdata: their StreamingDataLoader;
                mosaicml-streaming: torch DataLoader over its StreamingDataset);
 * ``shuffle``  the same loader, shuffled (each library's own shuffle);
+* ``random``   random access in this process: ``ds[i]`` for up to 20,000 ids in a seeded
+               random order (the same ids for every library);
 
 from local disk, and (unless --no-s3) from a real S3 server (SeaweedFS on loopback, started
-here) with a cold cache each time. Workloads: 100k small dicts ``{"i", "x"}`` and 400 x 256 KiB
-uint8 arrays, about 50 chunks (shards) each. The loaders' collate returns the batch size only,
+here) with a cold cache each time. Workloads: 100k small dicts ``{"i", "x"}``, 400 x 256 KiB
+uint8 arrays, and ``tokens``: 20,000 int32 documents of 1,024-3,071 tokens written with each
+library's ``TokensLoader()`` and read as blocks of 2,049 tokens (litdata's blocks stop at a
+chunk's end, ours run across chunks, so the two counts differ a little: each is checked
+against its own ``len(ds)``; mosaicml-streaming has no token loader and is not run), about 50
+chunks each. The loaders' collate returns the batch size only,
 so what is timed is reading and decoding in the workers, not pickling items back.
 
 ``unchecked`` is shardwright with ``check_checksums=False``: the ``checksum cost`` column is
@@ -56,6 +62,8 @@ from bench_optimize import touch_memory  # noqa: E402
 ARRAY_BYTES = 256 << 10
 WORKERS = 2
 BATCH = 256
+BLOCK = 2049  # tokens per block: a 2,048-token context and its next-token target
+RANDOM_IDS = 20_000  # ids read by the random-access way (all of them when the dataset is smaller)
 
 
 def small(i: int) -> dict:
@@ -66,12 +74,27 @@ def array(i: int) -> dict:
     return {"i": i, "x": np.full(ARRAY_BYTES, i % 256, dtype=np.uint8)}
 
 
-WORKLOADS = {"small": (small, 16), "arrays": (array, ARRAY_BYTES + 8), "s3small": (small, 16)}  # fn, bytes/item
+def document(i: int) -> np.ndarray:
+    """Document i's token ids: 1,024 to 3,071 of them, values that say where they came from."""
+    return np.arange(1024 + (i * 7919) % 2048, dtype=np.int32) + i
+
+
+def document_bytes(n: int) -> int:
+    return sum(1024 + (i * 7919) % 2048 for i in range(n)) * 4
+
+
+WORKLOADS = {
+    "small": (small, 16),
+    "arrays": (array, ARRAY_BYTES + 8),
+    "tokens": (document, BLOCK * 4),
+    "s3small": (small, 16),
+}  # fn, payload bytes per item read
 # Where and how each workload is read (default: everywhere, every way). s3small is issue 19's
 # case: 500k small dicts from S3, cold cache, 2 workers, the loader in order.
 PLACES = {"s3small": ("s3",)}
 WAYS = {"s3small": ("seq",)}
-ALL_WAYS = ("inproc", "seq", "shuffle")
+ALL_WAYS = ("inproc", "seq", "shuffle", "random")
+IN_PROCESS = ("inproc", "random")  # the ways whose floor is the raw read in-process
 
 
 def mosaic_installed() -> bool:
@@ -99,8 +122,17 @@ def write_all(workload: str, n: int, root: str, libs: set[str] | None = None) ->
     dirs = {lib: os.path.join(root, f"{workload}-{lib}") for lib in ("shardwright", "litdata", "mosaic")}
     # About 50 chunks (shards) for every library, so that shuffling has chunks to shuffle.
     per_chunk = max(1, n // 50)
+    tokens = workload == "tokens"
+    # Token documents vary in length: chunks are cut by bytes, the same for both libraries.
+    size: dict = {"chunk_bytes": max(1, document_bytes(n) // 50)} if tokens else {"chunk_size": per_chunk}
     shardwright.optimize(
-        fn, list(range(n)), dirs["shardwright"], chunk_size=per_chunk, num_workers=WORKERS, verbose=False
+        fn,
+        list(range(n)),
+        dirs["shardwright"],
+        num_workers=WORKERS,
+        verbose=False,
+        **size,
+        **({"item_loader": shardwright.TokensLoader()} if tokens else {}),
     )
     if libs is not None and "litdata" not in libs and "mosaic" not in libs:
         return dirs
@@ -110,11 +142,12 @@ def write_all(workload: str, n: int, root: str, libs: set[str] | None = None) ->
         fn=fn,
         inputs=list(range(n)),
         output_dir=dirs["litdata"],
-        chunk_size=per_chunk,
         num_workers=WORKERS,
         start_method="fork",
+        **size,
+        **({"item_loader": litdata.TokensLoader()} if tokens else {}),
     )
-    if not mosaic_installed() or (libs is not None and "mosaic" not in libs):
+    if tokens or not mosaic_installed() or (libs is not None and "mosaic" not in libs):
         return dirs
     from streaming import MDSWriter
 
@@ -138,28 +171,54 @@ def upload_dir(client, bucket: str, local: str, prefix: str) -> str:
 # --- reading -----------------------------------------------------------------------------------
 
 
-def read_shardwright(src: str, way: str, options: dict | None, cache: str, check: bool = True) -> int:
+def random_ids(length: int) -> list[int]:
+    """The ids the random-access way reads: the same for every library (a seeded shuffle)."""
+    import random
+
+    ids = list(range(length))
+    random.Random(19).shuffle(ids)
+    return ids[:RANDOM_IDS]
+
+
+def read_random(ds) -> int:
+    """``ds[i]`` for random_ids: what a map-style sampler asks of a dataset."""
+    got = 0
+    for i in random_ids(len(ds)):
+        got += ds[i] is not None
+    return got
+
+
+def read_shardwright(src: str, workload: str, way: str, options: dict | None, cache: str, check: bool = True) -> int:
+    import shardwright
     from shardwright import StreamingDataLoader, StreamingDataset
 
     kwargs: dict = {"storage_options": options, "cache_dir": cache} if options else {}
     kwargs["check_checksums"] = check
-    if way == "inproc":
-        return sum(1 for _ in StreamingDataset(src, **kwargs))
+    if workload == "tokens":
+        kwargs["item_loader"] = shardwright.TokensLoader(block_size=BLOCK)
     ds = StreamingDataset(src, shuffle=way == "shuffle", **kwargs)
+    if way == "random":
+        return read_random(ds)
+    if way == "inproc":
+        return sum(1 for _ in ds)
     return sum(StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
 
 
-def read_litdata(src: str, way: str, options: dict | None, cache: str) -> int:
+def read_litdata(src: str, workload: str, way: str, options: dict | None, cache: str) -> int:
     import litdata
 
-    kwargs = {"storage_options": options, "cache_dir": cache} if options else {}
+    kwargs: dict = {"storage_options": options, "cache_dir": cache} if options else {}
+    if workload == "tokens":
+        kwargs["item_loader"] = litdata.TokensLoader(block_size=BLOCK)
     ds = litdata.StreamingDataset(src, shuffle=way == "shuffle", **kwargs)
+    if way == "random":
+        return read_random(ds)
     if way == "inproc":
         return sum(1 for _ in ds)
     return sum(litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
 
 
-def read_mosaic(src: str, way: str, options: dict | None, cache: str) -> int:
+def read_mosaic(src: str, workload: str, way: str, options: dict | None, cache: str) -> int:
     import torch
     from streaming import StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
@@ -170,6 +229,8 @@ def read_mosaic(src: str, way: str, options: dict | None, cache: str) -> int:
     else:
         ds = StreamingDataset(local=src, shuffle=way == "shuffle", batch_size=BATCH)
     try:
+        if way == "random":
+            return read_random(ds)
         if way == "inproc":
             return sum(1 for _ in ds)
         return sum(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
@@ -230,9 +291,9 @@ def read_raw_loader(src: str, options: dict | None, client=None) -> int:
     return sum(loader)
 
 
-def read_shardwright_unchecked(src: str, way: str, options: dict | None, cache: str) -> int:
+def read_shardwright_unchecked(src: str, workload: str, way: str, options: dict | None, cache: str) -> int:
     """shardwright with check_checksums=False: the difference is what checking chunks costs."""
-    return read_shardwright(src, way, options, cache, check=False)
+    return read_shardwright(src, workload, way, options, cache, check=False)
 
 
 READERS = {
@@ -299,12 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.quick else args.repeats
     places_of, ways_of = dict(PLACES), dict(WAYS)
     if args.quick:  # a smoke run, well under a minute: S3 only for s3small, no shuffled rows
-        places_of.update(small=("local",), arrays=("local",))
-        ways_of.update(small=("inproc", "seq"), arrays=("inproc", "seq"))
+        places_of.update(small=("local",), arrays=("local",), tokens=("local",))
+        ways_of.update(small=("inproc", "seq", "random"), arrays=("inproc", "seq"), tokens=("inproc", "seq"))
     sizes = (
-        {"small": 10_000, "arrays": 40, "s3small": 10_000}
+        {"small": 10_000, "arrays": 40, "tokens": 400, "s3small": 10_000}
         if args.quick
-        else {"small": 100_000, "arrays": 400, "s3small": 500_000}
+        else {"small": 100_000, "arrays": 400, "tokens": 20_000, "s3small": 500_000}
     )
     for pair in filter(None, args.items.split(",")):
         name, _, value = pair.partition("=")
@@ -347,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                 dirs = write_all(workload, n, root, wanted)
             finally:
                 os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            lengths = dataset_lengths(workload, n, dirs)
             places = [("local", dirs, None)] if "local" in places_of.get(workload, ("local", "s3")) else []
             if server is not None and "s3" in places_of.get(workload, ("local", "s3")):
                 client = server.client()
@@ -356,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             ways = ways_of.get(workload, ALL_WAYS)
             for place, srcs, options in places:
                 # the floors: raw bytes read in-process, and through torch's DataLoader
-                floors = [("raw", read_raw)] + ([("raw_loader", read_raw_loader)] if ways != ("inproc",) else [])
+                loaders = any(way not in IN_PROCESS for way in ways)
+                floors = [("raw", read_raw)] + ([("raw_loader", read_raw_loader)] if loaders else [])
                 for floor, read in floors:
                     del PEAKS[:]
                     raw_s = statistics.median(
@@ -370,8 +433,9 @@ def main(argv: list[str] | None = None) -> int:
                             "way": floor,
                             "lib": floor,
                             "seconds": raw_s,
-                            "items_per_s": n / raw_s,
-                            "mb_per_s": n * payload / raw_s / 1e6,
+                            # items: those our reader reads (token blocks, not documents)
+                            "items_per_s": lengths["shardwright"] / raw_s,
+                            "mb_per_s": lengths["shardwright"] * payload / raw_s / 1e6,
                             "driver_peak_rss_mb": max(PEAKS),
                         }
                     )
@@ -379,26 +443,36 @@ def main(argv: list[str] | None = None) -> int:
                     for lib, reader in READERS.items():
                         if args.libs and lib not in args.libs.split(","):
                             continue
-                        if lib == "mosaic" and not mosaic_installed():
+                        if SOURCE_OF.get(lib, lib) not in lengths:  # not written (mosaic: no tokens)
                             continue
                         seconds, paired = [], []
                         del PEAKS[:]
+                        items = lengths[SOURCE_OF.get(lib, lib)]
+                        if way == "random":
+                            items = min(items, RANDOM_IDS)
                         for r in range(repeats):
                             cache = os.path.join(root, f"cache-{workload}-{place}-{way}-{lib}-{r}")
                             try:
                                 src = srcs[SOURCE_OF.get(lib, lib)]
-                                if way == "inproc":
+                                if way in IN_PROCESS:
                                     # the floor again, just before: the pair's ratio does not drift
                                     # with the machine (the floor's own median varies 10 % run to run)
                                     client = server.client() if options else None
                                     paired.append(timed(read_raw, (srcs["shardwright"], options, client), n))
                                     del PEAKS[-1]
-                                seconds.append(timed(reader, (src, way, options, cache), n))
+                                seconds.append(timed(reader, (src, workload, way, options, cache), items))
                             except Exception:
-                                failures += 1
+                                # Ours failing is a defect (exit 1); another library's failure is
+                                # its own (litdata 0.2.76's ds[i] on a remote token dataset raises
+                                # KeyError): the table says "failed", the traceback goes to stderr.
+                                failures += lib in SOURCE_OF or lib == "shardwright"
                                 print(
                                     f"FAILED {lib} {workload} {place} {way}:\n{traceback.format_exc()[-1500:]}",
                                     file=sys.stderr,
+                                )
+                                seconds = []
+                                results.append(
+                                    {"workload": workload, "place": place, "way": way, "lib": lib, "failed": True}
                                 )
                                 break
                             finally:
@@ -412,12 +486,17 @@ def main(argv: list[str] | None = None) -> int:
                                     "way": way,
                                     "lib": lib,
                                     "seconds": s,
-                                    "items_per_s": n / s,
-                                    "mb_per_s": n * payload / s / 1e6,
+                                    "items_per_s": items / s,
+                                    "mb_per_s": items * payload / s / 1e6,
                                     "driver_peak_rss_mb": max(PEAKS),
                                     # median over the pairs (inproc) of floor s / ours s: our throughput over the floor's
+                                    # (random access reads fewer items than the floor: throughputs, not times)
                                     "paired_floor_ratio": (
-                                        statistics.median(f / t for f, t in zip(paired, seconds)) if paired else None
+                                        statistics.median(f / t for f, t in zip(paired, seconds))
+                                        * items
+                                        / lengths["shardwright"]
+                                        if paired
+                                        else None
                                     ),
                                 }
                             )
@@ -433,9 +512,26 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
+def dataset_lengths(workload: str, n: int, dirs: dict[str, str]) -> dict[str, int]:
+    """The items each written copy holds: ``n``, except token blocks (litdata's stop at a
+    chunk's end, ours run across chunks)."""
+    written = [lib for lib, d in dirs.items() if os.path.isdir(d)]
+    if workload != "tokens":
+        return dict.fromkeys(written, n)
+    import litdata
+
+    import shardwright
+
+    lengths = {}
+    for lib in written:
+        mod = shardwright if lib == "shardwright" else litdata
+        lengths[lib] = len(mod.StreamingDataset(dirs[lib], item_loader=mod.TokensLoader(block_size=BLOCK)))
+    return lengths
+
+
 def report(results: list[dict], workload: str, place: str, way: str) -> None:
     row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == (workload, place, way)}
-    parts = [f"{lib} {r['items_per_s']:,.0f}/s" for lib, r in row.items()]
+    parts = [f"{lib} {_rate(row, lib)}/s" if not r.get("failed") else f"{lib} failed" for lib, r in row.items()]
     print(f"{workload:7} {place:5} {way:8} " + "  ".join(parts), flush=True)
 
 
@@ -458,18 +554,19 @@ def print_table(results: list[dict]) -> None:
     )
     for key in keys:
         row = {r["lib"]: r for r in results if (r["workload"], r["place"], r["way"]) == key}
-        floor_way = "raw" if key[2] == "inproc" else "raw_loader"
+        floor_way = "raw" if key[2] in IN_PROCESS else "raw_loader"
         raw = next((r for r in results if (r["workload"], r["place"], r["way"]) == (key[0], key[1], floor_way)), None)
-        sw = row.get("shardwright")
-        first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else "failed"
-        unchecked = row.get("unchecked")
+        timed_row = {lib: r for lib, r in row.items() if not r.get("failed")}  # the ratios' operands
+        sw = timed_row.get("shardwright")
+        first = f"{_rate(row, 'shardwright')} ({sw['mb_per_s']:,.0f})" if sw else _rate(row, "shardwright")
+        unchecked = timed_row.get("unchecked")
         cost = f"{(unchecked['items_per_s'] / sw['items_per_s'] - 1) * 100:+.1f} %" if sw and unchecked else "-"
-        peaks = " / ".join(f"{r['driver_peak_rss_mb']:,.0f}" if r else "-" for r in (sw, row.get("litdata"), raw))
+        peaks = " / ".join(f"{r['driver_peak_rss_mb']:,.0f}" if r else "-" for r in (sw, timed_row.get("litdata"), raw))
         floor_rate = f"{raw['items_per_s']:,.0f}" if raw else "-"
         print(
             f"| {key[0]} | {key[1]} | {key[2]} | {first} | {_rate(row, 'unchecked')} | {cost} | "
             f"{_rate(row, 'litdata')} | {_rate(row, 'mosaic')} | {floor_rate} | "
-            f"{_ratio(sw, row.get('litdata'))} | {_ratio(sw, row.get('mosaic'))} | {_floor_ratio(sw, raw)} | "
+            f"{_ratio(sw, timed_row.get('litdata'))} | {_ratio(sw, timed_row.get('mosaic'))} | {_floor_ratio(sw, raw)} | "
             f"{_floor_ratio(unchecked, raw)} | {peaks} |"
         )
 
@@ -478,7 +575,9 @@ FLOOR_WAYS = ("raw", "raw_loader")
 
 
 def _rate(row: dict, lib: str) -> str:
-    return f"{row[lib]['items_per_s']:,.0f}" if lib in row else "-"  # not run (or failed: see stderr)
+    if lib not in row:
+        return "-"  # not run
+    return "failed" if row[lib].get("failed") else f"{row[lib]['items_per_s']:,.0f}"  # failed: see stderr
 
 
 def _floor_ratio(ours: dict | None, floor: dict | None) -> str:
