@@ -433,14 +433,14 @@ class StreamingDataset(RegionSelection, _DatasetBase):
 
     def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
         remote = self._source.cache is not None
-        windows: Iterator[tuple[list[int] | None, Any]]  # (chunks to fetch ahead, item ids)
+        windows: Iterator[tuple[list[int], Any]]  # (the window's chunks, to fetch ahead; item ids)
         if remote or mixes_items(seq.spec):
             windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
         else:
             # Unmixed items from local files: no window's chunks to fetch ahead, so the ids
             # come in long runs, not window by window (issue 19: callgrind counts 3.4 % fewer
             # instructions for an epoch of 400 arrays of 256 KiB in 14 windows).
-            windows = ((None, ids) for seg, _repeat in plan for ids in segment_ids(seq, seg, _IDS_PER_CALL))
+            windows = (([], ids) for seg, _repeat in plan for ids in segment_ids(seq, seg, _IDS_PER_CALL))
         if self._tokens is not None or not self._length:
             get = self._get
             read_items: Callable[[Any], Iterator[Any]] = lambda ids: (get(i, False) for i in ids.tolist())  # noqa: E731
@@ -451,7 +451,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             groups, items = current
             following = next(windows, None)
             try:
-                if remote and following is not None and following[0] is not None:
+                if remote and following is not None:
                     # The next window's chunks download while this window is read.
                     self._source.prefetch(self._chunks_of_groups(following[0]))
                 for item in read_items(items):
