@@ -8,6 +8,7 @@ from . import cluster as _cluster  # noqa: F401  (registers the cluster executor
 from . import sources
 from .engine import (
     OptimizeResult,
+    ResumePoint,
     abandon,
     iter_webdataset_tar,
     list_media_folder,
@@ -77,6 +78,7 @@ __all__ = [
     "sources",
     "verify",
     "OptimizeResult",
+    "ResumePoint",
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",

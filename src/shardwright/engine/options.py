@@ -21,6 +21,7 @@ from ..protocol.manifest import OutputSettings
 from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
 from ..sources import Source
 from ..storage.options import check_storage_option_names
+from .io_options import DEFAULT_DURABLE_EVERY, DEFAULT_STOP_GRACE, InflightOptions
 
 DEFAULT_CHUNK_BYTES = "64MB"
 MODES = (None, "overwrite", "append", "incremental")  # "incremental": see the sources block below
@@ -178,6 +179,7 @@ class OptimizeOptions:
     allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
     # --- engines (issue 18): executor, ray_remote_args, failed_dir, shared_output (block at the end)
     engines: EngineOptions = field(default_factory=lambda: EngineOptions())  # the block at the end
+    inflight: InflightOptions = field(default_factory=InflightOptions)  # issue 32: I/O-bound fns (io_options)
 
     @classmethod
     def validate(
@@ -207,6 +209,9 @@ class OptimizeOptions:
         ray_remote_args: object = None,
         failed_dir: object = None,
         shared_output: object = False,
+        concurrency: object = 1,
+        durable_every: object = DEFAULT_DURABLE_EVERY,
+        stop_grace: object = DEFAULT_STOP_GRACE,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -247,6 +252,7 @@ class OptimizeOptions:
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
+        checked_timeout = _require_timeout(timeout)
         return cls(
             chunk_size=chunk_size,
             chunk_bytes=chunk_bytes_int,
@@ -262,13 +268,14 @@ class OptimizeOptions:
             num_shards=num_shards,
             on_error=_require_choice("on_error", on_error, ON_ERROR),
             max_retries=_require_int("max_retries", max_retries, 0),
-            timeout=_require_timeout(timeout),
+            timeout=checked_timeout,
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
             allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
             allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
             engines=EngineOptions.validate(
                 executor, ray_remote_args, failed_dir, shared_output, num_workers is not None
             ),
+            inflight=InflightOptions.validate(fn, concurrency, durable_every, stop_grace, checked_timeout),
         )
 
     def output_settings(self, num_inputs: int, num_nodes: int = 1) -> OutputSettings:

@@ -158,7 +158,7 @@ class WorkerPool:
                             outcome.dead_worker = DeadWorker(wid, proc.pid, proc.exitcode, current[wid])
                         stop_event.set()
                 if stop_event.is_set() and stop_deadline is None:
-                    stop_deadline = now + STOP_GRACE_SECONDS
+                    stop_deadline = now + STOP_GRACE_SECONDS + _in_flight_grace(self.cfg)
                 if stop_deadline is not None and now > stop_deadline:
                     _kill_all(procs)  # fn is stuck; committed chunks are safe
                     break
@@ -171,6 +171,11 @@ class WorkerPool:
                 q.cancel_join_thread()
                 q.close()
         return outcome
+
+
+def _in_flight_grace(cfg: WorkerConfig) -> float:
+    """Inputs in flight may run on to their next ResumePoint for this long after a stop."""
+    return cfg.inflight.stop_grace if cfg.inflight.in_flight else 0.0
 
 
 def _kill_all(procs) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import sys
 import time
 import uuid
@@ -39,7 +38,7 @@ from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
 from .executors import LOCAL, ExecutorCall, get_executor
-from .guards import check_main_guard, check_not_bootstrapping, redacting
+from .guards import check_main_guard, check_not_bootstrapping, check_picklable, redacting
 from .identity import fn_identity
 from .inputs import (
     backfill_identities,
@@ -88,6 +87,9 @@ def optimize(
     ray_remote_args: dict | None = None,
     failed_dir: str | os.PathLike[str] | None = None,
     shared_output: bool = False,
+    concurrency: int = 1,
+    durable_every: float = 2.0,
+    stop_grace: float = 20.0,
     # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
     batch_size: int | None = None,
     fast_dev_run: bool | int = False,
@@ -167,6 +169,7 @@ def optimize(
             task, attempt), and a "resolved" record when a retry succeeds; best effort.
         shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
             multi-node Ray or Kubernetes run refuses a local path without it.
+        concurrency, durable_every, stop_grace: I/O-bound fns (async, threads), see docs/sdg.md.
         batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
         fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
             that many; the output is a real, small dataset.
@@ -229,6 +232,9 @@ def optimize(
         ray_remote_args=ray_remote_args,
         failed_dir=failed_dir,
         shared_output=shared_output,
+        concurrency=concurrency,
+        durable_every=durable_every,
+        stop_grace=stop_grace,
     )
     extra = litdata_args(
         batch_size=batch_size,
@@ -250,7 +256,7 @@ def optimize(
         raise UsageError("multi-node runs need use_checkpoint=True: nodes learn each other's progress from it")
     if options.start_method != "fork":
         check_main_guard(fn, options.start_method)
-        _check_picklable(fn, options.start_method)
+        check_picklable(fn, options.start_method, fn_name(fn))
     if node.is_multi_node:
         log.info("this call is node %d of %d (from %s)", node.rank, node.count, node.origin)
     is_source = isinstance(inputs, Source)
@@ -489,17 +495,6 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
             fn_name(fn),
             manifest.num_inputs,
         )
-
-
-def _check_picklable(fn: Callable, start_method: str) -> None:
-    try:
-        pickle.dumps(fn)
-    except Exception as exc:
-        raise UsageError(
-            f"fn {fn_name(fn)} cannot be pickled, which start_method={start_method!r} needs ({exc}). "
-            "Define fn at the top level of an importable .py file (not in a notebook, not a lambda or closure), "
-            "or use start_method='fork' (the default on Linux)"
-        ) from None
 
 
 def _drive(
