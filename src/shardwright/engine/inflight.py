@@ -1,0 +1,368 @@
+"""Inputs in flight inside a worker process (issue 32): up to ``concurrency`` inputs of a shard
+at once, on one asyncio loop per worker process.
+
+fn is awaited (``async def``: one sample or None), iterated (an async generator: many
+samples and ResumePoints), or run in ``concurrency`` daemon threads (a plain function or
+generator, which must then be thread-safe). Inputs finish out of order; each one's outputs
+wait in its :class:`Slot` and reach the shard's writer in input order (the reorder buffer:
+:meth:`InflightShard.deliver`), so the dataset and the commit records are exactly those of
+one input at a time. At most ``REORDER_WINDOW`` x concurrency inputs are started past the
+oldest unfinished one, which bounds the outputs waiting in memory.
+
+A slot keeps where its input resumes: the state of the last ResumePoint fn yielded and how
+many outputs came before it. A failed attempt is retried from there (the outputs it already
+has are skipped, not added twice); ``max_retries`` counts the failed attempts since the input
+last made progress (a new sample or ResumePoint). On a stop (Ctrl-C, SIGTERM, the pool's
+stop) no new input starts and no failed attempt is retried; inputs in flight run on to their
+next ResumePoint (or their end) for up to ``stop_grace`` seconds. What they did is kept by
+the progress snapshot (``protocol.progress``), so a resume repeats no call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ShardwrightError, UsageError, short_repr
+from ..sources import BadRow
+from .resume import ASYNC, ASYNC_GEN, ResumePoint
+from .shard_writer import ShardWriter
+from .stops import FnFailed, InputTimeout, StopRequested
+from .tasks import ShardTask
+
+__all__ = ["InflightRunner", "Slot"]
+
+REORDER_WINDOW = 4  # inputs started past the oldest unfinished one: at most this x concurrency
+WAKE_INTERVAL = 0.05  # seconds between looks at the stop event while every input is waiting
+NOT_RESUMABLE = (
+    "fn yielded a ResumePoint but does not accept resume=: add the keyword (def fn(x, resume=None)) so that an "
+    "interrupted input can be resumed there"
+)
+
+
+class Slot:
+    """One input of the shard from its start until its outputs reach the writer.
+
+    ``base``: outputs of the input committed before this run (a record cut inside it);
+    ``items``: its encoded outputs since, numbered ``base`` on; ``point``: the JSON text of
+    the last ResumePoint (None: none yet) and ``point_outputs`` the outputs before it: an
+    attempt resumed there yields output number ``point_outputs`` first, and outputs below
+    ``produced`` are skipped (already here). ``failures``: failed attempts since progress."""
+
+    __slots__ = (
+        "attempts",
+        "base",
+        "done",
+        "errors",
+        "failed",
+        "failures",
+        "fatal",
+        "input_id",
+        "items",
+        "point",
+        "point_outputs",
+        "position",
+        "value",
+    )
+
+    def __init__(self, position: int, input_id: int, value: object, base: int):
+        self.position = position
+        self.input_id = input_id
+        self.value = value
+        self.base = base
+        self.items: list[bytes] = []
+        self.point: str | None = None
+        self.point_outputs = 0
+        self.done = False
+        self.failed = False  # on_error="skip" gave up on it: no outputs, a failure record
+        self.failures = 0
+        self.attempts = 0
+        self.errors: list[str] = []  # "attempt n: Type: message" of every failed attempt
+        self.fatal: BaseException | None = None  # our own error (a sample that cannot be encoded): stops the run
+
+    @property
+    def produced(self) -> int:
+        return self.base + len(self.items)
+
+    def resume_kwargs(self) -> tuple[dict, int]:
+        """fn's keyword arguments for the next attempt, and the number of its first output."""
+        if self.point is None:
+            return {}, 0
+        return {"resume": json.loads(self.point)}, self.point_outputs
+
+
+class _Threads:
+    """``size`` daemon threads running calls for the loop (a stuck fn never holds up the
+    process's exit, as a ThreadPoolExecutor's threads would at interpreter shutdown)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int):
+        self.loop = loop
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for k in range(size):
+            threading.Thread(target=self._serve, name=f"shardwright-fn-{k}", daemon=True).start()
+
+    def run(self, call: Callable[[], Any]) -> asyncio.Future:
+        future = self.loop.create_future()
+        self.jobs.put((call, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            call, future = self.jobs.get()
+            try:
+                result = call()
+            except BaseException as exc:
+                self.loop.call_soon_threadsafe(_settle, future, None, exc)
+            else:
+                self.loop.call_soon_threadsafe(_settle, future, result, None)
+
+
+def _settle(future: asyncio.Future, result: object, exc: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+class InflightRunner:
+    """The in-flight machinery of one worker process: its loop, its threads, and the hooks
+    into the worker (fn, the format gate, stops, progress, failure records)."""
+
+    def __init__(self, worker: Any):
+        self.worker = worker
+        self.cfg = worker.cfg
+        self.options = worker.cfg.inflight
+        self.kind = self.options.kind
+        self.loop = asyncio.new_event_loop()
+        self.threads = _Threads(self.loop, self.options.concurrency) if not self.kind.is_async else None
+        self.stopping = False  # read by fn's threads at each ResumePoint
+
+    def run_shard(self, task: ShardTask, writer: ShardWriter) -> None:
+        """Every input of ``task`` (its outputs added to ``writer`` in input order), or
+        StopRequested / FnFailed / our own error after committing what is in order."""
+        shard = InflightShard(self, task, writer)
+        self.loop.run_until_complete(shard.run())
+
+
+class InflightShard:
+    """One shard's inputs in flight, and its reorder buffer."""
+
+    def __init__(self, runner: InflightRunner, task: ShardTask, writer: ShardWriter):
+        self.runner, self.task, self.writer = runner, task, writer
+        self.worker = runner.worker
+        self.fn = runner.worker.fn
+        self.slots: dict[int, Slot] = {}
+        self.head = writer.position[0]  # the oldest input whose outputs have not reached the writer
+        self.next_start = self.head
+        self.running: dict[asyncio.Future, Slot] = {}
+        self.deadline: float | None = None  # stopping: when inputs in flight are given up
+
+    # --- the loop ------------------------------------------------------------------------
+    async def run(self) -> None:
+        options, task = self.runner.options, self.task
+        limit = options.concurrency
+        window = limit * REORDER_WINDOW
+        try:
+            while True:
+                if not self.runner.stopping and self.worker.should_stop():
+                    self.runner.stopping = True
+                    self.deadline = time.monotonic() + options.stop_grace
+                while (
+                    not self.runner.stopping
+                    and len(self.running) < limit
+                    and self.next_start < task.end
+                    and self.next_start - self.head < window
+                ):
+                    self._start(self.next_start)
+                    self.next_start += 1
+                self.deliver()
+                if self.head >= task.end:
+                    return
+                if not self.running:
+                    if self.runner.stopping:
+                        break
+                    continue
+                done, _ = await asyncio.wait(self.running, timeout=WAKE_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    self._finished(future, self.running.pop(future))
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # the grace is over: what fn did up to its last ResumePoint is kept
+            self._cancel_running()
+            self.deliver()
+            self.writer.commit()
+            raise StopRequested
+        finally:
+            self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        for future in self.running:
+            future.cancel()  # a thread's call runs on, unheard: its outputs no longer count
+        self.running.clear()
+
+    def _start(self, position: int) -> None:
+        slot = self.slots.get(position)
+        if slot is None:
+            task = self.task
+            value = task.inputs[position - task.next_input]
+            slot = self.slots[position] = Slot(position, task.input_id(position), value, task.first_skip(position))
+        if not slot.done:
+            self._launch(slot)
+
+    def _launch(self, slot: Slot) -> None:
+        slot.attempts += 1
+        if self.runner.threads is not None:
+            future = self.runner.threads.run(lambda: self._attempt_in_thread(slot))
+        else:
+            future = asyncio.ensure_future(self._attempt_async(slot), loop=self.runner.loop)
+        self.running[future] = slot
+
+    # --- one attempt -----------------------------------------------------------------------
+    async def _attempt_async(self, slot: Slot) -> bool:
+        timeout = self.runner.cfg.timeout
+        if timeout is None:
+            return await self._iterate_async(slot)
+        try:
+            return await asyncio.wait_for(self._iterate_async(slot), timeout)
+        except asyncio.TimeoutError:
+            raise InputTimeout(
+                f"fn did not finish input {slot.input_id:,} ({short_repr(slot.value)}) within timeout={timeout:g} s"
+            ) from None
+
+    async def _iterate_async(self, slot: Slot) -> bool:
+        """True: the input is finished; False: paused at a ResumePoint (stopping)."""
+        if isinstance(slot.value, BadRow):
+            raise slot.value.error()
+        kwargs, index = slot.resume_kwargs()
+        if self.runner.kind.mode == ASYNC:
+            result = await self.fn(slot.value, **kwargs)
+            if result is not None:
+                self.output(slot, 0, result)
+            return True
+        if self.runner.kind.mode != ASYNC_GEN:  # pragma: no cover - the runner picks threads for sync fns
+            raise AssertionError(self.runner.kind)
+        outputs = self.fn(slot.value, **kwargs)
+        try:
+            async for out in outputs:
+                if type(out) is ResumePoint:
+                    self.point(slot, out, index)
+                    if self.runner.stopping:
+                        return False
+                else:
+                    self.output(slot, index, out)
+                    index += 1
+        finally:
+            await outputs.aclose()
+        return True
+
+    def _attempt_in_thread(self, slot: Slot) -> bool:
+        """In one of fn's threads: outputs go to the loop (encoded there, in call order)."""
+        if isinstance(slot.value, BadRow):
+            raise slot.value.error()
+        kwargs, index = slot.resume_kwargs()
+        result = self.fn(slot.value, **kwargs)
+        post = self.runner.loop.call_soon_threadsafe
+        if isinstance(result, types.GeneratorType):
+            try:
+                for out in result:
+                    if type(out) is ResumePoint:
+                        post(self.point, slot, out, index)
+                        if self.runner.stopping:
+                            return False
+                    else:
+                        post(self.output, slot, index, out)
+                        index += 1
+            finally:
+                result.close()
+        elif result is not None:
+            post(self.output, slot, 0, result)
+        return True
+
+    def output(self, slot: Slot, index: int, sample: object) -> None:
+        """Output number ``index`` of the slot's input (on the loop)."""
+        if slot.fatal is not None or index < slot.produced:
+            return  # already here (an attempt resumed before it), or the input already failed us
+        try:
+            if type(sample) is ResumePoint:  # an async fn returned one: not a sample
+                raise UsageError("fn returned a ResumePoint; yield it between samples from a generator fn")
+            data = self.worker.gate.encode(sample, slot.input_id)
+        except BaseException as exc:  # e.g. a sample of another structure: reported when the attempt ends
+            slot.fatal = exc
+            return
+        slot.items.append(data)
+        slot.failures = 0  # progress
+
+    def point(self, slot: Slot, point: ResumePoint, index: int) -> None:
+        """fn yielded a ResumePoint after ``index`` outputs of this attempt's input."""
+        if slot.fatal is not None:
+            return
+        if not self.runner.kind.accepts_resume:
+            slot.fatal = UsageError(NOT_RESUMABLE)
+            return
+        if index > slot.point_outputs or (index == slot.point_outputs and point.text != slot.point):
+            slot.failures = 0  # progress (a ResumePoint this input had already passed is not)
+        if index >= slot.point_outputs:
+            slot.point, slot.point_outputs = point.text, index
+
+    # --- an attempt ended --------------------------------------------------------------------
+    def _finished(self, future: asyncio.Future, slot: Slot) -> None:
+        exc = future.exception()
+        if slot.fatal is not None:
+            exc = slot.fatal
+        if exc is None:
+            if future.result():
+                slot.done = True
+            return  # paused at a ResumePoint: the snapshot keeps it
+        if isinstance(exc, ShardwrightError) and not isinstance(exc, InputTimeout):
+            self._give_up()
+            raise exc  # our own error (a sample that cannot be written): the run stops on it
+        slot.failures += 1
+        slot.errors.append(f"attempt {slot.attempts}: {type(exc).__name__}: {str(exc)[:300]}")
+        if slot.failures <= self.runner.cfg.max_retries and not self.runner.stopping:
+            self._launch(slot)
+            return
+        if self.runner.stopping and slot.failures <= self.runner.cfg.max_retries:
+            return  # not retried now: the resume retries it from its last ResumePoint
+        tb = "".join(traceback.format_exception(exc))
+        if self.runner.cfg.on_error == "skip":
+            self.worker.record_failure(slot.input_id, slot.value, exc, slot.attempts, tb)
+            slot.items.clear()
+            slot.failed = slot.done = True
+            return
+        self._give_up()
+        self.worker.current_inputs[self.worker.wid] = slot.input_id  # the input the FnError names
+        raise FnFailed(exc, tb) from exc
+
+    def _give_up(self) -> None:
+        """The run stops on an error: commit what is in order (it is good), start nothing more."""
+        self.runner.stopping = True
+        self._cancel_running()
+        self.deliver()
+        self.writer.commit()
+
+    # --- the reorder buffer -----------------------------------------------------------------
+    def deliver(self) -> None:
+        """Hand every finished input at the head to the writer, in input order."""
+        writer, slots, head = self.writer, self.slots, self.head
+        while head in slots and slots[head].done:
+            slot = slots.pop(head)
+            if slot.failed:
+                writer.failed.append([slot.input_id, slot.base])
+            else:
+                for k, data in enumerate(slot.items):
+                    writer.add(data, slot.input_id, after=(head, slot.base + k + 1))
+                self.worker.resolved(slot.input_id, slot.attempts)
+            writer.position = (head + 1, 0)
+            self.worker.tick()
+            head += 1
+        self.head = head
+        if head < self.task.end:
+            self.worker.current_inputs[self.worker.wid] = self.task.input_id(head)
