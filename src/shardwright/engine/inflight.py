@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ShardwrightError, UsageError, short_repr
+from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_snapshot
 from ..sources import BadRow
 from .resume import ASYNC, ASYNC_GEN, ResumePoint
 from .shard_writer import ShardWriter
@@ -41,6 +42,9 @@ __all__ = ["InflightRunner", "Slot"]
 
 REORDER_WINDOW = 4  # inputs started past the oldest unfinished one: at most this x concurrency
 WAKE_INTERVAL = 0.05  # seconds between looks at the stop event while every input is waiting
+# A snapshot carries the writer's outputs that wait for the next chunk; past this many bytes the
+# chunk is cut first (a slow fn would otherwise rewrite a large buffer every durable_every).
+SNAPSHOT_BUFFER_BYTES = 8 * 1024 * 1024
 NOT_RESUMABLE = (
     "fn yielded a ResumePoint but does not accept resume=: add the keyword (def fn(x, resume=None)) so that an "
     "interrupted input can be resumed there"
@@ -165,12 +169,18 @@ class InflightShard:
         self.next_start = self.head
         self.running: dict[asyncio.Future, Slot] = {}
         self.deadline: float | None = None  # stopping: when inputs in flight are given up
+        self.dirty = False  # something happened since the last progress snapshot
+        self.saved_seq = writer.seq  # the writer's next record when the last snapshot was taken
+        self.checkpoint = runner.cfg.round.use_checkpoint  # without records, a snapshot extends nothing
+        if self.checkpoint:
+            self._restore()
 
     # --- the loop ------------------------------------------------------------------------
     async def run(self) -> None:
         options, task = self.runner.options, self.task
         limit = options.concurrency
         window = limit * REORDER_WINDOW
+        next_save = time.monotonic() + options.durable_every
         try:
             while True:
                 if not self.runner.stopping and self.worker.should_stop():
@@ -194,11 +204,17 @@ class InflightShard:
                 done, _ = await asyncio.wait(self.running, timeout=WAKE_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
                 for future in done:
                     self._finished(future, self.running.pop(future))
-                if self.deadline is not None and time.monotonic() >= self.deadline:
+                now = time.monotonic()
+                if self.writer.seq != self.saved_seq or (self.dirty and now >= next_save):
+                    self.deliver()
+                    self.save()  # a chunk was committed (the last snapshot no longer extends the tip), or it is time
+                    next_save = now + options.durable_every
+                if self.deadline is not None and now >= self.deadline:
                     break  # the grace is over: what fn did up to its last ResumePoint is kept
             self._cancel_running()
             self.deliver()
             self.writer.commit()
+            self.save()
             raise StopRequested
         finally:
             self._cancel_running()
@@ -299,6 +315,7 @@ class InflightShard:
             return
         slot.items.append(data)
         slot.failures = 0  # progress
+        self.dirty = True
 
     def point(self, slot: Slot, point: ResumePoint, index: int) -> None:
         """fn yielded a ResumePoint after ``index`` outputs of this attempt's input."""
@@ -311,12 +328,14 @@ class InflightShard:
             slot.failures = 0  # progress (a ResumePoint this input had already passed is not)
         if index >= slot.point_outputs:
             slot.point, slot.point_outputs = point.text, index
+            self.dirty = True
 
     # --- an attempt ended --------------------------------------------------------------------
     def _finished(self, future: asyncio.Future, slot: Slot) -> None:
         exc = future.exception()
         if slot.fatal is not None:
             exc = slot.fatal
+        self.dirty = True
         if exc is None:
             if future.result():
                 slot.done = True
@@ -347,6 +366,71 @@ class InflightShard:
         self._cancel_running()
         self.deliver()
         self.writer.commit()
+        self.save()
+
+    # --- progress snapshots (protocol.progress) --------------------------------------------
+    def save(self) -> None:
+        """Hand the committer a snapshot of everything past the writer's last record."""
+        self.dirty = False
+        if not self.checkpoint:
+            return
+        writer = self.writer
+        slots = [
+            SlotState(p, s.base, list(s.items), s.point, s.point_outputs, s.done, s.failed)
+            for p, s in sorted(self.slots.items())
+            if s.items or s.point is not None or s.done
+        ]
+        if writer.items_bytes > SNAPSHOT_BUFFER_BYTES:
+            writer.commit()  # a chunk now, rather than rewriting megabytes every few seconds
+        if not slots and not writer.items and not writer.failed and writer.position == writer.committed:
+            self.saved_seq = writer.seq
+            return  # nothing past the last record
+        cfg = self.runner.cfg
+        self.worker.committer.save_progress(
+            ProgressSnapshot(
+                run_id=cfg.round.run_id,
+                shard=self.task.shard,
+                seq=writer.seq,
+                tip_epoch=writer.prev_epoch,
+                committed=writer.committed,
+                epoch=writer.epoch,
+                buffer=BufferState(
+                    writer.first_input, writer.position, [list(p) for p in writer.failed], list(writer.items)
+                ),
+                slots=slots,
+            )
+        )
+        self.saved_seq = writer.seq
+
+    def _restore(self) -> None:
+        """Take up the snapshot that extends the shard's chain tip, if there is one."""
+        task, writer, cfg = self.task, self.writer, self.runner.cfg
+        snapshot = read_snapshot(
+            self.worker.storage,
+            cfg.round.run_id,
+            task.shard,
+            task.next_seq,
+            task.prev_epoch,
+            (task.next_input, task.skip_outputs),
+        )
+        if snapshot is None:
+            return
+        buffer = snapshot.buffer
+        head = buffer.position[0]
+        if not task.next_input <= head <= task.end or not all(head <= s.position < task.end for s in snapshot.slots):
+            return  # not this task's inputs (cannot happen for a snapshot that extends its tip): redo
+        writer.items = list(buffer.items)
+        writer.items_bytes = sum(map(len, writer.items))
+        writer.first_input = buffer.first_input
+        writer.position = buffer.position
+        writer.failed = [list(p) for p in buffer.failed]
+        for state in snapshot.slots:
+            position = state.position
+            slot = Slot(position, task.input_id(position), task.inputs[position - task.next_input], state.base)
+            slot.items, slot.point, slot.point_outputs = state.items, state.point, state.point_outputs
+            slot.done, slot.failed = state.done, state.failed
+            self.slots[position] = slot
+        self.head = self.next_start = head
 
     # --- the reorder buffer -----------------------------------------------------------------
     def deliver(self) -> None:
@@ -362,6 +446,7 @@ class InflightShard:
                 self.worker.resolved(slot.input_id, slot.attempts)
             writer.position = (head + 1, 0)
             self.worker.tick()
+            self.dirty = True
             head += 1
         self.head = head
         if head < self.task.end:
