@@ -441,8 +441,10 @@ class InflightShard:
             if slot.failed:
                 writer.failed.append([slot.input_id, slot.base])
             else:
+                last = len(slot.items) - 1
                 for k, data in enumerate(slot.items):
-                    writer.add(data, slot.input_id, after=(head, slot.base + k + 1))
+                    # the input is finished: a chunk cut after its last output resumes past it, not in it
+                    writer.add(data, slot.input_id, after=(head + 1, 0) if k == last else (head, slot.base + k + 1))
                 self.worker.resolved(slot.input_id, slot.attempts)
             writer.position = (head + 1, 0)
             self.worker.tick()
