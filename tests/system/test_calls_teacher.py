@@ -71,3 +71,33 @@ def test_two_processes_share_the_node_budget_and_retry_per_call(tmp_path):
     assert any(c.status in ("429", "500") for c in calls)  # the faults happened and were retried
     used = len(calls) / elapsed / rate
     assert used >= 0.85, f"{len(calls)} calls in {elapsed:.2f} s: {used:.0%} of the budget"
+
+
+def test_adaptive_limit_backs_off_when_the_teacher_throttles_and_recovers(tmp_path):
+    """No client budget: the teacher's own (40/s) answers 429 to most of 64 calls in flight;
+    the AIMD limit comes down, and grows back once the teacher stops refusing."""
+    adaptive = AdaptiveLimit(64, maximum=64)
+    limiter = Limiter(concurrency=adaptive)
+
+    async def main(url: str, keys: list[str]) -> None:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(key: str) -> None:
+                async def call() -> None:
+                    async with limiter.slot():
+                        body = {"model": "t", "user": key, "messages": [{"role": "user", "content": key}]}
+                        async with session.post(f"{url}/chat/completions", json=body) as response:
+                            if response.status != 200:
+                                raise StatusError(response.status, dict(response.headers))
+
+                await retry_async(call, RetryPolicy(max_retries=50, base_delay=0.01, max_delay=0.05))
+
+            await asyncio.gather(*(one(key) for key in keys))
+
+    with Teacher(latency=0.05, rps=40, burst=5, log=str(tmp_path / "calls.log")) as teacher:
+        asyncio.run(main(teacher.url, [f"a{i}" for i in range(120)]))
+        assert adaptive.decreases >= 1 and adaptive.limit < 64
+        low = adaptive.limit
+    with Teacher(latency=0.01) as teacher:
+        asyncio.run(main(teacher.url, [f"b{i}" for i in range(2000)]))
+    assert adaptive.limit > low and adaptive.in_flight == 0
