@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from dataclasses import replace
 
 import pytest
 
 import shardwright
+from shardwright.engine.calls import RetryPolicy
 from shardwright.engine.inflight import InflightRunner
 from shardwright.engine.io_options import InflightOptions
 from shardwright.engine.resume import classify_fn
@@ -271,3 +273,35 @@ def test_snapshot_round_trip_and_matching():
     for damaged in (b"\0" * len(data), data[:-1], data[:20], b"garbage"):
         with pytest.raises(ValueError):
             decode_snapshot(damaged)
+
+
+class Throttled(Exception):
+    """Carries an HTTP 429 and a Retry-After header, as openai's and httpx's errors do."""
+
+    status_code = 429
+
+    def __init__(self) -> None:
+        super().__init__("slow down")
+        self.headers = {"Retry-After": "0.2"}
+
+
+def test_transient_failures_are_retried_after_retry_after_and_a_user_error_is_not():
+    seen: dict[int, list[float]] = {0: [], 1: []}
+
+    async def fn(x):
+        seen[x].append(time.monotonic())
+        if x == 0 and len(seen[0]) < 3:
+            raise Throttled()
+        if x == 1:
+            raise ValueError("malformed request")
+        return x
+
+    worker = Worker(fn, 2, memory(), on_error="skip")
+    worker.cfg = replace(
+        worker.cfg, inflight=replace(worker.cfg.inflight, retries=RetryPolicy(base_delay=0.0, max_delay=0.0))
+    )
+    run(worker, task_of(2))
+    assert outputs(worker) == [repr(0).encode()]
+    assert len(seen[0]) == 3 and all(b - a >= 0.2 for a, b in zip(seen[0], seen[0][1:], strict=False))
+    assert len(seen[1]) == 1  # not transient, max_retries=0: not retried
+    assert worker.failures == [(1, 1)]

@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import ShardwrightError, UsageError, short_repr
 from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_snapshot
 from ..sources import BadRow
+from .calls import AttemptHistory
 from .resume import ASYNC, ASYNC_GEN, ResumePoint
 from .shard_writer import ShardWriter
 from .stops import FnFailed, InputTimeout, StopRequested
@@ -64,7 +65,7 @@ class Slot:
         "attempts",
         "base",
         "done",
-        "errors",
+        "history",
         "failed",
         "failures",
         "fatal",
@@ -88,7 +89,7 @@ class Slot:
         self.failed = False  # on_error="skip" gave up on it: no outputs, a failure record
         self.failures = 0
         self.attempts = 0
-        self.errors: list[str] = []  # "attempt n: Type: message" of every failed attempt
+        self.history: AttemptHistory | None = None  # every failed attempt (engine.calls), from the first failure
         self.fatal: BaseException | None = None  # our own error (a sample that cannot be encoded): stops the run
 
     @property
@@ -233,13 +234,27 @@ class InflightShard:
         if not slot.done:
             self._launch(slot)
 
-    def _launch(self, slot: Slot) -> None:
+    def _launch(self, slot: Slot, delay: float = 0.0) -> None:
         slot.attempts += 1
-        if self.runner.threads is not None:
+        future: asyncio.Future
+        if delay > 0:
+            future = asyncio.ensure_future(self._after_backoff(slot, delay), loop=self.runner.loop)
+        elif self.runner.threads is not None:
             future = self.runner.threads.run(lambda: self._attempt_in_thread(slot))
         else:
             future = asyncio.ensure_future(self._attempt_async(slot), loop=self.runner.loop)
         self.running[future] = slot
+
+    async def _after_backoff(self, slot: Slot, delay: float) -> bool:
+        """A retry after its backoff; a stop meanwhile ends the wait (the resume retries it)."""
+        until = time.monotonic() + delay
+        while (left := until - time.monotonic()) > 0:
+            if self.runner.stopping:
+                return False  # not started: nothing to lose, the slot keeps its ResumePoint
+            await asyncio.sleep(min(left, WAKE_INTERVAL))
+        if self.runner.threads is not None:
+            return await self.runner.threads.run(lambda: self._attempt_in_thread(slot))
+        return await self._attempt_async(slot)
 
     # --- one attempt -----------------------------------------------------------------------
     async def _attempt_async(self, slot: Slot) -> bool:
@@ -344,13 +359,15 @@ class InflightShard:
             self._give_up()
             raise exc  # our own error (a sample that cannot be written): the run stops on it
         slot.failures += 1
-        slot.errors.append(f"attempt {slot.attempts}: {type(exc).__name__}: {str(exc)[:300]}")
-        if slot.failures <= self.runner.cfg.max_retries and not self.runner.stopping:
-            self._launch(slot)
+        delay = self._retry_delay(slot, exc)
+        if delay is not None and not self.runner.stopping:
+            self._launch(slot, delay)
             return
-        if self.runner.stopping and slot.failures <= self.runner.cfg.max_retries:
+        if delay is not None:
             return  # not retried now: the resume retries it from its last ResumePoint
         tb = "".join(traceback.format_exception(exc))
+        if slot.history is not None and slot.attempts > 1:  # name every attempt, not only the last
+            tb += f"\n{slot.history.describe()}\n"
         if self.runner.cfg.on_error == "skip":
             self.worker.record_failure(slot.input_id, slot.value, exc, slot.attempts, tb)
             slot.items.clear()
@@ -359,6 +376,24 @@ class InflightShard:
         self._give_up()
         self.worker.current_inputs[self.worker.wid] = slot.input_id  # the input the FnError names
         raise FnFailed(exc, tb) from exc
+
+    def _retry_delay(self, slot: Slot, exc: BaseException) -> float | None:
+        """Seconds before the next attempt of ``slot``'s input, or None when it fails now.
+
+        A transient failure (engine.calls: a timeout, a dropped connection, HTTP 408/425/429/5xx,
+        or a type named in ``retries``) is retried with exponential backoff and full jitter,
+        never sooner than the server's Retry-After, until ``retries.max_retries`` consecutive
+        failures since the input last made progress; any other failure, at once, up to
+        ``max_retries`` consecutive ones (as in the plain loop, which counts them per input)."""
+        if slot.history is None:
+            slot.history = AttemptHistory(self.runner.options.retries, attempts=slot.attempts)
+        history = slot.history
+        history.attempts = slot.attempts  # the attempt that just failed
+        history.consecutive = slot.failures - 1  # progress since the last failure reset it
+        delay = history.failed(exc)
+        if delay is None and not history.policy.is_transient(exc) and slot.failures <= self.runner.cfg.max_retries:
+            delay = 0.0
+        return delay
 
     def _give_up(self) -> None:
         """The run stops on an error: commit what is in order (it is good), start nothing more."""

@@ -1,4 +1,4 @@
-"""``concurrency``, ``durable_every`` and ``stop_grace``: the options of I/O-bound fns (issue 32),
+"""``concurrency``, ``durable_every``, ``stop_grace`` and ``retries``: the options of I/O-bound fns (issue 32),
 validated once into a frozen dataclass."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ArgumentTypeError, UsageError
+from .calls import RetryPolicy
 from .resume import FnKind, classify_fn
 
 __all__ = ["MAX_CONCURRENCY", "InflightOptions"]
@@ -35,6 +36,7 @@ class InflightOptions:
     durable_every: float = DEFAULT_DURABLE_EVERY
     stop_grace: float = DEFAULT_STOP_GRACE
     kind: FnKind = FnKind("sync", False)
+    retries: RetryPolicy = RetryPolicy()  # transient failures of an input in flight (engine.calls)
 
     @property
     def in_flight(self) -> bool:
@@ -45,7 +47,13 @@ class InflightOptions:
 
     @classmethod
     def validate(
-        cls, fn: object, concurrency: object, durable_every: object, stop_grace: object, timeout: float | None
+        cls,
+        fn: object,
+        concurrency: object,
+        durable_every: object,
+        stop_grace: object,
+        timeout: float | None,
+        retries: object = None,
     ) -> InflightOptions:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ArgumentTypeError(
@@ -63,6 +71,7 @@ class InflightOptions:
             durable_every=_seconds("durable_every", durable_every, 0.05, MAX_DURABLE_EVERY, "between progress saves"),
             stop_grace=_seconds("stop_grace", stop_grace, 0.0, MAX_STOP_GRACE, "to reach a ResumePoint on a stop"),
             kind=kind,
+            retries=RetryPolicy.of(retries, "retries"),
         )
         if timeout is not None and options.in_flight and not kind.is_async:
             raise UsageError(

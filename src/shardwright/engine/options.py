@@ -212,6 +212,7 @@ class OptimizeOptions:
         concurrency: object = 1,
         durable_every: object = DEFAULT_DURABLE_EVERY,
         stop_grace: object = DEFAULT_STOP_GRACE,
+        retries: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -275,7 +276,7 @@ class OptimizeOptions:
             engines=EngineOptions.validate(
                 executor, ray_remote_args, failed_dir, shared_output, num_workers is not None
             ),
-            inflight=InflightOptions.validate(fn, concurrency, durable_every, stop_grace, checked_timeout),
+            inflight=InflightOptions.validate(fn, concurrency, durable_every, stop_grace, checked_timeout, retries),
         )
 
     def output_settings(self, num_inputs: int, num_nodes: int = 1) -> OutputSettings:

@@ -90,6 +90,7 @@ def optimize(
     concurrency: int = 1,
     durable_every: float = 2.0,
     stop_grace: float = 20.0,
+    retries: Any = None,
     # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
     batch_size: int | None = None,
     fast_dev_run: bool | int = False,
@@ -169,7 +170,7 @@ def optimize(
             task, attempt), and a "resolved" record when a retry succeeds; best effort.
         shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
             multi-node Ray or Kubernetes run refuses a local path without it.
-        concurrency, durable_every, stop_grace: I/O-bound fns (async, threads), see docs/sdg.md.
+        concurrency, durable_every, stop_grace, retries: I/O-bound fns (async, threads), docs/sdg.md.
         batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
         fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
             that many; the output is a real, small dataset.
@@ -235,6 +236,7 @@ def optimize(
         concurrency=concurrency,
         durable_every=durable_every,
         stop_grace=stop_grace,
+        retries=retries,
     )
     extra = litdata_args(
         batch_size=batch_size,
