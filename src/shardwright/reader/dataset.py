@@ -19,7 +19,7 @@ from ..secrets import redact_exception, secret_values
 from . import resume
 from .itemfile import keep_freed_item_memory
 from .items import item_reader
-from .options import ReaderOptions
+from .options import ReaderOptions, subclass_transform
 from .order import EpochSequence, OrderSpec, iter_segment, mixes_items, segment_ids
 from .partition import Layout
 from .plan import StreamPlan, drop_front
@@ -179,7 +179,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             litdata_only=litdata_only,
         )
         self.check_checksums = opts.check_checksums
-        self._transforms = opts.transforms
+        self._transforms = opts.transforms or subclass_transform(self)
         self.batch_decode = opts.batch_decode
         self.order_spec = OrderSpec("chunk_window" if opts.shuffle else "none", opts.seed, opts.shuffle_window)
         self.shuffle, self.seed, self.pad, self.drop_last = opts.shuffle, opts.seed, opts.pad, opts.drop_last

@@ -122,3 +122,9 @@ class ReaderOptions:
             batch_decode=batch_decode,
             check_checksums=bool(require_bool("check_checksums", check_checksums)),
         )
+
+
+def subclass_transform(dataset: Any) -> tuple[Callable[[Any], Any], ...]:
+    """litdata's other way to transform: a subclass's ``transform(self, item)`` method, used
+    when no ``transform=`` is given."""
+    return (dataset.transform,) if callable(getattr(type(dataset), "transform", None)) else ()
