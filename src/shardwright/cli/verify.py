@@ -1,11 +1,16 @@
 """``shardwright verify DIR|URL``: exit 0 when the dataset is intact, 1 when damage was found
-(each damaged chunk named), 2 when it is not a dataset or the command was misused."""
+(each damaged chunk named), 2 when it is not a dataset or the command was misused.
+
+``shardwright diff A B``: exit 0 when the two datasets hold the same items (same digest), 1 when
+they differ (the differing item ranges named) or cannot be compared, 2 as above."""
 
 from __future__ import annotations
 
 import json
 
+from ..reader.diff import diff
 from ..reader.verify import verify
+from .options import parse_storage_options
 
 
 def add_verify_command(sub) -> None:
@@ -27,3 +32,27 @@ def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> 
             print(f"damaged:  {damage}")
         print(report.summary())
     return 0 if report.ok else 1
+
+
+def add_diff_command(sub) -> None:
+    cmd = sub.add_parser("diff", help="are two published datasets the same (digest), and which items differ")
+    cmd.add_argument("a")
+    cmd.add_argument("b")
+    cmd.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    cmd.add_argument("--storage-options", help="JSON dict of storage options for both (docs/clouds.md)")
+    cmd.add_argument("--other-storage-options", help="JSON dict of B's storage options, when they differ from A's")
+    cmd.set_defaults(func=run_diff)
+
+
+def run_diff(args) -> int:
+    found = diff(
+        args.a,
+        args.b,
+        storage_options=parse_storage_options(args.storage_options),
+        other_storage_options=parse_storage_options(args.other_storage_options),
+    )
+    if args.json:
+        print(json.dumps(found.to_json(), indent=1))
+    else:
+        print("\n".join(found.summary()))
+    return 0 if found.same else 1

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
 from .checksum import parse_checksum
+from .digest import DIGEST_KEY, dataset_digest, parse_digest
 from .pytree import parse_spec
 
 # --- index.json -------------------------------------------------------------------------------
@@ -162,13 +163,24 @@ class IndexConfig:
 
 def render_index(chunks: list[ChunkEntry], config: IndexConfig, updated_at: str | None = None) -> bytes:
     """index.json bytes, read by litdata 0.2.58 and 0.2.76 alike."""
-    document = {
+    document: dict[str, Any] = {
         "chunks": [chunk.to_json() for chunk in chunks],
         "config": config.to_json(),
         # Remote litdata readers key their cache on this value.
         "updated_at": updated_at if updated_at is not None else str(time.time()),
     }
+    digest = dataset_digest(chunks, config)
+    if digest is not None:  # an extra key: litdata's readers ignore it (format.digest)
+        document[DIGEST_KEY] = digest
     return json.dumps(document, sort_keys=True).encode("utf-8")
+
+
+def index_digest(data: bytes, source: str) -> str | None:
+    """The digest an index.json records (None: none recorded). Raises CorruptStateError."""
+    try:
+        return parse_digest(json.loads(data))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptStateError(f"index.json at {source} is not valid: {exc}") from None
 
 
 def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig]:

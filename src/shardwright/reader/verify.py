@@ -18,7 +18,16 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteDatasetError, UnsupportedFormatError
-from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompress, parse_index
+from ..format import (
+    ChunkEntry,
+    IndexConfig,
+    can_check,
+    check_checksum,
+    dataset_digest,
+    decompress,
+    index_digest,
+    parse_index,
+)
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacted_call
@@ -26,7 +35,7 @@ from ..storage import Storage, open_storage
 from ..storage.options import check_storage_option_names
 from .checks import check_chunk, check_exact_size, incomplete_message
 
-__all__ = ["DamagedChunk", "VerifyReport", "verify"]
+__all__ = ["DamagedChunk", "VerifyReport", "read_published_index", "verify"]
 
 _FIX = "restore it from a good copy, or rerun optimize with mode='overwrite'"
 _PARALLEL_READS = 4  # object stores: a few chunks in flight (each is held in memory while checked)
@@ -54,6 +63,8 @@ class VerifyReport:
         checked_checksums: chunks whose checksum was compared; the others (litdata's, older
             datasets) were checked by sizes and structure only.
         damaged: every damaged chunk (or the index), each named with its problem.
+        digest: the dataset digest index.json records (format.digest), recomputed from the
+            chunk entries and compared; None for a dataset written before digests.
     """
 
     output_dir: str
@@ -61,6 +72,7 @@ class VerifyReport:
     items: int
     checked_checksums: int
     damaged: tuple[DamagedChunk, ...]
+    digest: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -81,7 +93,8 @@ class VerifyReport:
         else:
             how = f"sizes and structure; checksums for {self.checked_checksums:,} of them"
         state = "intact" if self.ok else f"DAMAGED: {len(self.damaged):,} problem(s)"
-        return f"{self.output_dir}: {state} ({self.chunks:,} chunks, {self.items:,} items; checked {how})"
+        digest = f"digest {self.digest}" if self.digest is not None else "no digest (written before digests)"
+        return f"{self.output_dir}: {state} ({self.chunks:,} chunks, {self.items:,} items; checked {how}; {digest})"
 
     def to_json(self) -> dict:
         return {
@@ -92,6 +105,7 @@ class VerifyReport:
             "checksums": self.checksums,
             "checked_checksums": self.checked_checksums,
             "damaged": [dataclasses.asdict(d) for d in self.damaged],
+            "digest": self.digest,
         }
 
 
@@ -116,7 +130,7 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
     storage = open_storage(output_dir, storage_options)
     index_name = f"{storage.url}/{INDEX_KEY}"
-    data = _read_index(storage)
+    data = read_published_index(storage)
     try:
         chunks, config = parse_index(data, index_name)
     except (CorruptStateError, UnsupportedFormatError) as exc:
@@ -124,6 +138,7 @@ def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
     except RecursionError:
         return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, "its data_spec is nested absurdly deep"),))
     damaged: list[DamagedChunk] = []
+    digest = _check_digest(data, index_name, chunks, config, damaged)
     seen: set[str] = set()
     for entry in chunks:
         if entry.filename in seen:
@@ -136,10 +151,29 @@ def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
                 damaged.append(problem)
     checked = sum(1 for e in chunks if can_check(e.checksum))
     items = sum(e.chunk_size for e in chunks)
-    return VerifyReport(storage.url, len(chunks), items, checked, tuple(damaged))
+    return VerifyReport(storage.url, len(chunks), items, checked, tuple(damaged), digest)
 
 
-def _read_index(storage: Storage) -> bytes:
+def _check_digest(
+    data: bytes, index_name: str, chunks: list[ChunkEntry], config: IndexConfig, damaged: list[DamagedChunk]
+) -> str | None:
+    """The digest index.json records, after comparing it with its chunk entries' (a mismatch
+    is damage to the index: an entry edited, dropped or reordered)."""
+    try:
+        recorded = index_digest(data, index_name)
+    except CorruptStateError as exc:
+        damaged.append(DamagedChunk(INDEX_KEY, str(exc)))
+        return None
+    if recorded is not None and dataset_digest(chunks, config) != recorded:
+        damaged.append(
+            DamagedChunk(INDEX_KEY, f"its chunk entries do not give the digest it records ({recorded}); {_FIX}")
+        )
+    return recorded
+
+
+def read_published_index(storage: Storage) -> bytes:
+    """index.json's bytes. Raises DatasetNotFoundError or IncompleteDatasetError (nothing, or a run
+    still writing, there)."""
     try:
         return storage.read_bytes(INDEX_KEY)
     except FileNotFoundError:
