@@ -1,10 +1,10 @@
 """zstd decompression that never produces more than a stated bound (format.limits).
 
 A frame that records its content size is checked against the bound before anything is
-allocated, then decompressed in one call into exactly that many bytes (a frame holding more
-fails). A frame without one (streaming writers) is read as a stream in bounded pieces, and
-refused as soon as it passes the bound: memory grows with the real output, at most to the
-bound, never to what the frame would inflate to.
+allocated, then read in one piece of that size. Frames without one (streaming writers), and
+any frames after the first, are read in bounded pieces and refused as soon as they pass the
+bound: memory grows with the real output, at most to the bound, never to what the frames
+would inflate to.
 """
 
 from __future__ import annotations
@@ -31,26 +31,23 @@ def inflate(data: Any, what: str, limit: int, why: str) -> bytes:
         size = zstandard.frame_content_size(bytes(view[:_FRAME_HEADER_MAX]))
     except zstandard.ZstdError as exc:
         raise CorruptStateError(f"{what} cannot be decompressed (not zstd data: {exc})") from None
-    dctx = zstandard.ZstdDecompressor()
-    if size >= 0:
-        if size > limit:
-            raise refuse_decoded(f"{what} (its zstd frame announces {size:,} bytes)", limit, why)
-        try:
-            # one allocation of the announced size; a frame holding more fails here
-            return dctx.decompress(view, max_output_size=limit)
-        except zstandard.ZstdError:
-            pass  # several frames, or a damaged one: the bounded stream below says which
+    if size > limit:
+        raise refuse_decoded(f"{what} (its zstd frame announces {size:,} bytes)", limit, why)
     parts, total = [], 0
+    # a frame announcing its size is read in one piece of that size (one allocation, as fast
+    # as a one-shot decompress); later frames, and frames without a size, in bounded pieces
+    want = size if size > 0 else _PIECE
     try:
-        reader = dctx.stream_reader(view, read_across_frames=True)
+        reader = zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True)
         while True:
-            piece = reader.read(min(_PIECE, limit - total + 1))
+            piece = reader.read(min(want, limit - total + 1))
             if not piece:
                 break
             total += len(piece)
             if total > limit:
                 raise refuse_decoded(what, limit, why)
             parts.append(piece)
+            want = _PIECE
     except zstandard.ZstdError as exc:
         raise CorruptStateError(f"{what} cannot be decompressed: {exc}") from None
     return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -157,7 +157,7 @@ def _unframe(data: bytes | memoryview) -> bytes:
     offsets = struct.unpack_from(f"<{n + 1}I", data, _PREFIX.size)
     if offsets[0] != 0 or any(a > b for a, b in zip(offsets, offsets[1:])):
         raise CorruptStateError("a framed zstd chunk has an invalid offset table")
-    limit, why = decoded_limit(_MAX_CHUNK - (4 + 4 * (n + 1)), "what a chunk can hold: litdata's offsets are uint32")
+    limit, why = decoded_limit()  # the frame table is the file's word, not the index's
     if offsets[-1] > limit:  # the frames' sizes add up to this (checked per frame below)
         raise refuse_decoded(
             f"a framed zstd chunk of {n} items (its offsets announce {offsets[-1]:,} bytes)", limit, why
@@ -179,7 +179,8 @@ def _inflate_items(data: bytes | memoryview) -> bytes:
     n, offsets = _classic_parts(data)
     # every item's frame inflates within what is left of one bound for the whole chunk
     header = 4 + 4 * (n + 1)
-    limit, why = decoded_limit(_MAX_CHUNK - header, "what a chunk can hold: litdata's offsets are uint32")
+    limit, why = decoded_limit()  # index.json states no size for them
+    limit = min(limit, _MAX_CHUNK - header)  # and the classic chunk they become has uint32 offsets
     items, total = [], 0
     view = memoryview(data)
     for j in range(n):

@@ -35,6 +35,7 @@ __all__ = [
     "max_decoded_bytes",
     "max_image_pixels",
     "refuse_decoded",
+    "reset_limits",
     "set_limits",
 ]
 
@@ -54,6 +55,11 @@ def set_limits(*, max_decoded_bytes: int | None = None, max_image_pixels: int | 
         if type(value) is not int or value <= 0:
             raise UsageError(f"set_limits({key}={value!r}): pass a positive int")
         _set[key] = value
+
+
+def reset_limits() -> None:
+    """Forget what :func:`set_limits` chose: the environment, or the defaults, apply again."""
+    _set.clear()
 
 
 def _from_env(name: str, default: int) -> int:
@@ -86,12 +92,11 @@ def _fix(env: str) -> str:
 
 
 def decoded_limit(bound: int | None = None, stated: str = "") -> tuple[int, str]:
-    """The most bytes a decode may produce, and why: ``bound`` (a size the dataset states, said
-    by ``stated``) when it is set and within :func:`max_decoded_bytes`, else that limit."""
-    limit = max_decoded_bytes()
-    if bound is not None and bound <= limit:
+    """The most bytes a decode may produce, and why: ``bound``, a size index.json states (said by
+    ``stated``), when there is one (never decode more than it says), else :func:`max_decoded_bytes`."""
+    if bound is not None:
         return bound, stated
-    return limit, f"shardwright's limit; {_fix(DECODED_BYTES_ENV)}"
+    return max_decoded_bytes(), f"shardwright's limit; {_fix(DECODED_BYTES_ENV)}"
 
 
 def refuse_decoded(what: str, limit: int, why: str) -> CorruptStateError:
