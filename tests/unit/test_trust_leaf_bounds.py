@@ -28,8 +28,8 @@ def _default_limits(monkeypatch):
     limits.reset_limits()
 
 
-def test_limits_default_to_the_chunk_ceiling_and_pillows_pixels_and_are_overridable(monkeypatch):
-    assert (limits.max_decoded_bytes(), limits.max_image_pixels()) == (1 << 32, 89_478_485)
+def test_limits_default_to_1_gib_and_pillows_pixels_and_are_overridable(monkeypatch):
+    assert (limits.max_decoded_bytes(), limits.max_image_pixels()) == (1 << 30, 89_478_485)
     monkeypatch.setenv(limits.DECODED_BYTES_ENV, "16GiB")
     monkeypatch.setenv(limits.IMAGE_PIXELS_ENV, "1000")
     assert (limits.max_decoded_bytes(), limits.max_image_pixels()) == (16 << 30, 1000)

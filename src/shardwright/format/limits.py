@@ -5,16 +5,19 @@ announce a billion pixels, a gzipped NIfTI volume can be a gzip bomb. Where inde
 a size (a whole-file compressed chunk's ``chunk_bytes``), nothing decodes past it; everywhere
 else (litdata's per-item and framed zstd, Arrow footers, media leaves) these limits apply:
 
-- :data:`MAX_DECODED_BYTES` (4 GiB: litdata's offsets are uint32, so no chunk is larger):
-  the bytes one chunk, or one leaf, may decode to.
-- :data:`MAX_IMAGE_PIXELS` (Pillow's default, 89,478,485): the pixels of one image leaf
-  decoded without ``PIL.Image.open`` (``pil`` and ``tifffile`` leaves). As in Pillow, a leaf
-  over the limit warns and one over twice the limit is refused.
+- :data:`MAX_DECODED_BYTES` (1 GiB): the bytes one chunk whose decoded size index.json does
+  not state (litdata's framed and per-item zstd), one Arrow footer, or one leaf (a gzipped
+  NIfTI volume, a TIFF's pixels) may decode to.
+- :data:`MAX_IMAGE_PIXELS` (Pillow's default, 89,478,485): the pixels of one ``tifffile``
+  leaf, read from its header before any pixel is decoded. As in Pillow, a leaf over the limit
+  warns and one over twice the limit is refused. Images Pillow decodes (``jpeg``, ``image``,
+  ``pil`` leaves) keep Pillow's own limit, ``PIL.Image.MAX_IMAGE_PIXELS``.
 
 A breach is a :class:`~shardwright.errors.CorruptStateError` naming the chunk or leaf,
 raised before the allocation. Raise (or lower) them for one process with :func:`set_limits`,
 or for every process (DataLoader workers, jobs) with the environment variables
-``SHARDWRIGHT_MAX_DECODED_BYTES`` (bytes, or a size like ``"16GiB"``) and
+``SHARDWRIGHT_MAX_DECODED_BYTES`` (bytes, or a size like ``"16GiB"``; the chunks themselves
+still stop at 4 GiB: litdata's offsets are uint32) and
 ``SHARDWRIGHT_MAX_IMAGE_PIXELS``; :func:`set_limits` wins over the environment.
 """
 
@@ -39,7 +42,7 @@ __all__ = [
     "set_limits",
 ]
 
-MAX_DECODED_BYTES = 1 << 32
+MAX_DECODED_BYTES = 1 << 30
 MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3  # Pillow's default
 DECODED_BYTES_ENV = "SHARDWRIGHT_MAX_DECODED_BYTES"
 IMAGE_PIXELS_ENV = "SHARDWRIGHT_MAX_IMAGE_PIXELS"

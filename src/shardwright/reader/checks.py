@@ -19,6 +19,7 @@ __all__ = [
     "unpack_checked",
 ]
 
+_MAX_CHUNK = 1 << 32  # litdata's offsets are uint32: no chunk decompresses to more
 CHUNK_FIX = "restore it or rerun optimize with mode='overwrite'"  # what to do about a damaged chunk file
 
 
@@ -97,7 +98,7 @@ def check_chunk(
 def decompress_chunk(stored: bytes | memoryview, entry: ChunkEntry, compression: str, name: str) -> bytes:
     """A whole-file compressed chunk decompressed, never past the size index.json gives it (nor
     its header-less litdata < 0.2.60 form): a zstd bomb is refused before it is allocated."""
-    bound = entry.chunk_bytes + 4 * (entry.chunk_size + 2)
+    bound = min(entry.chunk_bytes + 4 * (entry.chunk_size + 2), _MAX_CHUNK)
     try:
         return decompress(stored, compression, bound, f"index.json says chunk {entry.filename} holds")
     except CorruptStateError as exc:

@@ -3,10 +3,12 @@
 What it proves, per chunk named in index.json: the file is present, is a regular file, has the
 size the index implies, its bytes have the checksum the index records (datasets written by
 this version), and its structure agrees with the index (item count, offset table; compressed
-chunks are decompressed to check that). A dataset without checksums (litdata's, or written
-before checksums existed) is checked by sizes and structure only, and the report says so:
-a chunk whose bytes changed but whose sizes and offsets still look right (a flipped bit inside
-an item, two chunks of equal shape swapped) is then not found.
+chunks are decompressed to check that, within the bounds every reader keeps, and litdata's
+framed and per-item zstd and Arrow rows are unpacked by the reader's own code). A dataset
+without checksums (litdata's, or written before checksums existed) is checked by sizes and
+structure only, and the report says so: a chunk whose bytes changed but whose sizes and
+offsets still look right (a flipped bit inside an item, two chunks of equal shape swapped) is
+then not found.
 
 It reads every chunk once (in parallel for object stores) and never writes.
 """
