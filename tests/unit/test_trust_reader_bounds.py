@@ -10,6 +10,7 @@ import io
 import json
 import struct
 import tracemalloc
+import uuid
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from shardwright.format import (
 )
 from shardwright.format.limits import reset_limits, set_limits
 from shardwright.reader.verify import verify
+from shardwright.storage import open_storage
 from support.datasets import write_dataset
 
 BOMB = 64 << 20  # what the hostile chunks inflate to; every peak below stays far under it
@@ -221,3 +223,15 @@ def test_verify_refuses_the_arrow_footers_the_reader_refuses_and_passes_good_one
     short = _arrow_chunk(pa.table({"i": [1, 2]}), 3)  # sizes agree with the index; two rows for three items
     _write(tmp_path / "short", short, 3, len(short))
     _refused_by_reader_and_verify(tmp_path / "short", "c-0.bin", "holds 2 rows but its header 3")
+
+
+def test_a_zstd_bomb_fetched_through_the_cache_is_refused_at_the_indexed_size(tmp_path):
+    classic = _classic()
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(classic + bytes(BOMB))
+    _write(tmp_path / "ds", bomb, 4, len(classic), compression="zstd", name="c-0.zstd.bin")
+    url = f"memory://bomb-{uuid.uuid4().hex}"  # a remote dataset: read through the chunk cache
+    storage = open_storage(url)
+    for path in (tmp_path / "ds").iterdir():
+        storage.write_bytes(path.name, path.read_bytes())
+    error, peak = _peak(lambda: list(StreamingDataset(url, cache_dir=str(tmp_path / "cache"))))
+    assert "c-0.zstd.bin" in str(error) and "index.json says" in str(error) and peak < PEAK
