@@ -100,7 +100,7 @@ def decompress_chunk(stored: bytes | memoryview, entry: ChunkEntry, compression:
     its header-less litdata < 0.2.60 form): a zstd bomb is refused before it is allocated."""
     bound = min(entry.chunk_bytes + 4 * (entry.chunk_size + 2), _MAX_CHUNK)
     try:
-        return decompress(stored, compression, bound, f"index.json says chunk {entry.filename} holds")
+        return decompress(stored, compression, bound, f"what index.json says chunk {entry.filename} holds")
     except CorruptStateError as exc:
         raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {CHUNK_FIX}") from None
 
