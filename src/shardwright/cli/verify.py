@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-from ..reader.verify import verify
-
 
 def add_verify_command(sub) -> None:
     cmd = sub.add_parser(
@@ -19,6 +17,9 @@ def add_verify_command(sub) -> None:
 
 
 def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> int:
+    # the reader imports torch (its Dataset base): only `verify` pays for it, not `--help`
+    from ..reader.verify import verify
+
     report = verify(output_dir, storage_options=storage_options)
     if as_json:
         print(json.dumps(report.to_json(), indent=1))
