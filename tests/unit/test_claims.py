@@ -72,6 +72,28 @@ def test_live_claim_of_another_host_is_left_alone(storage, monkeypatch):
     b.release_all()
 
 
+def test_claim_fields_are_typed_and_read_back(storage, monkeypatch):
+    """A Ray task's claim: its task index is ``ray_task``, read back, and the scheduler task the
+    lease writes itself (``task``) is not overwritten; a key that is no typed field is refused."""
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    as_other_host(monkeypatch, "host-a")
+    a = ShardClaims(storage, {"ray_node": "aaaa", "ray_task": 5, "host_name": "box"})
+    assert a.claim(0) is None
+    written = task_identity()
+    monkeypatch.delenv("SLURM_JOB_ID")  # another task looks: the same one would take it over
+    as_other_host(monkeypatch, "host-b")
+    holder = ShardClaims(storage).claim(0)
+    assert holder is not None
+    assert (holder.ray_task, holder.host_name, holder.task) == (5, "box", written)
+    assert written is not None and written.startswith("slurm:")
+    a.release_all()
+    with pytest.raises(ValueError, match="'task'"):
+        ShardClaims(storage, {"task": 5})
+    with pytest.raises(ValueError, match="'colour'"):
+        Lease(storage, claim_name(1), "shard 1", {"colour": "red"})
+
+
 def test_judged_dead_holder_is_taken_over_at_once_and_fenced(storage, monkeypatch):
     """A Ray node reported dead: its task's claim goes at once, well inside the TTL; the task,
     still running cut off, writes no record after that and its late chunk is an orphan."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-from ..reader.diff import diff
-from ..reader.verify import verify
 from .options import parse_storage_options
 
 
@@ -24,6 +22,9 @@ def add_verify_command(sub) -> None:
 
 
 def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> int:
+    # the reader imports torch (its Dataset base): only `verify` pays for it, not `--help`
+    from ..reader.verify import verify
+
     report = verify(output_dir, storage_options=storage_options)
     if as_json:
         print(json.dumps(report.to_json(), indent=1))
@@ -45,6 +46,8 @@ def add_diff_command(sub) -> None:
 
 
 def run_diff(args) -> int:
+    from ..reader.diff import diff  # the reader imports torch: only `diff` pays for it
+
     found = diff(
         args.a,
         args.b,

@@ -444,7 +444,7 @@ def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int
         "ray_node": node_id,
         "ray_job": job_id,
         "ray_ip": _node_ip(ray),
-        "task": call.task_index,
+        "ray_task": call.task_index,
         "host_name": socket.gethostname(),
     }
     share = run_share(

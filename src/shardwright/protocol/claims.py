@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..storage import Storage
 from .layout import claim_name
-from .lease import HolderJudge, Lease, LeaseHolder, lease_ttl
+from .lease import HolderJudge, Lease, LeaseHolder, check_extra_fields, lease_ttl
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ShardClaims:
 
     def __init__(self, storage: Storage, extra: dict | None = None, judge: HolderJudge | None = None):
         self.storage = storage
-        self.extra = dict(extra or {})
+        self.extra = check_extra_fields(dict(extra or {}))
         self.judge = judge
         self.held: dict[int, Lease] = {}
         self._lock = threading.Lock()
@@ -80,6 +80,7 @@ class ShardClaims:
 
     def set_extra(self, key: str, value: object) -> None:
         """Published by each claim's next heartbeat (e.g. the input its worker is on)."""
+        check_extra_fields({key: value})
         with self._lock:
             for lease in self.held.values():
                 lease.extra[key] = value

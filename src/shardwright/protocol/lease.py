@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..process import host_identity, pid_alive
@@ -71,6 +71,9 @@ class LeaseHolder:
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
     ray_job: str | None = None
     ray_ip: str | None = None
+    ray_task: int | None = None  # the Ray task's index among the run's tasks
+    host_name: str | None = None  # socket.gethostname() of a Ray task's node
+    executor: str | None = None  # a node lease's executor when not local ("ray")
 
     @classmethod
     def from_json(cls, data: object, where: str) -> LeaseHolder:
@@ -97,6 +100,9 @@ class LeaseHolder:
             ray_node=_optional_str(data, "ray_node"),
             ray_job=_optional_str(data, "ray_job"),
             ray_ip=_optional_str(data, "ray_ip"),
+            ray_task=_optional_int(data, "ray_task"),
+            host_name=_optional_str(data, "host_name"),
+            executor=_optional_str(data, "executor"),
         )
 
     @classmethod
@@ -206,6 +212,20 @@ def stale_reason(holder: LeaseHolder, judge: HolderJudge | None = None) -> str |
     return None
 
 
+# The fields a lease writes itself; ``extra`` adds others of LeaseHolder's (typed: read back by
+# from_json), never one of these (a Ray claim's "task" once overwrote task_identity()'s).
+OWN_FIELDS = frozenset({"owner", "host", "pid", "slurm", "task", "heartbeat", "ttl", "epoch"})
+EXTRA_FIELDS = frozenset(f.name for f in fields(LeaseHolder)) - OWN_FIELDS
+
+
+def check_extra_fields(extra: dict) -> dict:
+    """``extra``, when each key is a typed LeaseHolder field that the lease does not write itself."""
+    wrong = sorted(set(extra) - EXTRA_FIELDS)
+    if wrong:
+        raise ValueError(f"lease fields {wrong} are not LeaseHolder's extra fields ({sorted(EXTRA_FIELDS)})")
+    return extra
+
+
 class Lease:
     """A heartbeat-renewed claim on ``leases/{name}.json``, taken with conditional writes.
 
@@ -228,7 +248,7 @@ class Lease:
         self.storage = storage
         self.judge = judge
         self.key = lease_key(name)
-        self.extra = extra or {}
+        self.extra = check_extra_fields(extra or {})
         self.what = what
         self.owner = uuid.uuid4().hex
         self.epoch = 0  # set when acquired: orders lease holders (fencing, see the package docstring)
