@@ -11,7 +11,7 @@ from ..errors import UsageError
 
 __all__ = ["FSSPEC_NAMES", "check_storage_option_names"]
 
-#: fsspec/s3fs spellings -> what boto3's client takes (storage_options are boto3 client arguments)
+#: fsspec/s3fs spellings -> what boto3's client takes (s3:// storage_options are boto3 client arguments)
 FSSPEC_NAMES = {
     "key": "aws_access_key_id",
     "secret": "aws_secret_access_key",

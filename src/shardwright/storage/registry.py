@@ -117,10 +117,10 @@ def open_storage(
     """Return the Storage for a local path or a ``scheme://...`` URL (``s3://bucket/prefix``,
     ``file:///abs/path``, ``memory://name``).
 
-    ``storage_options`` goes to the backend: for S3 boto3 client kwargs such as
-    ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config`` (a dict merged
-    into ``botocore.config.Config``); for GCS and Azure see docs/clouds.md; local paths
-    ignore it.
+    ``storage_options`` goes to the backend, in its own names: for s3:// boto3 client
+    kwargs such as ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config``
+    (a dict merged into ``botocore.config.Config``); for gs:// and az:// their SDKs' names
+    (docs/clouds.md); local paths ignore it.
 
     ``create=True`` (writers) makes a local directory if needed and checks that it is
     writable. For S3 nothing is created; call :meth:`Storage.check` to validate bucket and
