@@ -524,4 +524,4 @@ def open_azure(url: str, storage_options: dict[str, Any] | None = None, *, creat
 
 
 for _scheme in ("az", "abfs", "abfss"):
-    register_backend(_scheme, open_azure)
+    register_backend(_scheme, open_azure, check_options=check_option_names)

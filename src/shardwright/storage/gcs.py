@@ -505,5 +505,5 @@ def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create:
     return GCSStorage(url, storage_options)
 
 
-register_backend("gs", open_gcs)
-register_backend("gcs", open_gcs)
+register_backend("gs", open_gcs, check_options=check_option_names)
+register_backend("gcs", open_gcs, check_options=check_option_names)
