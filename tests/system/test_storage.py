@@ -224,7 +224,7 @@ def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
     s = open_storage(f"s3://{s3_bucket}/p", dict(s3_server.storage_options, endpoint_url=endpoint))
     for call in (s.check, lambda: s.write_bytes("k", b"x")):
         t = time.monotonic()
-        with pytest.raises(StorageError, match=f"cannot reach S3 endpoint {endpoint}"):
+        with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
             call()
         assert time.monotonic() - t < 10
 

@@ -66,6 +66,33 @@ def _s3(url: str = "s3://sw-bucket/p"):
     return open_storage(url, dict(options, region_name="us-east-1"))
 
 
+@pytest.mark.parametrize(
+    ("code", "status", "operation", "kind"),
+    [
+        ("SlowDown", 503, "PutObject", "TRANSIENT"),
+        ("RequestTimeTooSkewed", 403, "PutObject", "TRANSIENT"),  # a retry code wins over its 403
+        ("AccessDenied", 403, "GetObject", "REJECTED"),
+        ("SignatureDoesNotMatch", 403, "PutObject", "REJECTED"),
+        ("NoSuchBucket", 404, "ListObjectsV2", "NO_BUCKET"),
+        ("404", 404, "HeadBucket", "NO_BUCKET"),
+        ("NoSuchKey", 404, "GetObject", "MISSING"),
+        ("PermanentRedirect", 301, "GetObject", "WRONG_REGION"),
+        ("InternalError", 500, "GetObject", "TRANSIENT"),
+        ("Weird", 429, "GetObject", "TRANSIENT"),
+        ("InvalidArgument", 400, "PutObject", "OTHER"),
+    ],
+)
+def test_s3_failure_is_read_from_its_tables(code, status, operation, kind):
+    from botocore.exceptions import ClientError
+
+    from shardwright.storage.failure import Failure
+
+    error = ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, operation
+    )
+    assert _s3().failure(error) is Failure[kind]
+
+
 def test_an_object_store_url_that_is_not_unicode_is_refused_before_anything():
     """A prefix holding a surrogate (bytes of a file name decoded with surrogateescape) cannot
     be sent: refused when the location is parsed, never a raw UnicodeEncodeError from the
@@ -76,3 +103,12 @@ def test_an_object_store_url_that_is_not_unicode_is_refused_before_anything():
 
     with pytest.raises(OutputDirError, match="not valid Unicode"):
         optimize(lambda i: {"i": i}, [1, 2], "s3://sw-bucket/pre\udcfffix", verbose=False)
+
+
+def test_an_s3_key_that_cannot_be_sent_names_the_storage_not_fn():
+    view = _s3().input_view()  # an input view takes users' keys as they are
+    with pytest.raises(StorageError) as info:
+        view.read_bytes("in/a\udcffb.txt")
+    message = str(info.value)
+    assert message.startswith("S3 GET s3://sw-bucket/p/in/a\\udcffb.txt at http://127.0.0.1:"), message
+    assert "not valid Unicode" in message and "\n" not in message, message
