@@ -23,10 +23,10 @@ from typing import Any, ClassVar, TypeVar
 from ..errors import StorageError, UsageError
 from ..process import ForkSafeLock
 from .base import ObjectInfo, Storage
-from .failure import Failure, Fixes, kept_failing, storage_error
+from .failure import Failure, Fixes, storage_error
 from .files import tmp_name, unlink_quiet
 
-__all__ = ["CloudStorage", "TruncatedBody", "kept_failing", "pop_number", "refuse_options"]
+__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
 
 T = TypeVar("T")
 
