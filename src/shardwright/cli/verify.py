@@ -18,7 +18,10 @@ def add_verify_command(sub) -> None:
     )
     cmd.add_argument("output_dir")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// datasets")
+    cmd.add_argument(
+        "--storage-options",
+        help="JSON dict of storage options (boto3 client arguments for s3://; gs:// and az://: docs/clouds.md)",
+    )
 
 
 def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> int:

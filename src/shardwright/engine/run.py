@@ -125,8 +125,8 @@ def optimize(
             yet (a no-op when none is new; docs/sources.md).
         use_checkpoint: False keeps no resume state (a killed run starts over).
         start_method: ``"fork"`` (default on Linux), ``"spawn"`` or ``"forkserver"``.
-        storage_options: boto3 client arguments for S3 (``endpoint_url``,
-            ``aws_access_key_id``, ...). Never stored or printed.
+        storage_options: the backend's options: boto3 client arguments for s3:// (``endpoint_url``,
+            ...), the SDKs' names for gs:// and az:// (docs/clouds.md). Never stored or printed.
         verbose: show a progress bar and print the result line.
         num_nodes: number of machines sharing this run (default: from litdata's
             ``DATA_OPTIMIZER_*`` variables or Slurm, else 1). Give with ``node_rank``.

@@ -95,7 +95,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             plain data only (None, numbers, strings, bytes, lists, tuples, dicts, sets) and one
             that refers to a class or function raises UnsupportedFormatError. Pass True only
             for datasets whose origin you trust.
-        storage_options: boto3 client arguments such as ``endpoint_url`` (remote only).
+        storage_options: the backend's options (remote only): boto3's for s3://, the SDKs' for gs://, az://.
         cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
             ``~/.cache/shardwright``); it must be yours and not writable by others.
         max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``
