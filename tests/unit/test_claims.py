@@ -235,7 +235,7 @@ def test_a_claim_taken_under_a_superseded_node_lease_is_stale(storage, monkeypat
     """Run A was paused past its TTL; B took node 0's lease over. A, woken up, may still claim
     a shard before its heartbeat notices: B takes that claim over at once (the node lease says
     who runs the share), and A's writes are fenced by the claim's epoch."""
-    from shardwright.engine.run import superseded_node
+    from shardwright.engine.local import superseded_node
 
     as_other_host(monkeypatch, "same-host-a")
     a = ShardClaims(storage, {"node_rank": 0, "node_lease": "owner-a"})

@@ -54,7 +54,7 @@ def request(values: list, mode: str | None) -> Request:
 def drive(storage, values: list, mode: str | None) -> None:
     """One optimize() call, in process: each input gives one item {"v": value}, one chunk each."""
     from shardwright.engine.inputs import record_identities, shard_inputs
-    from shardwright.engine.run import open_run
+    from shardwright.engine.opening import open_run
 
     opened = open_run(storage, request(values, mode))
     if opened is None:
