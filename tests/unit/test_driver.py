@@ -15,6 +15,7 @@ import pytest
 
 from shardwright.engine.driver import drive
 from shardwright.engine.executors import ExecutorCall, OpenedRun, Placement, ShareTotals
+from shardwright.engine.inputs import run_inputs
 from shardwright.engine.options import OptimizeOptions
 from shardwright.engine.planning import NodeIdentity
 from shardwright.errors import StorageError
@@ -51,7 +52,7 @@ class FakeExecutor:
 
     def run_shards(self, run: OpenedRun) -> ShareTotals:
         self.ran += 1
-        storage, manifest, values = run.storage, run.manifest, run.call.inputs
+        storage, manifest, values = run.storage, run.manifest, run.call.inputs.values
         if self.outage is not None:
             asked = self.outage
             assert isinstance(storage, MemoryStorage)
@@ -94,7 +95,7 @@ def _position(ranges: list, k: int) -> int:
 
 def call(url: str, values: list, **options: object) -> ExecutorCall:
     validated = OptimizeOptions.validate(value, chunk_size=1, num_shards=2, verbose=False, **options)  # type: ignore[arg-type]
-    return ExecutorCall(value, values, url, validated, time.monotonic())
+    return ExecutorCall(value, run_inputs(values), url, validated, time.monotonic())
 
 
 def test_an_incremental_run_carries_its_plan_note_into_the_result(url):

@@ -26,12 +26,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.executors import ExecutorCall, OpenedRun, Placement, ShareTotals
+from ..engine.inputs import RunInputs
 from ..engine.messages import Committed, Progress
 from ..engine.options import OptimizeOptions
 from ..engine.planning import NodeIdentity
@@ -365,7 +366,7 @@ class RayJudge:
         return None
 
 
-def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int]) -> dict:
+def share_task(fn: Callable, inputs: RunInputs, call: ShareCall, shards: list[int]) -> dict:
     """One Ray task: run ``shards`` of the run on ``call.workers`` local processes."""
     ray = import_ray()
     context = ray.get_runtime_context()

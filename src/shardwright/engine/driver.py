@@ -25,12 +25,10 @@ from ..protocol.lease import Lease, live_leases
 from ..protocol.manifest import Manifest
 from ..protocol.publish import publish_if_complete
 from ..protocol.run_record import read_run_record
-from ..sources import Source
 from ..storage import Storage
 from .attempts import AttemptLog
 from .executors import Executor, ExecutorCall, OpenedRun, Placement, ShareTotals
 from .identity import fn_identity
-from .inputs import load_source_state
 from .opening import check_shared_output, make_request, open_call, open_output
 from .options import fn_name
 from .planning import NodeIdentity
@@ -71,15 +69,12 @@ def node_lease(storage: Storage, node: NodeIdentity, executor: str | None) -> Le
 def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> OptimizeResult:
     options, inputs, node = call.options, call.inputs, placement.node
     identity = call_identity(call.fn)
-    is_source = isinstance(inputs, Source)
-    request = None if is_source else make_request(identity, inputs, options, placement.num_nodes)
+    inputs.check_before_writing()
     storage = open_output(call.output_dir, options)
     if placement.shared_by is not None:
         check_shared_output(storage, options, placement.shared_by)
-    if is_source:  # planned by range: the driver reads its metadata, never its rows
-        load_source_state(storage, inputs)  # a JSONL line index an earlier attempt kept
-        request = make_request(identity, inputs, options, placement.num_nodes)
-    assert request is not None
+    inputs.load_state(storage)  # a JSONL line index an earlier attempt kept
+    request = make_request(identity, inputs, options, placement.num_nodes)
 
     lease = node_lease(storage, node, placement.executor)
     lease.acquire(storage.url)

@@ -10,7 +10,7 @@ life and its supervisor only runs the entrypoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -21,6 +21,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress
 from ..storage import Storage
 from .attempts import AttemptLog
+from .inputs import RunInputs
 from .options import OptimizeOptions
 from .planning import NodeIdentity
 
@@ -32,7 +33,7 @@ class ExecutorCall:
     """An optimize() call, validated, handed to the driver."""
 
     fn: Callable
-    inputs: Sequence
+    inputs: RunInputs
     output_dir: str
     options: OptimizeOptions
     started: float  # time.monotonic() when optimize() was called

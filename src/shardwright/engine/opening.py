@@ -9,16 +9,12 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Sequence
 
-from ..errors import RunMismatchError, UsageError
+from ..errors import UsageError
 from ..format import ChunkEntry, IndexConfig
-from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputFiles, value_types
 from ..protocol.fn_identity import FnIdentity
-from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY
 from ..protocol.links import check_no_links
 from ..protocol.manifest import Manifest, create_manifest
@@ -26,38 +22,28 @@ from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, wipe
 from ..protocol.shards import clamp_num_shards
 from ..storage import Storage, open_storage
-from .inputs import (
-    backfill_identities,
-    check_source_unchanged,
-    fingerprint,
-    identities,
-    input_files_json,
-    prefix_fingerprint,
-    record_identities,
-    save_source_state,
-)
+from .inputs import RunInputs, backfill_identities, record_identities
 from .options import OptimizeOptions
 
 log = logging.getLogger("shardwright")
 
 
-def make_request(identity: FnIdentity, inputs: Sequence, options: OptimizeOptions, num_nodes: int = 1) -> Request:
-    """What this call asks of the output (compared with what is there by ``decide``); a
-    source's state must be loaded first (``load_source_state``). ``identity``: fn's, computed
-    once per call (``driver.call_identity``)."""
+def make_request(identity: FnIdentity, inputs: RunInputs, options: OptimizeOptions, num_nodes: int = 1) -> Request:
+    """What this call asks of the output (compared with what is there by ``decide``), once
+    the inputs' state is loaded (``inputs.load_state``). ``identity``: fn's, computed once
+    per call (``driver.call_identity``)."""
     incremental = options.mode == "incremental"
-    types = value_types(inputs)  # the values' types looked at once, for the three functions below
     return Request(
         mode=options.mode,
-        inputs=fingerprint(inputs, types),
+        inputs=inputs.fingerprint(),
         settings=options.output_settings(len(inputs), num_nodes),
         explicit_num_shards=options.num_shards is not None,
         fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,
         fn_code=identity.code,
-        input_files=input_files_json(inputs, types),
-        identities=identities(inputs, types) if incremental else None,
-        prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
+        input_files=inputs.input_files(),
+        identities=inputs.identities() if incremental else None,
+        prefix_fingerprint=inputs.prefix_fingerprint() if incremental else None,
         fn_identity=identity,
         allow_fn_config_change=options.allow_fn_config_change,
         allow_repeated_append=options.allow_repeated_append,
@@ -84,19 +70,19 @@ def check_shared_output(storage: Storage, options: OptimizeOptions, nodes: str) 
         )
 
 
-def open_call(storage: Storage, request: Request, inputs: Sequence, notes: list[str]) -> tuple[Manifest, bool] | None:
+def open_call(storage: Storage, request: Request, inputs: RunInputs, notes: list[str]) -> tuple[Manifest, bool] | None:
     """:func:`open_run` with the checks and bookkeeping around it that every driver does
     (the local engine, an executor's driver): a changed source file is named first, the
     inputs' identities and a source's state are recorded, a resume checks input files."""
-    check_source_unchanged(storage, inputs)  # names the file, before decide's general mismatch
+    inputs.check_unchanged(storage)  # names a source's file, before decide's general mismatch
     opened = open_run(storage, request, notes)
     if opened is None:
         return None
     manifest, resumed = opened
     record_identities(storage, manifest, inputs, created=not resumed, table=request.identities)
-    save_source_state(storage, inputs)
+    inputs.save_state(storage)
     if resumed:
-        _check_input_files(manifest, inputs, storage.url)
+        inputs.check_files(manifest, storage.url)
     return manifest, resumed
 
 
@@ -178,17 +164,3 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
         config = manifest.base_config
         claim_format(storage, manifest.run_id, config["data_format"], config["data_spec"], -1)
     return manifest, resumed
-
-
-def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
-    """A resume refuses inputs whose files changed since the run started (size or mtime):
-    half the dataset would come from the old content."""
-    recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-    if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
-        return  # stats are only comparable on the host that recorded them
-    changed = recorded.first_changed(inputs, manifest.created_at)
-    if changed:
-        raise RunMismatchError(
-            f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-            f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
-        )

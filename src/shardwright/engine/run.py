@@ -199,8 +199,8 @@ def optimize(
         chunk_size=chunk_size,
         others=litdata_only,
     )
-    inputs = extra.apply(check_inputs(inputs))
+    checked = check_inputs(inputs, extra.apply)
     name = options.engines.executor
     # an unknown executor's name fails here, before anything is written
     runner = LocalExecutor() if name == LOCAL else get_executor(name)
-    return drive(ExecutorCall(fn, inputs, os.fspath(output_dir), options, started), runner)
+    return drive(ExecutorCall(fn, checked, os.fspath(output_dir), options, started), runner)

@@ -4,7 +4,7 @@ an executor's task (a Ray task) runs the share its driver gave it the same way."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +16,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
-from .inputs import SharedInputs, shard_inputs, shard_skips, shared_inputs
+from .inputs import RunInputs, SharedInputs, shard_skips
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -37,7 +37,7 @@ class ShareOutcome:
 
 
 def shard_tasks(
-    progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest, shared: SharedInputs | None = None
+    progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
     a lazy slice of a source, a list of a plain sequence's values, or a reference to the list
@@ -46,7 +46,7 @@ def shard_tasks(
     for p in progress.values():
         if p.done:
             continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end, shared)
+        values, ids = inputs.shard(manifest, p.next_input, p.end, shared)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -68,7 +68,7 @@ def run_share(
     storage: Storage,
     manifest: Manifest,
     fn: Callable,
-    inputs: Sequence,
+    inputs: RunInputs,
     options: OptimizeOptions,
     node_rank: int,
     shards: list[int],
@@ -158,7 +158,7 @@ def run_share(
 
             tracker.open_bar()
             try:
-                with shared_inputs(inputs, options.start_method) as shared:  # registered before the fork
+                with inputs.shared_for(options.start_method) as shared:  # registered before the fork
                     outcome = pool.run([], message, idle, feed=next_task)
             finally:
                 tracker.close_bar()
