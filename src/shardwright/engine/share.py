@@ -159,7 +159,7 @@ def run_share(
             tracker.open_bar()
             try:
                 with inputs.shared_for(options.start_method) as shared:  # registered before the fork
-                    outcome = pool.run([], message, idle, feed=next_task)
+                    outcome = pool.run(next_task, message, idle)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)
