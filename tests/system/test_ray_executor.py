@@ -163,6 +163,7 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
 
     from shardwright.cluster.ray import ShareCall, remote_share_task
     from shardwright.engine.identity import fn_identity
+    from shardwright.engine.inputs import run_inputs
     from shardwright.engine.opening import make_request, open_output, open_run
     from shardwright.engine.options import OptimizeOptions
     from shardwright.protocol.publish import publish_if_complete
@@ -174,7 +175,7 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     def fn(i: int) -> dict:  # a closure: Ray pickles it by value (this test module is not importable there)
         return {"i": i}
 
-    inputs = list(range(40))
+    inputs = run_inputs(list(range(40)))
     options = OptimizeOptions.validate(fn, chunk_size=5, num_workers=1, num_shards=4, verbose=False)
     storage = open_output(str(tmp_path / "out"), options)
     manifest, _ = open_run(storage, make_request(fn_identity(fn), inputs, options))
