@@ -135,3 +135,23 @@ def test_a_published_run_that_added_no_item_warns(url, caplog):
         drive(call(f"{url}-full", [1, 2]), FakeExecutor())
     assert "returned no sample" not in caplog.text
     MemoryStorage.drop(url.removeprefix("memory://") + "-full")
+
+
+def test_one_driver_holds_the_sequence_around_the_work():
+    """No executor re-runs the driver: the calls of the lease/attempt/publish sequence are
+    made in engine/driver.py only (the protocol defines them; ``shardwright merge`` publishes
+    a finished run by its own command)."""
+    import re
+    from pathlib import Path
+
+    import shardwright
+
+    root = Path(shardwright.__file__).parent
+    calls = re.compile(r"\b(publish_if_complete|AttemptLog|open_call)\(|\.confirm\(\)")
+    found = {
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        for line in path.read_text().splitlines()
+        if calls.search(line) and not line.lstrip().startswith(("def ", "class "))
+    }
+    assert found == {"engine/driver.py", "protocol/publish.py"}, found

@@ -40,7 +40,7 @@ from ..engine.progress import tqdm_class
 from ..engine.share import run_share
 from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
 from ..process import HOST_ID_VAR, host_identity
-from ..protocol.lease import LeaseHolder, lease_ttl
+from ..protocol.lease import HolderFields, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.records import load_progress
 from ..storage import open_storage
@@ -404,13 +404,9 @@ def share_task(fn: Callable, inputs: RunInputs, call: ShareCall, shards: list[in
             flush()
         return None
 
-    extra = {
-        "ray_node": node_id,
-        "ray_job": job_id,
-        "ray_ip": _node_ip(ray),
-        "task": call.task_index,
-        "host_name": socket.gethostname(),
-    }
+    fields = HolderFields(
+        ray_node=node_id, ray_job=job_id, ray_ip=_node_ip(ray), ray_task=call.task_index, host_name=socket.gethostname()
+    )
     share = run_share(
         storage,
         call.manifest,
@@ -419,7 +415,7 @@ def share_task(fn: Callable, inputs: RunInputs, call: ShareCall, shards: list[in
         options,
         call.task_index,
         shards,
-        claim_extra=extra,
+        claim_fields=fields,
         judge=RayJudge(ray, job_id),
         require_all=False,
         on_message=on_message,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from ..errors import ConcurrentRunError, CorruptStateError, IncompleteRunError, LeaseLostError
 from ..protocol.fn_identity import FnIdentity, describe_changes
 from ..protocol.layout import lease_key
-from ..protocol.lease import Lease, live_leases
+from ..protocol.lease import HolderFields, Lease, live_leases
 from ..protocol.manifest import Manifest
 from ..protocol.publish import publish_if_complete
 from ..protocol.run_record import read_run_record
@@ -59,11 +59,9 @@ def call_identity(fn: Callable) -> FnIdentity:
 
 def node_lease(storage: Storage, node: NodeIdentity, executor: str | None) -> Lease:
     """The lease on ``node``'s share of the run (the whole run for a single node)."""
-    extra: dict[str, object] = {"node_rank": node.rank, "num_nodes": node.count}
-    if executor is not None:
-        extra["executor"] = executor
+    fields = HolderFields(node_rank=node.rank, num_nodes=node.count, executor=executor)
     what = f"node {node.rank}'s share" if node.is_multi_node else "the run"
-    return Lease(storage, f"node-{node.rank}", what, extra=extra)
+    return Lease(storage, f"node-{node.rank}", what, fields)
 
 
 def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> OptimizeResult:

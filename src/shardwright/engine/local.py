@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import UsageError
-from ..protocol.lease import LeaseHolder, lease_owner
+from ..protocol.lease import HolderFields, LeaseHolder, lease_owner
 from ..protocol.shards import shards_of_node
 from .executors import ExecutorCall, OpenedRun, Placement, ShareTotals
 from .guards import check_main_guard
@@ -43,7 +43,7 @@ class LocalExecutor:
         storage, lease, node, options = run.storage, run.lease, run.node, run.call.options
 
         def on_idle(current: list[int]) -> str | None:
-            lease.extra["current_inputs"] = current  # published by the next heartbeat (shardwright status)
+            lease.show_current_inputs(current)
             return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
         share = run_share(
@@ -54,7 +54,7 @@ class LocalExecutor:
             options,
             node.rank,
             shards_of_node(run.manifest.num_shards, node.rank, node.count),
-            claim_extra={"node_rank": node.rank, "num_nodes": node.count, "node_lease": lease.owner},
+            claim_fields=HolderFields(node_rank=node.rank, num_nodes=node.count, node_lease=lease.owner),
             judge=lambda holder: superseded_node(holder, node.rank, lease_owner(storage, lease.key)),
             standing=lambda: None if lease_owner(storage, lease.key) == lease.owner else f"{lease.what} was taken over",
             attempt=run.attempt,

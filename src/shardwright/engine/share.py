@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
-from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
+from ..protocol.lease import HolderFields, HolderJudge, LeaseHolder, read_leases, stale_reason
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
@@ -73,7 +73,7 @@ def run_share(
     node_rank: int,
     shards: list[int],
     *,
-    claim_extra: dict | None = None,
+    claim_fields: HolderFields | None = None,
     judge: HolderJudge | None = None,
     require_all: bool = True,
     attempt: AttemptLog | None = None,
@@ -108,7 +108,7 @@ def run_share(
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
-    claims = ShardClaims(storage, claim_extra, judge)
+    claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
     if attempt is not None:
@@ -153,7 +153,7 @@ def run_share(
             def idle() -> str | None:
                 tracker.on_idle()
                 current = pool.current_inputs()
-                claims.set_extra("current_inputs", current)  # status: which input each worker is on
+                claims.show_current_inputs(current)  # status: which input each worker is on
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()
