@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import pickle
 import re
 import sys
 from collections.abc import Callable
@@ -81,15 +80,3 @@ def explain_fn_error(message: str) -> str:
     if "daemonic processes are not allowed to have children" in message:
         return message + DAEMONIC_HINT
     return message
-
-
-def check_picklable(fn: Callable, start_method: str, name: str) -> None:
-    """fn pickles, as ``start_method`` (spawn, forkserver) needs to send it to the workers."""
-    try:
-        pickle.dumps(fn)
-    except Exception as exc:
-        raise UsageError(
-            f"fn {name} cannot be pickled, which start_method={start_method!r} needs ({exc}). "
-            "Define fn at the top level of an importable .py file (not in a notebook, not a lambda or closure), "
-            "or use start_method='fork' (the default on Linux)"
-        ) from None

@@ -4,19 +4,19 @@ an executor's task (a Ray task) runs the share its driver gave it the same way."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
-from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
+from ..protocol.lease import HolderFields, HolderJudge, LeaseHolder, read_leases, stale_reason
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
-from .inputs import SharedInputs, shard_inputs, shard_skips, shared_inputs
+from .inputs import RunInputs, SharedInputs, shard_skips
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -37,7 +37,7 @@ class ShareOutcome:
 
 
 def shard_tasks(
-    progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest, shared: SharedInputs | None = None
+    progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
     a lazy slice of a source, a list of a plain sequence's values, or a reference to the list
@@ -46,7 +46,7 @@ def shard_tasks(
     for p in progress.values():
         if p.done:
             continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end, shared)
+        values, ids = inputs.shard(manifest, p.next_input, p.end, shared)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -68,12 +68,12 @@ def run_share(
     storage: Storage,
     manifest: Manifest,
     fn: Callable,
-    inputs: Sequence,
+    inputs: RunInputs,
     options: OptimizeOptions,
     node_rank: int,
     shards: list[int],
     *,
-    claim_extra: dict | None = None,
+    claim_fields: HolderFields | None = None,
     judge: HolderJudge | None = None,
     require_all: bool = True,
     attempt: AttemptLog | None = None,
@@ -108,7 +108,7 @@ def run_share(
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
-    claims = ShardClaims(storage, claim_extra, judge)
+    claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
     if attempt is not None:
@@ -153,13 +153,13 @@ def run_share(
             def idle() -> str | None:
                 tracker.on_idle()
                 current = pool.current_inputs()
-                claims.set_extra("current_inputs", current)  # status: which input each worker is on
+                claims.show_current_inputs(current)  # status: which input each worker is on
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()
             try:
-                with shared_inputs(inputs, options.start_method) as shared:  # registered before the fork
-                    outcome = pool.run([], message, idle, feed=next_task)
+                with inputs.shared_for(options.start_method) as shared:  # registered before the fork
+                    outcome = pool.run(next_task, message, idle)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)
