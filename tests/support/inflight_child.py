@@ -106,7 +106,7 @@ if __name__ == "__main__":
         list(range(DOCS)),
         out,
         num_workers=2,
-        num_shards=2,
+        num_shards=4,  # 3 documents each: a worker holds two shards at once to keep 4 in flight
         concurrency=int(concurrency),
         durable_every=float(durable_every),
         chunk_size=1000,

@@ -100,8 +100,6 @@ def task_of(n: int, **changes) -> ShardTask:
 def run(worker: Worker, task: ShardTask) -> ShardWriter:
     writer = ShardWriter(task, worker.cfg, worker.committer)  # type: ignore[arg-type]
     InflightRunner(worker).run_shard(task, writer)
-    writer.position = (task.end, 0)
-    writer.commit(done=True)
     return writer
 
 

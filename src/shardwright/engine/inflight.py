@@ -21,6 +21,7 @@ the progress snapshot (``protocol.progress``), so a resume repeats no call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import threading
@@ -152,10 +153,89 @@ class InflightRunner:
         self.stopping = False  # read by fn's threads at each ResumePoint
 
     def run_shard(self, task: ShardTask, writer: ShardWriter) -> None:
-        """Every input of ``task`` (its outputs added to ``writer`` in input order), or
-        StopRequested / FnFailed / our own error after committing what is in order."""
-        shard = InflightShard(self, task, writer)
-        self.loop.run_until_complete(shard.run())
+        """Every input of ``task`` (its outputs added to ``writer`` in input order, its done
+        record submitted), or StopRequested / FnFailed / our own error after committing what
+        is in order."""
+        self.loop.run_until_complete(self._run([InflightShard(self, task, writer)], None))
+
+    def run_tasks(self, first: ShardTask, task_q: Any, new_writer: Callable[[ShardTask], ShardWriter]) -> bool:
+        """``first`` and, while this worker has room for more inputs in flight than its shards
+        still have to start, further tasks taken from ``task_q`` (the pool claims a shard
+        only when a worker may take it): returns once every shard taken is done, True if the
+        pool's end of tasks (None) was taken meanwhile."""
+        self.new_writer = new_writer
+        return self.loop.run_until_complete(self._run([InflightShard(self, first, new_writer(first))], task_q))
+
+    async def _run(self, shards: list[InflightShard], task_q: Any) -> bool:
+        options = self.options
+        limit, window = options.concurrency, options.concurrency * REORDER_WINDOW
+        next_save = time.monotonic() + options.durable_every
+        deadline: float | None = None  # stopping: when inputs in flight are given up
+        ended = False
+        try:
+            while shards:
+                if not self.stopping and self.worker.should_stop():
+                    self.stopping = True
+                    deadline = time.monotonic() + options.stop_grace
+                in_flight = sum(len(shard.running) for shard in shards)
+                if not self.stopping:
+                    for shard in shards:  # the oldest shard first: it is the one a resume waits for
+                        while (
+                            in_flight < limit
+                            and shard.next_start < shard.task.end
+                            and shard.next_start - shard.head < window
+                        ):
+                            in_flight += shard.start_next()
+                    if (
+                        in_flight < limit
+                        and task_q is not None
+                        and not ended
+                        and all(shard.next_start >= shard.task.end for shard in shards)
+                    ):
+                        try:
+                            task = task_q.get_nowait()
+                        except queue.Empty:
+                            task = False
+                        if task is None:
+                            ended = True  # the pool has no more: finish these
+                        elif task:
+                            shards.append(InflightShard(self, task, self.new_writer(task)))
+                            continue
+                for shard in list(shards):
+                    shard.deliver()
+                    if shard.head >= shard.task.end:
+                        shard.writer.position = (shard.task.end, 0)
+                        shard.writer.commit(done=True)
+                        shards.remove(shard)
+                futures = {future: shard for shard in shards for future in shard.running}
+                if not futures:
+                    if self.stopping or not shards:
+                        break
+                    continue
+                done, _ = await asyncio.wait(futures, timeout=WAKE_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
+                for future in done:
+                    shard = futures[future]
+                    shard.finished(future, shard.running.pop(future))
+                now = time.monotonic()
+                for shard in shards:
+                    if shard.writer.seq != shard.saved_seq or (shard.dirty and now >= next_save):
+                        shard.deliver()
+                        shard.save()  # a chunk was committed (the last snapshot no longer extends the tip), or it is time
+                if now >= next_save:
+                    next_save = now + options.durable_every
+                if deadline is not None and now >= deadline:
+                    break  # the grace is over: what fn did up to its last ResumePoint is kept
+            if shards:
+                for shard in shards:
+                    shard.give_up()
+                raise StopRequested
+            return ended
+        except BaseException:
+            self.stopping = True
+            for shard in shards:  # the others keep what they did too (each only once)
+                with contextlib.suppress(Exception):  # a failed committer reports itself at close
+                    shard.give_up()
+            raise
 
 
 class InflightShard:
@@ -169,70 +249,31 @@ class InflightShard:
         self.head = writer.position[0]  # the oldest input whose outputs have not reached the writer
         self.next_start = self.head
         self.running: dict[asyncio.Future, Slot] = {}
-        self.deadline: float | None = None  # stopping: when inputs in flight are given up
+        self.given_up = False
         self.dirty = False  # something happened since the last progress snapshot
         self.saved_seq = writer.seq  # the writer's next record when the last snapshot was taken
         self.checkpoint = runner.cfg.round.use_checkpoint  # without records, a snapshot extends nothing
         if self.checkpoint:
             self._restore()
 
-    # --- the loop ------------------------------------------------------------------------
-    async def run(self) -> None:
-        options, task = self.runner.options, self.task
-        limit = options.concurrency
-        window = limit * REORDER_WINDOW
-        next_save = time.monotonic() + options.durable_every
-        try:
-            while True:
-                if not self.runner.stopping and self.worker.should_stop():
-                    self.runner.stopping = True
-                    self.deadline = time.monotonic() + options.stop_grace
-                while (
-                    not self.runner.stopping
-                    and len(self.running) < limit
-                    and self.next_start < task.end
-                    and self.next_start - self.head < window
-                ):
-                    self._start(self.next_start)
-                    self.next_start += 1
-                self.deliver()
-                if self.head >= task.end:
-                    return
-                if not self.running:
-                    if self.runner.stopping:
-                        break
-                    continue
-                done, _ = await asyncio.wait(self.running, timeout=WAKE_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
-                for future in done:
-                    self._finished(future, self.running.pop(future))
-                now = time.monotonic()
-                if self.writer.seq != self.saved_seq or (self.dirty and now >= next_save):
-                    self.deliver()
-                    self.save()  # a chunk was committed (the last snapshot no longer extends the tip), or it is time
-                    next_save = now + options.durable_every
-                if self.deadline is not None and now >= self.deadline:
-                    break  # the grace is over: what fn did up to its last ResumePoint is kept
-            self._cancel_running()
-            self.deliver()
-            self.writer.commit()
-            self.save()
-            raise StopRequested
-        finally:
-            self._cancel_running()
-
     def _cancel_running(self) -> None:
         for future in self.running:
             future.cancel()  # a thread's call runs on, unheard: its outputs no longer count
         self.running.clear()
 
-    def _start(self, position: int) -> None:
+    def start_next(self) -> int:
+        """Start the next input (1), or take up its finished slot from a snapshot (0)."""
+        position = self.next_start
+        self.next_start += 1
         slot = self.slots.get(position)
         if slot is None:
             task = self.task
             value = task.inputs[position - task.next_input]
             slot = self.slots[position] = Slot(position, task.input_id(position), value, task.first_skip(position))
-        if not slot.done:
-            self._launch(slot)
+        if slot.done:
+            return 0
+        self._launch(slot)
+        return 1
 
     def _launch(self, slot: Slot, delay: float = 0.0) -> None:
         slot.attempts += 1
@@ -346,7 +387,7 @@ class InflightShard:
             self.dirty = True
 
     # --- an attempt ended --------------------------------------------------------------------
-    def _finished(self, future: asyncio.Future, slot: Slot) -> None:
+    def finished(self, future: asyncio.Future, slot: Slot) -> None:
         exc = future.exception()
         if slot.fatal is not None:
             exc = slot.fatal
@@ -356,7 +397,6 @@ class InflightShard:
                 slot.done = True
             return  # paused at a ResumePoint: the snapshot keeps it
         if isinstance(exc, ShardwrightError) and not isinstance(exc, InputTimeout):
-            self._give_up()
             raise exc  # our own error (a sample that cannot be written): the run stops on it
         slot.failures += 1
         delay = self._retry_delay(slot, exc)
@@ -373,7 +413,7 @@ class InflightShard:
             slot.items.clear()
             slot.failed = slot.done = True
             return
-        self._give_up()
+        self.give_up()
         self.worker.current_inputs[self.worker.wid] = slot.input_id  # the input the FnError names
         raise FnFailed(exc, tb) from exc
 
@@ -395,10 +435,14 @@ class InflightShard:
             delay = 0.0
         return delay
 
-    def _give_up(self) -> None:
-        """The run stops on an error: commit what is in order (it is good), start nothing more."""
+    def give_up(self) -> None:
+        """The worker stops (a stop, an error): commit what is in order (it is good), snapshot
+        the rest, start nothing more. Only once: a shard given up is left alone after."""
         self.runner.stopping = True
         self._cancel_running()
+        if self.given_up:
+            return
+        self.given_up = True
         self.deliver()
         self.writer.commit()
         self.save()

@@ -108,13 +108,14 @@ class Worker:
             self.result_q.put(Progress(self.wid, self._pending_progress))
             self._pending_progress = 0
 
+    def new_writer(self, task: ShardTask) -> ShardWriter:
+        return ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
+
     def run_shard(self, task: ShardTask) -> None:
-        writer = ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
+        writer = self.new_writer(task)
         try:
             i = task.next_input
-            if self.inflight is not None:  # inputs in flight together, or an async / resumable fn
-                self.inflight.run_shard(task, writer)
-            elif task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
+            if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
                 if task.skip_outputs:  # a resumed generator: its first input takes the general path
                     self._process_input(writer, task.inputs[0], i, i, task.first_skip(i))
                     self.tick()
@@ -410,6 +411,12 @@ def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, c
             task = task_q.get()
             if task is None:
                 break
+            if worker.inflight is not None:  # inputs in flight together (several shards at once), or an async fn
+                ended = worker.inflight.run_tasks(task, task_q, worker.new_writer)
+                worker.flush_progress()
+                if ended:
+                    break
+                continue
             worker.run_shard(task)
             worker.flush_progress()
         worker.committer.close()
