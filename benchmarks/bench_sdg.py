@@ -47,6 +47,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -300,6 +301,26 @@ def _check_shardwright(out: str, keys: list[str]) -> str | None:
     return None
 
 
+def leg_command(
+    leg: str, work: str, docs: str, url: str, budget: int | None, args: argparse.Namespace
+) -> tuple[list[str], dict, str]:
+    """The command line and environment of a leg, and where its output goes."""
+    env = dict(os.environ, SDG_URL=url, SDG_CALLS=str(CALLS))
+    if leg == "baseline":
+        out = os.path.join(work, "samples.jsonl")
+        argv = [sys.executable, os.path.join(HERE, "sdg_baseline.py"), "--url", url, "--docs", docs]
+        argv += ["--out", out, "--calls", str(CALLS), "--concurrency", str(args.baseline_concurrency)]
+        return argv, env, out
+    out = os.path.join(work, "dataset")
+    if budget:
+        env["SDG_RATE"], env["SDG_BUDGET_PATH"] = f"{budget}/s", os.path.join(work, "budget")
+    env["SDG_PREFETCH"], env["SDG_IN_FLIGHT"] = str(args.prefetch), str(args.in_flight)
+    argv = [sys.executable, os.path.abspath(__file__), "--leg", docs, out]
+    argv += ["--workers", str(args.workers), "--concurrency", str(args.concurrency)]
+    argv += ["--num-shards", str(args.num_shards)] if args.num_shards else []
+    return argv, env, out
+
+
 def run_leg(leg: str, scenario: str, root: str, docs: str, keys: list[str], args: argparse.Namespace) -> dict:
     from support.teacher import TeacherProcess, over_budget_calls, read_log, repeated_calls
 
@@ -308,21 +329,8 @@ def run_leg(leg: str, scenario: str, root: str, docs: str, keys: list[str], args
     calls_log = os.path.join(work, "calls.log")
     budget = BUDGET_RPS if scenario == "budget" else None
     teacher = TeacherProcess(latency=args.latency, p_429=0.03, p_500=0.01, retry_after=1, rps=budget, log=calls_log)
-    env = dict(os.environ, SDG_URL="", SDG_CALLS=str(CALLS))
     with teacher:
-        env["SDG_URL"] = teacher.url
-        if leg == "baseline":
-            out = os.path.join(work, "samples.jsonl")
-            argv = [sys.executable, os.path.join(HERE, "sdg_baseline.py"), "--url", teacher.url, "--docs", docs]
-            argv += ["--out", out, "--calls", str(CALLS), "--concurrency", str(args.baseline_concurrency)]
-        else:
-            out = os.path.join(work, "dataset")
-            if budget:
-                env["SDG_RATE"], env["SDG_BUDGET_PATH"] = f"{budget}/s", os.path.join(work, "budget")
-            env["SDG_PREFETCH"], env["SDG_IN_FLIGHT"] = str(args.prefetch), str(args.in_flight)
-            argv = [sys.executable, os.path.abspath(__file__), "--leg", docs, out]
-            argv += ["--workers", str(args.workers), "--concurrency", str(args.concurrency)]
-            argv += ["--num-shards", str(args.num_shards)] if args.num_shards else []
+        argv, env, out = leg_command(leg, work, docs, teacher.url, budget, args)
         measured = _run_measured(argv, env, os.path.join(work, "leg.log"))
         with urllib.request.urlopen(f"http://127.0.0.1:{teacher.port}/stats", timeout=30) as response:
             stats = json.loads(response.read())
@@ -365,6 +373,51 @@ def _shardwright_mode(args: argparse.Namespace) -> str:
     return f"optimize(num_workers={args.workers}{shards}), plain generator: NO concurrency= in this engine yet"
 
 
+def _answered(path: str) -> int:
+    try:
+        with open(path) as f:
+            return sum(1 for line in f if line.startswith("200 "))
+    except FileNotFoundError:
+        return 0
+
+
+def run_interrupted(leg: str, sig: signal.Signals, trial: int, root: str, docs: str, keys: list, args) -> dict:
+    """One trial: start the leg, send ``sig`` to its process group (as Ctrl-C or a pod's end
+    would) once a third of the calls are answered, run the same command again to the end, and
+    count the calls the teacher answered twice."""
+    from support.teacher import TeacherProcess, read_log, repeated_calls
+
+    work = os.path.join(root, f"{sig.name}-{leg}-{trial}")
+    os.makedirs(work)
+    calls_log = os.path.join(work, "calls.log")
+    teacher = TeacherProcess(latency=args.latency, p_429=0.03, p_500=0.01, retry_after=1, log=calls_log)
+    with teacher, open(os.path.join(work, "leg.log"), "ab") as log:
+        argv, env, out = leg_command(leg, work, docs, teacher.url, None, args)
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        while _answered(calls_log) < len(keys) // 3 and proc.poll() is None:
+            time.sleep(0.02)  # a benchmark's trigger: the teacher's log, looked at every 20 ms
+        with urllib.request.urlopen(f"http://127.0.0.1:{teacher.port}/stats", timeout=30) as response:
+            in_flight = json.loads(response.read())["in_flight"]
+        os.killpg(proc.pid, sig)
+        first_exit = proc.wait(timeout=300)
+        answered_at_stop = _answered(calls_log)
+        second = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900)
+    problem = f"resume exit {second.returncode} (see {work}/leg.log)" if second.returncode else None
+    if problem is None:
+        problem = _check_baseline(out, keys) if leg == "baseline" else _check_shardwright(out, keys)
+    return {
+        "leg": leg,
+        "signal": sig.name,
+        "trial": trial,
+        "ok": problem is None,
+        "problem": problem,
+        "first_exit": first_exit,
+        "in_flight_at_signal": in_flight,
+        "answered_before_resume": answered_at_stop,
+        "repeated_calls": repeated_calls(read_log(calls_log)),
+    }
+
+
 def report(results: list[dict]) -> None:
     columns = ["samples_per_s", "cpu_ms_per_sample", "peak_rss_mb", "peak_pss_mb", "calls", "repeated_calls"]
     columns += ["over_budget_calls", "peak_in_flight", "seconds"]
@@ -403,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-concurrency", type=int, default=64)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, outputs)")
+    parser.add_argument("--interrupt", help="SIGINT, SIGTERM or SIGKILL: interruption trials instead of throughput")
+    parser.add_argument("--trials", type=int, default=3, help="with --interrupt: trials per leg")
     parser.add_argument("--leg", nargs=2, metavar=("DOCS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.leg:
@@ -416,6 +471,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.docs} documents, {len(keys) // CALLS} pages, {len(keys)} calls; teacher latency {args.latency} s,"
         )
         print(f"3 % 429 (Retry-After 1 s), 1 % 500; cpus {os.cpu_count()}, load average {os.getloadavg()}")
+        if args.interrupt:
+            sig = signal.Signals[args.interrupt]
+            trials = [
+                run_interrupted(leg, sig, trial, root, docs, keys, args)
+                for trial in range(args.trials)
+                for leg in ("baseline", "shardwright")
+            ]
+            for t in trials:
+                what = "ok" if t["ok"] else f"FAILED: {t['problem']}"
+                print(
+                    f"{t['signal']} {t['leg']:<12} trial {t['trial']}: {t['in_flight_at_signal']:>3} calls in flight at the "
+                    f"signal, exit {t['first_exit']}, {t['repeated_calls']:>3} calls repeated on resume; output {what}"
+                )
+            print(f"load average after: {os.getloadavg()}; shardwright ran as: {_shardwright_mode(args)}")
+            return 0 if all(t["ok"] for t in trials) else 1
         results = []
         for scenario in args.scenarios.split(","):
             for leg in ("baseline", "shardwright"):

@@ -6,9 +6,9 @@ For each document (a text file, pages separated by form feeds) and each page, ca
 teacher ``--calls`` times and append one JSON line per answer to ``--out``. At most
 ``--concurrency`` calls are in flight (one semaphore, one aiohttp session); a 429/5xx,
 timeout or dropped connection is retried for that one call with exponential backoff, full
-jitter and the server's Retry-After. Resuming is skipping the keys already in the JSONL: a
-SIGINT loses nothing (lines are appended as answers arrive), a SIGKILL loses the calls in
-flight (and perhaps a cut last line, skipped on resume).
+jitter and the server's Retry-After. Resuming is skipping the keys already in the JSONL: on
+SIGINT/SIGTERM no new call starts and the calls in flight finish and are written (so none is
+repeated), a SIGKILL loses the calls in flight (and perhaps a cut last line, skipped on resume).
 
     python benchmarks/sdg_baseline.py --url http://127.0.0.1:PORT/v1 --docs DIR --out samples.jsonl
 
@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 
@@ -84,6 +85,9 @@ async def call_with_retries(session, url, key, prompt, retries=8, base=0.5, cap=
 async def run(url: str, docs_dir: str, out: str, calls: int, concurrency: int) -> int:
     skip = done_keys(out)
     semaphore = asyncio.Semaphore(concurrency)
+    stopping = asyncio.Event()  # SIGINT/SIGTERM: start no new call, let those in flight finish
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=120)
     made = 0
@@ -93,6 +97,8 @@ async def run(url: str, docs_dir: str, out: str, calls: int, concurrency: int) -
             nonlocal made
             key = f"{doc}/p{page}/c{call}"
             async with semaphore:
+                if stopping.is_set():
+                    return
                 prompt = f"Write question {call} about this page:\n{text[:2000]}"
                 answer = await call_with_retries(session, url, key, prompt)
             record = {"key": key, "doc": doc, "page": page, "call": call, "text": answer}
@@ -109,6 +115,9 @@ async def run(url: str, docs_dir: str, out: str, calls: int, concurrency: int) -
                 if f"{doc}/p{p}/c{c}" not in skip
             ]
             await asyncio.gather(*jobs)
+    if stopping.is_set():
+        print(f"stopped: {made} samples written, rerun to resume", file=sys.stderr)
+        return -made
     return made
 
 
@@ -122,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     made = asyncio.run(run(args.url, args.docs, args.out, args.calls, args.concurrency))
-    print(json.dumps({"samples": made, "seconds": round(time.perf_counter() - started, 3)}))
-    return 0
+    print(json.dumps({"samples": abs(made), "seconds": round(time.perf_counter() - started, 3)}))
+    return 130 if made < 0 else 0  # stopped by a signal: not finished
 
 
 if __name__ == "__main__":

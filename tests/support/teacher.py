@@ -180,7 +180,12 @@ class Teacher:
             stats = self.stats
             return (
                 200,
-                {"calls": stats.calls, "statuses": dict(stats.statuses), "peak_in_flight": stats.peak_in_flight},
+                {
+                    "calls": stats.calls,
+                    "statuses": dict(stats.statuses),
+                    "in_flight": stats.in_flight,
+                    "peak_in_flight": stats.peak_in_flight,
+                },
                 {},
             )
         if method == "GET" and path in ("/health", "/v1/models"):
