@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
-from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
+from ..protocol.shards import MAX_NUM_SHARDS, SHARDS_PER_WORKER, clamp_num_shards, default_num_shards
 from ..sources import Source
 from ..storage.options import check_storage_option_names
 from .io_options import DEFAULT_DURABLE_EVERY, DEFAULT_STOP_GRACE, InflightOptions
@@ -287,7 +287,12 @@ class OptimizeOptions:
         shards = (
             self.num_shards
             if self.num_shards is not None
-            else default_num_shards(num_inputs, self.num_workers, num_nodes)
+            # inputs in flight: as many shards per worker as it keeps inputs in flight, so that
+            # near the end, when they exceed the inputs left, the workers share the last shards
+            # (an idle worker takes the next shard first) rather than one holding a large one
+            else default_num_shards(
+                num_inputs, self.num_workers, num_nodes, max(SHARDS_PER_WORKER, self.inflight.concurrency)
+            )
         )
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader

@@ -97,7 +97,8 @@ def optimize(
             life of the run. Default: 4 per worker of the whole run (``num_workers`` x
             ``num_nodes``), at most ``len(inputs)``: each shard ends in a partly filled
             chunk, so fewer shards mean fewer small chunks, and 4 per worker keep the
-            workers balanced when inputs take uneven time. A resume keeps the count the
+            workers balanced when inputs take uneven time (``concurrency`` per worker when
+            it is larger: the last inputs spread over the workers). A resume keeps the count the
             interrupted run recorded, whatever ``num_workers`` it uses.
         on_error: ``"raise"`` stops at the first input whose fn raises (FnError);
             ``"skip"`` records the failure under ``.shardwright/failed/`` and goes on.
