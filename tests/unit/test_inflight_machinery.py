@@ -303,3 +303,39 @@ def test_transient_failures_are_retried_after_retry_after_and_a_user_error_is_no
     assert len(seen[0]) == 3 and all(b - a >= 0.2 for a, b in zip(seen[0], seen[0][1:], strict=False))
     assert len(seen[1]) == 1  # not transient, max_retries=0: not retried
     assert worker.failures == [(1, 1)]
+
+
+def test_a_worker_takes_further_shards_while_it_has_room():
+    import queue
+
+    seen_together: list[int] = []
+    now = {"shards": set()}
+
+    async def fn(x):
+        now["shards"].add(x // 3)
+        seen_together.append(len(now["shards"]))
+        await asyncio.sleep(0.002)
+        return x
+
+    worker = Worker(fn, 8, memory())
+    tasks = [
+        task_of(12, shard=s, start=3 * s, end=3 * s + 3, next_input=3 * s, inputs=list(range(3 * s, 3 * s + 3)))
+        for s in range(4)
+    ]
+    pool: queue.Queue = queue.Queue()
+    for task in tasks[1:]:
+        pool.put(task)
+    pool.put(None)
+    writers: dict[int, ShardWriter] = {}
+
+    def new_writer(task: ShardTask) -> ShardWriter:
+        writers[task.shard] = ShardWriter(task, worker.cfg, worker.committer)  # type: ignore[arg-type]
+        return writers[task.shard]
+
+    assert InflightRunner(worker).run_tasks(tasks[0], pool, new_writer) is True  # the pool's end was taken
+    assert max(seen_together) >= 2  # shards in flight together: 3 inputs each would leave 5 of 8 slots idle
+    done = [c for c in worker.committer.chunks if c.done]
+    assert sorted(c.shard for c in done) == [0, 1, 2, 3]
+    for shard in range(4):
+        items = [i for c in worker.committer.chunks if c.shard == shard for i in c.items]
+        assert items == [repr(x).encode() for x in range(3 * shard, 3 * shard + 3)]
