@@ -89,3 +89,25 @@ def test_runs_as_a_subprocess_stopped_by_pid(tmp_path):
             assert json.loads(response.read())["calls"] == 1
     assert teacher.proc is not None and teacher.proc.returncode == 0
     assert [c.status for c in read_log(str(log))] == ["200"]
+
+
+def test_serves_a_thousand_concurrent_keep_alive_connections():
+    aiohttp = pytest.importorskip("aiohttp")
+    import asyncio
+
+    async def main(url: str) -> list[int]:
+        connector = aiohttp.TCPConnector(limit=1000)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def one(i: int) -> int:
+                body = {"model": "t", "user": f"k{i}", "messages": [{"role": "user", "content": "x"}]}
+                async with session.post(f"{url}/chat/completions", json=body) as response:
+                    await response.read()
+                    return response.status
+
+            return await asyncio.gather(*(one(i) for i in range(1000)))
+
+    with Teacher(latency=0.5) as teacher:
+        statuses = asyncio.run(main(teacher.url))
+        assert teacher.stats.peak_in_flight >= 900
+    assert statuses == [200] * 1000
