@@ -18,16 +18,10 @@ from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint
 from ..protocol.hints import start_over_hint
-from ..protocol.identity import (
-    IdentityTable,
-    UnitColumns,
-    subtract,
-    units_fingerprint,
-    write_selection,
-    write_units,
-)
+from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
+from ..protocol.recorded import subtract, write_selection, write_units
 from ..sources import Source
 from ..storage import Storage
 

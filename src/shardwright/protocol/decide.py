@@ -42,9 +42,11 @@ from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
 from .fn_identity import FnIdentity, describe_changes
 from .hints import start_over_hint
-from .identity import IdentityTable, Recorded, plan_incremental
+from .identity import IdentityTable
+from .incremental import plan_incremental
 from .layout import chunk_generation, is_our_chunk_name
 from .manifest import Manifest, OutputSettings, is_published
+from .recorded import Recorded
 from .run_record import RunRecord
 
 
