@@ -326,7 +326,7 @@ def make_request(fn: Callable, inputs: Sequence, options: OptimizeOptions, num_n
         use_checkpoint=options.use_checkpoint,
         fn_code=identity.code,
         input_files=input_files_json(inputs, types),
-        identities=identities(inputs, types) if incremental else None,
+        identities=identities(inputs, types) if incremental or options.mode == "append" else None,
         prefix_fingerprint=prefix_fingerprint(inputs) if incremental else None,
         fn_identity=identity,
         allow_fn_config_change=options.allow_fn_config_change,
@@ -375,7 +375,7 @@ def open_run(storage: Storage, request: Request, notes: list[str] | None = None)
     or None when the same call already finished (or, incremental, nothing is new). What the
     user should know of the plan (inputs skipped, left) is logged and added to ``notes``."""
     while True:
-        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=request.mode == "incremental")
+        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=bool(request.identities))
         plan = decide(seen, request)
         if plan.kind is not PlanKind.FINISH_PUBLISH:
             break

@@ -12,7 +12,7 @@ import numpy as np
 from .identity import IdentityTable
 from .recorded import Recorded, to_ranges
 
-__all__ = ["IncrementalPlan", "plan_incremental"]
+__all__ = ["IncrementalPlan", "input_kind", "plan_incremental"]
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 
@@ -173,3 +173,18 @@ def _plan_spans(recorded: Recorded, table: IdentityTable) -> IncrementalPlan:
         position += count
     removed = sum(1 for k in old_keys if k not in seen_keys)
     return IncrementalPlan(new_ranges, present, changed, removed)
+
+
+def input_kind(tables: list[IdentityTable]) -> str | None:
+    """``"values"`` (plain inputs: version 0), ``"rows of a source"``, or None when the tables
+    hold neither or both. A value and a source's row never have the same identity, so the same
+    data moved from a list to a source (or back) matches nothing."""
+    kinds = set()
+    for table in tables:
+        if len(table.versions):
+            plain = table.versions == 0
+            if plain.any():
+                kinds.add("values")
+            if not plain.all():
+                kinds.add("rows of a source")
+    return kinds.pop() if len(kinds) == 1 else None
