@@ -17,16 +17,13 @@ from ..errors import (
     CorruptStateError,
     IncompleteRunError,
     LeaseLostError,
-    RunMismatchError,
     UsageError,
 )
 from ..format import ChunkEntry, IndexConfig
-from ..process import host_identity
 from ..protocol.claim import claim_format
 from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
-from ..protocol.fingerprint import InputFiles, value_types
+from ..protocol.fingerprint import value_types
 from ..protocol.fn_identity import describe_changes
-from ..protocol.hints import start_over_hint
 from ..protocol.layout import INDEX_KEY, lease_key
 from ..protocol.lease import Lease, LeaseHolder, lease_owner, live_leases
 from ..protocol.links import check_no_links
@@ -38,6 +35,7 @@ from ..protocol.shards import clamp_num_shards, shards_of_node
 from ..sources import Source
 from ..storage import Storage, open_storage
 from .attempts import AttemptLog
+from .edited import check_input_files
 from .executors import LOCAL, ExecutorCall, get_executor
 from .guards import check_main_guard, check_not_bootstrapping, redacting
 from .identity import fn_identity
@@ -366,7 +364,7 @@ def open_call(storage: Storage, request: Request, inputs: Sequence, notes: list[
     record_identities(storage, manifest, inputs, created=not resumed, table=request.identities)
     save_source_state(storage, inputs)
     if resumed:
-        _check_input_files(manifest, inputs, storage.url)
+        _check_input_files(manifest, inputs, storage.url, storage)
     return manifest, resumed
 
 
@@ -462,18 +460,8 @@ def _check_peers_agree(storage: Storage, lease: Lease, node: NodeIdentity) -> No
             )
 
 
-def _check_input_files(manifest: Manifest, inputs: Sequence, url: str) -> None:
-    """A resume refuses inputs whose files changed since the run started (size or mtime):
-    half the dataset would come from the old content."""
-    recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-    if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
-        return  # stats are only comparable on the host that recorded them
-    changed = recorded.first_changed(inputs, manifest.created_at)
-    if changed:
-        raise RunMismatchError(
-            f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-            f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
-        )
+def _check_input_files(manifest: Manifest, inputs: Sequence, url: str, storage: Storage) -> None:
+    check_input_files(storage, manifest, inputs, url)  # engine.edited: refused only over committed outputs
 
 
 def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
