@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConcurrentRunError, LeaseLostError
+from ..names import input_name
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
 from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
@@ -161,10 +162,17 @@ def run_share(
                 if on_message is not None:
                     on_message(msg)
 
+            named: dict[int, str] = {}  # input -> its name, for the inputs workers are on now
+
             def idle() -> str | None:
                 tracker.on_idle()
                 current = pool.current_inputs()
                 claims.set_extra("current_inputs", current)  # status: which input each worker is on
+                if any(i >= 0 and i not in named for i in current):
+                    kept = {i: named.get(i) or input_name(inputs, i) for i in current if i >= 0}
+                    named.clear()
+                    named.update(kept)
+                claims.set_extra("current_names", [named.get(i, "") for i in current])  # ... by its name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()

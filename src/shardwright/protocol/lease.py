@@ -50,6 +50,13 @@ def _optional_str(holder: dict, name: str) -> str | None:
     return value[:1000] if isinstance(value, str) else None
 
 
+def _texts(value: object, limit: int = 200) -> tuple[str, ...]:
+    """A bounded list of short strings from a lease file (anything else: empty)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:limit] if isinstance(v, str) else "" for v in value[:1024])
+
+
 @dataclass(frozen=True)
 class LeaseHolder:
     """A lease file, read. Damaged or missing fields read as their defaults (numbers bounded),
@@ -66,6 +73,8 @@ class LeaseHolder:
     node_rank: int | None = None
     num_nodes: int | None = None
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
+    current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
@@ -92,6 +101,8 @@ class LeaseHolder:
             node_rank=_optional_int(data, "node_rank"),
             num_nodes=_optional_int(data, "num_nodes"),
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
+            current_names=_texts(data.get("current_names")),
+            current_states=_texts(data.get("current_states"), 4096),
             shard=_optional_int(data, "shard"),
             node_lease=_optional_str(data, "node_lease"),
             ray_node=_optional_str(data, "ray_node"),
