@@ -15,23 +15,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ..errors import RunMismatchError, short_repr
+from ..errors import RunMismatchError
+from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
 from ..protocol.hints import start_over_hint
-from ..protocol.identity import (
-    IdentityTable,
-    UnitColumns,
-    subtract,
-    units_fingerprint,
-    write_selection,
-    write_units,
-)
+from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
+from ..protocol.recorded import subtract, write_selection, write_units
 from ..sources import Source
 from ..storage import Storage
+from .edited import check_input_files
 
 log = logging.getLogger("shardwright")
 
@@ -85,7 +81,7 @@ class RunInputs(abc.ABC):
     def check_unchanged(self, storage: Storage) -> None:
         """Before ``decide``: name an input that changed since the interrupted run started."""
 
-    def check_files(self, manifest: Manifest, url: str) -> None:
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
         """On a resume: refuse inputs whose files changed since the run started."""
 
     def shard(
@@ -120,8 +116,9 @@ class RunInputs(abc.ABC):
         return contextlib.nullcontext()
 
     def display_name(self, index: int) -> str:
-        """Input ``index`` for a message: bounded."""
-        return short_repr(self.values[index]) if 0 <= index < len(self.values) else "?"
+        """Input ``index`` in the user's terms (shardwright.names: a file's path, a source
+        row's file and row, else a bounded repr); ``?`` outside the inputs."""
+        return input_name(self.values, index) if 0 <= index < len(self.values) else "?"
 
 
 class PlainInputs(RunInputs):
@@ -160,16 +157,13 @@ class PlainInputs(RunInputs):
     def check_before_writing(self) -> None:
         self.fingerprint()  # pickles every value: an input that cannot be pickled is refused now
 
-    def check_files(self, manifest: Manifest, url: str) -> None:
-        recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-        if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
-            return  # stats are only comparable on the host that recorded them
-        changed = recorded.first_changed(self.values, manifest.created_at)
-        if changed:
-            raise RunMismatchError(
-                f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-                f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
-            )
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
+        ids: Sequence[int] | None = None
+        if manifest.input_ranges is not None:
+            ids = RangeIds(manifest.input_ranges)
+        elif manifest.input_ids is not None:
+            ids = manifest.input_ids
+        check_input_files(storage, manifest, self.values, url, ids)  # engine.edited: only over committed outputs
 
     def _joined(self, parts: list[Sequence]) -> Sequence:
         return [v for part in parts for v in part]

@@ -108,6 +108,7 @@ class Worker:
             i = task.next_input
             if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
                 if task.skip_outputs:  # a resumed generator: its first input takes the general path
+                    self.current_inputs[self.wid] = i  # a failure names it (it read "input -1 (?)")
                     self._process_input(writer, task.inputs[0], i, i, task.first_skip(i))
                     self.tick()
                     i += 1

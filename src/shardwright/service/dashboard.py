@@ -95,7 +95,9 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
 "use strict";
 const KEY = "shardwright-token";
 const hash = new URLSearchParams(location.hash.slice(1));
-if (hash.get("token")) { sessionStorage.setItem(KEY, hash.get("token")); history.replaceState(null, "", location.pathname); }
+// #token=...&job=ID: keep the token out of the address, and the job to open in it
+const keep = hash.get("job") ? "#job=" + encodeURIComponent(hash.get("job")) : "";
+if (hash.get("token")) { sessionStorage.setItem(KEY, hash.get("token")); history.replaceState(null, "", location.pathname + keep); }
 let timer = null, view = "jobs", openJob = null, pipelines = [], optionSchema = null, historyDue = 0;
 const $ = (id) => document.getElementById(id);
 function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }

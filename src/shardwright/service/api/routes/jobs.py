@@ -13,6 +13,7 @@ from ....errors import ShardwrightError, classify
 from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
+from ...config_identity import ConfigChangedError, check_config_unchanged
 from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
@@ -146,6 +147,10 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         created_at=time.time(),
         progress=Progress(0, len(inputs) if isinstance(inputs, list) else 0, 0),
     )
+    try:
+        check_config_unchanged(service.scheduler.store.list(), record, body.storage_options)
+    except ConfigChangedError as exc:
+        raise ApiProblem(409, "ConfigChanged", str(exc), detail={"changed_keys": exc.keys}) from None
     try:
         job = service.scheduler.submit(record, body.storage_options)
     except JobStateError as exc:
