@@ -6,10 +6,13 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
+import pickle
 
 import pytest
 
 from shardwright import sources
+from shardwright.errors import InputsError
 from shardwright.sources import BadRow
 from shardwright.sources.jsonl import MAX_LINE
 
@@ -71,3 +74,60 @@ def test_a_damaged_parquet_row_group_is_bad_rows_naming_file_and_group(tmp_path)
     bad = source[150]
     assert isinstance(bad, BadRow) and "p.parquet row group 1" in bad.where
     assert "replace the file" in str(bad.error())
+
+
+def test_files_skips_a_fifo_naming_it(tmp_path, caplog):
+    (tmp_path / "a.bin").write_bytes(b"a")
+    os.mkfifo(tmp_path / "pipe")
+    with caplog.at_level(logging.WARNING, logger="shardwright"):
+        listed = sources.files(tmp_path)
+    assert [ref.path for ref in listed] == [str(tmp_path / "a.bin")]
+    assert "pipe" in caplog.text and "not a regular file" in caplog.text
+
+
+def test_files_refuses_a_link_out_of_the_directory_and_keeps_one_inside(tmp_path):
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"KEY")
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"a")
+    (root / "b.bin").symlink_to(root / "a.bin")
+    assert [ref.read() for ref in sources.files(root)] == [b"a", b"a"]
+    (root / "c.bin").symlink_to(secret)
+    with pytest.raises(InputsError, match=r"c\.bin is a symbolic link to .*secret\.key, out of"):
+        sources.files(root)
+
+
+@pytest.mark.parametrize("how", ["link", "another file"])
+def test_a_listed_file_swapped_after_the_listing_is_never_read(tmp_path, how):
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"KEY")
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"abc")
+    ref = pickle.loads(pickle.dumps(sources.files(root)))[0]  # as a worker gets it
+    assert ref.read() == b"abc"
+    os.unlink(root / "a.bin")
+    if how == "link":
+        (root / "a.bin").symlink_to(secret)
+    else:
+        os.link(secret, root / "a.bin")  # same size, another inode
+    with pytest.raises(InputsError, match=r"a\.bin (was replaced by a symbolic link|is no longer the file)"):
+        ref.read()
+    with pytest.raises(InputsError):
+        ref.open()
+
+
+def test_service_reads_clouds_with_the_jobs_credentials_only():
+    from shardwright.errors import UsageError
+    from shardwright.service.input_sources import job_read_options
+
+    google = pytest.importorskip("google.auth.credentials")
+    assert isinstance(job_read_options("gs://b/x", None)["credentials"], google.AnonymousCredentials)
+    assert isinstance(job_read_options("gs://b/x", {"project": "p"})["credentials"], google.AnonymousCredentials)
+    with pytest.raises(UsageError, match=r"az://c/x is read with the job's own credentials.*sas_token"):
+        job_read_options("az://c/x", None)
+    with pytest.raises(UsageError):
+        job_read_options("az://c/x", {"account_url": "https://a.blob.core.windows.net"})
+    assert job_read_options("az://c/x", {"sas_token": "t"}) == {"sas_token": "t"}
+    assert job_read_options("/data/x", None) is None
