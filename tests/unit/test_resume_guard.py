@@ -11,6 +11,7 @@ import logging
 import pytest
 
 from shardwright.engine.identity import fn_identity
+from shardwright.engine.inputs import run_inputs
 from shardwright.engine.resume_guard import refuse_positional_resume
 from shardwright.errors import RunMismatchError
 from shardwright.protocol.fingerprint import InputsFingerprint
@@ -56,7 +57,7 @@ def test_a_changed_generator_config_is_refused_naming_the_input_and_the_ways_on(
     was = functools.partial(pages, per_page=3)
     now = functools.partial(pages, per_page=2)
     with pytest.raises(RunMismatchError) as info:
-        refuse_positional_resume(progress(5), manifest_for(was), now, DOCS, "/out", allow=False)
+        refuse_positional_resume(progress(5), manifest_for(was), now, run_inputs(DOCS), "/out", allow=False)
     text = str(info.value)
     assert "input 7 (/data/doc007.txt)" in text and "5 output(s)" in text
     assert "partial argument per_page" in text
@@ -66,19 +67,19 @@ def test_a_changed_generator_config_is_refused_naming_the_input_and_the_ways_on(
 def test_the_same_fn_resumes_by_position():
     fn = functools.partial(pages, per_page=3)
     refuse_positional_resume(
-        progress(5), manifest_for(fn), functools.partial(pages, per_page=3), DOCS, "/o", allow=False
+        progress(5), manifest_for(fn), functools.partial(pages, per_page=3), run_inputs(DOCS), "/o", allow=False
     )
 
 
 def test_no_partially_committed_input_means_nothing_to_refuse():
     was, now = functools.partial(pages, per_page=3), functools.partial(pages, per_page=2)
-    refuse_positional_resume(progress(0), manifest_for(was), now, DOCS, "/o", allow=False)
+    refuse_positional_resume(progress(0), manifest_for(was), now, run_inputs(DOCS), "/o", allow=False)
 
 
 def test_allow_fn_config_change_turns_the_refusal_into_a_warning(caplog):
     was, now = functools.partial(pages, per_page=3), functools.partial(pages, per_page=2)
     with caplog.at_level(logging.WARNING, logger="shardwright"):
-        refuse_positional_resume(progress(5), manifest_for(was), now, DOCS, "/o", allow=True)
+        refuse_positional_resume(progress(5), manifest_for(was), now, run_inputs(DOCS), "/o", allow=True)
     assert "dropped by position" in caplog.text
 
 
@@ -92,7 +93,7 @@ def test_a_changed_code_is_refused_too():
 
     v2.__qualname__ = v1.__qualname__
     with pytest.raises(RunMismatchError, match="fn's code changed"):
-        refuse_positional_resume(progress(1), manifest_for(v1), v2, DOCS, "/o", allow=False)
+        refuse_positional_resume(progress(1), manifest_for(v1), v2, run_inputs(DOCS), "/o", allow=False)
 
 
 def test_a_record_with_a_resume_point_state_resumes_from_it():
@@ -103,4 +104,4 @@ def test_a_record_with_a_resume_point_state_resumes_from_it():
     record = WithState(1, 0, None, 0, 5, 7, 5, False, (), "run", resume_state='{"page": 2}')
     shards = [ShardProgress(1, 5, 10, [record])]
     was, now = functools.partial(pages, per_page=3), functools.partial(pages, per_page=2)
-    refuse_positional_resume(shards, manifest_for(was), now, DOCS, "/o", allow=False)
+    refuse_positional_resume(shards, manifest_for(was), now, run_inputs(DOCS), "/o", allow=False)

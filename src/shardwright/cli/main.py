@@ -26,7 +26,7 @@ from .k8s import add_k8s_command
 from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
-from .verify import add_verify_command, run_verify
+from .verify import add_diff_command, add_verify_command, run_verify
 
 
 def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
@@ -186,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="print the attempts as JSON")
     history.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     add_verify_command(sub)
+    add_diff_command(sub)
     add_slurm_command(sub)
     add_k8s_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)

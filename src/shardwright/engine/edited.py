@@ -28,7 +28,6 @@ from ..protocol.layout import source_state_key
 from ..protocol.manifest import Manifest
 from ..protocol.records import load_progress
 from ..storage import Storage
-from .inputs import RangeIds
 
 __all__ = ["check_input_files"]
 
@@ -51,26 +50,25 @@ def _recorded(storage: Storage, manifest: Manifest) -> tuple[InputFiles | None, 
     return (InputFiles.from_json(files) if files else None), files.get("host")
 
 
-def committed_inputs(storage: Storage, manifest: Manifest) -> set[int]:
-    """Positions of the call's inputs some of whose outputs the run committed."""
+def committed_inputs(storage: Storage, manifest: Manifest, ids: Sequence[int] | None) -> set[int]:
+    """Positions of the call's inputs some of whose outputs the run committed (``ids``: the
+    run's input ids by position, None when positions are the ids)."""
     runs: list[tuple[int, int]] = []
     for p in load_progress(storage, manifest.shard_bounds(), manifest.run_id).values():
         end = p.end if p.done else p.next_input + (1 if p.skip_outputs else 0)
         if end > p.start:
             runs.append((p.start, end))
-    ids: Sequence[int] | None = None
-    if manifest.input_ranges is not None:
-        ids = RangeIds(manifest.input_ranges)
-    elif manifest.input_ids is not None:
-        ids = manifest.input_ids
     out: set[int] = set()
     for a, b in runs:
         out.update(range(a, b) if ids is None else (int(ids[i]) for i in range(a, b)))
     return out
 
 
-def check_input_files(storage: Storage, manifest: Manifest, inputs: Sequence, url: str) -> None:
-    """Refuse a resume over an edited input file the run already committed outputs of."""
+def check_input_files(
+    storage: Storage, manifest: Manifest, inputs: Sequence, url: str, ids: Sequence[int] | None = None
+) -> None:
+    """Refuse a resume over an edited input file the run already committed outputs of
+    (``ids``: as :func:`committed_inputs`)."""
     recorded, host = _recorded(storage, manifest)
     if recorded is None:
         return
@@ -81,7 +79,7 @@ def check_input_files(storage: Storage, manifest: Manifest, inputs: Sequence, ur
     blocks = recorded.changed_blocks(now, len(inputs), same_host=same_host)
     if not blocks:
         return
-    committed = committed_inputs(storage, manifest)
+    committed = committed_inputs(storage, manifest, ids)
     for first, last in blocks:
         edited = InputFiles.modified_since(inputs, first, last, manifest.created_at) if same_host else []
         suspects = edited or list(range(first, last + 1))

@@ -12,16 +12,15 @@ input and the ways on, before anything is written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 from ..errors import RunMismatchError
-from ..names import display_name, row_name
 from ..protocol.fn_identity import FnIdentity, describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress
 from .identity import fn_identity
-from .inputs import shard_inputs
+from .inputs import RunInputs
 
 __all__ = ["fn_difference", "refuse_positional_resume", "resumes_from_state"]
 
@@ -58,7 +57,7 @@ def refuse_positional_resume(
     progress: Iterable[ShardProgress],
     manifest: Manifest,
     fn: Callable,
-    inputs: Sequence,
+    inputs: RunInputs,
     url: str,
     *,
     allow: bool,
@@ -96,12 +95,12 @@ def refuse_positional_resume(
     )
 
 
-def _input_name(inputs: Sequence, manifest: Manifest, position: int) -> str:
+def _input_name(inputs: RunInputs, manifest: Manifest, position: int) -> str:
     """``3 (doc007.txt)``: the call's input at run-wide ``position``, by its name."""
     try:
-        values, ids = shard_inputs(inputs, manifest, position, position + 1)
+        _values, ids = inputs.shard(manifest, position, position + 1)
         call_position = int(ids[0]) if ids is not None else position
-        named = row_name(inputs, call_position) or display_name(values[0])
+        named = inputs.display_name(call_position)
     except Exception:
         return f"{position:,}"
     return f"{call_position:,} ({named})"

@@ -4,21 +4,20 @@ an executor's task (a Ray task) runs the share its driver gave it the same way."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConcurrentRunError, LeaseLostError
-from ..names import input_name
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
-from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
+from ..protocol.lease import HolderFields, HolderJudge, LeaseHolder, read_leases, stale_reason
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
 from .identity import fn_identity
-from .inputs import SharedInputs, shard_inputs, shard_skips, shared_inputs
+from .inputs import RunInputs, SharedInputs, shard_skips
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
@@ -40,7 +39,7 @@ class ShareOutcome:
 
 
 def shard_tasks(
-    progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest, shared: SharedInputs | None = None
+    progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
     a lazy slice of a source, a list of a plain sequence's values, or a reference to the list
@@ -49,7 +48,7 @@ def shard_tasks(
     for p in progress.values():
         if p.done:
             continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end, shared)
+        values, ids = inputs.shard(manifest, p.next_input, p.end, shared)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -71,12 +70,12 @@ def run_share(
     storage: Storage,
     manifest: Manifest,
     fn: Callable,
-    inputs: Sequence,
+    inputs: RunInputs,
     options: OptimizeOptions,
     node_rank: int,
     shards: list[int],
     *,
-    claim_extra: dict | None = None,
+    claim_fields: HolderFields | None = None,
     judge: HolderJudge | None = None,
     require_all: bool = True,
     attempt: AttemptLog | None = None,
@@ -116,7 +115,7 @@ def run_share(
         refuse_positional_resume(
             progress.values(), manifest, fn, inputs, storage.url, allow=options.allow_fn_config_change, now=identity
         )
-    claims = ShardClaims(storage, claim_extra, judge)
+    claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
     if attempt is not None:
@@ -167,18 +166,17 @@ def run_share(
             def idle() -> str | None:
                 tracker.on_idle()
                 current = pool.current_inputs()
-                claims.set_extra("current_inputs", current)  # status: which input each worker is on
                 if any(i >= 0 and i not in named for i in current):
-                    kept = {i: named.get(i) or input_name(inputs, i) for i in current if i >= 0}
+                    kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
                     named.clear()
                     named.update(kept)
-                claims.set_extra("current_names", [named.get(i, "") for i in current])  # ... by its name
+                claims.show_current_inputs(current, [named.get(i, "") for i in current])  # status: by name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()
             try:
-                with shared_inputs(inputs, options.start_method) as shared:  # registered before the fork
-                    outcome = pool.run([], message, idle, feed=next_task)
+                with inputs.shared_for(options.start_method) as shared:  # registered before the fork
+                    outcome = pool.run(next_task, message, idle)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)

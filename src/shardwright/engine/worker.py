@@ -264,6 +264,8 @@ class Worker:
 
     def _apply_fn(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         if isinstance(value, BadRow):  # a source's row that could not be read (file:line)
+            if value.blank:
+                return  # a blank JSONL line: no input, no failure
             raise value.error()
         self._add_outputs(writer, self.fn(value), i, input_id, skip)
 

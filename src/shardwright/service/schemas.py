@@ -64,7 +64,9 @@ class JobSubmit(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     options: JobOptions = Field(default_factory=lambda: JobOptions.model_validate({}))  # type: ignore[valid-type]  # built from a table
     storage_options: dict[str, Any] | None = Field(
-        None, description="boto3 client arguments; kept in the server's memory only, never returned or stored"
+        None,
+        description="the storage backend's options (boto3 client arguments for s3://, the SDKs' names for gs:// and az://); "
+        "kept in the server's memory only, never returned or stored",
     )
     executor: ExecutorSpec = Field(default_factory=lambda: ExecutorSpec.model_validate({}))
 
