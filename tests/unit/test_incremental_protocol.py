@@ -16,10 +16,11 @@ from shardwright.protocol.claim import claim_format, read_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import Request
 from shardwright.protocol.fn_identity import FnIdentity
-from shardwright.protocol.identity import IdentityTable, read_recorded, subtract, to_ranges, values_hashes
+from shardwright.protocol.identity import IdentityTable, values_hashes
 from shardwright.protocol.layout import INDEX_KEY, INPUTS_PREFIX, MANIFEST_KEY, units_key
 from shardwright.protocol.manifest import OutputSettings
 from shardwright.protocol.publish import publish_if_complete
+from shardwright.protocol.recorded import read_recorded, subtract, to_ranges
 from shardwright.protocol.records import load_progress
 from shardwright.storage import MemoryStorage, open_storage
 

@@ -15,23 +15,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ..errors import RunMismatchError, short_repr
+from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
-from ..protocol.hints import start_over_hint
-from ..protocol.identity import (
-    IdentityTable,
-    UnitColumns,
-    subtract,
-    units_fingerprint,
-    write_selection,
-    write_units,
-)
+from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
+from ..protocol.recorded import subtract, write_selection, write_units
 from ..sources import Source
 from ..storage import Storage
+from .edited import check_input_files, source_file_changed
 
 log = logging.getLogger("shardwright")
 
@@ -85,7 +79,7 @@ class RunInputs(abc.ABC):
     def check_unchanged(self, storage: Storage) -> None:
         """Before ``decide``: name an input that changed since the interrupted run started."""
 
-    def check_files(self, manifest: Manifest, url: str) -> None:
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
         """On a resume: refuse inputs whose files changed since the run started."""
 
     def shard(
@@ -120,8 +114,9 @@ class RunInputs(abc.ABC):
         return contextlib.nullcontext()
 
     def display_name(self, index: int) -> str:
-        """Input ``index`` for a message: bounded."""
-        return short_repr(self.values[index]) if 0 <= index < len(self.values) else "?"
+        """Input ``index`` in the user's terms (shardwright.names: a file's path, a source
+        row's file and row, else a bounded repr); ``?`` outside the inputs."""
+        return input_name(self.values, index) if 0 <= index < len(self.values) else "?"
 
 
 class PlainInputs(RunInputs):
@@ -160,16 +155,13 @@ class PlainInputs(RunInputs):
     def check_before_writing(self) -> None:
         self.fingerprint()  # pickles every value: an input that cannot be pickled is refused now
 
-    def check_files(self, manifest: Manifest, url: str) -> None:
-        recorded = InputFiles.from_json(manifest.input_files) if manifest.input_files else None
-        if recorded is None or (manifest.input_files or {}).get("host") != host_identity():
-            return  # stats are only comparable on the host that recorded them
-        changed = recorded.first_changed(self.values, manifest.created_at)
-        if changed:
-            raise RunMismatchError(
-                f"{changed}; the interrupted run in {url} already wrote outputs from the old content. "
-                f"Restore the file to resume, {start_over_hint(manifest.mode, url)}"
-            )
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
+        ids: Sequence[int] | None = None
+        if manifest.input_ranges is not None:
+            ids = RangeIds(manifest.input_ranges)
+        elif manifest.input_ids is not None:
+            ids = manifest.input_ids
+        check_input_files(storage, manifest, self.values, url, ids)  # engine.edited: only over committed outputs
 
     def _joined(self, parts: list[Sequence]) -> Sequence:
         return [v for part in parts for v in part]
@@ -227,14 +219,12 @@ class SourceInputs(RunInputs):
             return  # the run was over a plain sequence (versions 0): its fingerprint says what differs
         was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
         now = self.identities()
+        rows = now.rows.tolist() if now.rows is not None else [1] * len(now.keys)
         for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
             if key in was and was[key] != version:
                 name = now.names[unit] if now.names else f"unit {unit}"
-                raise RunMismatchError(
-                    f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
-                    f"generation or modification time differ); restore it to resume, "
-                    f"{start_over_hint(manifest.mode, storage.url)}"
-                )
+                ids = RangeIds(manifest.input_ranges) if manifest.input_ranges is not None else manifest.input_ids
+                raise source_file_changed(storage, manifest, name, sum(rows[:unit]), rows[unit], ids)
 
     def _joined(self, parts: list[Sequence]) -> Sequence:
         return Concat(parts)

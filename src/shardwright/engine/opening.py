@@ -42,7 +42,7 @@ def make_request(identity: FnIdentity, inputs: RunInputs, options: OptimizeOptio
         use_checkpoint=options.use_checkpoint,
         fn_code=identity.code,
         input_files=inputs.input_files(),
-        identities=inputs.identities() if incremental else None,
+        identities=inputs.identities() if incremental or options.mode == "append" else None,
         prefix_fingerprint=inputs.prefix_fingerprint() if incremental else None,
         fn_identity=identity,
         allow_fn_config_change=options.allow_fn_config_change,
@@ -82,7 +82,7 @@ def open_call(storage: Storage, request: Request, inputs: RunInputs, notes: list
     record_identities(storage, manifest, inputs, created=not resumed, table=request.identities)
     inputs.save_state(storage)
     if resumed:
-        inputs.check_files(manifest, storage.url)
+        inputs.check_files(storage, manifest, storage.url)
     return manifest, resumed
 
 
@@ -91,7 +91,7 @@ def open_run(storage: Storage, request: Request, notes: list[str] | None = None)
     or None when the same call already finished (or, incremental, nothing is new). What the
     user should know of the plan (inputs skipped, left) is logged and added to ``notes``."""
     while True:
-        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=request.mode == "incremental")
+        seen = observe(storage, read_records=request.mode == "overwrite", read_identities=bool(request.identities))
         plan = decide(seen, request)
         if plan.kind is not PlanKind.FINISH_PUBLISH:
             break

@@ -16,12 +16,14 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
+from .identity import fn_identity
 from .inputs import RunInputs, SharedInputs, shard_skips
 from .messages import Committed
 from .options import OptimizeOptions
 from .pool import WorkerPool
 from .progress import Tracker
 from .result import raise_for_outcome
+from .resume_guard import refuse_positional_resume
 from .tasks import ShardTask, WorkerConfig
 
 
@@ -108,6 +110,11 @@ def run_share(
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
+    identity = fn_identity(fn) if manifest.use_checkpoint and not fresh else None
+    if identity is not None:  # before anything is written: a changed generator must not resume by position
+        refuse_positional_resume(
+            progress.values(), manifest, fn, inputs, storage.url, allow=options.allow_fn_config_change, now=identity
+        )
     claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
@@ -130,6 +137,10 @@ def run_share(
             if manifest.use_checkpoint and not fresh:  # read after claiming: nobody else writes it now
                 read = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)
                 tracker.progress[shard] = read[shard]
+                if identity is not None and not options.allow_fn_config_change:  # warned above
+                    refuse_positional_resume(
+                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity
+                    )
             if tracker.progress[shard].done:
                 claims.release(shard)
                 continue
@@ -150,10 +161,16 @@ def run_share(
                 if on_message is not None:
                     on_message(msg)
 
+            named: dict[int, str] = {}  # input -> its name, for the inputs workers are on now
+
             def idle() -> str | None:
                 tracker.on_idle()
                 current = pool.current_inputs()
-                claims.show_current_inputs(current)  # status: which input each worker is on
+                if any(i >= 0 and i not in named for i in current):
+                    kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
+                    named.clear()
+                    named.update(kept)
+                claims.show_current_inputs(current, [named.get(i, "") for i in current])  # status: by name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()

@@ -50,6 +50,13 @@ def _optional_str(holder: dict, name: str) -> str | None:
     return value[:1000] if isinstance(value, str) else None
 
 
+def _texts(value: object, limit: int = 200) -> tuple[str, ...]:
+    """A bounded list of short strings from a lease file (anything else: empty)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:limit] if isinstance(v, str) else "" for v in value[:1024])
+
+
 @dataclass(frozen=True)
 class HolderFields:
     """What a lease's writer says of itself besides who and where it is (owner, host, pid,
@@ -60,6 +67,8 @@ class HolderFields:
     num_nodes: int | None = None
     executor: str | None = None  # the node lease of a run another executor drives ("ray")
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
+    current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id, node address, task index, host name
@@ -72,7 +81,7 @@ class HolderFields:
         out: dict[str, object] = {}
         for name in HOLDER_FIELDS:
             value = getattr(self, name)
-            if name == "current_inputs":
+            if isinstance(value, tuple):
                 if value:
                     out[name] = list(value)
             elif value is not None:
@@ -99,6 +108,8 @@ class LeaseHolder:
     node_rank: int | None = None
     num_nodes: int | None = None
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
+    current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
@@ -128,6 +139,8 @@ class LeaseHolder:
             node_rank=_optional_int(data, "node_rank"),
             num_nodes=_optional_int(data, "num_nodes"),
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
+            current_names=_texts(data.get("current_names")),
+            current_states=_texts(data.get("current_states"), 4096),
             shard=_optional_int(data, "shard"),
             node_lease=_optional_str(data, "node_lease"),
             ray_node=_optional_str(data, "ray_node"),
@@ -292,9 +305,10 @@ class Lease:
             }
         )
 
-    def show_current_inputs(self, current: list[int]) -> None:
-        """Published by the next heartbeat (``shardwright status``: which input each worker is on)."""
-        self.fields = replace(self.fields, current_inputs=tuple(current))
+    def show_current_inputs(self, current: list[int], names: list[str] | None = None) -> None:
+        """Published by the next heartbeat (``shardwright status``: which input each worker is
+        on, and its name for people)."""
+        self.fields = replace(self.fields, current_inputs=tuple(current), current_names=tuple(names or ()))
 
     def _stale_reason(self, holder: LeaseHolder) -> str | None:
         if holder.host == host_identity() and holder.pid == os.getpid() and holder.dead_reason() is None:
