@@ -11,6 +11,7 @@ import hashlib
 import os
 import sys
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -299,7 +300,9 @@ class OptimizeOptions:
 #: litdata's fast_dev_run=True: the first 10 inputs (litdata's _DEFAULT_FAST_DEV_RUN_ITEMS).
 FAST_DEV_RUN_INPUTS = 10
 
-_LIGHTNING_ONLY = ("machine", "num_downloaders", "num_uploaders", "optimize_dns", "broadcast_paths")
+_LIGHTNING_ONLY = ("machine", "optimize_dns", "broadcast_paths")
+#: litdata's I/O threads per worker: accepted as tuning that shardwright needs no knob for.
+_IO_THREADS = ("num_downloaders", "num_uploaders")
 _REFUSED_LITDATA_ARGS: dict[str, str] = {
     "weights": "it balances litdata's static split of inputs among workers; shardwright's workers take "
     "contiguous shards as they free up, so there is nothing to weigh: drop it (raise num_shards for finer balancing)",
@@ -348,6 +351,15 @@ def litdata_args(
 ) -> LitdataArgs:
     """Validate litdata's arguments; ``others`` are the remaining keyword arguments given."""
     for name in others:
+        if name in _IO_THREADS:
+            _require_int(name, others[name], 1, " (litdata's I/O threads per worker)")
+            warnings.warn(
+                f"optimize({name}={others[name]}) changes nothing here: litdata's {name} are threads that move "
+                "files between a worker and the storage; shardwright's workers read inputs inside fn and upload "
+                "each chunk as it is sealed, so no thread count is needed (num_workers sets the parallelism)",
+                stacklevel=3,
+            )
+            continue
         if name in _LIGHTNING_ONLY:
             raise UsageError(
                 f"optimize({name}=...) is refused: it configures Lightning AI's platform (remote machines, "

@@ -94,12 +94,14 @@ class StreamingDataLoader(DataLoader):
 
     @property
     def current_epoch(self) -> int:
-        """The epoch the loader is in (or will start with its next iteration)."""
-        if self._pending is not None:
-            return self._pending_epoch
-        if self._started and self._finished:
-            return self._view.epoch + 1
-        return self._view.epoch
+        """litdata's count: 0 before the first iteration, 1 during (and after) the first epoch,
+        2 during the second ... After :meth:`load_state_dict`, the epoch the state resumes."""
+        if self._pending is not None:  # a state taken mid-epoch counts that epoch as started
+            fresh = self._pending == self._view.fresh_position(self._pending_epoch, self.num_workers)
+            return self._pending_epoch + (0 if fresh else 1)
+        if not self._started:
+            return self._view.epoch
+        return self._view.epoch + 1
 
     def __iter__(self):
         view = self._view
