@@ -57,6 +57,7 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.parallel import ParallelStreamingDataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -81,6 +82,7 @@ __all__ = [
     "StreamingDataLoader",
     "TokensLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
     "File",
@@ -121,6 +123,7 @@ _READER_NAMES = (
     "StreamingDataset",
     "StreamingDataLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
     "litdata_collate",
     "train_test_split",
 )

@@ -10,6 +10,7 @@ Modules, by job:
 * ``state``: resume points, the JSON a loader saves, rank / world size discovery;
 * ``loader``: :class:`StreamingDataLoader` (a DataLoader with ``state_dict``);
 * ``combined``: :class:`CombinedStreamingDataset` (weighted mixing);
+* ``parallel``: :class:`ParallelStreamingDataset` (datasets zipped sample by sample);
 * ``tokens``: :class:`TokensLoader` (token streams as fixed-length blocks);
 * ``source``: index.json and chunk files, validated, in a per-process LRU;
 * ``cache``: the local cache of remote chunks (atomic, shared, bounded, owner-only);
@@ -42,7 +43,7 @@ from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
+    "ParallelStreamingDataset", "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
     "train_test_split",
 ]  # fmt: skip
 
@@ -70,4 +71,8 @@ def __getattr__(name: str) -> Any:
         from .combined import CombinedStreamingDataset
 
         return CombinedStreamingDataset
+    if name == "ParallelStreamingDataset":
+        from .parallel import ParallelStreamingDataset
+
+        return ParallelStreamingDataset
     raise AttributeError(f"module 'shardwright.reader' has no attribute {name!r}")
