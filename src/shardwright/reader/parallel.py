@@ -29,9 +29,7 @@ from ..errors import ArgumentTypeError, UsageError
 from .dataset import StreamingDataset, as_iterable
 from .order import EpochSequence, iter_segment
 from .partition import rank_range
-from .plan import drop_front
-from .resume import EpochStart, epoch_start, fresh_point, parse_single, single_position
-from .state import plan_for_stream
+from .positional import PositionalResumable
 
 try:
     from torch.utils.data import IterableDataset as _IterableBase
@@ -48,7 +46,7 @@ __all__ = ["ParallelStreamingDataset"]
 _BLOCK = 1024  # tuple positions read per step
 
 
-class ParallelStreamingDataset(_IterableBase):
+class ParallelStreamingDataset(PositionalResumable, _IterableBase):
     """Several :class:`StreamingDataset` objects read in parallel: each sample is a tuple of
     one sample of each (litdata's ``ParallelStreamingDataset``).
 
@@ -120,8 +118,6 @@ class ParallelStreamingDataset(_IterableBase):
         self.length, self.transform, self.seed = length, transform, seed
         self.resume, self.reset_rngs = resume, reset_rngs
         self._nargs = nargs
-        self._loader_drop_last = False
-        self._resume: Any = None  # a ResumePoint to start the next iteration at
 
     # --- the sequence of tuples ------------------------------------------------------------
 
@@ -208,25 +204,14 @@ class ParallelStreamingDataset(_IterableBase):
         if info is None:
             self.set_epoch(self.epoch)  # refreshes rank / world size in this process
         epoch = self.epoch
-        resume = self._resume if self._resume is not None and self._resume.epoch == epoch else None
         rank = self.datasets[0].rank  # as of the set_epoch above (workers: as the main process saw it)
-        plans, stream, skip = plan_for_stream(self.plan_size, resume, self.layout(workers), rank, worker)
-        if info is None:
-            self._resume = None  # applied: the next iteration of this object starts afresh
-        return self._read_plan(epoch, drop_front(plans[stream], skip))
+        runs = self.stream_runs(epoch, workers, worker, rank, info is None)
+        return (sample for lo, hi in runs for sample in self._read(epoch, lo, hi))
 
-    def _read_plan(self, epoch: int, plan: list) -> Iterator[Any]:
-        for (a, _b, lo, hi), _repeat in plan:  # tuple positions are in order: S[a:b] is a .. b
-            yield from self._read(epoch, a + lo, a + hi)
-
-    # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
+    # --- Resumable: StreamingDataLoader's save and resume (the rest in PositionalResumable) ---
 
     def identity(self) -> dict:
-        return {
-            "parallel": [d.identity() for d in self.datasets],
-            "length": self.length,
-            "resume": self.resume,
-        }
+        return {"parallel": [d.identity() for d in self.datasets], "length": self.length, "resume": self.resume}
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> ParallelStreamingDataset:
         if shuffle is None and drop_last is None:
@@ -239,24 +224,3 @@ class ParallelStreamingDataset(_IterableBase):
         self._loader_drop_last = drop_last
         for d in self.datasets:
             d.configure_loader(batch_size, drop_last)
-
-    def epoch_start(self, epoch: int, num_workers: int) -> EpochStart:
-        resume = self._resume if self._resume is not None and self._resume.epoch == epoch else None
-        return epoch_start(self.plan_size, resume, self.layout(num_workers))
-
-    def position_after(self, epoch: int, start: EpochStart, batches: int) -> dict:
-        return single_position(self.plan_size, epoch, start, self._loader_drop_last, batches)
-
-    def fresh_position(self, epoch: int, num_workers: int) -> dict:
-        return {"single": fresh_point(epoch, self.layout(num_workers))}
-
-    def check_position(self, position: object) -> int:
-        return parse_single(position, self.plan_size).epoch
-
-    def apply_position(self, position: dict) -> None:
-        point = parse_single(position, self.plan_size)
-        self._resume = point
-        self.set_epoch(point.epoch)
-
-    def clear_resume(self) -> None:
-        self._resume = None
