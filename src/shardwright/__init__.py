@@ -58,6 +58,7 @@ from .format import (
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
     from .reader.parallel import ParallelStreamingDataset
+    from .reader.raw import StreamingRawDataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -83,6 +84,7 @@ __all__ = [
     "TokensLoader",
     "CombinedStreamingDataset",
     "ParallelStreamingDataset",
+    "StreamingRawDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
     "File",
@@ -124,6 +126,7 @@ _READER_NAMES = (
     "StreamingDataLoader",
     "CombinedStreamingDataset",
     "ParallelStreamingDataset",
+    "StreamingRawDataset",
     "litdata_collate",
     "train_test_split",
 )

@@ -11,6 +11,7 @@ Modules, by job:
 * ``loader``: :class:`StreamingDataLoader` (a DataLoader with ``state_dict``);
 * ``combined``: :class:`CombinedStreamingDataset` (weighted mixing);
 * ``parallel``: :class:`ParallelStreamingDataset` (datasets zipped sample by sample);
+* ``raw``: :class:`StreamingRawDataset` (raw files read in place);
 * ``tokens``: :class:`TokensLoader` (token streams as fixed-length blocks);
 * ``source``: index.json and chunk files, validated, in a per-process LRU;
 * ``cache``: the local cache of remote chunks (atomic, shared, bounded, owner-only);
@@ -43,7 +44,7 @@ from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ParallelStreamingDataset", "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
+    "ParallelStreamingDataset", "ResumeStateError", "StreamingRawDataset", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
     "train_test_split",
 ]  # fmt: skip
 
@@ -75,4 +76,8 @@ def __getattr__(name: str) -> Any:
         from .parallel import ParallelStreamingDataset
 
         return ParallelStreamingDataset
+    if name == "StreamingRawDataset":
+        from .raw import StreamingRawDataset
+
+        return StreamingRawDataset
     raise AttributeError(f"module 'shardwright.reader' has no attribute {name!r}")
