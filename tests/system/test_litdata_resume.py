@@ -72,3 +72,22 @@ def test_litdata_state_of_another_dataset_is_refused(tmp_path):
     loader = sw.StreamingDataLoader(sw.StreamingDataset(str(tmp_path / "b")), batch_size=4)
     with pytest.raises(ResumeStateError, match="other chunk files"):
         loader.load_state_dict(state)
+
+
+def test_dataset_state_with_litdatas_signature_round_trips(tmp_path):
+    path = write(tmp_path / "ds")
+    saved = sw.StreamingDataset(path, shuffle=False).state_dict(num_samples_yielded=12, num_workers=2, batch_size=4)
+    assert saved["num_samples_yielded"] == 12 and saved["shuffle"] is False
+    ds = sw.StreamingDataset(path, shuffle=False)
+    ds.load_state_dict(saved)  # 12 samples of litdata's split: items 0..7 of worker 0, 52..55 of worker 1
+    assert sorted(int(item["i"]) for item in ds) == [i for i in range(N) if not (i < 8 or 52 <= i < 56)]
+
+
+def test_litdata_combined_loader_state_is_refused_with_the_reason(tmp_path):
+    path = write(tmp_path / "ds")
+    combined = ld.CombinedStreamingDataset([ld.StreamingDataset(path), ld.StreamingDataset(path)])
+    loader = ld.StreamingDataLoader(combined, batch_size=4, num_workers=0)
+    next(iter(loader))
+    ours = sw.StreamingDataLoader(sw.StreamingDataset(path), batch_size=4)
+    with pytest.raises(ResumeStateError, match="StreamingDataset only"):
+        ours.load_state_dict(loader.state_dict())

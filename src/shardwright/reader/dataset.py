@@ -534,11 +534,11 @@ class StreamingDataset(RegionSelection, _DatasetBase):
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
-    def state_dict(self, *litdata_args: int) -> dict:
+    def state_dict(self, num_samples_yielded: int | None = None, num_workers: int = 0, batch_size: int = 1) -> dict:
         """This process's position in its stream (torchdata's StatefulDataLoader calls it in each
         worker), JSON; given litdata's (num_samples_yielded, num_workers, batch_size): litdata's."""
-        if litdata_args:
-            return litdata_state.dataset_state(self, *litdata_args)
+        if num_samples_yielded is not None:
+            return litdata_state.dataset_state(self, num_samples_yielded, num_workers, batch_size)
         progress = self._progress or {"epoch": self.epoch, "stream": None, "streams": None, "yielded": 0}
         order = [self.order_spec.shuffle, self.seed, self.order_spec.window]
         return {"dataset": self._fingerprint, "order": order, **progress}

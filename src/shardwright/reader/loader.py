@@ -158,6 +158,12 @@ class StreamingDataLoader(DataLoader):
         """
         if is_litdata_loader_state(state):
             state = self._from_litdata(state["dataset"])
+        elif isinstance(state, dict) and "latest_worker_idx" in state and "shardwright_loader" not in state:
+            raise ResumeStateError(
+                "this litdata loader state is of a CombinedStreamingDataset or ParallelStreamingDataset, whose "
+                "mixing and cycling follow litdata's worker split; shardwright resumes litdata states of a "
+                "StreamingDataset only: restart the epoch under shardwright"
+            )
         if not isinstance(state, dict) or state.get("shardwright_loader") != STATE_VERSION:
             raise ResumeStateError(
                 "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
