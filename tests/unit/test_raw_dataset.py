@@ -87,3 +87,10 @@ def test_mistakes_get_one_line(folder, kwargs, error, match):
 def test_a_missing_folder_is_refused(tmp_path):
     with pytest.raises(UsageError, match="is not a folder"):
         sw.StreamingRawDataset(str(tmp_path / "nope"))
+
+
+def test_persistent_workers_see_the_next_epoch(folder):
+    ds = sw.StreamingRawDataset(str(folder), shuffle=True)
+    loader = sw.StreamingDataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True, collate_fn=first_bytes)
+    one, two = ([x for b in loader for x in b] for _ in range(2))
+    assert sorted(one) == sorted(two) == list(range(23)) and one != two

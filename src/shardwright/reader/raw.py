@@ -11,9 +11,9 @@ workers and resumed exactly (see :mod:`.positional`).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -144,6 +144,7 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
                 sizes_known=True,
             )
         self._epoch = 0
+        self._epoch_shared = _shared_int()  # persistent DataLoader workers see set_epoch too
         self._rank, self._world = distributed_env()
         self._batch_size = 1
 
@@ -200,12 +201,15 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
 
     @property
     def epoch(self) -> int:
-        return self._epoch
+        shared = self._epoch_shared
+        return int(shared.value) if shared is not None else self._epoch
 
     def set_epoch(self, epoch: int) -> None:
         if type(epoch) is not int or epoch < 0:
             raise UsageError(f"epoch must be a non-negative int, got {epoch!r:.60}")
         self._epoch = epoch
+        if self._epoch_shared is not None:
+            self._epoch_shared.value = epoch
         if _worker_info() is None:
             self._rank, self._world = distributed_env()
 
@@ -223,8 +227,8 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> _RawIterable:
         if drop_last is not None:
             raise UsageError("drop_last= is not taken for a StreamingRawDataset: ranks split its files evenly")
-        view = copy.copy(self)
-        view.__class__ = _RawIterable
+        view = _RawIterable.__new__(_RawIterable)
+        view.__dict__.update(self.__dict__)  # not copy.copy: it would drop the shared epoch (__getstate__)
         if shuffle is not None:
             view.shuffle = shuffle
         return view  # type: ignore[return-value]
@@ -239,14 +243,30 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is None:
-            self.set_epoch(self._epoch)
-        epoch = self._epoch
+            self.set_epoch(self.epoch)
+        epoch = self.epoch
         order = self.order(epoch)
         runs = self.stream_runs(epoch, workers, worker, self._rank, info is None)
         return (self[int(order[p])] for lo, hi in runs for p in range(lo, hi))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.input_dir!r}, items={len(self.items)})"
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        shared = state.get("_epoch_shared")
+        if shared is not None and multiprocessing.context.get_spawning_popen() is None:
+            # shared memory travels only to processes being started (DataLoader workers);
+            # an ordinary pickle carries the epoch number
+            state["_epoch_shared"], state["_epoch"] = None, int(shared.value)
+        return state
+
+
+def _shared_int():
+    try:
+        return multiprocessing.RawValue("q", 0)
+    except (OSError, ImportError):  # no shared memory here: workers see the epoch of their start
+        return None
 
 
 class _RawIterable(StreamingRawDataset, _IterableBase):
