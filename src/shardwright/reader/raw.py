@@ -231,7 +231,7 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
         view.__dict__.update(self.__dict__)  # not copy.copy: it would drop the shared epoch (__getstate__)
         if shuffle is not None:
             view.shuffle = shuffle
-        return view  # type: ignore[return-value]
+        return view
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._batch_size = batch_size
