@@ -91,3 +91,14 @@ def test_litdata_combined_loader_state_is_refused_with_the_reason(tmp_path):
     ours = sw.StreamingDataLoader(sw.StreamingDataset(path), batch_size=4)
     with pytest.raises(ResumeStateError, match="StreamingDataset only"):
         ours.load_state_dict(loader.state_dict())
+
+
+def test_litdata_state_after_a_whole_epoch_goes_on_with_the_next(tmp_path):
+    path = write(tmp_path / "ds")
+    loader = ld.StreamingDataLoader(ld.StreamingDataset(path, shuffle=False), batch_size=4, num_workers=2)
+    assert sum(len(batch["i"]) for batch in loader) == N
+    ours = sw.StreamingDataLoader(sw.StreamingDataset(path, shuffle=False), batch_size=4, num_workers=2)
+    ours.load_state_dict(loader.state_dict())
+    assert ours.current_epoch == 1  # as litdata's loader: the first epoch is over, the second not begun
+    assert sorted(x for batch in ours for x in batch["i"].tolist()) == list(range(N))
+    assert ours.current_epoch == 2
