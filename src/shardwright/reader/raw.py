@@ -44,6 +44,7 @@ except ImportError:  # torch is optional: plain objects then
 __all__ = ["FileMetadata", "StreamingRawDataset"]
 
 _ITEM_TYPES = ("bytes", "path")
+_LITDATA_INDEX = "index.json.zstd"  # litdata's listing of the folder, which it may write into it
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ class FileMetadata:
 
     path: str
     size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FileMetadata:
+        return cls(path=data["path"], size=data["size"])
 
 
 class StreamingRawDataset(PositionalResumable, _DatasetBase):
@@ -151,14 +159,15 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
     def _list(self) -> list[FileMetadata]:
         if self._storage is not None:
             base = self.input_dir.rstrip("/")
-            return [
-                FileMetadata(f"{base}/{o.key}", o.size) for o in sorted(self._storage.list_info(), key=lambda o: o.key)
-            ]
+            listed = sorted(self._storage.list_info(), key=lambda o: o.key)
+            return [FileMetadata(f"{base}/{o.key}", o.size) for o in listed if o.key != _LITDATA_INDEX]
         root = os.path.abspath(self.input_dir.removeprefix("file://"))
         out = []
         for folder, dirs, names in os.walk(root):
             dirs.sort()
             for name in sorted(names):
+                if folder == root and name == _LITDATA_INDEX:
+                    continue
                 path = os.path.join(folder, name)
                 out.append(FileMetadata(path, os.path.getsize(path)))
         return sorted(out, key=lambda f: f.path)
