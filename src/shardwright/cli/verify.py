@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-from ..reader.diff import diff
-from ..reader.verify import verify
 from .options import parse_storage_options
 
 
@@ -20,10 +18,16 @@ def add_verify_command(sub) -> None:
     )
     cmd.add_argument("output_dir")
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.add_argument("--storage-options", help="JSON dict of boto3 client arguments for s3:// datasets")
+    cmd.add_argument(
+        "--storage-options",
+        help="JSON dict of storage options (boto3 client arguments for s3://; gs:// and az://: docs/clouds.md)",
+    )
 
 
 def run_verify(output_dir: str, storage_options: dict | None, as_json: bool) -> int:
+    # the reader imports torch (its Dataset base): only `verify` pays for it, not `--help`
+    from ..reader.verify import verify
+
     report = verify(output_dir, storage_options=storage_options)
     if as_json:
         print(json.dumps(report.to_json(), indent=1))
@@ -45,6 +49,8 @@ def add_diff_command(sub) -> None:
 
 
 def run_diff(args) -> int:
+    from ..reader.diff import diff  # the reader imports torch: only `diff` pays for it
+
     found = diff(
         args.a,
         args.b,

@@ -113,9 +113,11 @@ def merge_datasets(
 
 
 def walk(folder: str, max_workers: int | None = os.cpu_count()) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``(folder, subfolders, files)`` of ``folder`` and every folder under it, like litdata's
-    walk (and ``os.walk``), breadth first, names sorted; directories are listed by a pool of
-    ``max_workers`` threads. Symbolic links to folders are listed as files, not followed."""
+    """``(folder, subfolders, files)`` of ``folder`` and every folder under it: the tuples of
+    litdata's walk and ``os.walk``, in one deterministic order, breadth first (every folder of
+    one depth before any deeper one), names sorted (``os.walk`` goes depth first, litdata in
+    the order its threads finish). Directories are listed by a pool of ``max_workers`` threads.
+    Symbolic links to folders are listed as files, not followed."""
     pending = [os.fspath(folder)]
 
     def listing(path: str) -> tuple[str, list[str], list[str]]:

@@ -10,6 +10,7 @@ from ..format import TOKENS_LOADER
 from ..protocol.claims import ClaimTicket
 from ..protocol.commit import RoundSettings
 from ..protocol.manifest import Manifest
+from .failed_dir import usable_failed_dir
 from .options import OptimizeOptions
 
 __all__ = ["LeaseTicket", "ShardTask", "WorkerConfig"]
@@ -71,7 +72,7 @@ class WorkerConfig:
             node_rank=node_rank,
             timeout=options.timeout,
             tokens=settings.item_loader == TOKENS_LOADER,
-            failed_dir=options.engines.failed_dir,
+            failed_dir=usable_failed_dir(options.engines.failed_dir, options.storage_options),
             retry_run=manifest.mode == "retry",
         )
 

@@ -108,6 +108,7 @@ class Worker:
             i = task.next_input
             if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
                 if task.skip_outputs:  # a resumed generator: its first input takes the general path
+                    self.current_inputs[self.wid] = i  # a failure names it (it read "input -1 (?)")
                     self._process_input(writer, task.inputs[0], i, i, task.first_skip(i))
                     self.tick()
                     i += 1
@@ -263,6 +264,8 @@ class Worker:
 
     def _apply_fn(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:
         if isinstance(value, BadRow):  # a source's row that could not be read (file:line)
+            if value.blank:
+                return  # a blank JSONL line: no input, no failure
             raise value.error()
         self._add_outputs(writer, self.fn(value), i, input_id, skip)
 

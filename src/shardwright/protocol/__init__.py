@@ -3,7 +3,8 @@ nothing and repeats nothing. This docstring is THE specification; docs/design.md
 the rest of the system and points here.
 
 Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
-identity), ``identity`` (per-input identities, the incremental plan), ``manifest``, ``records``, ``claim``
+identity), ``identity`` (per-input identities), ``recorded`` (the runs' records of them),
+``incremental`` (the incremental plan), ``manifest``, ``records``, ``claim``
 (sample format), ``lease``, ``claims`` (shard claims), ``failures``,
 ``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
@@ -127,7 +128,7 @@ dropped like a torn one.
 
 Incremental runs (``mode="incremental"``)
 ==========================================
-Every run records its inputs (module ``identity``): the unit table at step 1, the selection
+Every run records its inputs (modules ``identity`` and ``recorded``): the unit table at step 1, the selection
 at step 4, both under its generation. The dataset's *recorded inputs* are the pairs of the
 generations up to run.json's (the last finished run); a higher generation is an unfinished
 or abandoned run's, ignored and rewritten by the next run of that generation (new runs get

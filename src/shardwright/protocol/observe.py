@@ -6,9 +6,9 @@ from ..errors import CorruptStateError
 from ..format import parse_index
 from ..storage import Storage
 from .decide import Observed
-from .identity import Recorded, read_recorded
 from .layout import INDEX_KEY
 from .manifest import read_manifest
+from .recorded import Recorded, read_recorded
 from .records import load_progress
 from .run_record import read_run_record
 

@@ -11,7 +11,6 @@ from .crash import crash_point
 from .failures import forget_resolved_failures
 from .fn_identity import FnIdentity
 from .hints import START_OVER
-from .identity import read_selection, selected_positions, skipped_by_selection, write_selection
 from .layout import (
     CHUNK_PREFIX,
     CLAIM_PREFIX,
@@ -30,6 +29,7 @@ from .layout import (
 from .lease import Lease
 from .links import check_no_links
 from .manifest import Manifest, read_manifest
+from .recorded import read_selection, selected_positions, skipped_by_selection, write_selection
 from .records import CommitRecord, ShardProgress, load_progress
 from .run_record import RunRecord, read_run_record, write_run_record
 

@@ -17,10 +17,11 @@ from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
 from . import litdata_state, resume
+from .epoch import read_windows, shared_epoch_counter, warn_if_empty, windows
 from .itemfile import keep_freed_item_memory
 from .items import item_reader
 from .options import ReaderOptions, subclass_transform
-from .order import EpochSequence, OrderSpec, iter_segment, mixes_items, segment_ids
+from .order import EpochSequence, OrderSpec, mixes_items
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .resume import EpochStart
@@ -42,8 +43,6 @@ except ImportError:  # torch is optional: plain objects then
 
 
 __all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
-
-_IDS_PER_CALL = 65536  # item ids handed to the reader at a time, unmixed local reads (8 bytes each)
 
 
 def _wants_iterable(kwargs: dict) -> bool:
@@ -96,7 +95,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             plain data only (None, numbers, strings, bytes, lists, tuples, dicts, sets) and one
             that refers to a class or function raises UnsupportedFormatError. Pass True only
             for datasets whose origin you trust.
-        storage_options: boto3 client arguments such as ``endpoint_url`` (remote only).
+        storage_options: the backend's options (remote only): boto3's for s3://, the SDKs' for gs://, az://.
         cache_dir: where remote chunks are cached (default ``$SHARDWRIGHT_CACHE_DIR``, else
             ``~/.cache/shardwright``); it must be yours and not writable by others.
         max_cache_bytes: bound of the whole cache root: an int or a size such as ``"2GB"``
@@ -250,7 +249,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             self._source.prefetch_depth = max(1, min(depth, limit // (2 * biggest)))
         self._rank, self._world = distributed_env()
         self._epoch = 0
-        self._epoch_shared = _shared_int()
+        self._epoch_shared = shared_epoch_counter()
         self._batch_size = 1  # set by StreamingDataLoader: workers split at whole batches
         self._loader_drop_last = False
         self._resume: ResumePoint | None = None
@@ -326,7 +325,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         return self._length
 
     def _fresh_epoch_state(self) -> dict[str, Any]:
-        return {"_epoch_shared": _shared_int()}  # a copy counts its own epochs
+        return {"_epoch_shared": shared_epoch_counter()}  # a copy counts its own epochs
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
@@ -416,14 +415,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             keep_freed_item_memory()  # a loader worker: its batches' buffers are reused
         epoch = self.epoch
         plan, stream, skip = self.stream_plan(epoch, workers, worker)
-        layout, total = self.layout(workers), self.plan_size
-        if worker == 0 and layout.drop_last and 0 < total < layout.world_size:
-            warnings.warn(
-                f"{self.output_dir}: the epoch is empty: drop_last with {total} items on {layout.world_size} ranks "
-                "leaves every rank 0 items (each yields 0 batches); pass pad=True to repeat a few items instead, "
-                "or read with fewer ranks",
-                stacklevel=2,
-            )
+        warn_if_empty(self.output_dir, self.layout(workers), self.plan_size, worker)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # applied: the next iteration of this object starts afresh
         seq = EpochSequence(self._group_sizes, self.order_spec, epoch)
@@ -433,36 +425,15 @@ class StreamingDataset(RegionSelection, _DatasetBase):
 
     def _yield_plan(self, seq: EpochSequence, plan: StreamPlan, progress: dict) -> Iterator[Any]:
         remote = self._source.cache is not None
-        windows: Iterator[tuple[list[int], Any]]  # (the window's chunks, to fetch ahead; item ids)
-        if remote or mixes_items(seq.spec):
-            windows = ((groups, items) for seg, _repeat in plan for groups, items in iter_segment(seq, seg))
-        else:
-            # Unmixed items from local files: no window's chunks to fetch ahead, so the ids
-            # come in long runs, not window by window (issue 19: callgrind counts 3.4 % fewer
-            # instructions for an epoch of 400 arrays of 256 KiB in 14 windows).
-            windows = (([], ids) for seg, _repeat in plan for ids in segment_ids(seq, seg, _IDS_PER_CALL))
+        source = self._source
+        prefetch = (lambda groups: source.prefetch(self._chunks_of_groups(groups))) if remote else None
+        return read_windows(windows(seq, plan, remote), self._items_of_ids, progress, prefetch, self.storage_options)
+
+    def _items_of_ids(self) -> Callable[[Any], Iterator[Any]]:
         if self._tokens is not None or not self._length:
             get = self._get
-            read_items: Callable[[Any], Iterator[Any]] = lambda ids: (get(i, False) for i in ids.tolist())  # noqa: E731
-        else:
-            read_items = self._item_reader()
-        current = next(windows, None)
-        while current is not None:
-            groups, items = current
-            following = next(windows, None)
-            try:
-                if remote and following is not None:
-                    # The next window's chunks download while this window is read.
-                    self._source.prefetch(self._chunks_of_groups(following[0]))
-                for item in read_items(items):
-                    progress["yielded"] += 1
-                    yield item
-            except Exception as exc:  # not GeneratorExit: a consumer closing us is no error
-                clean = _redacted(exc, self.storage_options)
-                if clean is exc:
-                    raise
-                raise clean from None
-            current = following
+            return lambda ids: (get(i, False) for i in ids.tolist())
+        return self._item_reader()
 
     def _item_reader(self) -> Callable[[Any], Iterator[Any]]:
         """``read_items(ids)`` for iteration (see :func:`item_reader`)."""
@@ -590,10 +561,3 @@ def as_iterable(dataset: StreamingDataset) -> IterableStreamingDataset:
     view = copy.copy(dataset)
     view.__class__ = IterableStreamingDataset
     return cast(IterableStreamingDataset, view)
-
-
-def _shared_int():
-    try:
-        return multiprocessing.RawValue("q", 0)
-    except (OSError, ImportError):  # no shared memory here: workers see the epoch of their start
-        return None

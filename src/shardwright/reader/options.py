@@ -82,7 +82,7 @@ class ReaderOptions:
         require_bool("iterable", iterable, optional=True)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage backend's options) or None; got {type(storage_options).__name__}"
             )
         location = input_dir_of(input_dir, output_dir)
         check_storage_option_names(storage_options or {}, location)

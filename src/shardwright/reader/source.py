@@ -52,7 +52,8 @@ class ChunkSource:
     Args:
         output_dir: a local directory, ``file://`` URL or a URL of any registered storage backend
             (``s3://bucket/prefix``, ...).
-        storage_options: boto3 client arguments (remote only).
+        storage_options: the backend's options (remote only; boto3 client arguments for s3://,
+            the SDKs' names for gs:// and az://: docs/clouds.md).
         cache_dir: the cache root (remote only).
         max_cache_bytes: the bound of the cache root, in bytes.
         prefetch_depth: chunks downloaded ahead (remote only; 0 disables).
