@@ -58,6 +58,8 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.parallel import ParallelStreamingDataset
+    from .reader.raw import StreamingRawDataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -83,6 +85,8 @@ __all__ = [
     "StreamingDataLoader",
     "TokensLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
     "File",
@@ -123,6 +127,8 @@ _READER_NAMES = (
     "StreamingDataset",
     "StreamingDataLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     "litdata_collate",
     "train_test_split",
 )

@@ -16,7 +16,7 @@ from typing import Any, cast
 from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
-from . import resume
+from . import litdata_state, resume
 from .epoch import read_windows, shared_epoch_counter, warn_if_empty, windows
 from .itemfile import keep_freed_item_memory
 from .items import item_reader
@@ -505,25 +505,24 @@ class StreamingDataset(RegionSelection, _DatasetBase):
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
-    def state_dict(self) -> dict:
-        """This process's position in its stream (torchdata's StatefulDataLoader calls it in
-        each worker); JSON-serialisable."""
+    def state_dict(self, num_samples_yielded: int | None = None, num_workers: int = 0, batch_size: int = 1) -> dict:
+        """This process's position in its stream (torchdata's StatefulDataLoader calls it in each
+        worker), JSON; given litdata's (num_samples_yielded, num_workers, batch_size): litdata's."""
+        if num_samples_yielded is not None:
+            return litdata_state.dataset_state(self, num_samples_yielded, num_workers, batch_size)
         progress = self._progress or {"epoch": self.epoch, "stream": None, "streams": None, "yielded": 0}
-        return {
-            "dataset": self._fingerprint,
-            "order": [self.order_spec.shuffle, self.seed, self.order_spec.window],
-            **progress,
-        }
+        order = [self.order_spec.shuffle, self.seed, self.order_spec.window]
+        return {"dataset": self._fingerprint, "order": order, **progress}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume this process's stream where :meth:`state_dict` left it (same layout only;
-        for another number of workers or ranks use :class:`StreamingDataLoader`).
-
-        Raises:
-            ResumeStateError: the state is damaged or belongs to another dataset or options.
-        """
+        """Resume this process's stream where :meth:`state_dict` left it (same layout only; for
+        another layout use :class:`StreamingDataLoader`), or a litdata state (see litdata_state).
+        ResumeStateError if the state is damaged or belongs to another dataset or options."""
         identity = {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window]}
-        epoch, point = resume.worker_resume_point(state, identity, self.layout)
+        if litdata_state.is_litdata_state(state):
+            epoch, point = litdata_state.litdata_resume(state, self, None)
+        else:
+            epoch, point = resume.worker_resume_point(state, identity, self.layout)
         self.set_epoch(epoch)
         if point is not None:
             self.resume_at(point)
