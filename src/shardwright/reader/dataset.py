@@ -4,7 +4,6 @@ uses (shuffle, ranks, workers, resume). See the package docstring for the whole 
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import multiprocessing
 import operator
@@ -466,7 +465,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> IterableStreamingDataset:
         if shuffle is None and drop_last is None:
             return as_iterable(self)
-        view = as_iterable(copy.copy(self))  # a loader's override is its own, not the dataset's
+        view = as_iterable(shallow_copy(self, own_epoch=True))  # a loader's override is its own
         if shuffle is not None:
             view.shuffle = shuffle
             view.order_spec = dataclasses.replace(view.order_spec, shuffle="chunk_window" if shuffle else "none")
@@ -558,6 +557,20 @@ def as_iterable(dataset: StreamingDataset) -> IterableStreamingDataset:
     shares its chunk source and its epoch counter."""
     if isinstance(dataset, IterableStreamingDataset):
         return dataset
-    view = copy.copy(dataset)
+    view = shallow_copy(dataset)
     view.__class__ = IterableStreamingDataset
     return cast(IterableStreamingDataset, view)
+
+
+def shallow_copy(dataset: StreamingDataset, own_epoch: bool = False) -> StreamingDataset:
+    """A copy sharing ``dataset``'s chunk source; not ``copy.copy``, whose pickle protocol
+    (``__getstate__``) drops the shared epoch counter, so that persistent DataLoader workers
+    would read every epoch in the first one's order. ``own_epoch``: a counter of its own,
+    starting at the dataset's epoch."""
+    view = object.__new__(type(dataset))
+    view.__dict__.update(dataset.__dict__)
+    if own_epoch and view._epoch_shared is not None:
+        view._epoch_shared = shared_epoch_counter()
+        if view._epoch_shared is not None:
+            view._epoch_shared.value = dataset.epoch
+    return view
