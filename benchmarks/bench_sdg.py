@@ -184,12 +184,16 @@ def sdg_document_sync(path: str):
             yield {"key": key, "doc": doc, "page": page, "call": call, "text": answer}
 
 
-def run_shardwright_leg(docs: str, out: str, workers: int, concurrency: int, num_shards: int | None) -> None:
+def run_shardwright_leg(
+    docs: str, out: str, workers: int, concurrency: int, num_shards: int | None, durable_every: float | None
+) -> None:
     from shardwright import optimize
 
     inputs = [os.path.join(docs, name) for name in sorted(os.listdir(docs))]
     options: dict[str, Any] = {"num_workers": workers, "num_shards": num_shards, "verbose": False}
     if "concurrency" in inspect.signature(optimize).parameters:
+        if durable_every is not None:
+            options["durable_every"] = durable_every
         optimize(sdg_document, inputs, out, concurrency=concurrency, **options)
     else:
         optimize(sdg_document_sync, inputs, out, **options)
@@ -318,6 +322,7 @@ def leg_command(
     argv = [sys.executable, os.path.abspath(__file__), "--leg", docs, out]
     argv += ["--workers", str(args.workers), "--concurrency", str(args.concurrency)]
     argv += ["--num-shards", str(args.num_shards)] if args.num_shards else []
+    argv += ["--durable-every", str(args.durable_every)] if args.durable_every is not None else []
     return argv, env, out
 
 
@@ -365,6 +370,7 @@ def _shardwright_mode(args: argparse.Namespace) -> str:
     from shardwright import optimize
 
     shards = f", num_shards={args.num_shards}" if args.num_shards else ""
+    shards += f", durable_every={args.durable_every:g}" if args.durable_every is not None else ""
     if "concurrency" in inspect.signature(optimize).parameters:
         return (
             f"optimize(num_workers={args.workers}, concurrency={args.concurrency}{shards}), async generator, a "
@@ -451,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--num-shards", type=int, default=None, help="shardwright's num_shards (default: its own)")
+    parser.add_argument(
+        "--durable-every", type=float, default=None, help="shardwright's durable_every (default: its own)"
+    )
     parser.add_argument("--prefetch", type=int, default=3, help="pages whose calls start ahead, per document")
     parser.add_argument("--in-flight", type=int, default=32, help="shardwright: calls in flight per worker at most")
     parser.add_argument("--baseline-concurrency", type=int, default=64)
@@ -461,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leg", nargs=2, metavar=("DOCS", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.leg:
-        run_shardwright_leg(args.leg[0], args.leg[1], args.workers, args.concurrency, args.num_shards)
+        run_shardwright_leg(
+            args.leg[0], args.leg[1], args.workers, args.concurrency, args.num_shards, args.durable_every
+        )
         return 0
     root = tempfile.mkdtemp(prefix="bench-sdg-")
     try:
