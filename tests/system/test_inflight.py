@@ -108,3 +108,44 @@ def test_transient_teacher_errors_are_retried_until_every_input_finishes(tmp_pat
     assert {c.status for c in calls} >= {"200", "429"}
     assert read_pages(out) == expected("asyncgen")
     assert repeated_calls(calls) == 0  # a failed call's answer never reached fn: nothing done twice
+
+
+def test_status_names_each_input_in_flight_with_its_page(tmp_path):
+    import json
+
+    log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
+    env = child_env(SHARDWRIGHT_LEASE_TTL="2")  # claims heartbeat every 0.5 s
+
+    def in_progress() -> list[dict]:
+        result = subprocess.run(
+            [sys.executable, "-m", "shardwright.cli", "status", out, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return json.loads(result.stdout).get("in_progress") or [] if result.returncode == 0 else []
+
+    with Teacher(latency=0.3, log=log) as teacher:
+        proc = subprocess.Popen(
+            [sys.executable, CHILD, out, teacher.url, "asyncgen", str(CONCURRENCY), str(DURABLE_EVERY)],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            seen: list[dict] = []
+
+            def paged() -> bool:
+                seen[:] = [e for e in in_progress() if e.get("state")]
+                return bool(seen) or proc.poll() is not None
+
+            assert wait_for(paged, 120), "status never named an input in flight"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            entry = seen[0]
+            assert json.loads(entry["state"])["page"] >= 1 and entry["name"].isdigit()
+        finally:
+            kill_group(proc)
+            proc.communicate(timeout=60)

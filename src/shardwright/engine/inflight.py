@@ -44,6 +44,8 @@ __all__ = ["InflightRunner", "Slot"]
 
 REORDER_WINDOW = 4  # inputs started past the oldest unfinished one: at most this x concurrency
 WAKE_INTERVAL = 0.05  # seconds between looks at the stop event while every input is waiting
+SHOW_INTERVAL = 0.5  # seconds between reports of the inputs in flight (shardwright status)
+MAX_SHOWN = 256  # inputs in flight reported per worker at most (status lists them by name)
 # A snapshot carries the writer's outputs that wait for the next chunk; past this many bytes the
 # chunk is cut first (a slow fn would otherwise rewrite a large buffer every durable_every).
 SNAPSHOT_BUFFER_BYTES = 8 * 1024 * 1024
@@ -170,6 +172,7 @@ class InflightRunner:
         options = self.options
         limit, window = options.concurrency, options.concurrency * REORDER_WINDOW
         next_save = time.monotonic() + options.durable_every
+        next_show, shown = 0.0, None
         deadline: float | None = None  # stopping: when inputs in flight are given up
         ended = False
         try:
@@ -223,6 +226,9 @@ class InflightRunner:
                         shard.save()  # a chunk was committed (the last snapshot no longer extends the tip), or it is time
                 if now >= next_save:
                     next_save = now + options.durable_every
+                if now >= next_show:
+                    next_show = now + SHOW_INTERVAL
+                    shown = self._show(shards, shown)
                 if deadline is not None and now >= deadline:
                     break  # the grace is over: what fn did up to its last ResumePoint is kept
             if shards:
@@ -236,6 +242,14 @@ class InflightRunner:
                 with contextlib.suppress(Exception):  # a failed committer reports itself at close
                     shard.give_up()
             raise
+
+    def _show(self, shards: list[InflightShard], shown: tuple | None) -> tuple:
+        """Report the inputs in flight (oldest first) when they changed since ``shown``."""
+        slots = [slot for shard in shards for slot in shard.running.values()][:MAX_SHOWN]
+        now = (tuple(s.input_id for s in slots), tuple(s.point or "" for s in slots))
+        if now != shown:
+            self.worker.show_in_flight(*now)
+        return now
 
 
 class InflightShard:

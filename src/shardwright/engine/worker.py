@@ -30,7 +30,7 @@ from .committer import ChunkCommitter
 from .failed_dir import FailedDir
 from .guards import explain_fn_error
 from .inflight import NOT_RESUMABLE, InflightRunner
-from .messages import Committed, Progress, WorkerExited, WorkerFailed
+from .messages import Committed, InFlight, Progress, WorkerExited, WorkerFailed
 from .resume import ResumePoint
 from .shard_writer import FormatGate, ShardWriter
 from .stops import FnFailed as _FnFailed
@@ -294,6 +294,10 @@ class Worker:
             if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
                 _refuse_async(result)
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
+
+    def show_in_flight(self, inputs: tuple[int, ...], states: tuple[str, ...]) -> None:
+        """The inputs in flight now and their last ResumePoint states (shardwright status)."""
+        self.result_q.put(InFlight(self.wid, inputs, states))
 
     def resolved(self, input_id: int, attempts: int) -> None:
         """Input ``input_id`` succeeded: a retry run says so in failed_dir."""
