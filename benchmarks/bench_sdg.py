@@ -109,7 +109,7 @@ async def sdg_document(path: str, resume: dict | None = None):
     costs the prefetched calls in flight)."""
     import aiohttp
 
-    from shardwright import ResumePoint  # type: ignore[attr-defined]
+    from shardwright import ResumePoint, stop_requested
     from shardwright.engine.calls import RetryPolicy, retry_async
 
     url, policy, limiter = os.environ["SDG_URL"], RetryPolicy(), _limiter()
@@ -140,12 +140,15 @@ async def sdg_document(path: str, resume: dict | None = None):
 
         try:
             for page in range((resume or {}).get("page", 0), len(pages)):
-                for ahead in range(page, min(len(pages), page + 1 + prefetch)):
+                stopping = stop_requested()  # a stop: start no page more, finish those started
+                for ahead in range(page, min(len(pages), page + 1 + (0 if stopping else prefetch))):
                     if ahead not in started:
                         start(ahead)
                 requests, answers = started.pop(page)
                 for call, ((key, _), answer) in enumerate(zip(requests, await answers)):
                     yield {"key": key, "doc": doc, "page": page, "call": call, "text": answer}
+                if stopping and started:
+                    continue  # the run pauses at the next ResumePoint: the pages started come first
                 yield ResumePoint({"page": page + 1})
         finally:
             for _, future in started.values():

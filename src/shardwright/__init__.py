@@ -15,6 +15,7 @@ from .engine import (
     map,
     merge_datasets,
     optimize,
+    stop_requested,
     walk,
 )
 from .errors import (
@@ -81,6 +82,7 @@ __all__ = [
     "verify",
     "OptimizeResult",
     "ResumePoint",
+    "stop_requested",
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",

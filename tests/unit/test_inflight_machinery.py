@@ -342,3 +342,19 @@ def test_a_worker_takes_further_shards_while_it_has_room():
     for shard in range(4):
         items = [i for c in worker.committer.chunks if c.shard == shard for i in c.items]
         assert items == [repr(x).encode() for x in range(3 * shard, 3 * shard + 3)]
+
+
+def test_stop_requested_asks_the_worker_running_in_this_process():
+    import shardwright
+    from shardwright.engine.stops import watch_stops
+
+    assert shardwright.stop_requested() is False  # outside a worker
+    asked = {"stop": False}
+    watch_stops(lambda: asked["stop"])
+    try:
+        assert shardwright.stop_requested() is False
+        asked["stop"] = True
+        assert shardwright.stop_requested() is True
+    finally:
+        watch_stops(None)
+    assert shardwright.stop_requested() is False

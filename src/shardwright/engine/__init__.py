@@ -7,6 +7,7 @@ from .media_folder import iter_webdataset_tar, list_media_folder
 from .result import OptimizeResult
 from .resume import ResumePoint
 from .run import optimize
+from .stops import stop_requested
 
 __all__ = [
     "OptimizeResult",
@@ -17,5 +18,6 @@ __all__ = [
     "map",
     "merge_datasets",
     "optimize",
+    "stop_requested",
     "walk",
 ]

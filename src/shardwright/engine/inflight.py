@@ -37,7 +37,7 @@ from ..sources import BadRow
 from .calls import AttemptHistory
 from .resume import ASYNC, ASYNC_GEN, ResumePoint
 from .shard_writer import ShardWriter
-from .stops import FnFailed, InputTimeout, StopRequested
+from .stops import FnFailed, InputTimeout, StopRequested, watch_stops
 from .tasks import ShardTask
 
 __all__ = ["InflightRunner", "Slot"]
@@ -153,6 +153,7 @@ class InflightRunner:
         self.loop = asyncio.new_event_loop()
         self.threads = _Threads(self.loop, self.options.concurrency) if not self.kind.is_async else None
         self.stopping = False  # read by fn's threads at each ResumePoint
+        watch_stops(lambda: self.stopping or self.worker.should_stop())  # fn's stop_requested()
 
     def run_shard(self, task: ShardTask, writer: ShardWriter) -> None:
         """Every input of ``task`` (its outputs added to ``writer`` in input order, its done
