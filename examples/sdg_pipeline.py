@@ -36,11 +36,6 @@ import shardwright
 from shardwright.engine.calls import RetryPolicy, retry_async
 from shardwright.engine.limits import Limiter, default_budget_path
 
-# ResumePoint and optimize(concurrency=) come with issue 32's engine work; without them the
-# example still runs, one document at a time per worker, and an interrupted document restarts
-# at page 0 (said when it starts).
-HAVE_RESUME = hasattr(shardwright, "ResumePoint")
-
 
 @dataclass(frozen=True)
 class Config:
@@ -117,34 +112,10 @@ async def generate(path: str, resume: dict | None = None, *, config: dict):
             yield shardwright.ResumePoint({"page": page + 1})  # the pages before it are never asked again
 
 
-def generate_without_resume(path: str, *, config: dict):
-    """FALLBACK for an engine without ResumePoint/concurrency=: a plain generator, the page's
-    questions still asked at once; an interrupted document restarts at page 0."""
-    settings = Config(**config)
-    with open(path, encoding="utf-8") as f:
-        pages = f.read().split("\f")
-
-    async def one_page(page: int) -> list[dict]:
-        requests = _page_requests(path, settings, page, pages[page])
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
-            answers = await asyncio.gather(*(ask(session, settings, key, prompt) for key, prompt in requests))
-        return [_sample(path, page, q, key, a) for q, ((key, _), a) in enumerate(zip(requests, answers))]
-
-    for page in range(len(pages)):
-        yield from asyncio.run(one_page(page))
-
-
 def run(docs: str, out: str, config: Config, num_workers: int = 2, concurrency: int = 32) -> None:
     inputs = [os.path.join(docs, name) for name in sorted(os.listdir(docs))]
-    if HAVE_RESUME:
-        fn = functools.partial(generate, config=dataclasses.asdict(config))
-        shardwright.optimize(fn, inputs, out, num_workers=num_workers, concurrency=concurrency)  # type: ignore[call-arg]
-    else:
-        print(
-            "NOTE: this shardwright has no ResumePoint yet: one document at a time per worker, no resume in a document"
-        )
-        fn = functools.partial(generate_without_resume, config=dataclasses.asdict(config))
-        shardwright.optimize(fn, inputs, out, num_workers=num_workers)
+    fn = functools.partial(generate, config=dataclasses.asdict(config))
+    shardwright.optimize(fn, inputs, out, num_workers=num_workers, concurrency=concurrency)
 
 
 def demo() -> None:
