@@ -147,7 +147,7 @@ async def sdg_document(path: str, resume: dict | None = None):
                 requests, answers = started.pop(page)
                 for call, ((key, _), answer) in enumerate(zip(requests, await answers)):
                     yield {"key": key, "doc": doc, "page": page, "call": call, "text": answer}
-                if stopping and started:
+                if started and stop_requested():  # asked again: the stop may have come during the await
                     continue  # the run pauses at the next ResumePoint: the pages started come first
                 yield ResumePoint({"page": page + 1})
         finally:
