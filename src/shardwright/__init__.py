@@ -57,6 +57,7 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.parquet import ParquetLoader, index_parquet_dataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -80,6 +81,8 @@ __all__ = [
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",
+    "ParquetLoader",
+    "index_parquet_dataset",
     "CombinedStreamingDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
@@ -123,6 +126,8 @@ _READER_NAMES = (
     "CombinedStreamingDataset",
     "litdata_collate",
     "train_test_split",
+    "ParquetLoader",
+    "index_parquet_dataset",
 )
 
 

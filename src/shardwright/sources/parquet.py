@@ -82,6 +82,27 @@ class ParquetSource(Source):
         state.pop("_group", None)
         return state
 
+    @property
+    def files(self) -> list[Located]:
+        """The files, in row order (the reader's parquet datasets read them row group by row group)."""
+        return list(self._files)
+
+    @property
+    def row_group_rows(self) -> list[tuple[int, ...]]:
+        """The rows of each row group, per file."""
+        return list(self._row_groups)
+
+    def arrow_types(self, unit: int) -> list[str]:
+        """The arrow type of each column of file ``unit`` (litdata's index records them)."""
+        return [str(field.type) for field in _open(self._files[unit]).schema_arrow]
+
+    def read_row_group(self, unit: int, index: int) -> list[dict]:
+        """Row group ``index`` of file ``unit`` as dicts (``columns`` only); pyarrow's error if
+        it does not decode. The file stays open in this process for the next group."""
+        if self._reader is None or self._reader[0] != unit:
+            self._reader = (unit, _open(self._files[unit]))
+        return self._reader[1].read_row_group(index, columns=self._columns).to_pylist()
+
     def _view(self, start: int, stop: int) -> Source:
         view = super()._view(start, stop)
         view.__dict__.pop("_group", None)

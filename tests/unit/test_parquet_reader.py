@@ -1,0 +1,141 @@
+"""Parquet folders read in place: StreamingDataset(folder, item_loader=ParquetLoader())."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("torch")
+
+from shardwright import (  # noqa: E402
+    CorruptStateError,
+    ParquetLoader,
+    StreamingDataLoader,
+    StreamingDataset,
+    index_parquet_dataset,
+)
+from shardwright.storage import open_storage  # noqa: E402
+
+FILES, ROWS, GROUP = 4, 230, 50  # row groups of 50, the last of each file short
+
+
+def _write(folder, files: int = FILES, rows: int = ROWS) -> list[dict]:
+    os.makedirs(folder, exist_ok=True)
+    every = []
+    for f in range(files):
+        ids = list(range(f * rows, (f + 1) * rows))
+        table = pa.table({"id": ids, "text": [f"row {i}" for i in ids], "score": [i / 7 for i in ids]})
+        pq.write_table(table, os.path.join(folder, f"part-{f:02d}.parquet"), row_group_size=GROUP)
+        every.extend(table.to_pylist())
+    return every
+
+
+@pytest.fixture
+def folder(tmp_path):
+    path = str(tmp_path / "pq")
+    _write(path)
+    return path
+
+
+def _ids(loader) -> list[int]:
+    return [i for batch in loader for i in batch["id"].tolist()]
+
+
+def test_in_order_rows_and_index_built_on_first_use(folder):
+    ds = StreamingDataset(folder, item_loader=ParquetLoader())
+    assert len(ds) == FILES * ROWS
+    assert ds[0] == {"id": 0, "text": "row 0", "score": 0.0}
+    assert ds[-1]["id"] == FILES * ROWS - 1
+    assert [row["id"] for row in ds] == list(range(FILES * ROWS))
+    # one reader chunk per row group
+    assert len(ds.chunks) == FILES * 5 and ds.chunks[4].chunk_size == 30
+    with open(os.path.join(folder, "index.json")) as f:
+        index = json.load(f)  # litdata's layout: one chunk per file
+    assert index["config"]["item_loader"] == "ParquetLoader"
+    assert [c["filename"] for c in index["chunks"]] == [f"part-{f:02d}.parquet" for f in range(FILES)]
+    assert [c["chunk_size"] for c in index["chunks"]] == [ROWS] * FILES
+    assert index["config"]["data_format"] == ["int64", "string", "double"]
+
+
+def test_columns(folder):
+    ds = StreamingDataset(folder, item_loader=ParquetLoader(columns=["id"]))
+    assert ds[3] == {"id": 3}
+    with pytest.raises(ValueError, match="columns"):
+        ParquetLoader(columns="id")
+
+
+def test_two_worker_loader_in_order_and_shuffled(folder):
+    total = FILES * ROWS
+    plain = StreamingDataLoader(StreamingDataset(folder, item_loader=ParquetLoader()), batch_size=16, num_workers=2)
+    assert sorted(_ids(plain)) == list(range(total))
+    shuffled = StreamingDataset(folder, item_loader=ParquetLoader(), shuffle=True, seed=3)
+    first = _ids(StreamingDataLoader(shuffled, batch_size=16, num_workers=2))
+    assert sorted(first) == list(range(total)) and first != list(range(total))
+    again = StreamingDataset(folder, item_loader=ParquetLoader(), shuffle=True, seed=3)
+    assert _ids(StreamingDataLoader(again, batch_size=16, num_workers=2)) == first
+
+
+@pytest.mark.parametrize("workers_after", [2, 1])
+def test_mid_epoch_resume_exact_and_elastic(folder, workers_after):
+    def loader(workers):
+        ds = StreamingDataset(folder, item_loader=ParquetLoader(), shuffle=True, seed=5)
+        return StreamingDataLoader(ds, batch_size=10, num_workers=workers)
+
+    whole = _ids(loader(2))
+    first = loader(2)
+    seen = []
+    for n, batch in enumerate(first):
+        seen.extend(batch["id"].tolist())
+        if n == 30:
+            state = first.state_dict()
+            break
+    resumed = loader(workers_after)
+    resumed.load_state_dict(state)
+    rest = _ids(resumed)
+    assert sorted(seen + rest) == list(range(FILES * ROWS))  # every row exactly once
+    if workers_after == 2:
+        assert seen + rest == whole  # exact: the uninterrupted order
+
+
+def test_file_changed_since_index_is_an_error(folder):
+    StreamingDataset(folder, item_loader=ParquetLoader())
+    pq.write_table(pa.table({"id": list(range(10))}), os.path.join(folder, "part-01.parquet"))
+    with pytest.raises(CorruptStateError, match="part-01.parquet.*changed"):
+        StreamingDataset(folder, item_loader=ParquetLoader())
+
+
+def test_index_parquet_dataset_into_cache_dir_and_a_store(tmp_path, folder):
+    cache = str(tmp_path / "cache")
+    index_parquet_dataset(folder, cache_dir=cache)
+    assert os.path.isfile(os.path.join(cache, "index.json"))
+    assert not os.path.exists(os.path.join(folder, "index.json"))
+    ds = StreamingDataset(folder, item_loader=ParquetLoader(), cache_dir=cache)
+    assert ds[ROWS]["id"] == ROWS
+    # a folder in a store (memory://): read through ranged reads, the index written there
+    name = f"pq-{uuid.uuid4().hex}"
+    store = open_storage(f"memory://{name}")
+    for entry in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, entry), "rb") as f:
+            store.write_bytes(entry, f.read())
+    index_parquet_dataset(f"memory://{name}")
+    assert json.loads(store.read_bytes("index.json"))["config"]["item_loader"] == "ParquetLoader"
+    remote = StreamingDataset(f"memory://{name}", item_loader=ParquetLoader())
+    assert [row["id"] for row in remote] == list(range(FILES * ROWS))
+
+
+def test_same_rows_as_litdata(folder):
+    litdata = pytest.importorskip("litdata")
+    pytest.importorskip("polars")  # litdata's ParquetLoader needs it
+    from litdata.streaming.item_loader import ParquetLoader as LitParquetLoader
+
+    litdata.index_parquet_dataset(folder)  # litdata's index, read by us
+    theirs = litdata.StreamingDataset(folder, item_loader=LitParquetLoader())
+    ours = StreamingDataset(folder, item_loader=LitParquetLoader())  # their loader object, accepted
+    assert len(ours) == len(theirs)
+    assert [ours[i] for i in range(len(ours))] == [theirs[i] for i in range(len(theirs))]
+    assert list(ours) == list(theirs)
