@@ -139,3 +139,34 @@ def test_same_rows_as_litdata(folder):
     assert len(ours) == len(theirs)
     assert [ours[i] for i in range(len(ours))] == [theirs[i] for i in range(len(theirs))]
     assert list(ours) == list(theirs)
+
+
+HF_READER = """
+import json, sys
+from shardwright import StreamingDataset
+ds = StreamingDataset("hf://datasets/org/name", shuffle=True, seed=1)
+print(json.dumps(sorted(row["id"] for row in ds)))
+"""
+
+
+def test_hf_dataset_from_huggingface_hub_cache(tmp_path):
+    """hf://datasets/org/name through huggingface_hub: a dataset already in its cache (built on
+    disk here) is read offline, ParquetLoader by default, its data/ subfolder included."""
+    pytest.importorskip("huggingface_hub")
+    import subprocess
+    import sys
+
+    repo = tmp_path / "hub" / "datasets--org--name"
+    snapshot = repo / "snapshots" / ("a" * 40)
+    (snapshot / "data").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    for f in range(2):
+        pq.write_table(pa.table({"id": list(range(f * 5, f * 5 + 5))}), snapshot / "data" / f"train-{f}.parquet")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    out = subprocess.run(
+        [sys.executable, "-c", HF_READER], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == list(range(10))
+    assert not (snapshot / "index.json").exists()  # the snapshot is huggingface_hub's: nothing written there

@@ -84,6 +84,33 @@ def _spec(location: str) -> str:
     return location.rstrip("/") + "/*.parquet"
 
 
+def hf_folder(url: str, storage_options: dict) -> str:
+    """The local folder of ``hf://datasets/org/name[/folder]``'s parquet files: the dataset's
+    ``*.parquet`` files fetched into Hugging Face's own cache (``HF_HUB_CACHE``; only the
+    files not there yet, so a second reader or an offline machine reads the cached snapshot).
+    ``storage_options``: ``token`` and ``revision``, passed to ``huggingface_hub``."""
+    parts = url[len("hf://") :].strip("/").split("/")
+    if len(parts) < 3 or parts[0] != "datasets":
+        raise UsageError(f"{url!r}: an hf:// input_dir names a dataset: hf://datasets/org/name[/folder]")
+    repo, sub = "/".join(parts[1:3]), "/".join(parts[3:])
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UsageError(f"reading {url} needs huggingface_hub: pip install huggingface_hub") from None
+    extra = set(storage_options) - {"token", "revision"}
+    if extra:
+        raise UsageError(f"storage_options for hf:// take token and revision only, got {sorted(extra)}")
+    pattern = f"{sub}/**.parquet" if sub else "**.parquet"
+    local = snapshot_download(
+        repo,
+        repo_type="dataset",
+        allow_patterns=[pattern, pattern.replace("**", "*")],
+        revision=storage_options.get("revision"),
+        token=storage_options.get("token"),
+    )
+    return os.path.join(local, *sub.split("/")) if sub else local
+
+
 def _build_index(source: ParquetSource) -> dict:
     chunks = []
     formats = source.arrow_types(0) if source.files else []
@@ -104,13 +131,13 @@ def _build_index(source: ParquetSource) -> dict:
     return {"chunks": chunks, "config": config, "updated_at": str(time.time())}
 
 
-def _read_index(location: str, cache_dir: Any, storage_options: dict) -> dict | None:
-    """The index.json a folder (or ``cache_dir``) holds for it, or None."""
+def _read_index(location: str, cache_dir: Any, storage_options: dict, folder: bool = True) -> dict | None:
+    """The index.json ``cache_dir`` or (``folder``) the folder holds for it, or None."""
     places = []
     if cache_dir is not None:
         places.append(os.path.join(os.fspath(cache_dir), INDEX_NAME))
     parsed = parse_location(location)
-    if parsed.is_local:
+    if parsed.is_local and folder:
         places.append(os.path.join(os.path.expanduser(parsed.path), INDEX_NAME))
     for place in places:
         if os.path.isfile(place):
@@ -171,6 +198,10 @@ class ParquetChunkSource(ChunkSource):
     ):
         # Not ChunkSource.__init__: there are no chunk files, no cache of them and no
         # prefetcher; the attributes the reader reads are set here.
+        hf = location.startswith("hf://")
+        if hf:  # a local snapshot, read recursively (datasets keep their files under data/...)
+            location = hf_folder(location, storage_options)
+            storage_options = {}
         self.check_checksums = check_checksums
         self.prefetch_depth = 0
         self.keep_chunks = keep_chunks
@@ -180,7 +211,7 @@ class ParquetChunkSource(ChunkSource):
         self.remote = not parsed.is_local
         self.output_dir = parsed.url if self.remote else os.path.expanduser(parsed.path)
         self.index_source = f"{self.output_dir.rstrip('/')}/{INDEX_NAME}"
-        index = _read_index(location, cache_dir, storage_options)
+        index = _read_index(location, cache_dir, storage_options, folder=not hf)
         base = parsed.url if self.remote else self.output_dir
         if location.endswith(".parquet"):
             base = os.path.dirname(base) if not self.remote else base.rsplit("/", 1)[0]
@@ -190,11 +221,12 @@ class ParquetChunkSource(ChunkSource):
                 sizes = [entry["chunk_bytes"] for entry in index["chunks"]]
                 self.files = parquet([f"{base.rstrip('/')}/{name}" for name in names], loader.columns, storage_options)
             else:  # built on first use, as litdata does; written where index_parquet_dataset writes it
-                self.files = parquet(_spec(location), loader.columns, storage_options)
+                spec = f"{location}/**/*.parquet" if hf else _spec(location)
+                self.files = parquet(spec, loader.columns, storage_options)
                 index = _build_index(self.files)
                 names = [entry["filename"] for entry in index["chunks"]]
                 sizes = [entry["chunk_bytes"] for entry in index["chunks"]]
-                self._keep_index(index, parsed.is_local, cache_dir)
+                self._keep_index(index, parsed.is_local and not hf, cache_dir)
         except InputsError as exc:
             raise InputsError(f"StreamingDataset(item_loader=ParquetLoader()): {exc}") from None
         for item, size in zip(self.files.files, sizes):
@@ -304,8 +336,11 @@ class ParquetChunkSource(ChunkSource):
 def parquet_source(opts: Any, keep_chunks: int) -> ParquetChunkSource | None:
     """The chunk source of a StreamingDataset opened with ``item_loader=ParquetLoader()``
     (``opts``: its ReaderOptions), else None (an ordinary dataset)."""
-    if not isinstance(opts.item_loader, ParquetLoader):
+    loader = opts.item_loader
+    if loader is None and opts.location.startswith("hf://"):
+        loader = ParquetLoader()  # as litdata: an hf:// dataset is read with ParquetLoader
+    if not isinstance(loader, ParquetLoader):
         return None
     return ParquetChunkSource(
-        opts.location, opts.item_loader, opts.storage_options, opts.cache_dir, keep_chunks, opts.check_checksums
+        opts.location, loader, opts.storage_options, opts.cache_dir, keep_chunks, opts.check_checksums
     )
