@@ -14,6 +14,7 @@ from .engine import (
     map,
     merge_datasets,
     optimize,
+    optimize_hf,
     walk,
 )
 from .errors import (
@@ -67,6 +68,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 __all__ = [
     "optimize",
+    "optimize_hf",
     "abandon",
     "map",
     "list_media_folder",

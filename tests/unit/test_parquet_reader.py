@@ -149,13 +149,8 @@ print(json.dumps(sorted(row["id"] for row in ds)))
 """
 
 
-def test_hf_dataset_from_huggingface_hub_cache(tmp_path):
-    """hf://datasets/org/name through huggingface_hub: a dataset already in its cache (built on
-    disk here) is read offline, ParquetLoader by default, its data/ subfolder included."""
-    pytest.importorskip("huggingface_hub")
-    import subprocess
-    import sys
-
+def _hub_cache(tmp_path):
+    """A dataset org/name in huggingface_hub's cache layout, built on disk: train and test splits."""
     repo = tmp_path / "hub" / "datasets--org--name"
     snapshot = repo / "snapshots" / ("a" * 40)
     (snapshot / "data").mkdir(parents=True)
@@ -163,10 +158,37 @@ def test_hf_dataset_from_huggingface_hub_cache(tmp_path):
     (repo / "refs" / "main").write_text("a" * 40)
     for f in range(2):
         pq.write_table(pa.table({"id": list(range(f * 5, f * 5 + 5))}), snapshot / "data" / f"train-{f}.parquet")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    pq.write_table(pa.table({"id": [100, 101]}), snapshot / "data" / "test-0.parquet")
+    return snapshot, {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+
+
+def _run(code: str, env: dict) -> object:
+    import subprocess
+    import sys
+
     out = subprocess.run(
-        [sys.executable, "-c", HF_READER], env=env, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == list(range(10))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_hf_dataset_from_huggingface_hub_cache(tmp_path):
+    """hf://datasets/org/name through huggingface_hub: a dataset already in its cache (built on
+    disk here) is read offline, ParquetLoader by default, its data/ subfolder included."""
+    pytest.importorskip("huggingface_hub")
+    snapshot, env = _hub_cache(tmp_path)
+    assert _run(HF_READER, env) == [*range(10), 100, 101]
     assert not (snapshot / "index.json").exists()  # the snapshot is huggingface_hub's: nothing written there
+
+
+def test_optimize_hf_split(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    _snapshot, env = _hub_cache(tmp_path)
+    out = str(tmp_path / "opt")
+    code = (
+        "import json, shardwright\n"
+        f"shardwright.optimize_hf('org/name', {out!r}, split='train', num_workers=1, verbose=False)\n"
+        f"print(json.dumps([row['id'] for row in shardwright.StreamingDataset({out!r})]))"
+    )
+    assert _run(code, env) == list(range(10))

@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import CorruptStateError, InputsError, UsageError
 from ..format import ChunkEntry, DecodedItem, RowChunk, flatten_sample, parse_index
 from ..sources import ParquetSource, parquet
+from ..sources.hub import hf_folder
 from ..storage import open_storage, parse_location
 from .source import ChunkSource
 
@@ -82,33 +83,6 @@ def _spec(location: str) -> str:
     if location.endswith(".parquet"):
         return location
     return location.rstrip("/") + "/*.parquet"
-
-
-def hf_folder(url: str, storage_options: dict) -> str:
-    """The local folder of ``hf://datasets/org/name[/folder]``'s parquet files: the dataset's
-    ``*.parquet`` files fetched into Hugging Face's own cache (``HF_HUB_CACHE``; only the
-    files not there yet, so a second reader or an offline machine reads the cached snapshot).
-    ``storage_options``: ``token`` and ``revision``, passed to ``huggingface_hub``."""
-    parts = url[len("hf://") :].strip("/").split("/")
-    if len(parts) < 3 or parts[0] != "datasets":
-        raise UsageError(f"{url!r}: an hf:// input_dir names a dataset: hf://datasets/org/name[/folder]")
-    repo, sub = "/".join(parts[1:3]), "/".join(parts[3:])
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise UsageError(f"reading {url} needs huggingface_hub: pip install huggingface_hub") from None
-    extra = set(storage_options) - {"token", "revision"}
-    if extra:
-        raise UsageError(f"storage_options for hf:// take token and revision only, got {sorted(extra)}")
-    pattern = f"{sub}/**.parquet" if sub else "**.parquet"
-    local = snapshot_download(
-        repo,
-        repo_type="dataset",
-        allow_patterns=[pattern, pattern.replace("**", "*")],
-        revision=storage_options.get("revision"),
-        token=storage_options.get("token"),
-    )
-    return os.path.join(local, *sub.split("/")) if sub else local
 
 
 def _build_index(source: ParquetSource) -> dict:
