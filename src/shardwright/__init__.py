@@ -58,7 +58,7 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
-    from .reader.parquet import ParquetLoader, index_parquet_dataset
+    from .reader.parquet import ParquetLoader, index_hf_dataset, index_parquet_dataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -85,6 +85,7 @@ __all__ = [
     "TokensLoader",
     "ParquetLoader",
     "index_parquet_dataset",
+    "index_hf_dataset",
     "CombinedStreamingDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
@@ -130,6 +131,7 @@ _READER_NAMES = (
     "train_test_split",
     "ParquetLoader",
     "index_parquet_dataset",
+    "index_hf_dataset",
 )
 
 

@@ -192,3 +192,19 @@ def test_optimize_hf_split(tmp_path):
         f"print(json.dumps([row['id'] for row in shardwright.StreamingDataset({out!r})]))"
     )
     assert _run(code, env) == list(range(10))
+
+
+def test_index_hf_dataset_then_read_with_its_cache_dir(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    _snapshot, env = _hub_cache(tmp_path)
+    index_dir = str(tmp_path / "hf-index")
+    code = (
+        "import json, shardwright\n"
+        f"where = shardwright.index_hf_dataset('hf://datasets/org/name/data', cache_dir={index_dir!r})\n"
+        "ds = shardwright.StreamingDataset('hf://datasets/org/name/data', cache_dir=where)\n"
+        "print(json.dumps([where, len(ds), ds[0]]))"
+    )
+    where, length, first = _run(code, env)
+    assert where == index_dir and length == 12 and first == {"id": 100}  # data/test-0 sorts first
+    with open(os.path.join(index_dir, "index.json")) as f:
+        assert [c["filename"] for c in json.load(f)["chunks"]][0] == "test-0.parquet"

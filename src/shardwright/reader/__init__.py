@@ -37,14 +37,14 @@ from typing import Any
 
 from .cache import CACHE_DIR_ENV, CACHE_MARKER, DEFAULT_MAX_CACHE_BYTES, ChunkCache, try_evict
 from .dataset import IterableStreamingDataset, StreamingDataset
-from .parquet import ParquetLoader, index_parquet_dataset
+from .parquet import ParquetLoader, index_hf_dataset, index_parquet_dataset
 from .state import ResumeStateError
 from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
     "ParquetLoader", "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
-    "index_parquet_dataset", "train_test_split",
+    "index_hf_dataset", "index_parquet_dataset", "train_test_split",
 ]  # fmt: skip
 
 # Names the existing tests reach for.

@@ -17,6 +17,7 @@ file rewritten since is an error naming it rather than rows silently shifted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -29,6 +30,7 @@ from ..format import ChunkEntry, DecodedItem, RowChunk, flatten_sample, parse_in
 from ..sources import ParquetSource, parquet
 from ..sources.hub import hf_folder
 from ..storage import open_storage, parse_location
+from .cache import default_cache_root
 from .source import ChunkSource
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "ParquetChunkSource",
     "ParquetLoader",
     "as_parquet_loader",
+    "index_hf_dataset",
     "index_parquet_dataset",
     "parquet_source",
 ]
@@ -152,6 +155,29 @@ def index_parquet_dataset(
             f.write(data)
     else:
         open_storage(parsed.url, storage_options or {}).write_bytes(INDEX_NAME, data)
+
+
+def index_hf_dataset(dataset_url: str, cache_dir: str | None = None, storage_options: dict | None = None) -> str:
+    """litdata's ``index_hf_dataset``: fetch ``hf://datasets/org/name[/folder]``'s parquet
+    files (Hugging Face's cache, see :mod:`shardwright.sources.hub`), write their
+    ``index.json`` into ``cache_dir`` (default: ``hf-index/<hash of the URL>`` under the
+    reader's cache root) and return that directory; ``StreamingDataset(dataset_url,
+    cache_dir=it)`` reads the index from there.
+
+    Raises:
+        UsageError: not an ``hf://datasets/...`` URL, or huggingface_hub is not installed.
+    """
+    if not isinstance(dataset_url, str) or not dataset_url.startswith("hf://"):
+        raise UsageError(f"index_hf_dataset: {dataset_url!r} is not an hf://datasets/org/name URL")
+    if cache_dir is None:
+        digest = hashlib.sha256(dataset_url.encode()).hexdigest()[:16]
+        cache_dir = os.path.join(default_cache_root(None), "hf-index", digest)
+    folder = hf_folder(dataset_url, dict(storage_options or {}))
+    source = parquet(f"{folder}/**/*.parquet")
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(os.path.join(cache_dir, INDEX_NAME), "wb") as f:
+        f.write(json.dumps(_build_index(source), sort_keys=True).encode())
+    return cache_dir
 
 
 # --- the chunk source ------------------------------------------------------------------------
