@@ -62,6 +62,11 @@ def test_in_order_rows_and_index_built_on_first_use(folder):
     assert index["config"]["data_format"] == ["int64", "string", "double"]
 
 
+def test_indexed_folder_reads_without_item_loader(folder):
+    index_parquet_dataset(folder)
+    assert StreamingDataset(folder)[5]["id"] == 5  # its index.json says ParquetLoader
+
+
 def test_columns(folder):
     ds = StreamingDataset(folder, item_loader=ParquetLoader(columns=["id"]))
     assert ds[3] == {"id": 3}

@@ -274,7 +274,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         if written_with not in ("PyTreeLoader", TOKENS_LOADER):
             raise UnsupportedFormatError(
                 f"{where}: item_loader is {written_with!r}; shardwright reads PyTreeLoader and TokensLoader "
-                "datasets only. Read it with litdata.StreamingDataset"
+                "datasets, and parquet folders with item_loader=ParquetLoader(). Read it with litdata.StreamingDataset"
             )
         if written_with != TOKENS_LOADER and isinstance(self.item_loader, TokensLoader):
             raise UnsupportedFormatError(

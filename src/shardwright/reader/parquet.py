@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -333,12 +334,29 @@ class ParquetChunkSource(ChunkSource):
         pass
 
 
+_PARQUET_INDEX = re.compile(rb'"item_loader":\s*"ParquetLoader"')
+_INDEX_TAIL = 1 << 16  # the config comes last in index.json (sorted keys): read only the tail
+
+
+def _indexed_as_parquet(location: str) -> bool:
+    """Whether a local folder's index.json is a parquet index (index_parquet_dataset's)."""
+    parsed = parse_location(location)
+    if not parsed.is_local:
+        return False
+    try:
+        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_NAME), "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - _INDEX_TAIL))
+            return _PARQUET_INDEX.search(f.read()) is not None
+    except OSError:
+        return False
+
+
 def parquet_source(opts: Any, keep_chunks: int) -> ParquetChunkSource | None:
     """The chunk source of a StreamingDataset opened with ``item_loader=ParquetLoader()``
     (``opts``: its ReaderOptions), else None (an ordinary dataset)."""
     loader = opts.item_loader
-    if loader is None and opts.location.startswith("hf://"):
-        loader = ParquetLoader()  # as litdata: an hf:// dataset is read with ParquetLoader
+    if loader is None and (opts.location.startswith("hf://") or _indexed_as_parquet(opts.location)):
+        loader = ParquetLoader()  # as litdata for hf://; a folder index_parquet_dataset indexed
     if not isinstance(loader, ParquetLoader):
         return None
     return ParquetChunkSource(
