@@ -148,9 +148,16 @@ def test_same_rows_as_litdata(folder):
 
 HF_READER = """
 import json, sys
+import shardwright
 from shardwright import StreamingDataset
 ds = StreamingDataset("hf://datasets/org/name", shuffle=True, seed=1)
-print(json.dumps(sorted(row["id"] for row in ds)))
+train = StreamingDataset("hf://datasets/org/name/data/train-*.parquet")
+try:
+    StreamingDataset("hf://datasets/org/name", item_loader=shardwright.TokensLoader(block_size=4))
+    refused = ""
+except ValueError as exc:
+    refused = str(exc)
+print(json.dumps([sorted(row["id"] for row in ds), len(train), refused]))
 """
 
 
@@ -183,7 +190,9 @@ def test_hf_dataset_from_huggingface_hub_cache(tmp_path):
     disk here) is read offline, ParquetLoader by default, its data/ subfolder included."""
     pytest.importorskip("huggingface_hub")
     snapshot, env = _hub_cache(tmp_path)
-    assert _run(HF_READER, env) == [*range(10), 100, 101]
+    everything, train, refused = _run(HF_READER, env)
+    assert everything == [*range(10), 100, 101] and train == 10
+    assert refused.startswith("Invalid item_loader for hf://datasets")
     assert not (snapshot / "index.json").exists()  # the snapshot is huggingface_hub's: nothing written there
 
 

@@ -200,7 +200,10 @@ class ParquetChunkSource(ChunkSource):
         # Not ChunkSource.__init__: there are no chunk files, no cache of them and no
         # prefetcher; the attributes the reader reads are set here.
         hf = location.startswith("hf://")
-        if hf:  # a local snapshot, read recursively (datasets keep their files under data/...)
+        hf_files = "**/*.parquet"  # a local snapshot, read recursively (datasets keep files under data/...)
+        if hf:
+            if location.endswith(".parquet"):  # litdata's hf://datasets/org/name/folder/train-*.parquet
+                location, hf_files = location.rsplit("/", 1)
             location = hf_folder(location, storage_options)
             storage_options = {}
         self.check_checksums = check_checksums
@@ -222,7 +225,7 @@ class ParquetChunkSource(ChunkSource):
                 sizes = [entry["chunk_bytes"] for entry in index["chunks"]]
                 self.files = parquet([f"{base.rstrip('/')}/{name}" for name in names], loader.columns, storage_options)
             else:  # built on first use, as litdata does; written where index_parquet_dataset writes it
-                spec = f"{location}/**/*.parquet" if hf else _spec(location)
+                spec = f"{location}/{hf_files}" if hf else _spec(location)
                 self.files = parquet(spec, loader.columns, storage_options)
                 index = _build_index(self.files)
                 names = [entry["filename"] for entry in index["chunks"]]
@@ -358,6 +361,11 @@ def parquet_source(opts: Any, keep_chunks: int) -> ParquetChunkSource | None:
     if loader is None and (opts.location.startswith("hf://") or _indexed_as_parquet(opts.location)):
         loader = ParquetLoader()  # as litdata for hf://; a folder index_parquet_dataset indexed
     if not isinstance(loader, ParquetLoader):
+        if opts.location.startswith("hf://"):
+            raise UsageError(
+                f"Invalid item_loader for hf://datasets: {opts.location} is read with ParquetLoader; "
+                "drop item_loader or pass item_loader=ParquetLoader()"
+            )
         return None
     return ParquetChunkSource(
         opts.location, loader, opts.storage_options, opts.cache_dir, keep_chunks, opts.check_checksums
