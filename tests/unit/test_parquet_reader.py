@@ -222,3 +222,22 @@ def test_index_hf_dataset_then_read_with_its_cache_dir(tmp_path):
     assert where == index_dir and length == 12 and first == {"id": 100}  # data/test-0 sorts first
     with open(os.path.join(index_dir, "index.json")) as f:
         assert [c["filename"] for c in json.load(f)["chunks"]][0] == "test-0.parquet"
+
+
+def test_page_checksums_checked(tmp_path):
+    """A page whose bytes no longer match the CRC its writer stored is a CorruptStateError naming
+    the file and row group (check_checksums=False reads the damaged value)."""
+    import struct
+
+    folder = tmp_path / "crc"
+    folder.mkdir()
+    values = [0x1122334455667788 + i for i in range(100)]
+    path = folder / "a.parquet"
+    pq.write_table(pa.table({"v": values}), path, write_page_checksum=True, compression="NONE", use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    data[data.find(struct.pack("<q", values[5]))] ^= 1  # same size: the index still matches
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptStateError, match="a.parquet row group 0"):
+        StreamingDataset(str(folder), item_loader=ParquetLoader())[5]
+    unchecked = StreamingDataset(str(folder), item_loader=ParquetLoader(), check_checksums=False)
+    assert unchecked[5]["v"] != values[5]

@@ -290,7 +290,7 @@ class ParquetChunkSource(ChunkSource):
                 return rows
         unit, group = self._where[k]
         try:
-            rows = RowChunk(self.files.read_row_group(unit, group))
+            rows = RowChunk(self.files.read_row_group(unit, group, verify=self.check_checksums))
         except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
             raise CorruptStateError(
                 f"{self.files.files[unit].name} row group {group} cannot be read ({type(exc).__name__}: "
