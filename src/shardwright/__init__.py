@@ -8,6 +8,7 @@ from . import cluster as _cluster  # noqa: F401  (registers the cluster executor
 from . import sources
 from .engine import (
     OptimizeResult,
+    ResumePoint,
     abandon,
     iter_webdataset_tar,
     list_media_folder,
@@ -15,6 +16,7 @@ from .engine import (
     merge_datasets,
     optimize,
     optimize_hf,
+    stop_requested,
     walk,
 )
 from .errors import (
@@ -58,7 +60,9 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.parallel import ParallelStreamingDataset
     from .reader.parquet import ParquetLoader, index_hf_dataset, index_parquet_dataset
+    from .reader.raw import StreamingRawDataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -80,6 +84,8 @@ __all__ = [
     "sources",
     "verify",
     "OptimizeResult",
+    "ResumePoint",
+    "stop_requested",
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",
@@ -87,6 +93,8 @@ __all__ = [
     "index_parquet_dataset",
     "index_hf_dataset",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
     "File",
@@ -127,6 +135,8 @@ _READER_NAMES = (
     "StreamingDataset",
     "StreamingDataLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     "litdata_collate",
     "train_test_split",
     "ParquetLoader",

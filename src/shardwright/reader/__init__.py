@@ -10,6 +10,8 @@ Modules, by job:
 * ``state``: resume points, the JSON a loader saves, rank / world size discovery;
 * ``loader``: :class:`StreamingDataLoader` (a DataLoader with ``state_dict``);
 * ``combined``: :class:`CombinedStreamingDataset` (weighted mixing);
+* ``parallel``: :class:`ParallelStreamingDataset` (datasets zipped sample by sample);
+* ``raw``: :class:`StreamingRawDataset` (raw files read in place);
 * ``tokens``: :class:`TokensLoader` (token streams as fixed-length blocks);
 * ``source``: index.json and chunk files, validated, in a per-process LRU;
 * ``cache``: the local cache of remote chunks (atomic, shared, bounded, owner-only);
@@ -43,8 +45,9 @@ from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ParquetLoader", "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
-    "index_hf_dataset", "index_parquet_dataset", "train_test_split",
+    "ParallelStreamingDataset", "ParquetLoader", "ResumeStateError", "StreamingRawDataset", "StreamingDataLoader",
+    "StreamingDataset", "TokensLoader", "litdata_collate", "index_hf_dataset", "index_parquet_dataset",
+    "train_test_split",
 ]  # fmt: skip
 
 # Names the existing tests reach for.
@@ -71,4 +74,12 @@ def __getattr__(name: str) -> Any:
         from .combined import CombinedStreamingDataset
 
         return CombinedStreamingDataset
+    if name == "ParallelStreamingDataset":
+        from .parallel import ParallelStreamingDataset
+
+        return ParallelStreamingDataset
+    if name == "StreamingRawDataset":
+        from .raw import StreamingRawDataset
+
+        return StreamingRawDataset
     raise AttributeError(f"module 'shardwright.reader' has no attribute {name!r}")
