@@ -15,6 +15,7 @@ from .engine import (
     map,
     merge_datasets,
     optimize,
+    optimize_hf,
     stop_requested,
     walk,
 )
@@ -60,6 +61,7 @@ from .format import (
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
     from .reader.parallel import ParallelStreamingDataset
+    from .reader.parquet import ParquetLoader, index_hf_dataset, index_parquet_dataset
     from .reader.raw import StreamingRawDataset
     from .reader.splits import train_test_split
 
@@ -70,6 +72,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 __all__ = [
     "optimize",
+    "optimize_hf",
     "abandon",
     "map",
     "list_media_folder",
@@ -86,6 +89,9 @@ __all__ = [
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",
+    "ParquetLoader",
+    "index_parquet_dataset",
+    "index_hf_dataset",
     "CombinedStreamingDataset",
     "ParallelStreamingDataset",
     "StreamingRawDataset",
@@ -133,6 +139,9 @@ _READER_NAMES = (
     "StreamingRawDataset",
     "litdata_collate",
     "train_test_split",
+    "ParquetLoader",
+    "index_parquet_dataset",
+    "index_hf_dataset",
 )
 
 

@@ -4,6 +4,7 @@ from .abandon import abandon
 from .datasets import merge_datasets, walk
 from .map_run import map
 from .media_folder import iter_webdataset_tar, list_media_folder
+from .optimize_hf import optimize_hf
 from .result import OptimizeResult
 from .resume import ResumePoint
 from .run import optimize
@@ -18,6 +19,7 @@ __all__ = [
     "map",
     "merge_datasets",
     "optimize",
+    "optimize_hf",
     "stop_requested",
     "walk",
 ]

@@ -39,12 +39,14 @@ from typing import Any
 
 from .cache import CACHE_DIR_ENV, CACHE_MARKER, DEFAULT_MAX_CACHE_BYTES, ChunkCache, try_evict
 from .dataset import IterableStreamingDataset, StreamingDataset
+from .parquet import ParquetLoader, index_hf_dataset, index_parquet_dataset
 from .state import ResumeStateError
 from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ParallelStreamingDataset", "ResumeStateError", "StreamingRawDataset", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
+    "ParallelStreamingDataset", "ParquetLoader", "ResumeStateError", "StreamingRawDataset", "StreamingDataLoader",
+    "StreamingDataset", "TokensLoader", "litdata_collate", "index_hf_dataset", "index_parquet_dataset",
     "train_test_split",
 ]  # fmt: skip
 

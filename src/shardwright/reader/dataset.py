@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from ..errors import UnsupportedFormatError, UsageError, require_bool
-from ..format import TOKENS_LOADER, decode_plan, item_decoder
+from ..format import TOKENS_LOADER, TokensLoader, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
 from . import litdata_state, resume
 from .epoch import read_windows, shared_epoch_counter, warn_if_empty, windows
@@ -21,6 +21,7 @@ from .itemfile import keep_freed_item_memory
 from .items import item_reader
 from .options import ReaderOptions, subclass_transform
 from .order import EpochSequence, OrderSpec, mixes_items
+from .parquet import parquet_source
 from .partition import Layout
 from .plan import StreamPlan, drop_front
 from .resume import EpochStart
@@ -194,15 +195,17 @@ class StreamingDataset(RegionSelection, _DatasetBase):
             raise clean from None
 
     def _open(self, opts: ReaderOptions) -> None:
-        seed, item_loader, fraction = self.seed, self.item_loader, opts.subsample
+        seed, fraction = self.seed, opts.subsample
+        item_loader = self.item_loader if isinstance(self.item_loader, TokensLoader) else None
         limit, depth = opts.cache_limit, opts.prefetch_depth
-        self._source = ChunkSource(
+        keep = max(MIN_CACHED_CHUNKS, opts.shuffle_window + 2)
+        self._source = parquet_source(opts, keep) or ChunkSource(
             opts.location,
             self.storage_options,
             opts.cache_dir,
             limit,
             depth,
-            keep_chunks=max(MIN_CACHED_CHUNKS, opts.shuffle_window + 2),
+            keep_chunks=keep,
             check_checksums=self.check_checksums,
         )
         self.output_dir = self._source.output_dir
@@ -270,9 +273,9 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         if written_with not in ("PyTreeLoader", TOKENS_LOADER):
             raise UnsupportedFormatError(
                 f"{where}: item_loader is {written_with!r}; shardwright reads PyTreeLoader and TokensLoader "
-                "datasets only. Read it with litdata.StreamingDataset"
+                "datasets, and parquet folders with item_loader=ParquetLoader(). Read it with litdata.StreamingDataset"
             )
-        if written_with != TOKENS_LOADER and self.item_loader is not None:
+        if written_with != TOKENS_LOADER and isinstance(self.item_loader, TokensLoader):
             raise UnsupportedFormatError(
                 f"{where}: item_loader=TokensLoader(...) was given but the dataset holds ordinary items "
                 f"(written with {written_with}); drop item_loader"

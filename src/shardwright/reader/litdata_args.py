@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import UsageError
 from ..format import TokensLoader, is_tokens_loader, parse_size
 from .cache import default_cache_root
+from .parquet import ParquetLoader, as_parquet_loader
 
 __all__ = ["cache_limit", "item_loader_of", "refuse_litdata_only", "transforms_of"]
 
@@ -81,11 +82,14 @@ def transforms_of(transform: Any) -> tuple[Callable[[Any], Any], ...]:
     return tuple(chain)
 
 
-def item_loader_of(item_loader: Any) -> TokensLoader | None:
-    """Ours or litdata's TokensLoader (as ours, same block size); litdata's PyTreeLoader is the
-    default (None); other litdata loaders are refused by name."""
+def item_loader_of(item_loader: Any) -> TokensLoader | ParquetLoader | None:
+    """Ours or litdata's TokensLoader or ParquetLoader (as ours, same block size or columns);
+    litdata's PyTreeLoader is the default (None); other litdata loaders are refused by name."""
     if item_loader is None or isinstance(item_loader, TokensLoader):
         return item_loader
+    parquet = as_parquet_loader(item_loader)
+    if parquet is not None:
+        return parquet
     name = type(item_loader).__name__
     if is_tokens_loader(item_loader):
         block_size = getattr(item_loader, "_block_size", None) or getattr(item_loader, "block_size", None)
@@ -93,6 +97,7 @@ def item_loader_of(item_loader: Any) -> TokensLoader | None:
     if name == "PyTreeLoader":
         return None
     raise UsageError(
-        f"item_loader={name}(...) is not read by shardwright: it reads ordinary (PyTreeLoader) datasets and "
-        "token datasets (item_loader=TokensLoader(block_size=...)); read this one with litdata"
+        f"item_loader={name}(...) is not read by shardwright: it reads ordinary (PyTreeLoader) datasets, "
+        "token datasets (item_loader=TokensLoader(block_size=...)) and parquet folders (item_loader=ParquetLoader()); "
+        "read this one with litdata"
     )

@@ -13,6 +13,7 @@ from ..format import TokensLoader
 from ..storage.options import check_storage_option_names
 from .cache import DEFAULT_MAX_CACHE_BYTES
 from .litdata_args import cache_limit, input_dir_of, item_loader_of, refuse_litdata_only, transforms_of
+from .parquet import ParquetLoader
 from .subsample import check_fraction
 
 __all__ = ["DEFAULT_PREFETCH_DEPTH", "ReaderOptions"]
@@ -41,7 +42,7 @@ class ReaderOptions:
     drop_last: bool | None
     pad: bool
     shuffle_window: int
-    item_loader: TokensLoader | None
+    item_loader: TokensLoader | ParquetLoader | None
     allow_pickle: bool
     storage_options: dict
     cache_dir: str | os.PathLike | None

@@ -23,13 +23,14 @@ __all__ = ["ParquetSource", "parquet"]
 BATCH_ROWS = 4096  # rows turned into Python dicts at a time (a row group may hold millions)
 
 
-def _open(item: Located) -> Any:
+def _open(item: Located, verify: bool = False) -> Any:
+    """``verify``: check each page against the CRC its writer stored (pages without one are read as they are)."""
     import pyarrow.parquet as pq
 
     path = item.root.local_path(item.info.key)
     if path is not None:
-        return pq.ParquetFile(path, memory_map=False)
-    return pq.ParquetFile(RangedFile(item.root, item.info.key, item.info.size))
+        return pq.ParquetFile(path, memory_map=False, page_checksum_verification=verify)
+    return pq.ParquetFile(RangedFile(item.root, item.info.key, item.info.size), page_checksum_verification=verify)
 
 
 class ParquetSource(Source):
@@ -81,6 +82,28 @@ class ParquetSource(Source):
         state["_reader"] = None
         state.pop("_group", None)
         return state
+
+    @property
+    def files(self) -> list[Located]:
+        """The files, in row order (the reader's parquet datasets read them row group by row group)."""
+        return list(self._files)
+
+    @property
+    def row_group_rows(self) -> list[tuple[int, ...]]:
+        """The rows of each row group, per file."""
+        return list(self._row_groups)
+
+    def arrow_types(self, unit: int) -> list[str]:
+        """The arrow type of each column of file ``unit`` (litdata's index records them)."""
+        return [str(field.type) for field in _open(self._files[unit]).schema_arrow]
+
+    def read_row_group(self, unit: int, index: int, verify: bool = False) -> list[dict]:
+        """Row group ``index`` of file ``unit`` as dicts (``columns`` only); pyarrow's error if
+        it does not decode, or (``verify``) if a page does not match the CRC its writer stored.
+        The file stays open in this process for the next group."""
+        if self._reader is None or self._reader[0] != unit:
+            self._reader = (unit, _open(self._files[unit], verify))
+        return self._reader[1].read_row_group(index, columns=self._columns).to_pylist()
 
     def _view(self, start: int, stop: int) -> Source:
         view = super()._view(start, stop)
