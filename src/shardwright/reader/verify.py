@@ -18,7 +18,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteDatasetError, UnsupportedFormatError
-from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompress, parse_index
+from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompress
+from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacted_call
@@ -115,10 +116,9 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
 
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
     storage = open_storage(output_dir, storage_options)
-    index_name = f"{storage.url}/{INDEX_KEY}"
     data = _read_index(storage)
     try:
-        chunks, config = parse_index(data, index_name)
+        chunks, config, _ = parse_dataset_index(data, index_source(storage.url))
     except (CorruptStateError, UnsupportedFormatError) as exc:
         return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, str(exc)),))
     except RecursionError:
@@ -141,7 +141,7 @@ def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
 
 def _read_index(storage: Storage) -> bytes:
     try:
-        return storage.read_bytes(INDEX_KEY)
+        return read_index_bytes(storage)
     except FileNotFoundError:
         pass
     except IsADirectoryError:
