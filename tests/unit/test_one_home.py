@@ -39,3 +39,8 @@ def test_a_ray_claim_never_writes_the_lease_s_own_task_key():
     """A claim's "task" key overwrote the scheduler task the lease writes (task_identity())."""
     ray = (SRC / "cluster" / "ray.py").read_text(encoding="utf-8")
     assert not re.search(r"[\"']task[\"']\s*:", ray)
+
+
+def test_one_redaction_wrapper():
+    """Entry points wrap with secrets.redacting; the reader's loops call secrets.without_secrets."""
+    assert _holders(r"(?m)^\s*def (redacting|redacted_call|_redacted)\b") == {"secrets.py"}

@@ -22,7 +22,7 @@ from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompr
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
-from ..secrets import redacted_call
+from ..secrets import redacting
 from ..storage import Storage, open_storage
 from ..storage.options import check_storage_option_names
 from .checks import check_chunk, check_exact_size, incomplete_message
@@ -96,6 +96,7 @@ class VerifyReport:
         }
 
 
+@redacting
 def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None) -> VerifyReport:
     """Check a published dataset: its index.json, and every chunk's presence, size, checksum
     and structure (see the module docstring for what is and is not proven).
@@ -111,7 +112,7 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
     """
     if storage_options is not None:
         check_storage_option_names(storage_options, os.fspath(output_dir))
-    return redacted_call(_verify, storage_options, os.fspath(output_dir), storage_options)
+    return _verify(os.fspath(output_dir), storage_options)
 
 
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
