@@ -201,19 +201,19 @@ def _sample(i):
 def build_unpublished(out: str, chunks: int, storage_options: dict | None = None) -> float:
     """A complete, unpublished run of ``chunks`` one-item chunks (2 nodes' worth of records)."""
     from shardwright import optimize
-    from shardwright.engine import run as engine_run
+    from shardwright.engine import driver as engine_driver
     from shardwright.storage import open_storage
 
     t = time.perf_counter()
     inputs = list(range(chunks))
     kw = dict(chunk_size=1, num_workers=2, num_nodes=2, verbose=False, storage_options=storage_options)
     optimize(_sample, inputs, out, node_rank=0, **kw)
-    original = engine_run.publish_if_complete
-    engine_run.publish_if_complete = lambda storage, manifest, known: (False, [])  # node 1 leaves it unpublished
+    original = engine_driver.publish_if_complete
+    engine_driver.publish_if_complete = lambda *args: (False, [])  # node 1 leaves it unpublished
     try:
         optimize(_sample, inputs, out, node_rank=1, **kw)
     finally:
-        engine_run.publish_if_complete = original
+        engine_driver.publish_if_complete = original
     if open_storage(out, storage_options).exists("index.json"):
         raise SystemExit("BROKEN SETUP: the run was published while building it")
     return time.perf_counter() - t

@@ -71,8 +71,11 @@ class RunMismatchError(UsageError):
     """Resuming was refused: inputs or output-shaping settings changed since the interrupted run."""
 
 
-class DatasetExistsError(UsageError):
-    """output_dir already holds a finished dataset and mode=None was given."""
+class DatasetExistsError(UsageError, RuntimeError):
+    """output_dir already holds a finished dataset and mode=None was given.
+
+    Also a RuntimeError, as litdata's is: ``except RuntimeError`` around optimize() keeps
+    catching it."""
 
 
 class SampleFormatError(UsageError):
@@ -103,8 +106,10 @@ class ConcurrentRunError(ShardwrightError):
     """Another live run holds the lease on this output (or on this node's share of it)."""
 
 
-class FnError(ShardwrightError):
-    """``fn`` raised on an input. The original exception is chained as ``__cause__``."""
+class FnError(ShardwrightError, RuntimeError):
+    """``fn`` raised on an input. The original exception is chained as ``__cause__``.
+
+    Also a RuntimeError, as litdata's failures are: ``except RuntimeError`` keeps catching it."""
 
     def __init__(self, message: str, *, input_index: int, input_repr: str, worker_traceback: str):
         super().__init__(message)

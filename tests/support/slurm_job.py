@@ -35,7 +35,7 @@ import traceback
 from pathlib import Path
 
 from shardwright import optimize
-from shardwright.engine import run as engine_run
+from shardwright.engine import driver as engine_driver
 from shardwright.engine.planning import node_identity
 from shardwright.protocol import publish as publish_module
 from shardwright.protocol import records
@@ -105,7 +105,7 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
     publish_module.publish = counting_publish
 
     in_publish = {"on": False}
-    original_pic = engine_run.publish_if_complete
+    original_pic = engine_driver.publish_if_complete
 
     def hooked_publish_if_complete(storage, manifest, known, *rest, **options):
         if args.barrier_dir:
@@ -118,7 +118,7 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
         in_publish["on"] = True
         return original_pic(storage, manifest, known, *rest, **options)
 
-    engine_run.publish_if_complete = hooked_publish_if_complete  # the name optimize() calls
+    engine_driver.publish_if_complete = hooked_publish_if_complete  # the name optimize() calls
 
     if args.delay_listing_rank is not None and args.delay_listing_rank == rank:
         original_keys = records.record_keys_by_shard

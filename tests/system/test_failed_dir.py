@@ -6,6 +6,7 @@ the run. Real worker processes, a local directory and the real S3 server."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import pytest
@@ -90,3 +91,25 @@ def test_failed_dir_must_be_a_path_or_url(tmp_path):
 
     with pytest.raises(ArgumentTypeError, match="failed_dir"):
         optimize(flaky, [1], tmp_path / "out", failed_dir=42, verbose=False)
+
+
+def test_a_failed_dir_on_a_missing_bucket_is_one_clear_line_before_the_run(
+    s3_url, s3_storage_options, tmp_path, caplog
+):
+    """Not a bare StorageError per failed input: one warning that names the bucket and the
+    fix, before the run, and the run goes on (the copies are best effort)."""
+    flag = tmp_path / "flag"
+    flag.write_text("x")
+    os.environ[FLAG] = str(flag)
+    try:
+        with caplog.at_level(logging.WARNING, logger="shardwright"):
+            result = optimize(
+                flaky, list(range(10)), s3_url, chunk_size=4, num_workers=1, on_error="skip",
+                failed_dir="s3://sw-no-such-bucket-5150/failures", storage_options=s3_storage_options, verbose=False,
+            )  # fmt: skip
+    finally:
+        del os.environ[FLAG]
+    assert result.published and result.failed == 2
+    lines = [r.getMessage() for r in caplog.records if "failed_dir" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "bucket sw-no-such-bucket-5150 does not exist" in lines[0] and "create it or fix the URL" in lines[0], lines

@@ -168,8 +168,10 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     import ray
 
     from shardwright.cluster.ray import ShareCall, remote_share_task
+    from shardwright.engine.identity import fn_identity
+    from shardwright.engine.inputs import run_inputs
+    from shardwright.engine.opening import make_request, open_output, open_run
     from shardwright.engine.options import OptimizeOptions
-    from shardwright.engine.run import make_request, open_output, open_run
     from shardwright.protocol.publish import publish_if_complete
 
     ray_cluster.restore()
@@ -179,10 +181,10 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     def fn(i: int) -> dict:  # a closure: Ray pickles it by value (this test module is not importable there)
         return {"i": i}
 
-    inputs = list(range(40))
+    inputs = run_inputs(list(range(40)))
     options = OptimizeOptions.validate(fn, chunk_size=5, num_workers=1, num_shards=4, verbose=False)
     storage = open_output(str(tmp_path / "out"), options)
-    manifest, _ = open_run(storage, make_request(fn, inputs, options))
+    manifest, _ = open_run(storage, make_request(fn_identity(fn), inputs, options))
     task = remote_share_task(ray).options(num_cpus=1)
     call = ShareCall(storage.url, options, manifest, 1, None, 0)
     first = ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3]))
@@ -193,7 +195,7 @@ def test_a_retried_task_that_had_finished_writes_nothing_again(ray_cluster, tmp_
     assert ray.get(task.remote(fn, inputs, call, [0, 1, 2, 3])) == {}, "after publishing: nothing to do"
     from shardwright import StreamingDataset
 
-    assert [item["i"] for item in StreamingDataset(str(tmp_path / "out"))] == inputs
+    assert [item["i"] for item in StreamingDataset(str(tmp_path / "out"))] == list(inputs.values)
 
 
 def test_a_source_is_planned_by_range_and_read_by_the_tasks(ray_cluster, tmp_path):

@@ -96,7 +96,21 @@ def test_shuffle_with_locality_and_epochs(data, context):
             assert sum(a // PER_CHUNK == b // PER_CHUNK for a, b in zip(tail, tail[1:])) / 99 < 0.6
         assert total_loads <= 1.25 * (N // PER_CHUNK), f"{total_loads} chunk loads for {N // PER_CHUNK} chunks"
     assert orders[0] != orders[1], "set_epoch (done by the loader) must change the order"
-    assert loader.current_epoch == 2  # the epoch its next iteration reads
+    assert loader.current_epoch == 2  # litdata's count: epochs started
+
+
+@pytest.mark.parametrize("override", [False, True])
+def test_persistent_workers_read_each_epoch_in_its_own_order(data, override):
+    """The loader's shuffle= override makes a copy of the dataset: it keeps an epoch counter
+    the persistent workers share (copy.copy dropped it: every epoch in the first one's order)."""
+    ds = StreamingDataset(data) if override else StreamingDataset(data, shuffle=True)
+    extra = {"shuffle": True} if override else {}
+    loader = StreamingDataLoader(
+        ds, batch_size=64, num_workers=2, persistent_workers=True, collate_fn=ids_collate, **extra
+    )
+    orders = [[i for b in loader for i in b["ids"]] for _ in range(3)]
+    assert len({tuple(o) for o in orders}) == 3, "each epoch has its own order"
+    assert all(sorted(o) == sorted(orders[0]) for o in orders)
 
 
 def test_plain_dataloader_and_set_epoch(data):
@@ -268,8 +282,8 @@ TRAIN_CHILD = textwrap.dedent("""
         loader.load_state_dict(saved["loader"])
         with open(log_path, "r+") as f:  # drop what was logged after the last saved state
             f.truncate(saved["log_bytes"])
-    while loader.current_epoch < epochs:
-        epoch = loader.current_epoch
+    while loader.state_dict()["position"]["single"]["epoch"] < epochs:  # the epoch the next iteration reads
+        epoch = loader.state_dict()["position"]["single"]["epoch"]
         for batch in loader:
             with open(log_path, "a") as f:
                 f.write(json.dumps([epoch, batch]) + "\\n")

@@ -192,7 +192,14 @@ def test_clean_discards_a_failed_append_and_keeps_the_dataset(tmp_path):
     optimize(lambda i: {"i": i}, list(range(10)), out, chunk_size=5, verbose=False)
     with pytest.raises(FnError):
         optimize(
-            fails_at_30, list(range(50)), out, chunk_size=5, num_workers=1, num_shards=1, mode="append", verbose=False
+            fails_at_30,
+            list(range(10, 60)),
+            out,
+            chunk_size=5,
+            num_workers=1,
+            num_shards=1,
+            mode="append",
+            verbose=False,
         )
     assert status_json(out)["state"] == "failed"
     cleaned = cli("clean", str(out))

@@ -286,11 +286,11 @@ def test_unreachable_endpoint_fails_in_seconds(s3_server, s3_url):
     endpoint = f"http://127.0.0.1:{port}"
     opts = dict(s3_server.storage_options, endpoint_url=endpoint)
     started = time.monotonic()
-    with pytest.raises(StorageError, match=f"cannot reach S3 endpoint {endpoint}"):
+    with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
         optimize(plain, list(range(10)), s3_url, chunk_size=5, storage_options=opts, verbose=False)
     assert time.monotonic() - started < 10
     started = time.monotonic()
-    with pytest.raises(StorageError, match=f"cannot reach S3 endpoint {endpoint}"):
+    with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
         StreamingDataset(s3_url, storage_options=opts)
     assert time.monotonic() - started < 10
 

@@ -16,7 +16,7 @@ from shardwright.process import host_identity
 from shardwright.protocol.claims import ShardClaims
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.layout import PROTOCOL_VERSION, SHARDS_PREFIX, claim_name, claimed_shard, lease_key
-from shardwright.protocol.lease import Lease, task_identity
+from shardwright.protocol.lease import HOLDER_FIELDS, HolderFields, Lease, task_identity
 from shardwright.protocol.manifest import Manifest, OutputSettings
 from shardwright.protocol.records import load_progress
 from shardwright.storage import open_storage
@@ -61,7 +61,7 @@ def test_claim_names_round_trip():
 
 def test_live_claim_of_another_host_is_left_alone(storage, monkeypatch):
     as_other_host(monkeypatch, "host-a")
-    a = ShardClaims(storage, {"node_rank": 0})
+    a = ShardClaims(storage, HolderFields(node_rank=0))
     assert a.claim(0) is None
     as_other_host(monkeypatch, "host-b")
     b = ShardClaims(storage)
@@ -74,11 +74,12 @@ def test_live_claim_of_another_host_is_left_alone(storage, monkeypatch):
 
 def test_claim_fields_are_typed_and_read_back(storage, monkeypatch):
     """A Ray task's claim: its task index is ``ray_task``, read back, and the scheduler task the
-    lease writes itself (``task``) is not overwritten; a key that is no typed field is refused."""
+    lease writes itself (``task``) is not overwritten: the holder's fields are typed
+    (HolderFields), so no field a writer passes can stand in for one the lease writes."""
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     as_other_host(monkeypatch, "host-a")
-    a = ShardClaims(storage, {"ray_node": "aaaa", "ray_task": 5, "host_name": "box"})
+    a = ShardClaims(storage, HolderFields(ray_node="aaaa", ray_task=5, host_name="box"))
     assert a.claim(0) is None
     written = task_identity()
     monkeypatch.delenv("SLURM_JOB_ID")  # another task looks: the same one would take it over
@@ -88,24 +89,21 @@ def test_claim_fields_are_typed_and_read_back(storage, monkeypatch):
     assert (holder.ray_task, holder.host_name, holder.task) == (5, "box", written)
     assert written is not None and written.startswith("slurm:")
     a.release_all()
-    with pytest.raises(ValueError, match="'task'"):
-        ShardClaims(storage, {"task": 5})
-    with pytest.raises(ValueError, match="'colour'"):
-        Lease(storage, claim_name(1), "shard 1", {"colour": "red"})
+    assert "task" not in HOLDER_FIELDS and set(HolderFields().to_json()) == set()
 
 
 def test_judged_dead_holder_is_taken_over_at_once_and_fenced(storage, monkeypatch):
     """A Ray node reported dead: its task's claim goes at once, well inside the TTL; the task,
     still running cut off, writes no record after that and its late chunk is an orphan."""
     as_other_host(monkeypatch, "node-a")
-    a = ShardClaims(storage, {"ray_node": "aaaa"})
+    a = ShardClaims(storage, HolderFields(ray_node="aaaa"))
     assert a.claim(0) is None
     commit_round(storage, [chunk(a, 0, 0, None)], SETTINGS)
     a_epoch = a.ticket(0).epoch
 
     as_other_host(monkeypatch, "node-b")
     dead = {"aaaa"}
-    b = ShardClaims(storage, {"ray_node": "bbbb"}, judge=lambda h: "dead node" if h.ray_node in dead else None)
+    b = ShardClaims(storage, HolderFields(ray_node="bbbb"), judge=lambda h: "dead node" if h.ray_node in dead else None)
     assert b.claim(0) is None, "a holder on a dead node must be taken over without waiting for its TTL"
     assert b.ticket(0).epoch > a_epoch
 
@@ -152,7 +150,7 @@ def test_late_record_written_before_the_check_loses_the_chain(storage, monkeypat
 def test_crash_points_of_a_claimed_shard(storage, crash):
     """A claimant is killed (its pid is gone, same host) at each point; the next claimant takes
     the claim at once and resumes exactly after the last committed record."""
-    a = Lease(storage, claim_name(0), "shard 0", {"shard": 0})  # no heartbeat: it dies with its process
+    a = Lease(storage, claim_name(0), "shard 0", HolderFields(shard=0))  # no heartbeat: it dies with its process
     assert a.try_acquire() is None
     claim = (a.key, a.owner)
     if crash != "after_claim":
@@ -257,16 +255,16 @@ def test_a_claim_taken_under_a_superseded_node_lease_is_stale(storage, monkeypat
     """Run A was paused past its TTL; B took node 0's lease over. A, woken up, may still claim
     a shard before its heartbeat notices: B takes that claim over at once (the node lease says
     who runs the share), and A's writes are fenced by the claim's epoch."""
-    from shardwright.engine.run import superseded_node
+    from shardwright.engine.local import superseded_node
 
     as_other_host(monkeypatch, "same-host-a")
-    a = ShardClaims(storage, {"node_rank": 0, "node_lease": "owner-a"})
+    a = ShardClaims(storage, HolderFields(node_rank=0, node_lease="owner-a"))
     assert a.claim(5) is None
     as_other_host(monkeypatch, "same-host-b")
     stranger = ShardClaims(storage)
     assert stranger.claim(5) is not None, "without the node lease, a live claim is left alone"
     b = ShardClaims(
-        storage, {"node_rank": 0, "node_lease": "owner-b"}, judge=lambda h: superseded_node(h, 0, "owner-b")
+        storage, HolderFields(node_rank=0, node_lease="owner-b"), judge=lambda h: superseded_node(h, 0, "owner-b")
     )
     assert b.claim(5) is None
     with pytest.raises(LeaseLostError):
@@ -303,3 +301,24 @@ def test_release_all_in_an_outage_asks_the_store_once_not_once_per_claim(storage
         assert claims.claim(shard) is None
     claims.release_all()
     assert not [k for k in storage.list() if any(claim_name(s) in k for s in range(5, 8))]
+
+
+def test_holder_fields_are_typed_and_read_back_without_overwriting_the_scheduler_task(storage):
+    """A Ray claim's task index has its own field: it never overwrites the scheduler task
+    the lease names (which decides whether a restarted task may take the lease over)."""
+    fields = HolderFields(node_rank=1, num_nodes=2, executor="ray", ray_node="n", ray_task=3, host_name="h")
+    lease = Lease(storage, claim_name(7), "shard 7", fields)
+    assert lease.try_acquire() is None
+    lease.show_current_inputs([4, -1])
+    assert lease.renew()
+    holder = Lease(storage, claim_name(7), "shard 7").try_acquire()
+    assert holder is not None
+    assert (holder.node_rank, holder.num_nodes, holder.executor, holder.ray_task, holder.host_name) == (
+        1,
+        2,
+        "ray",
+        3,
+        "h",
+    )
+    assert holder.task == task_identity() and holder.current_inputs == (4, -1)
+    lease.release()

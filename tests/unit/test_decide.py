@@ -9,8 +9,9 @@ from shardwright.errors import CorruptStateError, DatasetExistsError, OutputDirE
 from shardwright.format import ChunkEntry, IndexConfig
 from shardwright.protocol.decide import Observed, PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
-from shardwright.protocol.identity import IdentityTable, Recorded
+from shardwright.protocol.identity import IdentityTable
 from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.recorded import Recorded
 from shardwright.protocol.run_record import RunRecord
 from shardwright.sources import UnitIdentity
 

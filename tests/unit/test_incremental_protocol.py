@@ -16,10 +16,11 @@ from shardwright.protocol.claim import claim_format, read_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import Request
 from shardwright.protocol.fn_identity import FnIdentity
-from shardwright.protocol.identity import IdentityTable, read_recorded, subtract, to_ranges, values_hashes
+from shardwright.protocol.identity import IdentityTable, values_hashes
 from shardwright.protocol.layout import INDEX_KEY, INPUTS_PREFIX, MANIFEST_KEY, units_key
 from shardwright.protocol.manifest import OutputSettings
 from shardwright.protocol.publish import publish_if_complete
+from shardwright.protocol.recorded import read_recorded, subtract, to_ranges
 from shardwright.protocol.records import load_progress
 from shardwright.storage import MemoryStorage, open_storage
 
@@ -38,29 +39,31 @@ def storage():
 
 
 def request(values: list, mode: str | None) -> Request:
-    from shardwright.engine.inputs import fingerprint, identities, prefix_fingerprint
+    from shardwright.engine.inputs import run_inputs
 
+    inputs = run_inputs(values)
     return Request(
         mode=mode,
-        inputs=fingerprint(values),
+        inputs=inputs.fingerprint(),
         settings=SETTINGS,
         fn_name="m.f",
         use_checkpoint=True,
-        identities=identities(values) if mode == "incremental" else None,
-        prefix_fingerprint=prefix_fingerprint(values) if mode == "incremental" else None,
+        identities=inputs.identities() if mode == "incremental" else None,
+        prefix_fingerprint=inputs.prefix_fingerprint() if mode == "incremental" else None,
     )
 
 
 def drive(storage, values: list, mode: str | None) -> None:
     """One optimize() call, in process: each input gives one item {"v": value}, one chunk each."""
-    from shardwright.engine.inputs import record_identities, shard_inputs
-    from shardwright.engine.run import open_run
+    from shardwright.engine.inputs import record_identities, run_inputs
+    from shardwright.engine.opening import open_run
 
     opened = open_run(storage, request(values, mode))
     if opened is None:
         return
     manifest, resumed = opened
-    record_identities(storage, manifest, values, created=not resumed)
+    inputs = run_inputs(values)
+    record_identities(storage, manifest, inputs, created=not resumed)
     known = read_format(storage, manifest.run_id)
     if known is None:
         encoder = ItemEncoder()
@@ -71,7 +74,7 @@ def drive(storage, values: list, mode: str | None) -> None:
     settings = RoundSettings(manifest.run_id, manifest.generation, None, True)
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id, repair=True)
     for p in progress.values():
-        todo, _ids = shard_inputs(values, manifest, p.next_input, p.end)
+        todo, _ids = inputs.shard(manifest, p.next_input, p.end)
         for k, value in enumerate(todo):
             position = p.next_input + k
             item = encoder.encode({"v": value}, position)

@@ -19,11 +19,21 @@ def test_batch_size_groups_inputs_then_fast_dev_run_cuts():
     assert litdata_args(others={}).apply(range(3)) == range(3)
 
 
-@pytest.mark.parametrize("name", ["machine", "num_downloaders", "num_uploaders", "optimize_dns"])
+@pytest.mark.parametrize("name", ["machine", "optimize_dns", "broadcast_paths"])
 def test_lightning_platform_arguments_are_refused_with_the_reason(name):
     with pytest.raises(UsageError, match="Lightning AI's platform") as caught:
         litdata_args(others={name: 2})
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["num_downloaders", "num_uploaders"])
+def test_litdata_io_thread_counts_are_accepted_as_tuning_with_a_warning_that_says_why(name):
+    with pytest.warns(UserWarning, match=f"{name}=4\\) changes nothing here") as caught:
+        litdata_args(others={name: 4})
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    for bad in ("4", 0, True, 2.0):  # still strict: a count of threads
+        with pytest.raises((ArgumentTypeError, UsageError), match=name):
+            litdata_args(others={name: bad})
 
 
 @pytest.mark.parametrize("name", ["weights", "key_fn", "encryption", "queue", "reader", "compression_batch_size"])

@@ -17,7 +17,6 @@ from shardwright.protocol.claim import claim_format
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.decide import PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
-from shardwright.protocol.identity import skipped_by_selection
 from shardwright.protocol.layout import (
     FORMAT_KEY,
     INDEX_KEY,
@@ -30,6 +29,7 @@ from shardwright.protocol.layout import (
 from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest, read_manifest
 from shardwright.protocol.observe import observe
 from shardwright.protocol.publish import finish_published, publish_if_complete
+from shardwright.protocol.recorded import skipped_by_selection
 from shardwright.protocol.records import load_progress
 from shardwright.protocol.run_record import read_run_record
 from shardwright.protocol.status import read_status

@@ -54,7 +54,10 @@ def test_parquet_rows_in_file_order_lazily_sliced(parquet_dir):
 
 
 def test_identity_is_metadata_and_changes_with_a_file(parquet_dir):
-    from shardwright.engine.inputs import fingerprint
+    from shardwright.engine.inputs import run_inputs
+
+    def fingerprint(source):
+        return run_inputs(source).fingerprint()
 
     source = sources.parquet(parquet_dir)
     units = list(source.units())
@@ -74,12 +77,12 @@ def test_fingerprint_of_ten_million_rows_reads_only_metadata(tmp_path):
         n = 2_500_000
         table = pa.table({"id": np.arange(f * n, (f + 1) * n, dtype=np.int64)})
         pq.write_table(table, str(tmp_path / f"part-{f}.parquet"), row_group_size=500_000)
-    from shardwright.engine.inputs import fingerprint, identities
+    from shardwright.engine.inputs import run_inputs
 
     tracemalloc.start()
-    source = sources.parquet(tmp_path)
-    fp = fingerprint(source)
-    table = identities(source)
+    source = run_inputs(sources.parquet(tmp_path))
+    fp = source.fingerprint()
+    table = source.identities()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert fp.count == 10_000_000 and len(table.keys) == 4
@@ -154,7 +157,10 @@ def test_files_driver_holds_under_100_bytes_per_file(tmp_path):
 
 
 def test_files_hash_contents_sees_an_edit_that_keeps_size_and_mtime(tmp_path):
-    from shardwright.engine.inputs import fingerprint
+    from shardwright.engine.inputs import run_inputs
+
+    def fingerprint(source):
+        return run_inputs(source).fingerprint()
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"aaaa")

@@ -26,7 +26,7 @@ from .k8s import add_k8s_command
 from .options import parse_storage_options
 from .runs import list_runs
 from .slurm import add_slurm_command
-from .verify import add_verify_command, run_verify
+from .verify import add_diff_command, add_verify_command, run_verify
 
 
 def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
@@ -74,6 +74,17 @@ def print_status(report: RunStatus) -> None:
             f"shards:   {len(report.shards_done)} done, {len(report.shards_in_progress)} in progress, "
             f"{len(report.shards_pending)} pending (of {report.shards})"
         )
+        counts = report.counts
+        if counts:
+            eta = f", about {_duration(report.eta_s)} left" if report.eta_s is not None else ""
+            print(
+                f"inputs:   {counts['done']:,} done, {counts['in_progress']:,} in progress, "
+                f"{counts['pending']:,} pending, {counts['failed']:,} failed{eta}"
+            )
+        for entry in report.in_progress[:64]:
+            print(f"  now:    {entry.describe()} (worker {entry.worker}, {entry.place})")
+        if len(report.in_progress) > 64:
+            print(f"          ... and {len(report.in_progress) - 64} more in progress (--json lists them all)")
         for node in report.nodes:
             print(
                 f"node {node.node}:   {node.shards_done}/{node.shards} shards done, {node.inputs_done:,} of "
@@ -112,6 +123,16 @@ def print_status(report: RunStatus) -> None:
             )
     if report.failed_records:
         print(f"failed:   {report.failed_records} failure record(s) under {report.output_dir}/{FAILED_PREFIX}")
+
+
+def _duration(seconds: float) -> str:
+    """``2 h 05 min``, ``3 min 20 s``, ``12 s``."""
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds} s"
 
 
 def _ago(seconds: float) -> str:
@@ -165,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--json", action="store_true", help="print the attempts as JSON")
     history.add_argument("--storage-options", help=STORAGE_OPTIONS_HELP)
     add_verify_command(sub)
+    add_diff_command(sub)
     add_slurm_command(sub)
     add_k8s_command(sub)
     from ..service.commands import add_service_commands  # serve, jobs (running them needs the service extra)

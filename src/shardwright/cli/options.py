@@ -22,6 +22,6 @@ def parse_storage_options(text: str | None) -> dict | None:
         ) from None
     if not isinstance(value, dict):
         raise UsageError(
-            f"--storage-options must be a JSON object of boto3 client arguments; got {type(value).__name__}"
+            f"--storage-options must be a JSON object of the storage backend's options; got {type(value).__name__}"
         )
     return value

@@ -1,9 +1,9 @@
 """``optimize(..., executor="ray")``: the run's shards spread over a Ray cluster's nodes.
 
-The driver (the process that called optimize) does what a single node does before and
-after the work: it holds the run's node lease, decides what the output needs
-(``decide``), creates the manifest, and publishes. In between it hands the unfinished
-shards to Ray tasks, one per node by default (``scheduling_strategy="SPREAD"``, ``num_cpus``
+The driver (the process that called optimize, ``engine/driver.py``) does what it does for
+every executor before and after the work: it holds the run's node lease, decides what the
+output needs (``decide``), creates the manifest, and publishes. In between this executor
+hands the unfinished shards to Ray tasks, one per node by default (``scheduling_strategy="SPREAD"``, ``num_cpus``
 = ``num_workers``), and each task runs its shards on ``num_workers`` local processes
 exactly as a node of a Slurm run does, under each shard's claim (protocol 5).
 
@@ -25,30 +25,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..engine.attempts import AttemptLog
-from ..engine.executors import ExecutorCall
-from ..engine.identity import fn_identity
-from ..engine.inputs import load_source_state
+from ..engine.executors import ExecutorCall, OpenedRun, Placement, ShareTotals
+from ..engine.inputs import RunInputs
 from ..engine.messages import Committed, Progress
 from ..engine.options import OptimizeOptions
 from ..engine.planning import NodeIdentity
 from ..engine.progress import tqdm_class
-from ..engine.result import OptimizeResult
-from ..engine.run import check_shared_output, make_request, open_call, open_output
 from ..engine.share import run_share
 from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
 from ..process import HOST_ID_VAR, host_identity
-from ..protocol.lease import Lease, LeaseHolder, lease_ttl
+from ..protocol.lease import HolderFields, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
-from ..protocol.publish import publish_if_complete
 from ..protocol.records import load_progress
-from ..sources import Source
 from ..storage import open_storage
 
 log = logging.getLogger("shardwright")
@@ -66,9 +60,17 @@ def import_ray() -> Any:
 
 
 class RayExecutor:
-    """The driver's side (see the module docstring)."""
+    """The driver's side (see the module docstring): where the shards go, and Ray's connection
+    for the whole call; the driver (``engine/driver.py``) does the rest."""
 
-    def run(self, call: ExecutorCall) -> OptimizeResult:
+    def __init__(self) -> None:
+        self.ray: Any = None
+        self.remote_args: dict = {}
+        self.workers = 1
+        self.tasks = 1
+
+    @contextmanager
+    def place(self, call: ExecutorCall) -> Iterator[Placement]:
         ray = import_ray()
         if call.options.node_rank is not None:
             raise UsageError(
@@ -76,75 +78,29 @@ class RayExecutor:
                 "(num_nodes= sets how many Ray tasks share the run)"
             )
         if ray.is_initialized():  # the caller's own connection: theirs to keep
-            return self._drive(ray, call)
+            yield self._place(ray, call.options)
+            return
         # RAY_ADDRESS, else a local cluster, as ray.init() does. A connection we opened we
         # close: a Ray driver's threads left in the caller's process make any later fork
         # there (a DataLoader's workers, a process pool) hang on a lock one of them held.
         ray.init(log_to_driver=call.options.verbose, configure_logging=False)
         try:
-            return self._drive(ray, call)
+            yield self._place(ray, call.options)
         finally:
             ray.shutdown()
 
-    def _drive(self, ray: Any, call: ExecutorCall) -> OptimizeResult:
-        options = call.options
+    def _place(self, ray: Any, options: OptimizeOptions) -> Placement:
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        remote_args = task_options(options, nodes)
-        workers = task_workers(options, remote_args)
-        tasks = options.num_nodes or max(1, len(nodes))
-        is_source = isinstance(call.inputs, Source)
-        request = None if is_source else make_request(call.fn, call.inputs, options, tasks)
-        storage = open_output(call.output_dir, options)
-        if len(nodes) > 1 or tasks > 1:
-            check_shared_output(storage, options, f"the {len(nodes)} nodes of the Ray cluster")
-        if is_source:  # planned by range: the driver reads its metadata, never its rows
-            load_source_state(storage, call.inputs)
-            request = make_request(call.fn, call.inputs, options, tasks)
-        assert request is not None
-        node = NodeIdentity(0, 1, "the Ray driver")
-        lease = Lease(storage, "node-0", "the run", extra={"node_rank": 0, "num_nodes": 1, "executor": "ray"})
-        lease.acquire(storage.url)
-        attempt = AttemptLog(storage, node, options.mode, options.storage_options)
-        try:
-            notes: list[str] = []
-            opened = open_call(storage, request, call.inputs, notes)
-            if opened is None:
-                attempt.close("noop")
-                return OptimizeResult(
-                    storage.url, 0, 0, 0, time.monotonic() - call.started, True, True, len(call.inputs)
-                )
-            manifest, resumed = opened
-            driver = _Driver(ray, call, manifest, remote_args, workers, tasks, lease)
-            counts = driver.run()
-            if lease.lost:
-                raise LeaseLostError(f"stopped: {lease.lost}")
-            lease.confirm()
-            published, missing = publish_if_complete(storage, manifest, {}, fn_identity(call.fn))
-            if missing:
-                raise ShardwrightError(
-                    f"the Ray tasks returned but shard(s) {missing[:20]} are not done; rerun the same call to resume"
-                )
-            result = OptimizeResult(
-                output_dir=storage.url,
-                items=counts.items,
-                chunks=counts.chunks,
-                bytes=counts.bytes,
-                seconds=time.monotonic() - call.started,
-                resumed=resumed,
-                published=published,
-                inputs=manifest.num_inputs,
-                failed=counts.failed,
-            )
-            attempt.close("published" if published else "waiting")
-            if options.verbose:
-                print(f"shardwright: {result}", file=sys.stderr)
-            return result
-        except BaseException as exc:
-            if not isinstance(exc, ConcurrentRunError):
-                attempt.close_for(exc)
-            raise
-        finally:
-            lease.release()
+        self.ray = ray
+        self.remote_args = task_options(options, nodes)
+        self.workers = task_workers(options, self.remote_args)
+        self.tasks = options.num_nodes or max(1, len(nodes))
+        shared_by = f"the {len(nodes)} nodes of the Ray cluster" if len(nodes) > 1 or self.tasks > 1 else None
+        return Placement(NodeIdentity(0, 1, "the Ray driver"), self.tasks, shared_by, executor="ray")
+
+    def run_shards(self, run: OpenedRun) -> ShareTotals:
+        counts = _Driver(self.ray, run, self.remote_args, self.workers, self.tasks).run_all()
+        return ShareTotals(items=counts.items, chunks=counts.chunks, bytes=counts.bytes, failed=counts.failed)
 
 
 def task_options(options: OptimizeOptions, nodes: list[dict]) -> dict:
@@ -210,16 +166,24 @@ class _Share:
 
 @dataclass
 class _Driver:
+    """Ray's part of a run: distribution, resubmission, progress, liveness."""
+
     ray: Any
-    call: ExecutorCall
-    manifest: Manifest
+    run: OpenedRun
     remote_args: dict
     workers: int
     tasks: int
-    lease: Lease
     counts: Counts = field(default_factory=Counts)
     done_inputs: int = 0  # inputs committed when the last look at the records was taken
     committed: dict = field(default_factory=dict)  # the progress board's last totals
+
+    @property
+    def call(self) -> ExecutorCall:
+        return self.run.call
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.run.manifest
 
     def unfinished(self) -> list[int]:
         storage = open_storage(self.call.output_dir, self.call.options.storage_options)
@@ -227,7 +191,7 @@ class _Driver:
         self.done_inputs = sum(p.inputs_done for p in progress.values())
         return sorted(s for s, p in progress.items() if not p.done)
 
-    def run(self) -> Counts:
+    def run_all(self) -> Counts:
         ray = self.ray
         remote = remote_share_task(ray).options(**self.remote_args)
         # the bar's actor starts a worker process (~1 s): only when a bar is shown, once per driver
@@ -285,8 +249,8 @@ class _Driver:
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
                 if bar is not None and not ready:
                     self._refresh(board, bar, base)
-                if self.lease.lost:
-                    raise LeaseLostError(f"stopped: {self.lease.lost}")
+                if self.run.lease.lost:
+                    raise LeaseLostError(f"stopped: {self.run.lease.lost}")
                 for ref in ready:
                     share = running.pop(ref)
                     try:
@@ -402,7 +366,7 @@ class RayJudge:
         return None
 
 
-def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int]) -> dict:
+def share_task(fn: Callable, inputs: RunInputs, call: ShareCall, shards: list[int]) -> dict:
     """One Ray task: run ``shards`` of the run on ``call.workers`` local processes."""
     ray = import_ray()
     context = ray.get_runtime_context()
@@ -440,13 +404,9 @@ def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int
             flush()
         return None
 
-    extra = {
-        "ray_node": node_id,
-        "ray_job": job_id,
-        "ray_ip": _node_ip(ray),
-        "ray_task": call.task_index,
-        "host_name": socket.gethostname(),
-    }
+    fields = HolderFields(
+        ray_node=node_id, ray_job=job_id, ray_ip=_node_ip(ray), ray_task=call.task_index, host_name=socket.gethostname()
+    )
     share = run_share(
         storage,
         call.manifest,
@@ -455,7 +415,7 @@ def share_task(fn: Callable, inputs: Sequence, call: ShareCall, shards: list[int
         options,
         call.task_index,
         shards,
-        claim_extra=extra,
+        claim_fields=fields,
         judge=RayJudge(ray, job_id),
         require_all=False,
         on_message=on_message,

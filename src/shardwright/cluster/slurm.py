@@ -328,9 +328,11 @@ def public_storage_options(storage_options: str | None) -> str | None:
     try:
         options = json.loads(storage_options)
     except ValueError:
-        raise UsageError("--storage-options is not valid JSON; pass a JSON object of boto3 client arguments") from None
+        raise UsageError("--storage-options is not valid JSON; pass a JSON object of storage options") from None
     if not isinstance(options, dict):
-        raise UsageError("--storage-options must be a JSON object of boto3 client arguments")
+        raise UsageError(
+            "--storage-options must be a JSON object of storage options (the backend's names: docs/clouds.md)"
+        )
     public = public_options(options)
     return json.dumps(public) if public else None
 

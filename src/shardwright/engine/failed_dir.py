@@ -2,7 +2,8 @@
 
 The output's own failure record (``.shardwright/failed/``) is written first and is the one
 the run relies on; a copy goes to ``failed_dir`` (a local path or a bucket URL), best
-effort: a failed_dir that cannot be written is logged and never fails the run. The copy adds
+effort: a failed_dir that cannot be written never fails the run (one warning line before the
+run when it cannot even be opened: :func:`usable_failed_dir`, and no copies then). The copy adds
 what finds the failure among many runs and clusters: the output, the run, the node, the
 task (Slurm task, Kubernetes index, Ray node, or host and pid) and the attempt. When a later
 retry of the same call succeeds on that input, a "resolved" record is written beside it.
@@ -21,6 +22,7 @@ import re
 import time
 from dataclasses import asdict
 
+from ..errors import ShardwrightError
 from ..process import host_identity
 from ..protocol.failures import FailureRecord
 from ..protocol.jsonio import dumps
@@ -41,6 +43,31 @@ def this_task() -> str:
     return task_identity() or f"{host_identity()}:{os.getpid()}"
 
 
+def _why(exc: BaseException) -> str:
+    """One line for a log: our errors say what and how to fix it (and never hold secrets);
+    anything else is named by its type only."""
+    if isinstance(exc, ShardwrightError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return type(exc).__name__
+
+
+def usable_failed_dir(url: str | None, storage_options: dict | None) -> str | None:
+    """``url`` when the failed_dir can be opened and answers (its bucket, credentials and
+    endpoint checked once, before the run, with short retries); else None, after one warning
+    line that says why and how to fix it: the run goes on without the copies (they are best
+    effort) instead of warning once per failed input."""
+    if url is None:
+        return None
+    try:
+        open_storage(url, storage_options, create=True).with_short_retries().check()
+    except Exception as exc:
+        log.warning(
+            "failed_dir %s is not usable, so this run keeps its failure records in the output only: %s", url, _why(exc)
+        )
+        return None
+    return url
+
+
 class FailedDir:
     """Writes the copies of one worker (opened on first use; never raises)."""
 
@@ -55,7 +82,7 @@ class FailedDir:
                 self._storage = open_storage(self.url, self.storage_options, create=True).with_short_retries()
             self._storage.write_bytes(f"{output_slug(self.output_url)}/{key}", dumps(body))
         except Exception as exc:  # best effort: the output's own record is the one that counts
-            log.warning("could not write a failure record to failed_dir %s: %s", self.url, type(exc).__name__)
+            log.warning("could not write a failure record to failed_dir %s: %s", self.url, _why(exc))
 
     def failed(self, record: FailureRecord, node: int) -> None:
         self._put(

@@ -9,6 +9,8 @@ configuration: they are not followed.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import hashlib
 import inspect
@@ -71,7 +73,56 @@ def _feed(value: Any, out: Any, budget: list[int], depth: int = 0) -> None:
             _feed(key, out, budget, depth + 1)
             _feed(item, out, budget, depth + 1)
     else:
-        _feed_numpy(value, out, budget)
+        fields = _record_fields(value)
+        if fields is None:
+            _feed_numpy(value, out, budget)
+            return
+        tag = _type_tag(t)
+        out.update(b"R" + struct.pack("<QQ", len(tag), len(fields)) + tag)
+        for name, item in fields:
+            _feed(name, out, budget, depth + 1)
+            _feed(item, out, budget, depth + 1)
+
+
+def _type_tag(t: type) -> bytes:
+    return f"{t.__module__}.{t.__qualname__}".encode("utf-8", "surrogatepass")
+
+
+def _record_fields(value: Any) -> list[tuple[str, Any]] | None:
+    """The (name, value) fields of a configuration object held by value (an enum member, a
+    namedtuple, a dataclass, an attrs class or a pydantic model instance), in declaration
+    order; None for anything else. The class is part of the value (see ``_type_tag``)."""
+    t = type(value)
+    if isinstance(value, enum.Enum):
+        return [("name", value.name), ("value", value.value)]
+    if isinstance(value, tuple) and isinstance(getattr(t, "_fields", None), tuple):
+        return list(zip(t._fields, value))  # a namedtuple (collections or typing)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    attrs_fields = getattr(t, "__attrs_attrs__", None)
+    if isinstance(attrs_fields, tuple):
+        return [(a.name, getattr(value, a.name)) for a in attrs_fields]
+    model_fields = _pydantic_fields(t)
+    if model_fields is not None:
+        fields = [(name, getattr(value, name)) for name in model_fields]
+        extra = getattr(value, "__pydantic_extra__", None)  # extra="allow" keys are configuration too
+        if isinstance(extra, dict):
+            fields += sorted(((str(k), v) for k, v in extra.items()), key=lambda kv: kv[0])
+        return fields
+    return None
+
+
+def _pydantic_fields(t: type) -> list[str] | None:
+    """A pydantic model class's field names (v2 ``model_fields``, v1 ``__fields__``), or None."""
+    import sys
+
+    pydantic = sys.modules.get("pydantic")  # only an already imported pydantic can have made t
+    if pydantic is None or not issubclass(t, pydantic.BaseModel):
+        return None
+    fields = getattr(t, "model_fields", None)
+    if fields is None:
+        fields = getattr(t, "__fields__", None)
+    return list(fields) if isinstance(fields, dict) else None
 
 
 def _feed_numpy(value: Any, out: Any, budget: list[int]) -> None:
@@ -109,11 +160,20 @@ class _Collector:
         self.config: dict[str, str] = {}
         self.skipped: list[str] = []
 
-    def add(self, label: str, value: Any) -> None:
+    def add(self, label: str, value: Any, *, expand: bool = True) -> None:
         if isinstance(value, _CODE_LIKE) or inspect.isroutine(value):
             return  # code, not configuration: not followed
         if len(self.config) >= MAX_CONFIG_PARTS:
             label = "..."
+        flat = not expand or label == "..." or isinstance(value, (enum.Enum, tuple))
+        fields = None if flat else _record_fields(value)
+        if fields is not None:
+            # a config object (dataclass, attrs, pydantic): its class, then one part per field, so
+            # a refusal names the field that changed (``partial argument config.temperature``)
+            self.config[label] = _digest([_type_tag(type(value)).decode(), [name for name, _ in fields]])
+            for name, item in fields:
+                self.add(f"{label}.{name}", item, expand=False)  # nested objects: by value, whole
+            return
         try:
             digest = _digest(value)
         except (_NotPlain, RecursionError, ValueError, TypeError) as why:

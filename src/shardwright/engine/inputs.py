@@ -1,10 +1,12 @@
-"""What the engine does with the kind of ``inputs`` it got: a plain sequence (fingerprinted
-by pickling) or a source (``shardwright.sources``: fingerprinted by its metadata, read
-lazily by workers); the identities every run records; and the inputs of an incremental
-run (ranges of positions of the call's inputs)."""
+"""What the engine does with a call's inputs, behind one interface chosen once
+(:func:`run_inputs`): a plain sequence (:class:`PlainInputs`, fingerprinted by pickling) or
+a source (:class:`SourceInputs`, ``shardwright.sources``: fingerprinted by its metadata,
+read lazily by workers); the identities every run records; and the inputs of an
+incremental run (ranges of positions of the call's inputs)."""
 
 from __future__ import annotations
 
+import abc
 import bisect
 import contextlib
 import itertools
@@ -13,119 +15,238 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ..errors import RunMismatchError
+from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
-from ..protocol.fingerprint import InputFiles, InputsFingerprint
-from ..protocol.hints import start_over_hint
-from ..protocol.identity import (
-    IdentityTable,
-    UnitColumns,
-    subtract,
-    units_fingerprint,
-    write_selection,
-    write_units,
-)
+from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
+from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
+from ..protocol.recorded import subtract, write_selection, write_units
 from ..sources import Source
 from ..storage import Storage
+from .edited import check_input_files, source_file_changed
 
 log = logging.getLogger("shardwright")
 
 
-def unit_columns(source: Source) -> UnitColumns:
-    """A source's units, read once per source object (fingerprint and identities share them)."""
-    return UnitColumns(*source.unit_columns())
+def run_inputs(inputs: Sequence) -> RunInputs:
+    """The call's inputs as the one object the engine asks about them: the one place their
+    kind is looked at."""
+    return SourceInputs(inputs) if isinstance(inputs, Source) else PlainInputs(inputs)
 
 
-def fingerprint(inputs: Sequence, types: frozenset[type] | None = None) -> InputsFingerprint:
-    """A source's fingerprint is its units' metadata, a plain sequence's its pickled values.
-    ``types``: ``protocol.fingerprint.value_types(inputs)``, when the caller looked them up already
-    (make_request: once for the three functions over the inputs)."""
-    if isinstance(inputs, Source):
-        return units_fingerprint(unit_columns(inputs), len(inputs))
-    return InputsFingerprint.of(inputs, types=types)
+class RunInputs(abc.ABC):
+    """What the engine does with a call's inputs, whatever their kind (as the reader's
+    ``Resumable``; pyarrow's InMemoryDataset / FileSystemDataset): ``values`` is the sequence
+    itself, which shards are cut from."""
 
+    def __init__(self, values: Sequence):
+        self.values = values
 
-def prefix_fingerprint(inputs: Sequence) -> Callable[[int], InputsFingerprint]:
-    return lambda n: fingerprint(inputs[:n])
+    def __len__(self) -> int:
+        return len(self.values)
 
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.values,))  # what was computed of them stays with the driver
 
-def identities(inputs: Sequence, types: frozenset[type] | None = None) -> IdentityTable:
-    if isinstance(inputs, Source):
-        return IdentityTable.of_columns(unit_columns(inputs))
-    return IdentityTable.of_values(inputs, types=types)
+    @abc.abstractmethod
+    def fingerprint(self) -> InputsFingerprint:
+        """What identifies the whole sequence (a run's ``inputs``)."""
 
+    def prefix_fingerprint(self) -> Callable[[int], InputsFingerprint]:
+        """The fingerprint of the first n inputs (an incremental run finds the dataset's own)."""
+        return lambda n: type(self)(self.values[:n]).fingerprint()
 
-def input_files_json(inputs: Sequence, types: frozenset[type] | None = None) -> dict | None:
-    """Size and mtime of plain inputs that are file paths (a source's files are in its
-    fingerprint already)."""
-    if isinstance(inputs, Source):
+    @abc.abstractmethod
+    def identities(self) -> IdentityTable:
+        """The unit table every run records (protocol.identity)."""
+
+    def input_files(self) -> dict | None:
+        """Size and mtime of inputs that are file paths, checked when a run resumes."""
         return None
-    files = InputFiles.of(inputs, types=types)
-    # the host: another node may see the same inputs as node-local copies with other mtimes
-    return {**files.to_json(), "host": host_identity()} if files is not None else None
 
+    def check_before_writing(self) -> None:
+        """What can be refused before the output is opened (nothing is written yet)."""
 
-# --- a source's run state (a JSONL line index) -----------------------------------------------
-
-
-def load_source_state(storage: Storage, inputs: Sequence) -> bool:
-    """Give a source the state an earlier attempt of this run kept (True if it took it)."""
-    name = inputs.state_name() if isinstance(inputs, Source) else None
-    if name is None:
+    def load_state(self, storage: Storage) -> bool:
+        """Take the state an earlier attempt of this run kept (True if taken)."""
         return False
-    try:
-        data = storage.read_bytes(source_state_key(name))
-    except FileNotFoundError:
-        return False
-    return isinstance(inputs, Source) and inputs.load_state(data)
+
+    def save_state(self, storage: Storage) -> None:
+        """Keep what a later attempt can load."""
+
+    def check_unchanged(self, storage: Storage) -> None:
+        """Before ``decide``: name an input that changed since the interrupted run started."""
+
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
+        """On a resume: refuse inputs whose files changed since the run started."""
+
+    def shard(
+        self, manifest: Manifest, lo: int, hi: int, shared: SharedInputs | None = None
+    ) -> tuple[Sequence, Sequence | None]:
+        """(values, run-wide ids or None) of a shard's positions ``lo..hi`` of this run (by
+        reference when ``shared`` holds the values for forked workers)."""
+        values = self.values
+        if (
+            shared is not None
+            and shared.values is values
+            and manifest.input_ranges is None
+            and manifest.input_ids is None
+        ):
+            return InheritedSlice(shared.token, lo, hi), None
+        if manifest.input_ranges is not None:
+            ids = RangeIds(manifest.input_ranges)[lo:hi]
+            return self._joined([values[a:b] for a, b in ids.ranges]), ids
+        if manifest.input_ids is not None:
+            ids_list = manifest.input_ids[lo:hi]
+            return [values[i] for i in ids_list], ids_list
+        return self._slice(lo, hi), None
+
+    @abc.abstractmethod
+    def _joined(self, parts: list[Sequence]) -> Sequence: ...
+
+    @abc.abstractmethod
+    def _slice(self, lo: int, hi: int) -> Sequence: ...
+
+    def shared_for(self, start_method: str) -> contextlib.AbstractContextManager[SharedInputs | None]:
+        """The values registered for the workers about to be forked (:func:`shared_inputs`)."""
+        return contextlib.nullcontext()
+
+    def display_name(self, index: int) -> str:
+        """Input ``index`` in the user's terms (shardwright.names: a file's path, a source
+        row's file and row, else a bounded repr); ``?`` outside the inputs."""
+        return input_name(self.values, index) if 0 <= index < len(self.values) else "?"
 
 
-def save_source_state(storage: Storage, inputs: Sequence) -> None:
-    name = inputs.state_name() if isinstance(inputs, Source) else None
-    if name is not None and isinstance(inputs, Source) and not storage.exists(source_state_key(name)):
-        storage.write_bytes(source_state_key(name), inputs.dump_state())
+class PlainInputs(RunInputs):
+    """A plain sequence: fingerprinted by pickling its values, which tasks carry (or forked
+    workers inherit)."""
+
+    def __init__(self, values: Sequence):
+        super().__init__(values)
+        self._types: frozenset[type] | None = None
+        self._typed = False
+        self._fingerprint: InputsFingerprint | None = None
+        self._identities: IdentityTable | None = None
+
+    def types(self) -> frozenset[type] | None:
+        """The values' types, looked at once (protocol.fingerprint.value_types) for every
+        function over them."""
+        if not self._typed:
+            self._types, self._typed = value_types(self.values), True
+        return self._types
+
+    def fingerprint(self) -> InputsFingerprint:
+        if self._fingerprint is None:
+            self._fingerprint = InputsFingerprint.of(self.values, types=self.types())
+        return self._fingerprint
+
+    def identities(self) -> IdentityTable:
+        if self._identities is None:
+            self._identities = IdentityTable.of_values(self.values, types=self.types())
+        return self._identities
+
+    def input_files(self) -> dict | None:
+        files = InputFiles.of(self.values, types=self.types())
+        # the host: another node may see the same inputs as node-local copies with other mtimes
+        return {**files.to_json(), "host": host_identity()} if files is not None else None
+
+    def check_before_writing(self) -> None:
+        self.fingerprint()  # pickles every value: an input that cannot be pickled is refused now
+
+    def check_files(self, storage: Storage, manifest: Manifest, url: str) -> None:
+        ids: Sequence[int] | None = None
+        if manifest.input_ranges is not None:
+            ids = RangeIds(manifest.input_ranges)
+        elif manifest.input_ids is not None:
+            ids = manifest.input_ids
+        check_input_files(storage, manifest, self.values, url, ids)  # engine.edited: only over committed outputs
+
+    def _joined(self, parts: list[Sequence]) -> Sequence:
+        return [v for part in parts for v in part]
+
+    def _slice(self, lo: int, hi: int) -> Sequence:
+        if type(self.values) is range:  # a range's slice is a range: nothing to copy or pickle
+            return self.values[lo:hi]
+        return list(self.values[lo:hi])
+
+    def shared_for(self, start_method: str) -> contextlib.AbstractContextManager[SharedInputs | None]:
+        return shared_inputs(self.values, start_method)
 
 
-# --- identities: recorded by every run, checked by every resume of a source -----------------
+class SourceInputs(RunInputs):
+    """A source (``shardwright.sources``): fingerprinted by its units' metadata, read lazily
+    by the workers (a shard's values are a lazy slice), with a state a JSONL source keeps."""
+
+    values: Source
+
+    def fingerprint(self) -> InputsFingerprint:
+        return units_fingerprint(self._units(), len(self.values))
+
+    def identities(self) -> IdentityTable:
+        return IdentityTable.of_columns(self._units())
+
+    def _units(self) -> UnitColumns:
+        """The source's units (read once per source object: fingerprint and identities share them)."""
+        return UnitColumns(*self.values.unit_columns())
+
+    def load_state(self, storage: Storage) -> bool:
+        name = self.values.state_name()
+        if name is None:
+            return False
+        try:
+            data = storage.read_bytes(source_state_key(name))
+        except FileNotFoundError:
+            return False
+        return self.values.load_state(data)
+
+    def save_state(self, storage: Storage) -> None:
+        name = self.values.state_name()
+        if name is not None and not storage.exists(source_state_key(name)):
+            storage.write_bytes(source_state_key(name), self.values.dump_state())
+
+    def check_unchanged(self, storage: Storage) -> None:
+        manifest = read_manifest(storage)
+        if manifest is None:
+            return
+        try:
+            data = storage.read_bytes(units_key(manifest.generation))
+        except FileNotFoundError:
+            return
+        recorded = IdentityTable.from_bytes(data, f"{storage.url}/{units_key(manifest.generation)}")
+        if not recorded.versions.any():
+            return  # the run was over a plain sequence (versions 0): its fingerprint says what differs
+        was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
+        now = self.identities()
+        rows = now.rows.tolist() if now.rows is not None else [1] * len(now.keys)
+        for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
+            if key in was and was[key] != version:
+                name = now.names[unit] if now.names else f"unit {unit}"
+                ids = RangeIds(manifest.input_ranges) if manifest.input_ranges is not None else manifest.input_ids
+                raise source_file_changed(storage, manifest, name, sum(rows[:unit]), rows[unit], ids)
+
+    def _joined(self, parts: list[Sequence]) -> Sequence:
+        return Concat(parts)
+
+    def _slice(self, lo: int, hi: int) -> Sequence:
+        return self.values[lo:hi]
+
+
+# --- identities: recorded by every run ----------------------------------------------------------
 
 
 def record_identities(
-    storage: Storage, manifest: Manifest, inputs: Sequence, created: bool, table: IdentityTable | None = None
+    storage: Storage, manifest: Manifest, inputs: RunInputs, created: bool, table: IdentityTable | None = None
 ) -> None:
     """The unit table of this run's generation (protocol.identity): written by the node that
     created the run, and by any later attempt that finds it missing (the same bytes).
-    ``table``: ``identities(inputs)`` when the caller has it (an incremental request's)."""
+    ``table``: ``inputs.identities()`` when the caller has it (an incremental request's)."""
     if not created and storage.exists(units_key(manifest.generation)):
         return  # a resume: written when the run was created
-    write_units(storage, manifest.generation, table if table is not None else identities(inputs), only_if_missing=False)
-
-
-def check_source_unchanged(storage: Storage, inputs: Sequence) -> None:
-    """Resuming over a source whose file changed since the run started: name the file."""
-    if not isinstance(inputs, Source):
-        return
-    manifest = read_manifest(storage)
-    if manifest is None:
-        return
-    try:
-        data = storage.read_bytes(units_key(manifest.generation))
-    except FileNotFoundError:
-        return
-    recorded = IdentityTable.from_bytes(data, f"{storage.url}/{units_key(manifest.generation)}")
-    if not recorded.versions.any():
-        return  # the run was over a plain sequence (versions 0): its fingerprint says what differs
-    was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
-    now = identities(inputs)
-    for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
-        if key in was and was[key] != version:
-            name = now.names[unit] if now.names else f"unit {unit}"
-            raise RunMismatchError(
-                f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
-                f"generation or modification time differ); restore it to resume, {start_over_hint(manifest.mode, storage.url)}"
-            )
+    write_units(
+        storage, manifest.generation, table if table is not None else inputs.identities(), only_if_missing=False
+    )
 
 
 def backfill_identities(storage: Storage, backfill: tuple, request: Request) -> None:
@@ -222,28 +343,6 @@ def shard_skips(manifest: Manifest, ids: Sequence | None, lo: int, hi: int) -> l
         skips = {p: k for p, k in manifest.range_skips}
         return [skips.get(i, 0) for i in ids]
     return None
-
-
-def shard_inputs(
-    inputs: Sequence, manifest: Manifest, lo: int, hi: int, shared: SharedInputs | None = None
-) -> tuple[Sequence, Sequence | None]:
-    """(values, run-wide ids or None) of a shard's positions ``lo..hi`` of this run: a lazy
-    slice of a source (a worker reads its rows), a list of a plain sequence's values (by
-    reference when ``shared`` holds them for forked workers)."""
-    lazy = isinstance(inputs, Source)
-    if shared is not None and shared.values is inputs and manifest.input_ranges is None and manifest.input_ids is None:
-        return InheritedSlice(shared.token, lo, hi), None
-    if manifest.input_ranges is not None:
-        ids = RangeIds(manifest.input_ranges)[lo:hi]
-        parts = [inputs[a:b] for a, b in ids.ranges]
-        values: Sequence = Concat(parts) if lazy else [v for part in parts for v in part]
-        return values, ids
-    if manifest.input_ids is not None:
-        ids_list = manifest.input_ids[lo:hi]
-        return [inputs[i] for i in ids_list], ids_list
-    if lazy or type(inputs) is range:  # a range's slice is a range: nothing to copy or pickle
-        return inputs[lo:hi], None
-    return list(inputs[lo:hi]), None
 
 
 # --- a plain list's values, passed to forked workers by reference ------------------------------

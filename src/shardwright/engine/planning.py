@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ArgumentTypeError, InputsError, OutputDirError, UsageError
 from ..storage import Location, parse_location
+from .inputs import RunInputs, run_inputs
 
 
-def check_inputs(inputs: object) -> Sequence:
+def check_inputs(inputs: object, transform: Callable[[Sequence], Sequence] | None = None) -> RunInputs:
+    """The call's ``inputs`` checked, passed through ``transform`` (litdata's batch_size and
+    fast_dev_run), as the one object the engine asks about them."""
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
         kind = type(inputs).__name__
         raise InputsError(
@@ -26,7 +29,7 @@ def check_inputs(inputs: object) -> Sequence:
             f"inputs is a {type(inputs).__name__}, which cannot be sliced (inputs[a:b]); shards read their "
             "inputs as slices. Pass list(inputs) instead"
         ) from None
-    return inputs
+    return run_inputs(transform(inputs) if transform is not None else inputs)
 
 
 def check_output_dir(output_dir: object) -> Location:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pickle
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError, short_repr
+from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError
 from ..process import describe_exit
 from ..protocol.layout import FAILED_PREFIX
+from .inputs import RunInputs
 from .pool import PoolOutcome
 from .progress import Tracker
 
@@ -52,11 +52,7 @@ class OptimizeResult:
         )
 
 
-def _input_text(inputs: Sequence, index: int) -> str:
-    return short_repr(inputs[index]) if 0 <= index < len(inputs) else "?"
-
-
-def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) -> None:
+def raise_for_outcome(outcome: PoolOutcome, inputs: RunInputs, tracker: Tracker) -> None:
     """Raise what the user must see when the pool stopped early; return when it finished."""
     total = tracker.inputs_total
     if outcome.error is not None:
@@ -64,7 +60,7 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
         original = pickle.loads(failure.pickled_exception) if failure.pickled_exception else None
         if failure.kind == "fn":
             index = failure.input_index
-            value = _input_text(inputs, index)
+            value = inputs.display_name(index)
             tb = failure.traceback
             raise FnError(
                 f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {failure.message}. Committed work "
@@ -81,7 +77,7 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
     if outcome.dead_worker is not None:
         dead = outcome.dead_worker
         index = dead.input_index
-        where = f"input {index:,} ({_input_text(inputs, index)})" if 0 <= index < len(inputs) else "start-up"
+        where = f"input {index:,} ({inputs.display_name(index)})" if 0 <= index < len(inputs) else "start-up"
         raise WorkerDiedError(
             f"worker {dead.wid} (pid {dead.pid}) {describe_exit(dead.exitcode)} while processing {where}; the other "
             f"workers were stopped and committed work is kept ({tracker.inputs_done():,} of {total:,} inputs done). "

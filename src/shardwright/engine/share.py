@@ -4,24 +4,26 @@ an executor's task (a Ray task) runs the share its driver gave it the same way."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..protocol.claims import ShardClaims
 from ..protocol.layout import CLAIM_PREFIX, claim_name, claimed_shard, lease_key
-from ..protocol.lease import HolderJudge, LeaseHolder, read_leases, stale_reason
+from ..protocol.lease import HolderFields, HolderJudge, LeaseHolder, read_leases, stale_reason
 from ..protocol.manifest import Manifest
 from ..protocol.records import ShardProgress, load_progress
 from ..storage import Storage
 from .attempts import AttemptLog
-from .inputs import SharedInputs, shard_inputs, shard_skips, shared_inputs
-from .messages import Committed
+from .identity import fn_identity
+from .inputs import RunInputs, SharedInputs, shard_skips
+from .messages import Committed, InFlight
 from .options import OptimizeOptions
 from .pool import WorkerPool
 from .progress import Tracker
 from .result import raise_for_outcome
+from .resume_guard import refuse_positional_resume
 from .tasks import ShardTask, WorkerConfig
 
 
@@ -37,7 +39,7 @@ class ShareOutcome:
 
 
 def shard_tasks(
-    progress: dict[int, ShardProgress], inputs: Sequence, manifest: Manifest, shared: SharedInputs | None = None
+    progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
     """The unfinished shards of ``progress`` as worker tasks (each with the inputs it still needs:
     a lazy slice of a source, a list of a plain sequence's values, or a reference to the list
@@ -46,7 +48,7 @@ def shard_tasks(
     for p in progress.values():
         if p.done:
             continue
-        values, ids = shard_inputs(inputs, manifest, p.next_input, p.end, shared)
+        values, ids = inputs.shard(manifest, p.next_input, p.end, shared)
         tasks.append(
             ShardTask(
                 p.shard,
@@ -68,12 +70,12 @@ def run_share(
     storage: Storage,
     manifest: Manifest,
     fn: Callable,
-    inputs: Sequence,
+    inputs: RunInputs,
     options: OptimizeOptions,
     node_rank: int,
     shards: list[int],
     *,
-    claim_extra: dict | None = None,
+    claim_fields: HolderFields | None = None,
     judge: HolderJudge | None = None,
     require_all: bool = True,
     attempt: AttemptLog | None = None,
@@ -108,7 +110,12 @@ def run_share(
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
-    claims = ShardClaims(storage, claim_extra, judge)
+    identity = fn_identity(fn) if manifest.use_checkpoint and not fresh else None
+    if identity is not None:  # before anything is written: a changed generator must not resume by position
+        refuse_positional_resume(
+            progress.values(), manifest, fn, inputs, storage.url, allow=options.allow_fn_config_change, now=identity
+        )
+    claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
     tracker = Tracker(progress, verbose)
     if attempt is not None:
@@ -130,6 +137,10 @@ def run_share(
             if manifest.use_checkpoint and not fresh:  # read after claiming: nobody else writes it now
                 read = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)
                 tracker.progress[shard] = read[shard]
+                if identity is not None and not options.allow_fn_config_change:  # warned above
+                    refuse_positional_resume(
+                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity
+                    )
             if tracker.progress[shard].done:
                 claims.release(shard)
                 continue
@@ -143,23 +154,37 @@ def run_share(
             cfg = WorkerConfig.for_run(storage.url, options, manifest, node_rank)
             pool = WorkerPool(fn, cfg, max(1, min(options.num_workers, len(waiting))), options.start_method)
 
+            in_flight: dict[int, InFlight] = {}  # worker -> its inputs in flight (concurrency)
+
             def message(msg: Any) -> None:
+                if isinstance(msg, InFlight):
+                    in_flight[msg.wid] = msg
+                    return
                 tracker.on_message(msg)
                 if isinstance(msg, Committed) and msg.record.done:
                     claims.release_later(msg.record.shard)  # nobody writes a done shard again
                 if on_message is not None:
                     on_message(msg)
 
+            named: dict[int, str] = {}  # input -> its name, for the inputs workers are on now
+
             def idle() -> str | None:
                 tracker.on_idle()
-                current = pool.current_inputs()
-                claims.set_extra("current_inputs", current)  # status: which input each worker is on
+                current, states = pool.current_inputs(), None
+                if in_flight:  # every input in flight, with its last ResumePoint state
+                    current = [i for m in in_flight.values() for i in m.inputs]
+                    states = [s for m in in_flight.values() for s in m.states]
+                if any(i >= 0 and i not in named for i in current):
+                    kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
+                    named.clear()
+                    named.update(kept)
+                claims.show_current_inputs(current, [named.get(i, "") for i in current], states)  # status: by name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()
             try:
-                with shared_inputs(inputs, options.start_method) as shared:  # registered before the fork
-                    outcome = pool.run([], message, idle, feed=next_task)
+                with inputs.shared_for(options.start_method) as shared:  # registered before the fork
+                    outcome = pool.run(next_task, message, idle)
             finally:
                 tracker.close_bar()
             raise_for_outcome(outcome, inputs, tracker)

@@ -96,7 +96,8 @@ from .chunk import (
     decompress,
 )
 from .decode import decode_item, item_decoder
-from .index import ChunkEntry, IndexConfig, parse_index, parse_size, render_index
+from .digest import dataset_digest, differing_chunks
+from .index import ChunkEntry, IndexConfig, index_digest, parse_index, parse_size, render_index
 from .jsonleaf import JsonLeaf
 from .layouts import FRAMED_MAGIC, DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
 from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
@@ -173,6 +174,9 @@ __all__ = [
     "item_decoder",
     "leaf_format",
     "load_data_only_pickle",
+    "dataset_digest",
+    "differing_chunks",
+    "index_digest",
     "parse_index",
     "parse_size",
     "parse_spec",

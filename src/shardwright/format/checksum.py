@@ -61,20 +61,34 @@ def parse_checksum(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not _CHECKSUM_RE.match(value):
         raise ValueError(f"checksum {value!r:.80} is not '<algorithm>:<hex digest>'")
+    algorithm = value.partition(":")[0]
+    if algorithm not in _ALGORITHMS:
+        # never read as "no checksum": a check that silently stops checking proves nothing
+        raise ValueError(_unknown_algorithm(algorithm))
     return value
 
 
+def _unknown_algorithm(algorithm: str) -> str:
+    return (
+        f"checksum algorithm {algorithm!r} is not one this version of shardwright checks "
+        f"({', '.join(_ALGORITHMS)}): upgrade shardwright, or read with a version that knows it"
+    )
+
+
 def can_check(checksum: str | None) -> bool:
-    """Whether this version knows the algorithm of ``checksum`` (a newer writer may use another)."""
+    """Whether ``checksum`` is one to check (parse_checksum refuses the algorithms this version lacks)."""
     return checksum is not None and checksum.partition(":")[0] in _ALGORITHMS
 
 
 def check_checksum(data: Any, checksum: str | None, name: str, fix: str) -> None:
     """Raise :class:`ChecksumMismatch` naming the chunk ``name`` and ``fix`` when ``data`` does not
-    have ``checksum``; nothing to check when it is None or of an algorithm this version lacks."""
-    if checksum is None or not can_check(checksum):
+    have ``checksum``; nothing to check when it is None. An algorithm this version lacks is an
+    error naming it (parse_checksum refuses it first), never a check skipped."""
+    if checksum is None:
         return
     algorithm, _, expected = checksum.partition(":")
+    if algorithm not in _ALGORITHMS:
+        raise CorruptStateError(f"chunk file {name}: {_unknown_algorithm(algorithm)}")
     actual = _ALGORITHMS[algorithm](data)
     if actual != expected:
         raise ChecksumMismatch(

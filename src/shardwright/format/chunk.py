@@ -9,7 +9,9 @@ from itertools import accumulate
 import numpy as np
 
 from ..errors import CorruptStateError, SampleFormatError
+from .inflate import inflate
 from .layouts import DecodedItem, RowChunk
+from .limits import decoded_limit
 
 _U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
@@ -115,18 +117,14 @@ def compress(data: bytes, compression: str | None) -> bytes:
     return zstandard.ZstdCompressor(level=_zstd_level(compression), write_content_size=True).compress(data)
 
 
-def decompress(data: bytes | memoryview, compression: str | None) -> bytes:
+def decompress(
+    data: bytes | memoryview, compression: str | None, bound: int | None = None, stated: str = "index.json says"
+) -> bytes:
+    """Whole-file decompression of a chunk, never past ``bound`` bytes (what the index says the
+    chunk holds: ``stated`` says so) nor past :func:`~shardwright.format.limits.max_decoded_bytes`.
+    Raises CorruptStateError before allocating more."""
     if compression is None:
         return bytes(data)
     _zstd_level(compression)
-    import zstandard
-
-    dctx = zstandard.ZstdDecompressor()
-    try:
-        return dctx.decompress(data)
-    except zstandard.ZstdError:
-        # Frames written in streaming mode carry no content size: read them as a stream.
-        try:
-            return dctx.stream_reader(bytes(data), read_across_frames=True).read()
-        except zstandard.ZstdError as exc:
-            raise CorruptStateError(f"zstd data cannot be decompressed: {exc}") from None
+    limit, why = decoded_limit(bound, stated)
+    return inflate(data, "the zstd chunk", limit, why)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import warnings
 import wave
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .limits import check_pixels, decoded_limit, refuse_decoded
 from .media import Audio, File, Mesh, Nifti, Pdf, Text, Tiff, Video, media_bytes
 from .optional import available, require
 
@@ -206,7 +208,18 @@ def _media_decoder(kind: str) -> Any:
 
 def _tiff_decode(raw: memoryview) -> Any:
     tifffile = require("tifffile", "tifffile", "tifffile leaves")
-    return tifffile.imread(io.BytesIO(bytes(raw)))
+    with tifffile.TiffFile(io.BytesIO(bytes(raw))) as tiff:
+        # the pages' shapes are read from their headers before any pixel is decoded
+        series = tiff.series[0] if tiff.series else None
+        if series is not None:
+            shape = tuple(int(d) for d in series.shape)
+            pixels = math.prod(shape[:-1]) if len(shape) > 2 and shape[-1] <= 4 else math.prod(shape)
+            what = f"a tifffile leaf of shape {shape}"
+            check_pixels(pixels, what)
+            limit, why = decoded_limit()
+            if int(series.size) * series.dtype.itemsize > limit:
+                raise refuse_decoded(what, limit, why)
+        return tiff.asarray()
 
 
 def _pdf_decode(raw: memoryview) -> Any:
@@ -214,18 +227,28 @@ def _pdf_decode(raw: memoryview) -> Any:
     return pdfplumber.open(io.BytesIO(bytes(raw)))
 
 
-_MAX_NIFTI_BYTES = 1 << 34  # 16 GiB: a gzip bomb stops here
-
-
 def _nifti_decode(raw: memoryview) -> Any:
     nib = require("nibabel", "nibabel", "nifti leaves")
     data = bytes(raw)
-    if data[:2] == b"\x1f\x8b":
+    if data[:2] == b"\x1f\x8b":  # a gzip bomb stops at shardwright's limit of decoded bytes
+        limit, why = decoded_limit()
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
-            data = stream.read(_MAX_NIFTI_BYTES + 1)
-        if len(data) > _MAX_NIFTI_BYTES:
-            raise ValueError("a nifti leaf inflates to more than 16 GiB: refused")
+            data = _read_bounded(stream, limit)
+        if len(data) > limit:
+            raise refuse_decoded("a nifti leaf", limit, why)
     return nib.Nifti1Image.from_bytes(data)
+
+
+def _read_bounded(stream: Any, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``stream``, read in pieces (memory follows the real size)."""
+    parts, total = [], 0
+    while total <= limit:
+        piece = stream.read(min(4 << 20, limit + 1 - total))
+        if not piece:
+            break
+        parts.append(piece)
+        total += len(piece)
+    return b"".join(parts)
 
 
 def _mesh_decoder(fmt: str) -> Any:

@@ -27,7 +27,7 @@ import numpy as np
 from .leaves import decode_tensor, encode_tensor, is_tensor
 from .media import GRAPH_FIELDS, Graph, Tensor
 from .optional import available
-from .safe_pickle import load_data_only_pickle
+from .safe_pickle import load_data_only_pickle, load_trusted_pickle
 
 __all__ = ["encode_graph", "graph_decoder", "is_pyg_data"]
 
@@ -147,7 +147,7 @@ def _rebuild(values: dict[str, Any]) -> Any:
 
 
 def graph_decoder(allow_pickle: bool) -> Callable[[memoryview], Any]:
-    unpickle: Callable[[Any], Any] = pickle.loads if allow_pickle else load_data_only_pickle
+    unpickle: Callable[[Any], Any] = load_trusted_pickle if allow_pickle else load_data_only_pickle
 
     def decode(raw: memoryview) -> Any:
         if bytes(raw[:4]) != _MAGIC:

@@ -10,9 +10,16 @@ from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
 from .checksum import parse_checksum
+from .digest import DIGEST_KEY, dataset_digest, parse_digest
 from .pytree import parse_spec
 
 # --- index.json -------------------------------------------------------------------------------
+
+# litdata's item offsets are uint32: a chunk's offset table (N + 1 of them, after the count)
+# fits in 4 GiB, and so does a chunk (a stored one a little more: framed zstd of incompressible
+# items). Larger values are hostile, and would overflow the sizes readers compute from them.
+MAX_CHUNK_ITEMS = (1 << 30) - 2
+MAX_CHUNK_BYTES = 1 << 33
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,8 @@ class ChunkEntry:
                 type(filename) is str
                 and type(size) is int
                 and type(nbytes) is int
-                and size >= 0
-                and nbytes >= 0
+                and 0 <= size <= MAX_CHUNK_ITEMS
+                and 0 <= nbytes <= MAX_CHUNK_BYTES
                 and (dim is None or type(dim) is int)
                 and (checksum is None or type(checksum) is str)
                 and _safe_filename(filename)
@@ -66,6 +73,12 @@ class ChunkEntry:
         for key, value in (("chunk_size", size), ("chunk_bytes", nbytes)):
             if type(value) is not int or value < 0:
                 raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
+        for key, value, most in (("chunk_size", size, MAX_CHUNK_ITEMS), ("chunk_bytes", nbytes, MAX_CHUNK_BYTES)):
+            if value > most:
+                raise ValueError(
+                    f"chunk {filename!r} has {key} {value:,}, more than a litdata chunk can hold (at most "
+                    f"{most:,}: its offsets are uint32)"
+                )
         if dim is not None and type(dim) is not int:
             raise ValueError(f"chunk {filename!r} has dim {dim!r}, not an int or null")
         try:
@@ -162,13 +175,24 @@ class IndexConfig:
 
 def render_index(chunks: list[ChunkEntry], config: IndexConfig, updated_at: str | None = None) -> bytes:
     """index.json bytes, read by litdata 0.2.58 and 0.2.76 alike."""
-    document = {
+    document: dict[str, Any] = {
         "chunks": [chunk.to_json() for chunk in chunks],
         "config": config.to_json(),
         # Remote litdata readers key their cache on this value.
         "updated_at": updated_at if updated_at is not None else str(time.time()),
     }
+    digest = dataset_digest(chunks, config)
+    if digest is not None:  # an extra key: litdata's readers ignore it (format.digest)
+        document[DIGEST_KEY] = digest
     return json.dumps(document, sort_keys=True).encode("utf-8")
+
+
+def index_digest(data: bytes, source: str) -> str | None:
+    """The digest an index.json records (None: none recorded). Raises CorruptStateError."""
+    try:
+        return parse_digest(json.loads(data))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CorruptStateError(f"index.json at {source} is not valid: {exc}") from None
 
 
 def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig]:
@@ -196,6 +220,15 @@ def parse_index(data: bytes, source: str) -> tuple[list[ChunkEntry], IndexConfig
             chunks.append(ChunkEntry.from_json(raw))
         except ValueError as exc:
             raise corrupt(f"dataset index: chunk {position}: {exc}") from None
+    names = {chunk.filename for chunk in chunks}
+    if len(names) != len(chunks):  # every reader would yield that chunk's items twice
+        seen: set[str] = set()
+        for position, chunk in enumerate(chunks):
+            if chunk.filename in seen:
+                raise corrupt(
+                    f"dataset index: chunk {position} names {chunk.filename!r} again (its items would be read twice)"
+                )
+            seen.add(chunk.filename)
     try:
         config = IndexConfig.from_json(document["config"])
     except UnsupportedFormatError:

@@ -27,6 +27,8 @@ import struct
 from typing import Any
 
 from ..errors import CorruptStateError
+from .inflate import inflate
+from .limits import decoded_limit, refuse_decoded
 from .optional import require
 
 __all__ = [
@@ -89,12 +91,7 @@ def _compress(data: bytes, compression: str | None) -> bytes:
 
 
 def _inflate(data: bytes | memoryview, size: int, what: str) -> bytes:
-    import zstandard
-
-    try:
-        raw = zstandard.ZstdDecompressor().decompress(bytes(data), max_output_size=size)
-    except zstandard.ZstdError as exc:
-        raise CorruptStateError(f"{what} cannot be decompressed: {exc}") from None
+    raw = inflate(data, what, size, "what its header announces")
     if len(raw) != size:
         raise CorruptStateError(f"{what} inflates to {len(raw)} bytes, not the {size} its header announces")
     return raw
@@ -160,6 +157,11 @@ def _unframe(data: bytes | memoryview) -> bytes:
     offsets = struct.unpack_from(f"<{n + 1}I", data, _PREFIX.size)
     if offsets[0] != 0 or any(a > b for a, b in zip(offsets, offsets[1:])):
         raise CorruptStateError("a framed zstd chunk has an invalid offset table")
+    limit, why = decoded_limit()  # the frame table is the file's word, not the index's
+    if offsets[-1] > limit:  # the frames' sizes add up to this (checked per frame below)
+        raise refuse_decoded(
+            f"a framed zstd chunk of {n} items (its offsets announce {offsets[-1]:,} bytes)", limit, why
+        )
     parts = []
     for frame in range(n_frames):
         first, count, at, size, raw_len = _FRAME.unpack_from(data, table_at + frame * _FRAME.size)
@@ -175,23 +177,17 @@ def _unframe(data: bytes | memoryview) -> bytes:
 
 def _inflate_items(data: bytes | memoryview) -> bytes:
     n, offsets = _classic_parts(data)
-    items = []
+    # every item's frame inflates within what is left of one bound for the whole chunk
+    header = 4 + 4 * (n + 1)
+    limit, why = decoded_limit()  # index.json states no size for them
+    limit = min(limit, _MAX_CHUNK - header)  # and the classic chunk they become has uint32 offsets
+    items, total = [], 0
+    view = memoryview(data)
     for j in range(n):
-        frame = memoryview(data)[offsets[j] : offsets[j + 1]]
-        import zstandard
-
-        try:
-            size = zstandard.frame_content_size(bytes(frame[:18]))
-        except zstandard.ZstdError as exc:
-            raise CorruptStateError(f"item {j} of a sample-zstd chunk is not a zstd frame: {exc}") from None
-        if size < 0:
-            # No content size in the frame: stream it, bounded by the chunk limit.
-            reader = zstandard.ZstdDecompressor().stream_reader(bytes(frame))
-            raw = reader.read(_MAX_CHUNK)
-        else:
-            if size > _MAX_CHUNK:
-                raise CorruptStateError(f"item {j} of a sample-zstd chunk announces {size} bytes")
-            raw = _inflate(frame, size, f"item {j} of a sample-zstd chunk")
+        if not offsets[j] <= offsets[j + 1] <= len(view):
+            raise CorruptStateError(f"item {j} of a sample-zstd chunk spans bytes {offsets[j]}:{offsets[j + 1]}")
+        raw = inflate(view[offsets[j] : offsets[j + 1]], f"item {j} of a sample-zstd chunk", limit - total, why)
+        total += len(raw)
         items.append(raw)
     return _classic(items)
 
@@ -205,13 +201,29 @@ def _arrow_rows(data: bytes | memoryview, n: int) -> RowChunk:
     import pyarrow.ipc
 
     ipc = pa.py_buffer(bytes(memoryview(data)[start : start + ipc_len]))
+    limit, why = decoded_limit()
     try:
-        reader = pyarrow.ipc.open_file(ipc) if bytes(ipc[:6]) == b"ARROW1" else pyarrow.ipc.open_stream(ipc)
-        rows = reader.read_all().to_pylist()
+        if bytes(ipc[:6]) == b"ARROW1":
+            file = pyarrow.ipc.open_file(ipc)
+            batches: Any = (file.get_batch(i) for i in range(file.num_record_batches))
+        else:
+            batches = pyarrow.ipc.open_stream(ipc)
+        # rows and sizes are checked batch by batch before any is turned into Python values:
+        # a few hundred bytes of IPC can announce millions of rows (1.5 KB -> 1 GB of dicts)
+        kept, rows_seen, nbytes = [], 0, 0
+        for batch in batches:
+            rows_seen += batch.num_rows
+            if rows_seen > n:
+                raise CorruptStateError(f"a chunk's Arrow footer holds more than the {n} rows its header says")
+            nbytes += batch.nbytes
+            if nbytes > limit:
+                raise refuse_decoded("a chunk's Arrow footer", limit, why)
+            kept.append(batch)
+        if rows_seen != n:
+            raise CorruptStateError(f"a chunk's Arrow footer holds {rows_seen} rows but its header {n}")
+        rows = [row for batch in kept for row in batch.to_pylist()]
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptStateError(f"a chunk's Arrow footer cannot be read: {exc}") from None
-    if len(rows) != n:
-        raise CorruptStateError(f"a chunk's Arrow footer holds {len(rows)} rows but its header {n}")
     return RowChunk(rows)
 
 

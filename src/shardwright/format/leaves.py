@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptStateError
-from .safe_pickle import load_data_only_pickle
+from .safe_pickle import load_data_only_pickle, load_trusted_pickle
 
 __all__ = [
     "NUMPY_CODES",
@@ -317,7 +317,7 @@ def core_decoder(fmt: str, allow_pickle: bool = True) -> Callable[[memoryview], 
         "bool": lambda raw: raw[0] != 0,
         "str": lambda raw: str(raw, "utf-8"),
         "bytes": bytes,
-        "pickle": pickle.loads if allow_pickle else load_data_only_pickle,
+        "pickle": load_trusted_pickle if allow_pickle else load_data_only_pickle,
         "numpy": _decode_numpy_nd,
         "tensor": decode_tensor,
     }

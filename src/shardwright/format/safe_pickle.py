@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
 
-__all__ = ["load_data_only_pickle", "main_references", "warn_main_references"]
+__all__ = ["load_data_only_pickle", "load_trusted_pickle", "main_references", "warn_main_references"]
 
 _WARNED: set[str] = set()  # names already warned about in this process
 
@@ -47,6 +47,23 @@ def load_data_only_pickle(raw: bytes | memoryview) -> Any:
         raise
     except Exception as exc:
         raise CorruptStateError(f"a pickle leaf is damaged ({type(exc).__name__}: {exc})") from None
+
+
+def load_trusted_pickle(raw: bytes | memoryview) -> Any:
+    """``pickle.loads`` (``allow_pickle=True``), with one clear line for a pickle naming a class
+    or function of the script that wrote it (``__main__``), which no other process has."""
+    try:
+        return pickle.loads(raw)
+    except (AttributeError, ImportError):
+        names = main_references(bytes(raw))
+        if not names:
+            raise
+        listed = ", ".join(f"__main__.{n}" for n in names)
+        raise UnsupportedFormatError(
+            f"a pickle leaf refers to {listed}, defined in the script that wrote the dataset (__main__), which "
+            "this process cannot look up. Define it in an importable module and rewrite the dataset with "
+            "it (or define it in the script that reads it)"
+        ) from None
 
 
 def main_references(blob: bytes) -> list[str]:

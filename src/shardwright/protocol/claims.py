@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..storage import Storage
 from .layout import claim_name
-from .lease import HolderJudge, Lease, LeaseHolder, check_extra_fields, lease_ttl
+from .lease import HolderFields, HolderJudge, Lease, LeaseHolder, lease_ttl
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,14 @@ class ShardClaims:
     """The claims this process holds on the shards of one run, renewed by ONE thread (a node
     may hold many claims), which also releases done shards off the caller's thread.
 
-    ``extra`` goes into every claim file (node rank, Ray node: what ``shardwright status``
+    ``fields`` go into every claim file (node rank, Ray node: what ``shardwright status``
     shows of who holds which shard); ``judge`` sees holders dead that only the caller can
     (see :class:`Lease`).
     """
 
-    def __init__(self, storage: Storage, extra: dict | None = None, judge: HolderJudge | None = None):
+    def __init__(self, storage: Storage, fields: HolderFields | None = None, judge: HolderJudge | None = None):
         self.storage = storage
-        self.extra = check_extra_fields(dict(extra or {}))
+        self.fields = fields or HolderFields()
         self.judge = judge
         self.held: dict[int, Lease] = {}
         self._lock = threading.Lock()
@@ -54,7 +54,7 @@ class ShardClaims:
         holder's record (another process works on the shard)."""
         if shard in self.held:
             return None
-        lease = Lease(self.storage, claim_name(shard), f"shard {shard}", {**self.extra, "shard": shard}, self.judge)
+        lease = Lease(self.storage, claim_name(shard), f"shard {shard}", replace(self.fields, shard=shard), self.judge)
         holder = lease.try_acquire()
         if holder is not None:
             return holder
@@ -78,12 +78,14 @@ class ShardClaims:
                 return f"the claim on shard {shard} was taken over by another run"
         return None
 
-    def set_extra(self, key: str, value: object) -> None:
-        """Published by each claim's next heartbeat (e.g. the input its worker is on)."""
-        check_extra_fields({key: value})
+    def show_current_inputs(
+        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+    ) -> None:
+        """Published by each claim's next heartbeat: the input each worker is on (its name, its
+        last ResumePoint state)."""
         with self._lock:
             for lease in self.held.values():
-                lease.extra[key] = value
+                lease.show_current_inputs(current, names, states)
 
     def release_later(self, shard: int) -> None:
         """Release ``shard``'s claim from the renewing thread (its shard is done): the caller,

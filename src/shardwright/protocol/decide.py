@@ -42,9 +42,11 @@ from ..format import ChunkEntry, IndexConfig
 from .fingerprint import InputsFingerprint
 from .fn_identity import FnIdentity, describe_changes
 from .hints import start_over_hint
-from .identity import IdentityTable, Recorded, plan_incremental
+from .identity import IdentityTable
+from .incremental import input_kind, plan_incremental
 from .layout import chunk_generation, is_our_chunk_name
-from .manifest import Manifest, OutputSettings, is_published
+from .manifest import Manifest, OutputSettings, changed_settings, describe_settings_change, is_published
+from .recorded import Recorded
 from .run_record import RunRecord
 
 
@@ -143,12 +145,14 @@ def check_same_run(manifest: Manifest, request: Request, url: str) -> None:
             f"inputs changed since the interrupted run in {url}: {difference}; "
             f"pass the same inputs to resume, {start_over_hint(manifest.mode, url)}"
         )
-    changed = manifest.settings.first_difference(request.settings_against(manifest.settings.num_shards))
+    changed = describe_settings_change(
+        manifest.settings.to_json(), request.settings_against(manifest.settings.num_shards).to_json()
+    )
     if changed is not None:
-        key, was, now = changed
+        what, rerun = changed
         raise RunMismatchError(
-            f"settings changed since the interrupted run: {key} was {was!r}, now {now!r}; "
-            f"rerun with {key}={was!r} to resume, {start_over_hint(manifest.mode, url)}"
+            f"settings changed since the interrupted run: {what}; "
+            f"rerun with {rerun} to resume, {start_over_hint(manifest.mode, url)}"
         )
 
 
@@ -183,6 +187,51 @@ def _check_config_unchanged(manifest: Manifest, request: Request, url: str) -> N
             "resuming would mix outputs of two configurations in one dataset. Rerun with the configuration it "
             f"started with, pass allow_fn_config_change=True to accept the mix, {start_over_hint(manifest.mode, url)}"
         )
+
+
+def _check_same_kind(recorded: Recorded, request: Request, present: int, url: str) -> None:
+    """The dataset's inputs were plain values and these are a source's rows (or back): none
+    can match, so every one would be added again; refused, saying so."""
+    assert request.identities is not None
+    was, now = input_kind(recorded.tables), input_kind([request.identities])
+    if present == 0 and was is not None and now is not None and was != now:
+        raise RunMismatchError(
+            f"the inputs in {url} were recorded as {was}, these are {now}: an input's identity is its value "
+            "for a list and its file and row for a source, so none of these matches an input in the dataset "
+            "and every one would be added again, even if the data is the same. Pass the inputs the way the "
+            "dataset was made, mode='append' to add all of them on purpose, or mode='overwrite' to rebuild"
+        )
+
+
+def _check_not_in_dataset(seen: Observed, request: Request) -> None:
+    """An append of inputs the dataset already holds (a superset or a permutation of earlier
+    inputs), found through the recorded identities: refused, pointing to mode='incremental'."""
+    recorded, table = seen.recorded, request.identities
+    if request.allow_repeated_append or recorded is None or table is None or not recorded.generations:
+        return
+    plan = plan_incremental(recorded, table)
+    if not plan.present:
+        return
+    new = sum(b - a for a, b in plan.new)
+    first = _first_present(plan.new, table.count)
+    names = table.names or []
+    shown = f" ({names[first]})" if table.rows is None and first < len(names) else ""
+    raise DatasetExistsError(
+        f"{plan.present:,} of these {table.count:,} inputs are already in {seen.url} (the first: input "
+        f"{first:,}{shown}); appending them would put each in the dataset twice. Pass mode='incremental' to "
+        f"add only the {new:,} new one(s), allow_repeated_append=True to add them again on purpose, or append "
+        "only inputs it does not hold"
+    )
+
+
+def _first_present(new: list[list[int]], count: int) -> int:
+    """The first position not in the ranges ``new`` (sorted, disjoint)."""
+    position = 0
+    for a, b in new:
+        if a > position:
+            return position
+        position = b
+    return position if position < count else 0
 
 
 def _check_not_added_before(last_run: RunRecord | None, request: Request, url: str) -> None:
@@ -288,6 +337,7 @@ def decide(seen: Observed, request: Request) -> RunPlan:
             return RunPlan(PlanKind.NOOP)
         if request.mode == "append":
             _check_not_added_before(seen.last_run, request, seen.url)
+            _check_not_in_dataset(seen, request)
             return RunPlan(
                 PlanKind.APPEND,
                 generation=next_generation(index, seen.last_run),
@@ -342,11 +392,14 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
         )
     settings = last_run.get("settings")
     mine = {k: v for k, v in request.settings.to_json().items() if k != "num_shards"}  # shards may differ
-    key = next((k for k in sorted(mine) if isinstance(settings, dict) and settings.get(k) != mine[k]), None)
-    if key is not None and isinstance(settings, dict):
+    changed = describe_settings_change(settings, mine) if isinstance(settings, dict) else None
+    if changed is not None and isinstance(settings, dict):
+        keys = changed_settings(settings, mine)
+        written = ", ".join(f"{k}={settings.get(k)!r}" for k in keys)
+        passed = ", ".join(f"{k}={mine[k]!r}" for k in keys)
         raise RunMismatchError(
-            f"{seen.url} was written with {key}={settings.get(key)!r}, this call has {key}={mine.get(key)!r}; "
-            f"rerun with {key}={settings.get(key)!r} to add to it incrementally, or mode='overwrite' to rebuild"
+            f"{seen.url} was written with {written}, this call has {passed}; "
+            f"rerun with {changed[1]} to add to it incrementally, or mode='overwrite' to rebuild"
         )
     assert request.identities is not None
     recorded = seen.recorded or Recorded([], [], [])
@@ -358,11 +411,20 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             names = request.identities.names or []
             shown = ", ".join(names[u] if u < len(names) else f"input {u:,}" for u in plan.changed[:5])
             more = f" and {len(plan.changed) - 5:,} more" if len(plan.changed) > 5 else ""
+            every = plan.present == 0  # not one input matched: every recorded file differs at once
+            why = (
+                " Every file changed at once: if only sources.files(hash_contents=...) was switched since the "
+                "dataset was made, their recorded identities differ though the files do not; rerun with the "
+                "hash_contents the dataset was made with, or rebuild with mode='overwrite' to switch it."
+                if every
+                else ""
+            )
             raise RunMismatchError(
                 f"{len(plan.changed):,} input(s) changed since they were added to {seen.url}: {shown}{more}. "
                 "Their old outputs are in the dataset; restore them, leave them out of the inputs, "
-                "or rebuild everything with mode='overwrite'"
+                f"or rebuild everything with mode='overwrite'.{why}"
             )
+        _check_same_kind(recorded, request, plan.present, seen.url)
         notes = []
         if plan.removed:
             notes.append(f"{plan.removed:,} input(s) in the dataset are no longer among the inputs; their outputs stay")

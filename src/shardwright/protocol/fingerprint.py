@@ -196,6 +196,7 @@ class InputFiles:
 
     block_size: int
     block_hashes: str  # 16 hex chars per block; "" when no input is a file
+    size_hashes: str = ""  # the same over sizes alone: comparable on any host ("": recorded before)
 
     @classmethod
     def of(
@@ -206,16 +207,17 @@ class InputFiles:
             types = value_types(inputs)
         if types is not None and not any(issubclass(k, (str, os.PathLike)) for k in types):
             return None  # no value can be a path (ints, a range, ...): nothing to stat
-        hashes, found = [], False
+        hashes, sizes, found = [], [], False
         count = min(len(inputs), MAX_FILE_CHECKS)
         for start in range(0, count, block_size):
-            digest = hashlib.blake2b(digest_size=8)
+            digest, by_size = hashlib.blake2b(digest_size=8), hashlib.blake2b(digest_size=8)
             block = inputs[start : min(start + block_size, count)]
             kinds = types if types is not None and len(types) == 1 else set(map(type, block))
             if not any(issubclass(k, (str, os.PathLike)) for k in kinds) or (
                 kinds == {str} and "/" not in "".join(block)
             ):
                 hashes.append(digest.hexdigest())  # no path in this block (C-level checks)
+                sizes.append(by_size.hexdigest())
                 continue
             for offset, value in enumerate(block):
                 path = _file_path(value)
@@ -223,18 +225,52 @@ class InputFiles:
                 if stats is not None:
                     found = True
                     digest.update(f"{start + offset}:{stats[0]}:{stats[1]};".encode())
+                    by_size.update(f"{start + offset}:{stats[0]};".encode())
             hashes.append(digest.hexdigest())
-        return cls(block_size, "".join(hashes)) if found else None
+            sizes.append(by_size.hexdigest())
+        return cls(block_size, "".join(hashes), "".join(sizes)) if found else None
 
     def to_json(self) -> dict:
-        return {"block_size": self.block_size, "block_hashes": self.block_hashes}
+        data: dict = {"block_size": self.block_size, "block_hashes": self.block_hashes}
+        if self.size_hashes:
+            data["size_hashes"] = self.size_hashes
+        return data
 
     @classmethod
     def from_json(cls, data: dict) -> InputFiles | None:
         size, hashes = data.get("block_size"), data.get("block_hashes")
+        sizes = data.get("size_hashes", "")
         if type(size) is not int or size < 1 or not isinstance(hashes, str):
             return None
-        return cls(size, hashes)
+        if not isinstance(sizes, str) or (sizes and len(sizes) != len(hashes)):
+            sizes = ""
+        return cls(size, hashes, sizes)
+
+    def changed_blocks(self, now: InputFiles | None, count: int, *, same_host: bool) -> list[tuple[int, int]]:
+        """(first, last) inputs of every block whose files differ from ``now``'s: by size and
+        modification time on the host that recorded them, by size alone on another host (its
+        copies have other mtimes); [] when nothing comparable differs."""
+        mine = self.block_hashes if same_host else self.size_hashes
+        theirs = (now.block_hashes if same_host else now.size_hashes) if now is not None else ""
+        width = 16
+        blocks = []
+        for block in range(len(mine) // width):
+            piece = slice(block * width, (block + 1) * width)
+            if mine[piece] != theirs[piece]:
+                first = block * self.block_size
+                blocks.append((first, min(first + self.block_size, count) - 1))
+        return blocks
+
+    @staticmethod
+    def modified_since(inputs: Sequence, first: int, last: int, since: float) -> list[int]:
+        """The inputs ``first..last`` whose file vanished or was modified after ``since``."""
+        found = []
+        for i in range(first, min(last, len(inputs) - 1) + 1):
+            path = _file_path(inputs[i])
+            stats = _stat(path) if path is not None else None
+            if path is not None and (stats is None or stats[1] / 1e9 >= since):
+                found.append(i)
+        return found
 
     def first_changed(self, inputs: Sequence, since: float) -> str | None:
         """A sentence naming an input file that changed since the run recorded its stats

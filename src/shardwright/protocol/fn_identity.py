@@ -5,8 +5,10 @@
 * ``config``: one short digest per piece of *configuration* the engine could hash by value:
   a ``functools.partial``'s arguments, closure cells, default arguments, a bound method's
   ``__self__`` / a callable instance's attributes, and the module globals fn's code names,
-  where they are plain data (numbers, strings, bytes, containers of those, small numpy arrays).
-  Labels say where each piece came from (``closure factor``, ``self.scale``,
+  where they are plain data (numbers, strings, bytes, containers of those, small numpy arrays,
+  and enums, namedtuples, dataclasses, attrs classes and pydantic models of plain data, by
+  value). A dataclass, attrs or pydantic object has one part for its class and one per field
+  (``partial argument config.temperature``). Labels say where each piece came from (``closure factor``, ``self.scale``,
   ``partial argument 0``, ``global THRESHOLD``), so a refusal can name what changed;
 * ``skipped``: what was reachable but not hashed (large or arbitrary objects): a change
   there cannot be detected, and the engine says so when the run starts.
@@ -88,7 +90,20 @@ class FnIdentity:
         if self.config is None or recorded.config is None:
             return []
         labels = sorted(set(self.config) | set(recorded.config))
-        return [label for label in labels if self.config.get(label) != recorded.config.get(label)]
+        # a part the recorded run could not hash (it listed it in ``skipped``) and this one can
+        # (a config object hashed by value since) is not a change: runs recorded before resume
+        was_skipped = {entry.split(" (", 1)[0] for entry in recorded.skipped}
+        return [
+            label
+            for label in labels
+            if self.config.get(label) != recorded.config.get(label)
+            and not (label not in recorded.config and _under(label, was_skipped))
+        ]
+
+
+def _under(label: str, parts: set[str]) -> bool:
+    """``label`` is one of ``parts`` or a field of one (``config.temperature`` of ``config``)."""
+    return label in parts or any(label.startswith(part + ".") for part in parts)
 
 
 def describe_changes(labels: list[str], limit: int = 6) -> str:

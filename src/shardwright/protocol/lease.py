@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..process import host_identity, pid_alive
@@ -50,6 +50,48 @@ def _optional_str(holder: dict, name: str) -> str | None:
     return value[:1000] if isinstance(value, str) else None
 
 
+def _texts(value: object, limit: int = 200) -> tuple[str, ...]:
+    """A bounded list of short strings from a lease file (anything else: empty)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:limit] if isinstance(v, str) else "" for v in value[:1024])
+
+
+@dataclass(frozen=True)
+class HolderFields:
+    """What a lease's writer says of itself besides who and where it is (owner, host, pid,
+    scheduler task, heartbeat: :class:`Lease` writes those): typed, so that no field can
+    overwrite another, and every field written is one :class:`LeaseHolder` reads back."""
+
+    node_rank: int | None = None
+    num_nodes: int | None = None
+    executor: str | None = None  # the node lease of a run another executor drives ("ray")
+    current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
+    current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
+    shard: int | None = None  # a shard claim's shard (protocol 5)
+    node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
+    ray_node: str | None = None  # a Ray task's node id, job id, node address, task index, host name
+    ray_job: str | None = None
+    ray_ip: str | None = None
+    ray_task: int | None = None
+    host_name: str | None = None
+
+    def to_json(self) -> dict:
+        out: dict[str, object] = {}
+        for name in HOLDER_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                if value:
+                    out[name] = list(value)
+            elif value is not None:
+                out[name] = value
+        return out
+
+
+HOLDER_FIELDS = tuple(HolderFields.__dataclass_fields__)
+
+
 @dataclass(frozen=True)
 class LeaseHolder:
     """A lease file, read. Damaged or missing fields read as their defaults (numbers bounded),
@@ -66,14 +108,16 @@ class LeaseHolder:
     node_rank: int | None = None
     num_nodes: int | None = None
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
+    current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
+    current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
     ray_job: str | None = None
     ray_ip: str | None = None
-    ray_task: int | None = None  # the Ray task's index among the run's tasks
-    host_name: str | None = None  # socket.gethostname() of a Ray task's node
-    executor: str | None = None  # a node lease's executor when not local ("ray")
+    executor: str | None = None
+    ray_task: int | None = None
+    host_name: str | None = None
 
     @classmethod
     def from_json(cls, data: object, where: str) -> LeaseHolder:
@@ -95,14 +139,16 @@ class LeaseHolder:
             node_rank=_optional_int(data, "node_rank"),
             num_nodes=_optional_int(data, "num_nodes"),
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
+            current_names=_texts(data.get("current_names")),
+            current_states=_texts(data.get("current_states"), 4096),
             shard=_optional_int(data, "shard"),
             node_lease=_optional_str(data, "node_lease"),
             ray_node=_optional_str(data, "ray_node"),
             ray_job=_optional_str(data, "ray_job"),
             ray_ip=_optional_str(data, "ray_ip"),
+            executor=_optional_str(data, "executor"),
             ray_task=_optional_int(data, "ray_task"),
             host_name=_optional_str(data, "host_name"),
-            executor=_optional_str(data, "executor"),
         )
 
     @classmethod
@@ -212,20 +258,6 @@ def stale_reason(holder: LeaseHolder, judge: HolderJudge | None = None) -> str |
     return None
 
 
-# The fields a lease writes itself; ``extra`` adds others of LeaseHolder's (typed: read back by
-# from_json), never one of these (a Ray claim's "task" once overwrote task_identity()'s).
-OWN_FIELDS = frozenset({"owner", "host", "pid", "slurm", "task", "heartbeat", "ttl", "epoch"})
-EXTRA_FIELDS = frozenset(f.name for f in fields(LeaseHolder)) - OWN_FIELDS
-
-
-def check_extra_fields(extra: dict) -> dict:
-    """``extra``, when each key is a typed LeaseHolder field that the lease does not write itself."""
-    wrong = sorted(set(extra) - EXTRA_FIELDS)
-    if wrong:
-        raise ValueError(f"lease fields {wrong} are not LeaseHolder's extra fields ({sorted(EXTRA_FIELDS)})")
-    return extra
-
-
 class Lease:
     """A heartbeat-renewed claim on ``leases/{name}.json``, taken with conditional writes.
 
@@ -242,13 +274,13 @@ class Lease:
         storage: Storage,
         name: str,
         what: str,
-        extra: dict | None = None,
+        fields: HolderFields | None = None,
         judge: HolderJudge | None = None,
     ):
         self.storage = storage
         self.judge = judge
         self.key = lease_key(name)
-        self.extra = check_extra_fields(extra or {})
+        self.fields = fields or HolderFields()
         self.what = what
         self.owner = uuid.uuid4().hex
         self.epoch = 0  # set when acquired: orders lease holders (fencing, see the package docstring)
@@ -269,8 +301,20 @@ class Lease:
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
                 "epoch": self.epoch,
-                **self.extra,
+                **self.fields.to_json(),
             }
+        )
+
+    def show_current_inputs(
+        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+    ) -> None:
+        """Published by the next heartbeat (``shardwright status``: which input each worker is
+        on, its name for people, and its last ResumePoint state)."""
+        self.fields = replace(
+            self.fields,
+            current_inputs=tuple(current),
+            current_names=tuple(names or ()),
+            current_states=tuple(states or ()),
         )
 
     def _stale_reason(self, holder: LeaseHolder) -> str | None:

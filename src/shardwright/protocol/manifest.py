@@ -69,12 +69,30 @@ class OutputSettings:
         return cls(optional_int("chunk_size"), optional_int("chunk_bytes"), compression, num_shards, item_loader)
 
     def first_difference(self, other: OutputSettings) -> tuple[str, object, object] | None:
-        """(name, recorded value, current value) of the first setting that differs, or None."""
-        mine, theirs = self.to_json(), other.to_json()
-        for key in sorted(mine):
-            if mine[key] != theirs[key]:
-                return key, mine[key], theirs[key]
+        """(name, recorded value, current value) of the first setting that differs, or None:
+        a setting the call passes first (``chunk_size=2`` rather than the ``chunk_bytes=None``
+        that comes with it)."""
+        keys = changed_settings(self.to_json(), other.to_json())
+        return (keys[0], self.to_json()[keys[0]], other.to_json()[keys[0]]) if keys else None
+
+
+def changed_settings(recorded: dict, current: dict) -> list[str]:
+    """The settings whose values differ, those the current call sets (not None) first."""
+    keys = sorted(k for k in current if recorded.get(k) != current[k])
+    return sorted(keys, key=lambda k: current[k] is None)
+
+
+def describe_settings_change(recorded: dict, current: dict) -> tuple[str, str] | None:
+    """(``chunk_size was 100, now 200 (and chunk_bytes was 65536, now None)``, ``chunk_size=100,
+    chunk_bytes=65536``) for a message: every setting that differs, with what to rerun with."""
+    keys = changed_settings(recorded, current)
+    if not keys:
         return None
+    first, rest = keys[0], keys[1:]
+    what = f"{first} was {recorded.get(first)!r}, now {current[first]!r}"
+    if rest:
+        what += " (and " + ", ".join(f"{k} was {recorded.get(k)!r}, now {current[k]!r}" for k in rest) + ")"
+    return what, ", ".join(f"{k}={recorded.get(k)!r}" for k in keys)
 
 
 @dataclass(frozen=True)

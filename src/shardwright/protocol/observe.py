@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..errors import CorruptStateError
 from ..storage import Storage
 from .decide import Observed
-from .identity import Recorded, read_recorded
 from .index import index_source, parse_dataset_index, read_index_bytes
 from .manifest import read_manifest
+from .recorded import Recorded, read_recorded
 from .records import load_progress
 from .run_record import read_run_record
 

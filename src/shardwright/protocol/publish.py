@@ -11,7 +11,6 @@ from .crash import crash_point
 from .failures import forget_resolved_failures
 from .fn_identity import FnIdentity
 from .hints import START_OVER
-from .identity import read_selection, selected_positions, skipped_by_selection, write_selection
 from .index import read_index
 from .layout import (
     CHUNK_PREFIX,
@@ -20,6 +19,7 @@ from .layout import (
     INDEX_KEY,
     LEASES_PREFIX,
     MANIFEST_KEY,
+    PROGRESS_PREFIX,
     SHARDS_PREFIX,
     SOURCES_PREFIX,
     chunk_generation,
@@ -31,6 +31,7 @@ from .layout import (
 from .lease import Lease
 from .links import check_no_links
 from .manifest import Manifest, read_manifest
+from .recorded import read_selection, selected_positions, skipped_by_selection, write_selection
 from .records import CommitRecord, ShardProgress, load_progress
 from .run_record import RunRecord, read_run_record, write_run_record
 
@@ -107,6 +108,9 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
             if is_state_key(key):
                 storage.delete(key)
     for key in storage.list(SOURCES_PREFIX):  # a source's run state (a JSONL line index)
+        if is_state_key(key):
+            storage.delete(key)
+    for key in storage.list(PROGRESS_PREFIX):  # progress snapshots (protocol.progress): work past a record
         if is_state_key(key):
             storage.delete(key)
     storage.delete(FORMAT_KEY)

@@ -4,6 +4,8 @@ release."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import asdict, dataclass, field
 
 from ..storage import Storage
@@ -16,7 +18,16 @@ from .records import load_progress
 from .run_record import read_run_record
 from .shards import shards_of_node
 
-__all__ = ["STATES", "LeaseStatus", "NodeProgress", "RunStatus", "merge", "read_status", "stop_reason"]
+__all__ = [
+    "STATES",
+    "InputInProgress",
+    "LeaseStatus",
+    "NodeProgress",
+    "RunStatus",
+    "merge",
+    "read_status",
+    "stop_reason",
+]
 
 STATES = ("empty", "complete", "running", "interrupted", "failed")
 
@@ -58,6 +69,32 @@ class NodeProgress:
 
 
 @dataclass(frozen=True)
+class InputInProgress:
+    """One input a live worker is on: ``doc007.txt: page 17`` (its name and ResumePoint state)."""
+
+    input: int  # position among the call's inputs
+    name: str  # shardwright.names: a file's path, a source row's file and row, a bounded repr
+    worker: int
+    place: str  # where the worker runs (a host, a node, a Ray node)
+    state: str | None = None  # its last ResumePoint state as JSON, when one was recorded
+    named: bool = True  # False: the holder published no name for it ("input 7")
+
+    def describe(self) -> str:
+        return f"{self.name}: {_state_text(self.state)}" if self.state else self.name
+
+
+def _state_text(state: str) -> str:
+    """``{"page": 17}`` as ``page 17`` (anything else as it is)."""
+    try:
+        value = json.loads(state)
+    except ValueError:
+        return state
+    if isinstance(value, dict) and value:
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return state
+
+
+@dataclass(frozen=True)
 class RunStatus:
     """The state of an output: ``empty`` (nothing written), ``complete`` (published, no run in
     progress), ``running`` (a live lease), ``failed`` (the run's last attempt stopped on an
@@ -88,6 +125,12 @@ class RunStatus:
     stop_reason: str | None = None  # "user error: FnError on input 150", "interrupted (SIGTERM)", ...
     last_attempt: Attempt | None = None
     attempts: int = 0  # attempts of this run in the history
+    # in the user's terms (issue 32 item 6): each input a live worker is on, by name, with its
+    # last ResumePoint state when one was recorded; inputs counted done / in progress / pending /
+    # failed; the seconds left at the rate of this run so far (None: not known yet)
+    in_progress: list[InputInProgress] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    eta_s: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -99,10 +142,11 @@ def read_status(storage: Storage) -> RunStatus:
     manifest = read_manifest(storage)
     record = read_run_record(storage)
     last_run = record.to_json() if record is not None else None
-    failed = len([k for k in storage.list(FAILED_PREFIX) if k.endswith(".json")])
+    failed_records = len([k for k in storage.list(FAILED_PREFIX) if k.endswith(".json")])
     if manifest is None:
-        return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed)
+        return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed_records)
     progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    holders = list(read_leases(storage))
     leases = [
         LeaseStatus(
             name,
@@ -117,8 +161,9 @@ def read_status(storage: Storage) -> RunStatus:
             holder.ray_node,
             holder.ray_ip,
         )
-        for name, holder in read_leases(storage)
+        for name, holder in holders
     ]
+    in_progress = _inputs_in_progress(holders, leases)
     history = [a for a in read_history(storage) if a.run_id == manifest.run_id]
     latest_per_node = {a.node_rank: a for a in history}  # oldest first: the newest of each node wins
     stopped_by_error = [a for a in latest_per_node.values() if a.ended == "failed"]
@@ -129,6 +174,16 @@ def read_status(storage: Storage) -> RunStatus:
         state, reason = "failed", stop_reason(stopped_by_error[-1])
     else:
         state, reason = "interrupted", stop_reason(last) if last is not None else None
+    claimed = {lease.shard for lease in leases if lease.shard is not None and lease.live}
+    done = sum(p.inputs_done for p in progress.values())
+    failed_now = len({i for p in progress.values() for r in p.records for i, _ in r.failed})
+    busy = len(in_progress)
+    counts = {
+        "done": done,
+        "in_progress": busy,
+        "pending": max(0, manifest.num_inputs - done - busy - failed_now),
+        "failed": failed_now,
+    }
     return RunStatus(
         output_dir=storage.url,
         state=state,
@@ -137,7 +192,7 @@ def read_status(storage: Storage) -> RunStatus:
         attempts=len(history),
         published=published,
         last_run=last_run,
-        failed_records=failed,
+        failed_records=failed_records,
         run_id=manifest.run_id,
         mode=manifest.mode,
         generation=manifest.generation,
@@ -147,12 +202,17 @@ def read_status(storage: Storage) -> RunStatus:
         chunks_committed=sum(len(p.chunks) for p in progress.values()),
         shards=manifest.num_shards,
         shards_done=[s for s, p in progress.items() if p.done],
-        shards_in_progress=[s for s, p in progress.items() if p.records and not p.done],
-        shards_pending=[s for s, p in progress.items() if not p.records],
+        shards_in_progress=[s for s, p in progress.items() if not p.done and (p.records or s in claimed)],
+        shards_pending=[s for s, p in progress.items() if not p.records and s not in claimed],
         leases=leases,
         nodes=node_progress(progress, leases, manifest.num_shards),
         fn=manifest.fn_name,
         started_at=manifest.created_at,
+        in_progress=in_progress,
+        counts=counts,
+        eta_s=_eta(done, manifest.num_inputs - done - failed_now, history, manifest.created_at)
+        if state == "running"
+        else None,
     )
 
 
@@ -189,3 +249,34 @@ def stop_reason(attempt: Attempt) -> str:
         where = f" on input {error.input_index:,}" if error.input_index is not None and error.input_index >= 0 else ""
         return f"{error.kind} error: {error.type}{where}"
     return attempt.ended
+
+
+def _inputs_in_progress(holders: list, leases: list[LeaseStatus]) -> list[InputInProgress]:
+    """Each input a live holder's worker is on, once (a node lease and its claims repeat them)."""
+    seen: dict[int, InputInProgress] = {}
+    for (_name, holder), lease in zip(holders, leases):
+        if not lease.live:
+            continue
+        for worker, position in enumerate(holder.current_inputs):
+            names, states = holder.current_names, holder.current_states
+            known = worker < len(names) and bool(names[worker])
+            if position < 0 or (position in seen and (not known or seen[position].named)):
+                continue
+            name = names[worker] if known else f"input {position:,}"
+            state = states[worker] if worker < len(states) and states[worker] else None
+            seen[position] = InputInProgress(position, name, worker, lease.place, state, known)
+    return sorted(seen.values(), key=lambda entry: entry.input)
+
+
+def _eta(done: int, left: int, history: list[Attempt], started_at: float) -> float | None:
+    """Seconds left at the rate of the running attempt so far (it started after the last one
+    the history holds ended, or when the run was created); None before it made progress."""
+    if left <= 0:
+        return 0.0
+    since, before = started_at, 0
+    if history:
+        since, before = history[-1].finished_at, history[-1].inputs_done_after
+    elapsed, made = time.time() - since, done - before
+    if elapsed <= 0 or made <= 0:
+        return None
+    return round(left * elapsed / made, 1)

@@ -6,11 +6,20 @@ from __future__ import annotations
 import mmap
 
 from ..errors import CorruptStateError
-from ..format import ChunkEntry, RowChunk, chunk_num_items
+from ..format import ChunkEntry, RowChunk, chunk_num_items, decompress, unpack_chunk
 from ..protocol.layout import STATE_DIR
 
-__all__ = ["CHUNK_FIX", "check_chunk", "check_exact_size", "incomplete_message", "release_buffer"]
+__all__ = [
+    "CHUNK_FIX",
+    "check_chunk",
+    "check_exact_size",
+    "decompress_chunk",
+    "incomplete_message",
+    "release_buffer",
+    "unpack_checked",
+]
 
+_MAX_CHUNK = 1 << 32  # litdata's offsets are uint32: no chunk decompresses to more
 CHUNK_FIX = "restore it or rerun optimize with mode='overwrite'"  # what to do about a damaged chunk file
 
 
@@ -84,3 +93,26 @@ def check_chunk(
     last = int.from_bytes(data[header - 4 : header], "little")
     if first != header or not first <= last <= length:
         raise CorruptStateError(f"chunk file {name} has an invalid offset table; {fix}")
+
+
+def decompress_chunk(stored: bytes | memoryview, entry: ChunkEntry, compression: str, name: str) -> bytes:
+    """A whole-file compressed chunk decompressed, never past the size index.json gives it (nor
+    its header-less litdata < 0.2.60 form): a zstd bomb is refused before it is allocated."""
+    bound = min(entry.chunk_bytes + 4 * (entry.chunk_size + 2), _MAX_CHUNK)
+    try:
+        return decompress(stored, compression, bound, f"what index.json says chunk {entry.filename} holds")
+    except CorruptStateError as exc:
+        raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {CHUNK_FIX}") from None
+
+
+def unpack_checked(
+    data: bytes | memoryview, entry: ChunkEntry, name: str, compression_level: str | None
+) -> bytes | memoryview | RowChunk:
+    """litdata 0.2.76's other chunk layouts (framed zstd, per-item zstd, Arrow rows) as the classic
+    one, checked against the index entry: what every reader and verify parse."""
+    try:
+        unpacked = unpack_chunk(data, compression_level)
+    except CorruptStateError as exc:
+        raise CorruptStateError(f"chunk file {name}: {exc}; {CHUNK_FIX}") from None
+    check_chunk(unpacked, entry, name, stored_size=len(data))
+    return unpacked

@@ -12,6 +12,7 @@ items each stream had yielded: the per-dataset positions follow, and each datase
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ except ImportError:  # torch is optional: a plain object then
         return None
 
 
-__all__ = ["CombinedStreamingDataset", "mix_choices", "mix_counts"]
+__all__ = ["CombinedStreamingDataset", "MixRule", "mix_choices", "mix_counts", "mix_length"]
 
 
 def _draws(seed: int, epoch: int, stream: int, generation: int) -> np.random.Generator:
@@ -38,20 +39,33 @@ def _draws(seed: int, epoch: int, stream: int, generation: int) -> np.random.Gen
 
 
 def mix_choices(
-    lengths: list[int], weights: list[float], rng: np.random.Generator, block: int = 4096
+    lengths: list[int],
+    weights: list[float],
+    rng: np.random.Generator,
+    block: int = 4096,
+    *,
+    mix: MixRule | None = None,
 ) -> Iterator[np.ndarray]:
     """The dataset index of every step, block by block, until every share is used up.
 
     A dataset leaves the draw when its share is exhausted; the others keep their relative
-    weights. Vectorised between exhaustions.
+    weights. Vectorised between exhaustions. With ``mix.stop_at_first`` the stream ends at
+    the first exhaustion instead (litdata's ``iterate_over_all=False``); with ``mix.repeat``
+    above 1 each draw picks that many steps in a row (litdata's ``batching_method="per_stream"``:
+    a batch comes from one dataset, unless that dataset runs out inside it).
     """
+    rule = mix or MixRule()
     left = np.asarray(lengths, dtype=np.int64).copy()
     w = np.asarray(weights, dtype=np.float64)
+    if rule.stop_at_first and (left <= 0).any():
+        return
     while left.sum() > 0:
         active = np.flatnonzero(left > 0)
         cum = np.cumsum(w[active])
-        u = rng.random(block) * cum[-1]
+        u = rng.random(max(1, block // rule.repeat)) * cum[-1]
         picks = active[np.minimum(np.searchsorted(cum, u, side="right"), len(active) - 1)]
+        if rule.repeat > 1:
+            picks = np.repeat(picks, rule.repeat)
         # Cut the block where the first active dataset runs out.
         cut = len(picks)
         for d in active:
@@ -61,19 +75,42 @@ def mix_choices(
         picks = picks[:cut]
         left -= np.bincount(picks, minlength=len(left))
         yield picks
+        if rule.stop_at_first and (left[active] <= 0).any():
+            return
 
 
-def mix_counts(lengths: list[int], weights: list[float], rng: np.random.Generator, steps: int) -> list[int]:
+def mix_counts(
+    lengths: list[int], weights: list[float], rng: np.random.Generator, steps: int, mix: MixRule | None = None
+) -> list[int]:
     """Items taken from each dataset in the first ``steps`` steps of :func:`mix_choices`."""
     counts = np.zeros(len(lengths), dtype=np.int64)
     done = 0
-    for picks in mix_choices(lengths, weights, rng):
+    for picks in mix_choices(lengths, weights, rng, mix=mix):
         take = picks[: steps - done]
         counts += np.bincount(take, minlength=len(lengths))
         done += len(take)
         if done >= steps:
             break
     return counts.tolist()
+
+
+def mix_length(lengths: list[int], weights: list[float], rng: np.random.Generator, mix: MixRule | None = None) -> int:
+    """How many steps :func:`mix_choices` takes in all (the shares' sum, unless it stops at the first exhaustion)."""
+    rule = mix or MixRule()
+    if not rule.stop_at_first:
+        return int(sum(lengths))
+    return sum(len(picks) for picks in mix_choices(lengths, weights, rng, mix=rule))
+
+
+BATCHING_METHODS = ("stratified", "per_stream")
+
+
+@dataclass(frozen=True)
+class MixRule:
+    """How a mix ends and how many steps one draw picks (see :func:`mix_choices`)."""
+
+    stop_at_first: bool = False
+    repeat: int = 1
 
 
 def _check_weights(weights: Any, count: int) -> list[float]:
@@ -104,18 +141,31 @@ class CombinedStreamingDataset(_IterableBase):
     every dataset's share is used up: each item of each dataset is read once per epoch; the
     weights set how the datasets are interleaved.
 
-    Args:
+    Args (litdata's, in litdata's order):
         datasets: the StreamingDataset objects (each keeps its own shuffle/seed options).
+        seed: a non-negative int, the same on every rank.
         weights: one positive number per dataset; default: their lengths (a uniform mix
             over items).
-        seed: a non-negative int, the same on every rank.
+        iterate_over_all: True (default): the epoch ends when every dataset's share is used
+            up; False: it ends as soon as one dataset's share is (litdata's stop-at-first
+            mix; the loader has no length then, as in litdata). Both resume exactly.
+        batching_method: "stratified" (default: a batch mixes datasets step by step) or
+            "per_stream" (each batch comes from one dataset, drawn by weight).
 
     Raises:
-        ArgumentTypeError (a TypeError): an element of datasets is not a StreamingDataset.
+        ArgumentTypeError (a TypeError): an element of datasets is not a StreamingDataset,
+            or an argument of the wrong type (e.g. weights given second, shardwright's old order).
         UsageError (a ValueError): no datasets, or weights of the wrong length or not positive.
     """
 
-    def __init__(self, datasets: list[StreamingDataset], weights: list[float] | None = None, seed: int = 42):
+    def __init__(
+        self,
+        datasets: list[StreamingDataset],
+        seed: int = 42,
+        weights: list[float] | None = None,
+        iterate_over_all: bool = True,
+        batching_method: str = "stratified",
+    ):
         datasets = list(datasets)
         if not datasets:
             raise UsageError("CombinedStreamingDataset needs at least one dataset")
@@ -124,13 +174,24 @@ class CombinedStreamingDataset(_IterableBase):
                 raise ArgumentTypeError(
                     f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}"
                 )
+        if isinstance(seed, (list, tuple)):
+            raise ArgumentTypeError(
+                "CombinedStreamingDataset's second argument is seed (litdata's order: datasets, seed, "
+                f"weights); got a sequence {seed!r:.100}: pass it as weights=..."
+            )
+        if type(seed) is not int or seed < 0:
+            raise UsageError(f"seed must be a non-negative int, got {seed!r}")
+        if type(iterate_over_all) is not bool:
+            raise ArgumentTypeError(f"iterate_over_all must be True or False, got {iterate_over_all!r:.100}")
+        if batching_method not in BATCHING_METHODS:
+            raise UsageError(f"batching_method must be one of {BATCHING_METHODS}, got {batching_method!r:.100}")
         if weights is None:
             weights = [float(d.plan_size) or 1.0 for d in datasets]
         weights = _check_weights(weights, len(datasets))
-        if type(seed) is not int or seed < 0:
-            raise UsageError(f"seed must be a non-negative int, got {seed!r}")
         self.datasets = [as_iterable(d) for d in datasets]
         self.weights, self.seed = weights, seed
+        self.iterate_over_all, self.batching_method = iterate_over_all, batching_method
+        self._mix = MixRule(stop_at_first=not iterate_over_all)
         self._loader_drop_last = False
         self._mix_resume: tuple | None = None  # (epoch, generation) of a resumed epoch
 
@@ -149,9 +210,16 @@ class CombinedStreamingDataset(_IterableBase):
         return self.datasets[0].layout(num_workers)
 
     def identity(self) -> dict:
-        return {"combined": [d.identity() for d in self.datasets], "weights": self.weights, "seed": self.seed}
+        mine: dict = {"combined": [d.identity() for d in self.datasets], "weights": self.weights, "seed": self.seed}
+        if self._mix != MixRule():  # only then: states saved before these options still match
+            mine["mix"] = {"iterate_over_all": self.iterate_over_all, "batching_method": self.batching_method}
+        return mine
 
     def __len__(self) -> int:
+        if not self.iterate_over_all:
+            # litdata's get_len is None here too: where the first share runs out depends on
+            # the worker split and the draws, known only once iterated
+            raise TypeError("a CombinedStreamingDataset with iterate_over_all=False has no length before iteration")
         return sum(len(d) for d in self.datasets)
 
     def __iter__(self) -> Iterator[Any]:
@@ -177,7 +245,11 @@ class CombinedStreamingDataset(_IterableBase):
 
     def stream_mix(self, epoch: int, stream: int, generation: int, lengths: list[int], steps: int) -> list[int]:
         """Items taken from each dataset by ``stream`` in its first ``steps`` steps."""
-        return mix_counts(lengths, self.weights, _draws(self.seed, epoch, stream, generation), steps)
+        return mix_counts(lengths, self.weights, _draws(self.seed, epoch, stream, generation), steps, self._mix)
+
+    def stream_length(self, epoch: int, stream: int, generation: int, lengths: list[int]) -> int:
+        """How many items ``stream`` yields in all, given each dataset's share ``lengths``."""
+        return mix_length(lengths, self.weights, _draws(self.seed, epoch, stream, generation), self._mix)
 
     # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
 
@@ -190,6 +262,8 @@ class CombinedStreamingDataset(_IterableBase):
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
+        if self.batching_method == "per_stream":
+            self._mix = replace(self._mix, repeat=batch_size)
         for d in self.datasets:
             d.configure_loader(batch_size, drop_last)
 
@@ -202,8 +276,13 @@ class CombinedStreamingDataset(_IterableBase):
         def stream_mix(stream: int, lengths: list[int], steps: int) -> list[int]:
             return self.stream_mix(epoch, stream, generation, lengths, steps)
 
+        def stream_length(stream: int, lengths: list[int]) -> int:
+            return self.stream_length(epoch, stream, generation, lengths)
+
         totals = [d.plan_size for d in self.datasets]
-        return combined_position(totals, epoch, starts, generation, self._loader_drop_last, batches, stream_mix)
+        return combined_position(
+            totals, epoch, starts, generation, self._loader_drop_last, batches, stream_mix, stream_length
+        )
 
     def fresh_position(self, epoch: int, num_workers: int) -> dict:
         return {"combined": [fresh_point(epoch, d.layout(num_workers)) for d in self.datasets], "generation": 0}
@@ -227,6 +306,6 @@ class CombinedStreamingDataset(_IterableBase):
     def _interleave(
         self, iterators: list[Iterator[Any]], lengths: list[int], rng: np.random.Generator
     ) -> Iterator[Any]:
-        for picks in mix_choices(lengths, self.weights, rng):
+        for picks in mix_choices(lengths, self.weights, rng, mix=self._mix):
             for d in picks.tolist():
                 yield next(iterators[d])

@@ -86,7 +86,8 @@ class ItemFile:
         closed) when its items are not plain spans of the file (litdata's framed zstd, or
         Arrow rows behind empty items): the caller reads it whole."""
         try:
-            head = os.pread(fd, 4 + 4 * (entry.chunk_size + 1), 0)
+            # never more than the file holds: the index's chunk_size is not trusted yet
+            head = os.pread(fd, min(4 + 4 * (entry.chunk_size + 1), size), 0)
             if head[:8] == FRAMED_MAGIC:  # litdata's framed zstd: not spans of the file
                 os.close(fd)
                 return None

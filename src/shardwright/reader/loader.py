@@ -9,6 +9,8 @@ from torch.utils.data import DataLoader
 
 from ..errors import UsageError, require_bool
 from .collate import litdata_collate
+from .dataset import StreamingDataset
+from .litdata_state import is_litdata_loader_state, litdata_resume
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -94,12 +96,14 @@ class StreamingDataLoader(DataLoader):
 
     @property
     def current_epoch(self) -> int:
-        """The epoch the loader is in (or will start with its next iteration)."""
-        if self._pending is not None:
-            return self._pending_epoch
-        if self._started and self._finished:
-            return self._view.epoch + 1
-        return self._view.epoch
+        """litdata's count: 0 before the first iteration, 1 during (and after) the first epoch,
+        2 during the second ... After :meth:`load_state_dict`, the epoch the state resumes."""
+        if self._pending is not None:  # a state taken mid-epoch counts that epoch as started
+            fresh = self._pending == self._view.fresh_position(self._pending_epoch, self.num_workers)
+            return self._pending_epoch + (0 if fresh else 1)
+        if not self._started:
+            return self._view.epoch
+        return self._view.epoch + 1
 
     def __iter__(self):
         view = self._view
@@ -143,10 +147,23 @@ class StreamingDataLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (from :meth:`state_dict`) at the next ``iter(loader)``.
 
+        A litdata 0.2.x ``StreamingDataLoader.state_dict()`` of a StreamingDataset saved with
+        ``shuffle=False`` is accepted too: the items litdata had read (by its worker split and
+        replay rule) are left out of the rest of its epoch, on any ``num_workers``.
+
         Raises:
             ResumeStateError: the state is damaged, or belongs to another dataset or to other
-                order options (shuffle, seed, window, mixing weights).
+                order options (shuffle, seed, window, mixing weights), or is a litdata state
+                that cannot be mapped exactly (shuffle=True, token datasets, elastic resumes).
         """
+        if is_litdata_loader_state(state):
+            state = self._from_litdata(state["dataset"])
+        elif isinstance(state, dict) and "latest_worker_idx" in state and "shardwright_loader" not in state:
+            raise ResumeStateError(
+                "this litdata loader state is of a CombinedStreamingDataset or ParallelStreamingDataset, whose "
+                "mixing and cycling follow litdata's worker split; shardwright resumes litdata states of a "
+                "StreamingDataset only: restart the epoch under shardwright"
+            )
         if not isinstance(state, dict) or state.get("shardwright_loader") != STATE_VERSION:
             raise ResumeStateError(
                 "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
@@ -162,6 +179,17 @@ class StreamingDataLoader(DataLoader):
         self._pending_epoch = self._view.check_position(position)
         self._pending = position
         self._started = False
+
+    def _from_litdata(self, litdata_state: dict) -> dict:
+        """Our state for a litdata loader state (see :mod:`.litdata_state`)."""
+        view = self._view
+        if not isinstance(view, StreamingDataset):
+            raise ResumeStateError(
+                "a litdata StreamingDataset loader state resumes a StreamingDataLoader over a StreamingDataset"
+            )
+        epoch, point = litdata_resume(litdata_state, view, view.layout(self.num_workers))
+        position = {"single": point.to_json()} if point is not None else view.fresh_position(epoch, self.num_workers)
+        return {"shardwright_loader": STATE_VERSION, "dataset": view.identity(), "position": position}
 
 
 def worker_resume(dataset: Any, state: dict) -> None:

@@ -82,7 +82,7 @@ class ReaderOptions:
         require_bool("iterable", iterable, optional=True)
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ArgumentTypeError(
-                f"storage_options must be a dict (boto3 client arguments) or None; got {type(storage_options).__name__}"
+                f"storage_options must be a dict (the storage backend's options) or None; got {type(storage_options).__name__}"
             )
         location = input_dir_of(input_dir, output_dir)
         check_storage_option_names(storage_options or {}, location)
@@ -122,3 +122,9 @@ class ReaderOptions:
             batch_decode=batch_decode,
             check_checksums=bool(require_bool("check_checksums", check_checksums)),
         )
+
+
+def subclass_transform(dataset: Any) -> tuple[Callable[[Any], Any], ...]:
+    """litdata's other way to transform: a subclass's ``transform(self, item)`` method, used
+    when no ``transform=`` is given."""
+    return (dataset.transform,) if callable(getattr(type(dataset), "transform", None)) else ()

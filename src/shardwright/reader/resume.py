@@ -138,12 +138,15 @@ def combined_position(
     drop_last_batch: bool,
     batches: int,
     stream_mix: Any,
+    stream_length: Any,
 ) -> dict:
     """The position of a mix of datasets after ``batches`` batches. ``stream_mix(stream,
-    lengths, steps)`` gives the items each dataset gave ``stream`` in its first ``steps``."""
+    lengths, steps)`` gives the items each dataset gave ``stream`` in its first ``steps``;
+    ``stream_length(stream, lengths)`` how many items the stream yields in all."""
     lefts = [items_left(total, start) for total, start in zip(totals, starts)]
     layout = starts[0].layout
-    taken, _rotation = taken_by_batches([sum(col) for col in zip(*lefts)], layout, 0, drop_last_batch, batches)
+    per_stream_left = [stream_length(s, [left[s] for left in lefts]) for s in range(layout.streams)]
+    taken, _rotation = taken_by_batches(per_stream_left, layout, 0, drop_last_batch, batches)
     per_stream = [stream_mix(s, [left[s] for left in lefts], taken[s]) for s in range(layout.streams)]
     points = [
         ResumePoint(

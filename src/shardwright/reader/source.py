@@ -20,18 +20,22 @@ from ..errors import (
 from ..format import (
     ChunkEntry,
     DecodedItem,
-    RowChunk,
     check_checksum,
     chunk_item,
-    decompress,
-    unpack_chunk,
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
-from .checks import CHUNK_FIX, check_chunk, check_exact_size, incomplete_message, release_buffer
+from .checks import (
+    CHUNK_FIX,
+    check_exact_size,
+    decompress_chunk,
+    incomplete_message,
+    release_buffer,
+    unpack_checked,
+)
 from .itemfile import ITEM_READ_BYTES, ItemFile
 from .prefetch import Loaded, ProcState
 
@@ -47,7 +51,8 @@ class ChunkSource:
     Args:
         output_dir: a local directory, ``file://`` URL or a URL of any registered storage backend
             (``s3://bucket/prefix``, ...).
-        storage_options: boto3 client arguments (remote only).
+        storage_options: the backend's options (remote only; boto3 client arguments for s3://,
+            the SDKs' names for gs:// and az://: docs/clouds.md).
         cache_dir: the cache root (remote only).
         max_cache_bytes: the bound of the cache root, in bytes.
         prefetch_depth: chunks downloaded ahead (remote only; 0 disables).
@@ -376,10 +381,9 @@ class ChunkSource:
 
     def _decode_stored(self, stored, compressed: bool, entry: ChunkEntry, name: str, *, exact: bool):
         if compressed:
+            assert self.config.compression is not None
             try:
-                data: bytes | memoryview = decompress(stored, self.config.compression)
-            except CorruptStateError as exc:
-                raise CorruptStateError(f"chunk file {name} is damaged ({exc}); {CHUNK_FIX}") from None
+                data: bytes | memoryview = decompress_chunk(stored, entry, self.config.compression, name)
             finally:
                 release_buffer(stored)
         else:
@@ -387,21 +391,13 @@ class ChunkSource:
         try:
             if exact:
                 check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
-            unpacked = self._unpack_layout(data, name)
-            check_chunk(unpacked, entry, name, stored_size=len(data))
+            unpacked = unpack_checked(data, entry, name, self.config.compression_level)
         except Exception:
             release_buffer(data)
             raise
         if unpacked is not data:
             release_buffer(data)  # litdata's framed/sample zstd or Arrow rows: the unpacked copy is kept
         return unpacked
-
-    def _unpack_layout(self, data: bytes | memoryview, name: str) -> bytes | memoryview | RowChunk:
-        """litdata 0.2.76's other chunk layouts (framed zstd, per-item zstd, Arrow rows) as the classic one."""
-        try:
-            return unpack_chunk(data, self.config.compression_level)
-        except CorruptStateError as exc:
-            raise CorruptStateError(f"chunk file {name}: {exc}; {CHUNK_FIX}") from None
 
     def _load_remote(self, entry: ChunkEntry) -> Loaded:
         """Fetch a chunk into the cache (or find it there) and map/decompress it.

@@ -3,10 +3,12 @@
 What it proves, per chunk named in index.json: the file is present, is a regular file, has the
 size the index implies, its bytes have the checksum the index records (datasets written by
 this version), and its structure agrees with the index (item count, offset table; compressed
-chunks are decompressed to check that). A dataset without checksums (litdata's, or written
-before checksums existed) is checked by sizes and structure only, and the report says so:
-a chunk whose bytes changed but whose sizes and offsets still look right (a flipped bit inside
-an item, two chunks of equal shape swapped) is then not found.
+chunks are decompressed to check that, within the bounds every reader keeps, and litdata's
+framed and per-item zstd and Arrow rows are unpacked by the reader's own code). A dataset
+without checksums (litdata's, or written before checksums existed) is checked by sizes and
+structure only, and the report says so: a chunk whose bytes changed but whose sizes and
+offsets still look right (a flipped bit inside an item, two chunks of equal shape swapped) is
+then not found.
 
 It reads every chunk once (in parallel for object stores) and never writes.
 """
@@ -18,16 +20,23 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteDatasetError, UnsupportedFormatError
-from ..format import ChunkEntry, IndexConfig, can_check, check_checksum, decompress
+from ..format import (
+    ChunkEntry,
+    IndexConfig,
+    can_check,
+    check_checksum,
+    dataset_digest,
+    index_digest,
+)
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacting
 from ..storage import Storage, open_storage
 from ..storage.options import check_storage_option_names
-from .checks import check_chunk, check_exact_size, incomplete_message
+from .checks import check_exact_size, decompress_chunk, incomplete_message, unpack_checked
 
-__all__ = ["DamagedChunk", "VerifyReport", "verify"]
+__all__ = ["DamagedChunk", "VerifyReport", "read_published_index", "verify"]
 
 _FIX = "restore it from a good copy, or rerun optimize with mode='overwrite'"
 _PARALLEL_READS = 4  # object stores: a few chunks in flight (each is held in memory while checked)
@@ -55,6 +64,8 @@ class VerifyReport:
         checked_checksums: chunks whose checksum was compared; the others (litdata's, older
             datasets) were checked by sizes and structure only.
         damaged: every damaged chunk (or the index), each named with its problem.
+        digest: the dataset digest index.json records (format.digest), recomputed from the
+            chunk entries and compared; None for a dataset written before digests.
     """
 
     output_dir: str
@@ -62,6 +73,7 @@ class VerifyReport:
     items: int
     checked_checksums: int
     damaged: tuple[DamagedChunk, ...]
+    digest: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -82,7 +94,8 @@ class VerifyReport:
         else:
             how = f"sizes and structure; checksums for {self.checked_checksums:,} of them"
         state = "intact" if self.ok else f"DAMAGED: {len(self.damaged):,} problem(s)"
-        return f"{self.output_dir}: {state} ({self.chunks:,} chunks, {self.items:,} items; checked {how})"
+        digest = f"digest {self.digest}" if self.digest is not None else "no digest (written before digests)"
+        return f"{self.output_dir}: {state} ({self.chunks:,} chunks, {self.items:,} items; checked {how}; {digest})"
 
     def to_json(self) -> dict:
         return {
@@ -93,6 +106,7 @@ class VerifyReport:
             "checksums": self.checksums,
             "checked_checksums": self.checked_checksums,
             "damaged": [dataclasses.asdict(d) for d in self.damaged],
+            "digest": self.digest,
         }
 
 
@@ -117,19 +131,16 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
 
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
     storage = open_storage(output_dir, storage_options)
-    data = _read_index(storage)
+    index_name = index_source(storage.url)
+    data = read_published_index(storage)
     try:
-        chunks, config, _ = parse_dataset_index(data, index_source(storage.url))
+        chunks, config, _ = parse_dataset_index(data, index_name)
     except (CorruptStateError, UnsupportedFormatError) as exc:
         return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, str(exc)),))
     except RecursionError:
         return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, "its data_spec is nested absurdly deep"),))
-    damaged: list[DamagedChunk] = []
-    seen: set[str] = set()
-    for entry in chunks:
-        if entry.filename in seen:
-            damaged.append(DamagedChunk(entry.filename, "named twice in index.json (its items would be read twice)"))
-        seen.add(entry.filename)
+    damaged: list[DamagedChunk] = []  # (a chunk named twice is refused by parse_index, as by every reader)
+    digest = _check_digest(data, index_name, chunks, config, damaged)
     workers = 1 if storage.local_path(INDEX_KEY) is not None else _PARALLEL_READS
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for problem in pool.map(lambda e: _check_one(storage, config, e), chunks):
@@ -137,10 +148,29 @@ def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
                 damaged.append(problem)
     checked = sum(1 for e in chunks if can_check(e.checksum))
     items = sum(e.chunk_size for e in chunks)
-    return VerifyReport(storage.url, len(chunks), items, checked, tuple(damaged))
+    return VerifyReport(storage.url, len(chunks), items, checked, tuple(damaged), digest)
 
 
-def _read_index(storage: Storage) -> bytes:
+def _check_digest(
+    data: bytes, index_name: str, chunks: list[ChunkEntry], config: IndexConfig, damaged: list[DamagedChunk]
+) -> str | None:
+    """The digest index.json records, after comparing it with its chunk entries' (a mismatch
+    is damage to the index: an entry edited, dropped or reordered)."""
+    try:
+        recorded = index_digest(data, index_name)
+    except CorruptStateError as exc:
+        damaged.append(DamagedChunk(INDEX_KEY, str(exc)))
+        return None
+    if recorded is not None and dataset_digest(chunks, config) != recorded:
+        damaged.append(
+            DamagedChunk(INDEX_KEY, f"its chunk entries do not give the digest it records ({recorded}); {_FIX}")
+        )
+    return recorded
+
+
+def read_published_index(storage: Storage) -> bytes:
+    """index.json's bytes. Raises DatasetNotFoundError or IncompleteDatasetError (nothing, or a run
+    still writing, there)."""
     try:
         return read_index_bytes(storage)
     except FileNotFoundError:
@@ -167,7 +197,7 @@ def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> Dama
         plain = entry.filename.replace(f".{config.compression}", "") if config.compression else entry.filename
         if plain != entry.filename and storage.exists(plain):
             # litdata decompressed it in place (local datasets it read): the stored form is gone
-            return _check_structure(_read(storage, plain), entry, f"{storage.url}/{plain}", compressed=False)
+            return _check_structure(_read(storage, plain), entry, f"{storage.url}/{plain}", config, compressed=False)
         return DamagedChunk(entry.filename, f"is missing (named in index.json); {_FIX}")
     except IsADirectoryError:
         return DamagedChunk(entry.filename, "is a directory, not a chunk file")
@@ -177,16 +207,21 @@ def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> Dama
         except CorruptStateError as exc:
             size = _size_problem(stored, entry, config)
             return DamagedChunk(entry.filename, size or _after_name(str(exc), name))
-    return _check_structure(stored, entry, name, compressed=config.compression is not None, config=config)
+    return _check_structure(stored, entry, name, config, compressed=_whole_file(config))
 
 
 def _read(storage: Storage, key: str) -> bytes:
     return storage.read_bytes(key)
 
 
+def _whole_file(config: IndexConfig) -> bool:
+    """Whether chunk files are compressed as a whole (not litdata's zstd frames inside them)."""
+    return config.compression is not None and config.compression_level is None
+
+
 def _size_problem(stored: bytes, entry: ChunkEntry, config: IndexConfig) -> str | None:
     """A size mismatch, said plainly (truncated / longer), when the size tells it."""
-    if config.compression is None and len(stored) != entry.chunk_bytes:
+    if not _whole_file(config) and len(stored) != entry.chunk_bytes:
         try:
             check_exact_size(stored, entry, entry.filename, "is")
         except CorruptStateError:
@@ -196,17 +231,22 @@ def _size_problem(stored: bytes, entry: ChunkEntry, config: IndexConfig) -> str 
 
 
 def _check_structure(
-    stored: bytes, entry: ChunkEntry, name: str, *, compressed: bool, config: IndexConfig | None = None
+    stored: bytes, entry: ChunkEntry, name: str, config: IndexConfig, *, compressed: bool
 ) -> DamagedChunk | None:
-    filename = entry.filename
+    """What a reader does on loading the chunk (the same calls): bounded decompression, the size
+    the index gives, the layout unpacked (litdata's zstd frames, Arrow rows) and checked."""
     try:
-        data = decompress(stored, config.compression) if compressed and config is not None else stored
+        if compressed:
+            assert config.compression is not None
+            data = decompress_chunk(stored, entry, config.compression, name)
+        else:
+            data = stored
         check_exact_size(data, entry, name, "decompresses to" if compressed else "is")
-        check_chunk(data, entry, name)
+        unpack_checked(data, entry, name, config.compression_level)
     except UnsupportedFormatError:
-        return None  # litdata's Arrow layout: its sizes matched; shardwright does not parse it further
+        return None  # litdata's Arrow rows without pyarrow here: its sizes matched; the reader needs pyarrow
     except CorruptStateError as exc:
-        return DamagedChunk(filename, _after_name(str(exc), name))
+        return DamagedChunk(entry.filename, _after_name(str(exc), name))
     return None
 
 

@@ -123,7 +123,8 @@ def add_jobs_command(subparsers) -> None:
     s.add_argument("--options", help="JSON object of optimize() options, e.g. '{\"chunk_size\": 100}'")
     s.add_argument(
         "--storage-options",
-        help="JSON object of boto3 client arguments (or @file.json: keeps them out of your shell history)",
+        help="JSON object of storage options: boto3 client arguments for s3://, the SDKs' names for gs:// and az:// "
+        "(or @file.json: keeps them out of your shell history)",
     )
     for spec in JOB_OPTIONS:  # every option a job may set, from the engine's table
         s.add_argument(f"--{spec.name.replace('_', '-')}", dest=f"opt_{spec.name}", **_option_argument(spec))

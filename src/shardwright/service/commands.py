@@ -70,6 +70,11 @@ def add_service_commands(subparsers) -> None:
         metavar="ADDRESS",
         help='Ray cluster for jobs of executor kind "ray" (e.g. ray://head:10001 or auto); without it they are refused',
     )
+    p.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="serve GET /metrics (Prometheus) without the API token (default: the token is required)",
+    )
     p.add_argument("--max-inputs", type=int, default=100_000, help="most inputs one job may list")
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body")
     p.set_defaults(func=_serve)
@@ -97,4 +102,5 @@ def _serve(args) -> int:
         cancel_grace=args.cancel_grace,
         retry_backoff=args.retry_backoff,
         ray_address=args.ray_address,
+        metrics_public=args.metrics_public,
     )

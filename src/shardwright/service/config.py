@@ -28,6 +28,7 @@ class ServiceConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     pipeline_names: tuple[str, ...] | None = None  # --pipelines MODULE:a,b (None: every public function)
     ray_address: str | None = None  # --ray-address: where jobs of executor kind "ray" run (None: no Ray jobs)
+    metrics_public: bool = False  # --metrics-public: GET /metrics without the token
 
     @property
     def state_dirs(self) -> tuple[str, ...]:

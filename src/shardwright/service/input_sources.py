@@ -13,7 +13,10 @@
   the job process has built the source.
 * Its own credentials: the source is read with the job's ``storage_options`` (sent with the
   job, kept in memory only), never the server's: with none, S3 is read anonymously
-  (unsigned requests), not with the server's environment or profile.
+  (unsigned requests), not with the server's environment or profile; GCS is read with
+  anonymous credentials unless the job gives its own; Azure needs the job's own credential
+  (``connection_string``, ``account_key``, ``sas_token`` or ``credential``): without one the
+  job is refused, since the Azure client would fall back to the server's identity.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import OutputDirError, UsageError
 from .locations import LocationRefused
 
-__all__ = ["SourceSpec", "check_input_location", "open_source"]
+__all__ = ["SourceSpec", "check_input_location", "job_read_options", "open_source"]
 
 SOURCE_KINDS = ("parquet", "jsonl", "files")
 
@@ -78,16 +81,36 @@ def check_input_location(url: str, roots: tuple[str, ...]) -> str:
     return normalized
 
 
+AZURE_CREDENTIAL_KEYS = ("connection_string", "account_key", "sas_token", "credential")
+
+
+def job_read_options(url: str, storage_options: dict | None) -> dict | None:
+    """The storage_options a source at ``url`` is read with: the job's own, never the
+    server's credentials (see the module docstring)."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    options = dict(storage_options) if storage_options else None
+    if scheme == "s3" and options is None:
+        from botocore import UNSIGNED
+
+        return {"config": {"signature_version": UNSIGNED}}  # never the server's credentials
+    if scheme in ("gs", "gcs") and not (options or {}).get("credentials"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return {**(options or {}), "credentials": AnonymousCredentials()}
+    if scheme in ("az", "abfs", "abfss") and not any((options or {}).get(k) for k in AZURE_CREDENTIAL_KEYS):
+        raise UsageError(
+            f"inputs: {url} is read with the job's own credentials, never this server's: send storage_options "
+            f"with one of {', '.join(AZURE_CREDENTIAL_KEYS)} (a SAS token for a read-only container, say)"
+        )
+    return options
+
+
 def open_source(spec: dict, storage_options: dict | None, max_inputs: int | None = None) -> Any:
     """The source a job spec names, read with the job's own credentials (see the module)."""
     from .. import sources
 
     parsed = SourceSpec.model_validate(spec)
-    options = storage_options
-    if options is None and parsed.url.startswith("s3://"):
-        from botocore import UNSIGNED
-
-        options = {"config": {"signature_version": UNSIGNED}}  # never the server's credentials
+    options = job_read_options(parsed.url, storage_options)
     source: sources.Source
     if parsed.source == "parquet":
         source = sources.parquet(parsed.url, columns=parsed.columns, storage_options=options)

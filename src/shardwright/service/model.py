@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import CorruptStateError, classify
+from .transient import is_transient_fn_failure
 
 
 class JobState(str, Enum):
@@ -109,6 +110,9 @@ class JobError:
         row = classify(exc)
         text = (message if message is not None else str(exc)).split("\n--- worker traceback ---")[0].strip()
         index = getattr(exc, "input_index", None)
+        if is_transient_fn_failure(exc):  # a teacher's 429/5xx, a timeout: the system's, retried
+            row = replace(row, kind="system", transient=True)
+            text = f"a service fn calls failed transiently (retried with backoff): {text}"
         return cls(
             kind=row.kind,
             type=type(exc).__name__,

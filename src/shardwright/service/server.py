@@ -116,6 +116,7 @@ def serve(
     cancel_grace: float = 30.0,
     retry_backoff: float = 1.0,
     ray_address: str | None = None,
+    metrics_public: bool = False,
 ) -> int:
     try:
         import uvicorn
@@ -163,6 +164,7 @@ def serve(
         retry_backoff=retry_backoff,
         pipeline_names=names,
         ray_address=ray_address,
+        metrics_public=metrics_public,
     )
     os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
     scheduler = Scheduler(store, config)
@@ -183,5 +185,9 @@ def serve(
     if host not in ("127.0.0.1", "localhost", "::1"):
         _say(f"warning: listening on {host}: the token and credentials travel in clear unless a TLS proxy is in front")
     _say(f"http://{host}:{port}/ (dashboard), http://{host}:{port}/api/v1")
+    if app.state.metrics is None:
+        _say("metrics: GET /metrics needs prometheus-client: pip install 'shardwright[telemetry]'")
+    else:
+        _say(f"metrics: http://{host}:{port}/metrics ({'no token' if metrics_public else 'bearer token required'})")
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     return 0

@@ -39,14 +39,18 @@ class UnitIdentity:
 
 @dataclass(frozen=True)
 class BadRow:
-    """An input that could not be read (a JSONL line that is not UTF-8 JSON). The worker
-    fails this input with :meth:`error` (on_error and retries apply) instead of calling fn."""
+    """An input that could not be read (a JSONL line that is not UTF-8 JSON, a parquet row
+    group that does not decode). The worker fails this input with :meth:`error` (on_error
+    and retries apply) instead of calling fn; a ``blank`` one (a blank JSONL line) is no
+    input at all: fn is not called and nothing fails."""
 
     where: str  # "file:line"
     problem: str
+    blank: bool = False
+    fix: str = "fix or remove that line"
 
     def error(self) -> ValueError:
-        return ValueError(f"{self.where}: {self.problem}; fix or remove that line (or pass on_error='skip')")
+        return ValueError(f"{self.where}: {self.problem}; {self.fix} (or pass on_error='skip')")
 
 
 class Source(Sequence):

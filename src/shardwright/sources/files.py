@@ -5,13 +5,23 @@ and three arrays of 8-byte numbers: about 30 bytes plus the key and version per 
 million files cost well under 100 MB. A :class:`FileRef` is made when an input is indexed:
 small, picklable (its storage handle is shared by every ref of one listing when pickled
 together), and it reads through our storage, so ``storage_options`` and retries apply.
+
+Local listings hold regular files only (a FIFO, socket or device is skipped, named in a
+warning: a read of a FIFO blocks forever) and refuse a link to a file out of the directory
+(an :class:`~shardwright.errors.InputsError` naming it). Each listed local file's device and
+inode are kept, and every read opens it without following a link (``O_NOFOLLOW``, unless
+it was listed as a link inside the directory) and checks it is the listed file (device and
+inode on the listing's host, size everywhere): a file swapped for a link, or for another
+file, after the listing is refused, never read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
+import stat
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -19,10 +29,14 @@ from typing import IO, Any
 
 from ..errors import InputsError
 from ..storage import Storage
+from ..storage.local import LocalStorage
 from .base import Source
 from .locate import RangedFile, glob_regex, join_url, open_input_root
 
 __all__ = ["FileRef", "FilesSource", "files"]
+
+log = logging.getLogger("shardwright")
+_HOST = os.uname().nodename  # device numbers mean the same only on the host that listed
 
 
 @dataclass(frozen=True)
@@ -35,17 +49,50 @@ class FileRef:
     size: int
     version: str
     storage: Storage
+    # a local file's identity when listed (0: not local, or listed before this was kept)
+    dev: int = 0
+    ino: int = 0
+    host: str = ""
+    link: bool = False  # listed as a link to a file inside the directory
 
     def read(self) -> bytes:
         """The whole file (through the storage: retries and storage_options apply)."""
+        if self.storage.local_path(self.key) is not None:
+            with self.open() as f:
+                return f.read()
         return self.storage.read_bytes(self.key)
 
     def open(self) -> IO[bytes]:
         """A read-only, seekable binary file object (ranged reads, 1 MB buffered)."""
         local = self.storage.local_path(self.key)
         if local is not None:
-            return open(local, "rb")
+            return os.fdopen(self._open_listed(local), "rb")
         return io.BufferedReader(RangedFile(self.storage, self.key, self.size), 1 << 20)
+
+    def _open_listed(self, local: str) -> int:
+        """A descriptor of the listed file, or InputsError: never a link put in its place."""
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if self.link else os.O_NOFOLLOW)
+        try:
+            fd = os.open(local, flags)
+        except OSError as exc:
+            if os.path.islink(local) and not self.link:
+                raise InputsError(
+                    f"sources.files: {self.path} was replaced by a symbolic link after it was listed; "
+                    "refusing to read through it (replace the link with the file and rerun)"
+                ) from None
+            raise exc
+        st = os.fstat(fd)
+        problem = None
+        if not stat.S_ISREG(st.st_mode):
+            problem = "is no longer a regular file"
+        elif self.ino and self.host == _HOST and (st.st_dev, st.st_ino) != (self.dev, self.ino):
+            problem = "is no longer the file that was listed (another device/inode: replaced after the listing)"
+        elif st.st_size != self.size:
+            problem = f"changed size since it was listed ({self.size:,} -> {st.st_size:,} bytes)"
+        if problem is not None:
+            os.close(fd)
+            raise InputsError(f"sources.files: {self.path} {problem}; refusing to read it (list the files again)")
+        return fd
 
     def __repr__(self) -> str:
         return f"FileRef({self.path!r}, size={self.size})"
@@ -54,8 +101,21 @@ class FileRef:
 class FilesSource(Source):
     kind = "files"
 
-    def __init__(self, root: Storage, keys: list[str], sizes: list[int], versions: list[str], hashes: list[str]):
+    def __init__(
+        self,
+        root: Storage,
+        keys: list[str],
+        sizes: list[int],
+        versions: list[str],
+        hashes: list[str],
+        local: tuple[list[int], list[int], bytes] | None = None,
+    ):
         super().__init__()
+        # local files: (devices, inodes, link flags), checked on every read (see FileRef)
+        self._devs = array("q", local[0] if local else [])
+        self._inos = array("q", local[1] if local else [])
+        self._links = bytes(local[2]) if local else b""
+        self._host = _HOST
         self._root = root
         self._keys = "\0".join(keys)
         self._key_ends = array("q", _ends(keys))
@@ -88,6 +148,18 @@ class FilesSource(Source):
     def _read_block(self, unit: int, row: int) -> tuple[int, list]:
         key = self._key(unit)
         ref = FileRef(join_url(self._root.url, key), key, self._sizes[unit], self._version(unit), self._root)
+        if self._inos:
+            ref = FileRef(
+                ref.path,
+                key,
+                ref.size,
+                ref.version,
+                self._root,
+                self._devs[unit],
+                self._inos[unit],
+                self._host,
+                bool(self._links[unit]),
+            )
         return 0, [ref]
 
     def _view(self, start: int, stop: int) -> Source:
@@ -97,7 +169,12 @@ class FilesSource(Source):
         keys = [self._key(u) for u in range(start, stop)]
         versions = [self._versions_raw(u) for u in range(start, stop)]
         hashes = [self._hashes[16 * u : 16 * u + 16] for u in range(start, stop)] if self._hashes else []
-        return FilesSource(self._root, keys, list(self._sizes[start:stop]), versions, hashes)
+        local = None
+        if self._inos:
+            local = (list(self._devs[start:stop]), list(self._inos[start:stop]), self._links[start:stop])
+        view = FilesSource(self._root, keys, list(self._sizes[start:stop]), versions, hashes, local)
+        view._host = self._host
+        return view
 
     def _versions_raw(self, unit: int) -> str:
         start = self._version_ends[unit - 1] + 1 if unit else 0
@@ -198,20 +275,68 @@ def files(
     regex = glob_regex(pattern)
     listed = root.list_info("")
     matching = [i for i in listed if regex.match(i.key)]
+    local = None
+    if isinstance(root, LocalStorage):
+        matching, local = _regular_files(root, url, matching)
     if not matching:
         if not listed:
             raise InputsError(
                 f"sources.files: {url} does not exist or is empty; check the path or URL (and storage_options)"
             )
         raise InputsError(f"sources.files: no file under {url} matches {pattern!r}; check the pattern")
-    hashes = []
+    hashes: list[str] = []
     if hash_contents:
         for info in matching:
             digest = hashlib.blake2b(digest_size=8)
-            with FileRef("", info.key, info.size, "", root).open() as f:
+            at = len(hashes)
+            ref = FileRef(info.key, info.key, info.size, "", root)
+            if local is not None:
+                ref = FileRef(
+                    info.key, info.key, info.size, "", root, local[0][at], local[1][at], _HOST, bool(local[2][at])
+                )
+            with ref.open() as f:
                 while block := f.read(1 << 20):
                     digest.update(block)
             hashes.append(digest.hexdigest())
     return FilesSource(
-        root, [i.key for i in matching], [i.size for i in matching], [i.version for i in matching], hashes
+        root, [i.key for i in matching], [i.size for i in matching], [i.version for i in matching], hashes, local
     )
+
+
+def _regular_files(root: LocalStorage, url: str, listed: list) -> tuple[list, tuple[list[int], list[int], bytes]]:
+    """The regular files of a local listing with their (devices, inodes, link flags): other
+    kinds are skipped (named in a warning), a link out of the directory is refused."""
+    top = os.path.realpath(root.root)
+    kept, devs, inos, links, skipped = [], [], [], bytearray(), []
+    for info in listed:
+        path = root.local_path(info.key) or ""
+        try:
+            st = os.lstat(path)
+            is_link = stat.S_ISLNK(st.st_mode)
+            if is_link:
+                target = os.path.realpath(path)
+                if not (target == top or target.startswith(top.rstrip(os.sep) + os.sep)):
+                    raise InputsError(
+                        f"sources.files: {path} is a symbolic link to {target}, out of {url}; "
+                        "sources.files reads only under the directory it lists: copy the file in or list its own directory"
+                    )
+                st = os.stat(path)
+        except FileNotFoundError:  # deleted since the listing
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            skipped.append(path)
+            continue
+        kept.append(info)
+        devs.append(st.st_dev)
+        inos.append(st.st_ino)
+        links.append(1 if is_link else 0)
+    if skipped:
+        log.warning(
+            "sources.files: skipped %d entr%s that %s not a regular file (a FIFO, socket or device): %s%s",
+            len(skipped),
+            "y" if len(skipped) == 1 else "ies",
+            "is" if len(skipped) == 1 else "are",
+            ", ".join(skipped[:5]),
+            " ..." if len(skipped) > 5 else "",
+        )
+    return kept, (devs, inos, bytes(links))

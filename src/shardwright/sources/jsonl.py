@@ -8,8 +8,12 @@ decompressed stream for compressed files). That *line index* is kept in the run'
 to the nearest noted offset of an uncompressed file; a compressed file cannot seek, so a
 worker reads it from the start once, keeping its stream open as it goes forward.
 
-A line that is not UTF-8 JSON is a :class:`~shardwright.sources.base.BadRow` naming
-``file:line``: that input fails (``on_error`` and retries apply), not the run's start.
+A line that is not UTF-8 JSON, or longer than :data:`MAX_LINE`, is a
+:class:`~shardwright.sources.base.BadRow` naming ``file:line``: that input fails (``on_error``
+and retries apply), not the run's start; a long line is skipped whole, so every other line
+stays the one row it is. A blank line is no input (a blank :class:`BadRow`: fn is not called,
+nothing fails), a UTF-8 byte order mark at the start of a file is ignored, and a file of no
+lines is named in a warning (it adds no inputs).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -30,6 +35,19 @@ __all__ = ["JsonlSource", "jsonl"]
 STRIDE = 1024  # lines per noted offset and per block a worker parses at a time
 PIECE = 8 << 20  # bytes read at a time by the counting pass
 MAX_LINE = 64 << 20  # a longer line is refused (bounded memory)
+BOM = b"\xef\xbb\xbf"
+log = logging.getLogger("shardwright")
+
+
+def _readline(stream: IO[bytes]) -> bytes | None:
+    """The next line, or None for a line longer than MAX_LINE (read to its end in bounded
+    pieces, so the line after it is the next row: never a piece of this one)."""
+    line = stream.readline(MAX_LINE + 1)
+    if len(line) <= MAX_LINE or line.endswith(b"\n"):
+        return line
+    while line and not line.endswith(b"\n"):
+        line = stream.readline(PIECE)
+    return None
 
 
 def _stream(item: Located, buffer: int = PIECE) -> IO[bytes]:
@@ -75,6 +93,17 @@ def _count(item: Located) -> tuple[int, list[int]]:
     return lines, offsets
 
 
+def _warn_empty(files: list[Located], index: list[tuple[int, list[int]]]) -> None:
+    empty = [item.name for item, (lines, _) in zip(files, index) if lines == 0]
+    if empty:
+        log.warning(
+            "sources.jsonl: %d file(s) have no lines and add no inputs: %s%s",
+            len(empty),
+            ", ".join(empty[:5]),
+            " ..." if len(empty) > 5 else "",
+        )
+
+
 class JsonlSource(Source):
     kind = "jsonl"
 
@@ -87,6 +116,7 @@ class JsonlSource(Source):
     def _ensure_index(self) -> list[tuple[int, list[int]]]:
         if self._index is None:
             self._index = [_count(item) for item in self._files]
+            _warn_empty(self._files, self._index)
         return self._index
 
     def _unit_rows(self) -> Sequence[int]:
@@ -108,18 +138,24 @@ class JsonlSource(Source):
                 self._open = (unit, 0, _stream(item))
             stream = self._open[2]
             for _ in range(first - self._open[1]):
-                stream.readline(MAX_LINE)
-            raw = [stream.readline(MAX_LINE) for _ in range(count)]
+                _readline(stream)
+            raw = [_readline(stream) for _ in range(count)]
             self._open = (unit, first + count, stream)
         else:
             with _stream(item, 1 << 20) as stream:
                 stream.seek(offsets[first // STRIDE])
-                raw = [stream.readline(MAX_LINE) for _ in range(count)]
+                raw = [_readline(stream) for _ in range(count)]
         return first, [self._parse(item, first + k + 1, line) for k, line in enumerate(raw)]
 
     @staticmethod
-    def _parse(item: Located, number: int, line: bytes) -> Any:
+    def _parse(item: Located, number: int, line: bytes | None) -> Any:
         where = f"{item.name}:{number}"
+        if line is None:
+            return BadRow(where, f"longer than the {MAX_LINE >> 20} MB line limit (skipped whole)")
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM) :]  # a byte order mark some editors write: not part of the data
+        if not line.strip():
+            return BadRow(where, "a blank line", blank=True)
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -127,7 +163,7 @@ class JsonlSource(Source):
         try:
             return json.loads(text)
         except ValueError as exc:
-            return BadRow(where, f"not valid JSON ({exc})" if text.strip() else "an empty line")
+            return BadRow(where, f"not valid JSON ({exc})")
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -4,6 +4,9 @@ The driver reads each file's footer once (row groups and their row counts, the s
 a worker reads the row groups its shard covers, ``columns`` only, and turns them into dicts
 a batch at a time. Files are read through our storage (a ranged-read file object), so
 ``storage_options`` and the storage's retries apply; local files are opened directly.
+A row group that does not decode (a damaged page) makes each of its rows a
+:class:`~shardwright.sources.base.BadRow` naming the file and the row group, so
+``on_error="skip"`` and retries apply to them as to any failing input.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InputsError
-from .base import Source
+from .base import BadRow, Source
 from .locate import Located, RangedFile, locate
 
 __all__ = ["ParquetSource", "parquet"]
@@ -59,7 +62,15 @@ class ParquetSource(Source):
             self._reader = (unit, _open(self._files[unit]))
         cached = self.__dict__.get("_group")
         if cached is None or cached[:2] != (unit, index):
-            table = self._reader[1].read_row_group(index, columns=self._columns)
+            try:
+                table = self._reader[1].read_row_group(index, columns=self._columns)
+            except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
+                bad = BadRow(
+                    f"{self._files[unit].name} row group {index} (rows {first:,}-{first + groups[index] - 1:,})",
+                    f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})",
+                    fix="replace the file",
+                )
+                return first, [bad] * groups[index]
             cached = self.__dict__["_group"] = (unit, index, table)
         table = cached[2]
         piece = table.slice(batch_first - first, BATCH_ROWS)

@@ -7,8 +7,10 @@ module                    its one job
 :mod:`.files`             local-file helpers: temp names, fsync of dirs, syncfs, quiet unlink,
                           the one disk-full mapping (each caller gives its own fix)
 :mod:`.local`             :class:`LocalStorage`, a directory (and its CAS side-lock ``FileLock``)
+:mod:`.cloud`             the one base of every object store: retry loop, client per process,
+                          lost-reply rule, atomic download, the error mapping
+:mod:`.failure`           the kinds of failure (:class:`~.failure.Failure`) and their one line
 :mod:`.s3`                :class:`S3Storage`, any S3-compatible store (boto3, imported lazily)
-:mod:`.cloud`             what the GCS and Azure backends share: retry loop, client per process
 :mod:`.gcs`               :class:`GCSStorage`, ``gs://`` (google-cloud-storage, imported lazily)
 :mod:`.azure`             :class:`AzureStorage`, ``az://`` / ``abfs://`` (azure-storage-blob, lazily)
 :mod:`.memory`            :class:`MemoryStorage`, in-process, with fault and crash hooks (tests)
@@ -17,8 +19,9 @@ module                    its one job
 ========================  ===================================================================
 
 Layering: this package imports only :mod:`shardwright.errors` from the rest of shardwright;
-``base`` and ``files`` import nothing of the package, ``registry`` only ``base``, and each
-backend ``base``, ``files`` and ``registry`` (the registry imports backends by name on
+``base``, ``files`` and ``failure`` import nothing of the package, ``registry`` only
+``base``, and each backend ``base``, ``files``, ``registry`` (and, for object stores,
+``cloud`` and ``failure``) (the registry imports backends by name on
 first use of their scheme, so there is no import cycle).
 """
 

@@ -34,13 +34,13 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, kept_failing, pop_number, refuse_options
+from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .failure import RETRY_STATUS, Failure, Fixes
 from .registry import parse_location, register_backend
 
 __all__ = ["AzureStorage", "check_option_names", "open_azure", "parse_azure_url"]
 
 _MiB = 1024 * 1024
-_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 _OPTIONS = (
     "connection_string",
     "account_name",
@@ -77,6 +77,27 @@ _NO_CREDENTIALS = (
     "the account (abfs://container@ACCOUNT.dfs.core.windows.net/prefix or storage_options['account_url']) to use "
     "DefaultAzureCredential (az login, managed identity, AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
 )
+
+
+_FIXES = Fixes(
+    "Azure",
+    "container",
+    {
+        Failure.NO_CREDENTIALS: f"DefaultAzureCredential found none; {_NO_CREDENTIALS}",
+        Failure.REJECTED: "check the connection string, account key, SAS token or credential (and "
+        "AZURE_STORAGE_CONNECTION_STRING), and that they may read and write this container",
+        Failure.UNREACHABLE: "check the account name, account_url or connection string, the network, and that the "
+        "service is up",
+    },
+    credentials="Azure",
+)
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """azure-core's errors of a reply that arrived broken or not at all (imported on use)."""
+    from azure.core import exceptions as aexc
+
+    return (aexc.ServiceResponseError, aexc.IncompleteReadError, aexc.DecodeError, aexc.DeserializationError)
 
 
 def check_option_names(options: dict[str, Any]) -> None:
@@ -135,6 +156,7 @@ class AzureStorage(CloudStorage):
     """Blobs under ``az://container/prefix`` (see the module docstring for the guarantees)."""
 
     scheme = "az"
+    fixes = _FIXES
     max_single_put_size: int = 32 * _MiB
     max_block_size: int = 16 * _MiB
     max_concurrency: int = 4
@@ -219,6 +241,10 @@ class AzureStorage(CloudStorage):
     # -- client ------------------------------------------------------------------------------
 
     @property
+    def container_name(self) -> str:
+        return self.container
+
+    @property
     def endpoint(self) -> str:
         """The account's blob endpoint (part of the location's identity: the reader's cache key)."""
         return self.account_url
@@ -264,59 +290,42 @@ class AzureStorage(CloudStorage):
     def _code(e: BaseException) -> str:
         return str(getattr(e, "error_code", "") or "")
 
-    def is_retryable(self, e: BaseException) -> bool:
+    def failure(self, e: BaseException) -> Failure:
         from azure.core import exceptions as aexc
 
-        if isinstance(e, TruncatedBody):
-            return True
-        if isinstance(e, aexc.ServiceRequestError):  # never sent (connect failure): fail fast if never reached
-            return self._reached
-        if isinstance(
-            e, (aexc.ServiceResponseError, aexc.IncompleteReadError, aexc.DecodeError, aexc.DeserializationError)
-        ):
-            return True
-        if isinstance(e, aexc.ClientAuthenticationError):
-            return False
-        if type(e) is aexc.AzureError and "MD5 mismatch" in str(e):  # validate_content: a reply cut or garbled
-            return True
-        if isinstance(e, aexc.HttpResponseError):
-            status = self._status(e)  # None: the reply never arrived whole ("Response ended prematurely")
-            # A body damaged in flight, refused by its Content-MD5: Azure says Md5Mismatch,
-            # Azurite InvalidOperation "Provided contentMD5 doesn't match".
-            damaged = "Md5Mismatch" in self._code(e) or (status == 400 and "contentmd5" in str(e).lower())
-            return status is None or status in _RETRY_STATUS or damaged
-        return isinstance(e, (ConnectionError, TimeoutError))
-
-    def to_storage_error(
-        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
-    ) -> BaseException:
-        from azure.core import exceptions as aexc
-
-        ep, container = self.endpoint, self.container
-        where = f"{op} {self.object_url(self._key(key)) if key else self.url}"
         status, code = self._status(e), self._code(e)
-        if type(e).__name__ == "CredentialUnavailableError":
-            return StorageError(
-                f"no Azure credentials found for {self.url} (DefaultAzureCredential found none): {_NO_CREDENTIALS}"
-            )
+        if isinstance(e, TruncatedBody):
+            return Failure.TRANSIENT
+        if type(e).__name__ == "CredentialUnavailableError":  # azure-identity's: DefaultAzureCredential found none
+            return Failure.NO_CREDENTIALS
+        if isinstance(e, aexc.ServiceRequestError):  # never sent (connect failure)
+            return Failure.UNREACHABLE
+        if isinstance(e, _transient_errors()):
+            return Failure.TRANSIENT
         if isinstance(e, aexc.ClientAuthenticationError) or status in (401, 403):
-            return StorageError(
-                f"credentials rejected by {ep} for container {container} ({code or status}; during {where}): check "
-                "the connection string, account key, SAS token or credential (and AZURE_STORAGE_CONNECTION_STRING), "
-                "and that they may read and write this container"
-            )
-        if "ContainerNotFound" in code or (status == 404 and not key):
-            return StorageError(f"container {container} does not exist at {ep}: create it or fix the URL ({self.url})")
-        if isinstance(e, aexc.ServiceRequestError) and not self._reached:
-            return StorageError(
-                f"cannot reach the Azure endpoint {ep} for container {container} ({type(e).__name__}): check the "
-                "account name, account_url or connection string, the network, and that the service is up"
-            )
-        if self.is_retryable(e):
-            return kept_failing("Azure", where, ep, elapsed, attempts, f"{type(e).__name__} {code or status or ''}")
+            return Failure.REJECTED
+        if "ContainerNotFound" in code:
+            return Failure.NO_BUCKET
+        if type(e) is aexc.AzureError and "MD5 mismatch" in str(e):  # validate_content: a reply cut or garbled
+            return Failure.TRANSIENT
         if isinstance(e, aexc.HttpResponseError):
-            return StorageError(f"Azure {where} at {ep} failed: {status} {code}".rstrip())
-        return e
+            # None: the reply never arrived whole ("Response ended prematurely"). A body damaged
+            # in flight, refused by its Content-MD5: Azure says Md5Mismatch, Azurite
+            # InvalidOperation "Provided contentMD5 doesn't match".
+            damaged = "Md5Mismatch" in code or (status == 400 and "contentmd5" in str(e).lower())
+            if status is None or status in RETRY_STATUS or damaged:
+                return Failure.TRANSIENT
+            return Failure.MISSING if status == 404 else Failure.OTHER
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return Failure.TRANSIENT
+        return Failure.OTHER
+
+    def detail(self, e: BaseException) -> str | None:
+        from azure.core import exceptions as aexc
+
+        if isinstance(e, aexc.HttpResponseError):
+            return f"{self._status(e)} {self._code(e)}".rstrip()
+        return None
 
     # -- single attempts ---------------------------------------------------------------------
 
@@ -515,4 +524,4 @@ def open_azure(url: str, storage_options: dict[str, Any] | None = None, *, creat
 
 
 for _scheme in ("az", "abfs", "abfss"):
-    register_backend(_scheme, open_azure)
+    register_backend(_scheme, open_azure, check_options=check_option_names)

@@ -123,6 +123,10 @@ class Storage(abc.ABC):
     #: True on the read-only handle :meth:`input_view` returns (users' keys, no writes).
     is_input_view: bool = False
 
+    #: False for a store that lives in one process's memory: no other process (a worker, a
+    #: node of a multi-node run) can share it.
+    shared_across_processes: ClassVar[bool] = True
+
     #: :meth:`map_requests` uses threads from this many requests on. An object store's round
     #: trip (milliseconds) is worth hiding behind 16 threads from two requests on; a local
     #: file answers in microseconds, where starting the threads costs more than a few dozen

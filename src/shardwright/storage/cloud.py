@@ -1,12 +1,12 @@
-"""What the Google Cloud Storage and Azure Blob backends share: location parsing checks, a
-client per process, one bounded retry loop with backoff, the lost-reply rule of conditional
-writes, and the atomic download into a local file.
+"""What every object-store backend (S3, GCS, Azure) shares: the key prefix, a client per
+process, one bounded retry loop with backoff, the lost-reply rule of conditional writes, the
+error mapping, ``exists``/``size`` from ``head``, and the atomic download into a local file.
 
-Each backend supplies three things: how to make its SDK client, which exceptions are
-transient (429/500/502/503/504, timeouts, connection resets, bodies cut short), and how a
-final failure reads as one line with the fix (:meth:`CloudStorage.to_storage_error`). The SDKs'
+Each backend supplies how to make its SDK client, :meth:`CloudStorage.failure` (which
+:class:`~.failure.Failure` an exception is, from its tables of codes and types), its fix texts
+as data (:class:`~.failure.Fixes`), and its single attempts (GET, HEAD, LIST, PUT). The SDKs'
 own retry policies are turned off, so that one loop with one budget (``retry_timeout``)
-decides, as for S3.
+decides. Model: mosaicml-streaming's ``CloudDownloader`` and its per-cloud subclasses.
 """
 
 from __future__ import annotations
@@ -18,27 +18,19 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from ..errors import StorageError, UsageError
 from ..process import ForkSafeLock
 from .base import ObjectInfo, Storage
+from .failure import Failure, Fixes, storage_error
 from .files import tmp_name, unlink_quiet
 
-__all__ = ["CloudStorage", "TruncatedBody", "kept_failing", "pop_number", "refuse_options"]
+__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
 
 T = TypeVar("T")
 
 _CLIENT_LOCK = ForkSafeLock()  # one client per process; a forked child starts with it unlocked
-
-
-def kept_failing(service: str, where: str, endpoint: str, elapsed: float, attempts: int, last: str) -> StorageError:
-    """The error once an operation's retries ran out: how long, how often, the last failure."""
-    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
-    return StorageError(
-        f"{service} {where} at {endpoint} kept failing for {elapsed:.0f} s ({tries}, last: {last}): the network or "
-        "the service is unstable; rerun the same call to resume"
-    )
 
 
 class TruncatedBody(Exception):
@@ -71,13 +63,20 @@ def pop_number(options: dict[str, Any], name: str, default: float, *, minimum: f
     return value
 
 
+def _printable(text: str) -> str:
+    """``text`` safe to print and log (a name that is not valid Unicode keeps its escapes)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class CloudStorage(Storage):
-    """Common machinery of the GCS and Azure backends (see the module docstring)."""
+    """Common machinery of the object-store backends (see the module docstring)."""
 
     #: total seconds one operation may spend retrying transient failures
     retry_timeout: float = 60.0
     scheme: str = ""
     prefix: str = ""
+    #: how messages name this backend and its containers, and the fix for each failure
+    fixes: ClassVar[Fixes] = Fixes("object store", "bucket")
 
     def __init__(self) -> None:
         self._client: Any = None
@@ -91,18 +90,68 @@ class CloudStorage(Storage):
         """A new SDK client (called once per process)."""
 
     @abc.abstractmethod
-    def is_retryable(self, e: BaseException) -> bool:
-        """Whether ``e`` is transient (worth another attempt)."""
+    def failure(self, e: BaseException) -> Failure:
+        """Which kind of failure ``e`` is (by the backend's tables of codes and types)."""
 
-    @abc.abstractmethod
-    def to_storage_error(
-        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
-    ) -> BaseException:
-        """The one-line error for a final failure (StorageError, FileNotFoundError, or ``e`` itself)."""
+    def detail(self, e: BaseException) -> str | None:
+        """The service's own words for ``e`` (its status, code, message) for a message; None
+        when ``e`` is not the service's error (then it is raised as it is)."""
+        return None
+
+    def retry_unreached(self, attempt: int) -> bool:
+        """Whether a service never reached in this process is tried once more (default: no,
+        a wrong endpoint is reported at once)."""
+        return False
+
+    @property
+    def container_name(self) -> str:
+        """The bucket or container, for messages."""
+        return str(getattr(self, "bucket", ""))
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages (no credentials)."""
+        return ""
 
     @abc.abstractmethod
     def object_url(self, full_key: str) -> str:
         """``scheme://container/full_key`` for messages."""
+
+    def classify(self, e: BaseException, key: str | None) -> Failure:
+        """:meth:`failure`, with the rules every store shares: a connection that worked
+        before in this process is a blip (retried); a listing or check that finds nothing has
+        no bucket."""
+        kind = self.failure(e)
+        if kind is Failure.UNREACHABLE and self._reached:
+            return Failure.TRANSIENT
+        if kind is Failure.MISSING:
+            return Failure.NO_BUCKET if key is None else Failure.OTHER
+        return kind
+
+    def to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float, kind: Failure
+    ) -> BaseException:
+        """The one-line error for a final failure (StorageError, or ``e`` itself when it is
+        not the service's)."""
+        where = _printable(f"{op} {self.object_url(self._key(key)) if key else self.url}")
+        if isinstance(e, UnicodeError):  # a name the SDK cannot put on the wire (not fn's fault)
+            return StorageError(
+                f"{self.fixes.service} {where} at {self.endpoint}: a name is not valid Unicode ({e}): "
+                "object names must be UTF-8 text; fix the URL or the key"
+            )
+        err = storage_error(
+            kind,
+            self.fixes,
+            where=where,
+            endpoint=self.endpoint,
+            name=self.container_name,
+            url=self.url,
+            detail=self.detail(e),
+            error_type=type(e).__name__,
+            attempts=attempts,
+            elapsed=elapsed,
+        )
+        return e if err is None else err
 
     # -- pickling: no client (worker processes open their own), no secrets in repr --------
 
@@ -153,17 +202,18 @@ class CloudStorage(Storage):
                 self._reached = True
                 return result
             except Exception as e:
-                if isinstance(e, (StorageError, FileNotFoundError, UsageError)) or (
-                    isinstance(e, ValueError) and not self.is_retryable(e)
-                ):  # ours, or a bad argument (an SDK's reply it cannot parse is a ValueError too: retried)
-                    raise
-                if self.is_retryable(e):
+                if isinstance(e, (StorageError, FileNotFoundError, UsageError)):
+                    raise  # ours
+                kind = self.classify(e, key)
+                if kind is Failure.TRANSIENT or (kind is Failure.UNREACHABLE and self.retry_unreached(attempt)):
                     delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
                     if time.monotonic() + delay < deadline:
                         attempt += 1
                         time.sleep(delay)
                         continue
-                err = self.to_storage_error(op, key, e, attempt + 1, time.monotonic() - start)
+                elif isinstance(e, ValueError) and not isinstance(e, UnicodeError):
+                    raise  # a bad argument (an SDK's reply it cannot parse is TRANSIENT: retried)
+                err = self.to_storage_error(op, key, e, attempt + 1, time.monotonic() - start, kind)
                 if err is e:
                     raise
                 raise err from e

@@ -37,14 +37,14 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, kept_failing, pop_number, refuse_options
+from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .failure import RETRY_STATUS, Failure, Fixes
 from .registry import parse_location, register_backend
 
 __all__ = ["GCSStorage", "check_option_names", "open_gcs"]
 
 _MiB = 1024 * 1024
 _TIMEOUT = (5.0, 60.0)  # (connect, read) seconds per request
-_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 _OPTIONS = ("project", "credentials", "api_endpoint", "retry_timeout")
 # gcsfs/fsspec spellings: refused with the right key (never mapped: see refuse_options)
 _FSSPEC_NAMES = {
@@ -60,16 +60,77 @@ _FSSPEC_NAMES = {
     "aws_secret_access_key": "GOOGLE_APPLICATION_CREDENTIALS (S3 keys are for s3:// only)",
 }
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_NO_CREDENTIALS_FIX = (
-    "tried GOOGLE_APPLICATION_CREDENTIALS, the gcloud application-default file and the metadata server: "
-    "run `gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a key file, pass "
-    "storage_options={'credentials': ...}, or set STORAGE_EMULATOR_HOST for an emulator"
+#: google-resumable-media's errors (by name: the module is the SDK's): a reply cut short, a
+#: download failing its CRC32C
+_TRANSIENT_TYPE_NAMES = frozenset({"DataCorruption"})
+_FIXES = Fixes(
+    "GCS",
+    "bucket",
+    {
+        Failure.NO_CREDENTIALS: "tried GOOGLE_APPLICATION_CREDENTIALS, the gcloud application-default file and the "
+        "metadata server: run `gcloud auth application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to a key "
+        "file, pass storage_options={'credentials': ...}, or set STORAGE_EMULATOR_HOST for an emulator",
+        Failure.REJECTED: "check GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`, and that "
+        "the account may read and write this bucket (roles/storage.objectAdmin)",
+        Failure.UNREACHABLE: "check STORAGE_EMULATOR_HOST or storage_options['api_endpoint'], the network, and that "
+        "the service is up",
+    },
+    credentials="Google Cloud",
 )
+_TOKEN_FIX = (
+    "check the credentials (GOOGLE_APPLICATION_CREDENTIALS, the gcloud application-default file or "
+    "storage_options['credentials']): their token endpoint (token_uri) must be right and reachable"
+)
+
+
+def _transient_requests_errors() -> tuple[type[BaseException], ...]:
+    """requests' transient errors (a reset or cut connection, a timeout): imported on use."""
+    import requests
+
+    return (
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+        requests.exceptions.ChunkedEncodingError,
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:300] if str(e) else ""
 
 
 def check_option_names(options: dict[str, Any]) -> None:
     """UsageError for a gcsfs-style or unknown key (pure: nothing is contacted)."""
     refuse_options("gs", options, _FSSPEC_NAMES, _OPTIONS)
+
+
+def _checked_credentials(value: Any) -> Any:
+    """``storage_options['credentials']``: a google.auth credentials object (or None). A dict
+    or a path (a key file's contents or name, as gcsfs's ``token`` takes) is refused here with
+    the fix, not as the SDK's ValueError on first use."""
+    if value is None:
+        return None
+    try:
+        from google.auth.credentials import Credentials
+    except ImportError:  # the SDK is missing: make_client says which extra to install
+        return value
+    if isinstance(value, Credentials):
+        return value
+    if isinstance(value, dict):
+        fix = (
+            "for a service-account key pass google.oauth2.service_account.Credentials.from_service_account_info(d), "
+            "or set GOOGLE_APPLICATION_CREDENTIALS to the key file"
+        )
+    elif isinstance(value, (str, bytes, os.PathLike)):
+        fix = (
+            "for a key file set GOOGLE_APPLICATION_CREDENTIALS to its path, or pass "
+            "google.oauth2.service_account.Credentials.from_service_account_file(path)"
+        )
+    else:
+        fix = "pass a google.auth credentials object (google.oauth2.service_account.Credentials, ...)"
+    raise OutputDirError(
+        f"storage_options['credentials'] for gs:// must be a google.auth credentials object; got "
+        f"{type(value).__name__}: {fix}"
+    )
 
 
 def parse_gcs_url(url: str) -> tuple[str, str]:
@@ -93,6 +154,7 @@ class GCSStorage(CloudStorage):
     """
 
     scheme = "gs"
+    fixes = _FIXES
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         super().__init__()
@@ -102,7 +164,7 @@ class GCSStorage(CloudStorage):
         check_option_names(opts)
         self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
         self._project = opts.pop("project", None)
-        self._credentials = opts.pop("credentials", None)  # never printed
+        self._credentials = _checked_credentials(opts.pop("credentials", None))  # never printed
         self._api_endpoint = opts.pop("api_endpoint", None)
         self._session: Any = None
         for name, value in (("project", self._project), ("api_endpoint", self._api_endpoint)):
@@ -177,74 +239,53 @@ class GCSStorage(CloudStorage):
         status = getattr(response, "status_code", None)
         return status if isinstance(status, int) else None
 
-    def _is_connect_error(self, e: BaseException) -> bool:
-        import requests
-
-        return isinstance(e, (requests.exceptions.ConnectionError, ConnectionRefusedError)) and not isinstance(
-            e, requests.exceptions.ChunkedEncodingError
-        )
-
-    def is_retryable(self, e: BaseException) -> bool:
-        import requests
-        from google.api_core import exceptions as gexc
-        from google.auth import exceptions as auth_exc
-
-        if isinstance(e, TruncatedBody):
-            return True
+    def failure(self, e: BaseException) -> Failure:
         import json
 
-        if isinstance(e, json.JSONDecodeError):  # a JSON reply cut short
-            return True
-        if self._is_connect_error(e) and not self._reached:
-            return False  # never reached: a wrong endpoint, reported at once
-        if isinstance(e, (gexc.GoogleAPICallError, auth_exc.TransportError)) or type(e).__name__ in (
-            "InvalidResponse",
-            "DataCorruption",
-        ):
-            status = self._status(e)
-            if type(e).__name__ == "DataCorruption":
-                return True
-            if isinstance(e, auth_exc.TransportError):
-                return True
-            return status in _RETRY_STATUS
-        return isinstance(
-            e,
-            (
-                requests.exceptions.ConnectionError,
-                requests.exceptions.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-            ),
-        ) or isinstance(e, (ConnectionError, TimeoutError))
-
-    def to_storage_error(
-        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
-    ) -> BaseException:
+        import requests
         from google.api_core import exceptions as gexc
         from google.auth import exceptions as auth_exc
 
-        ep, bucket = self.endpoint, self.bucket
-        where = f"{op} {self.object_url(self._key(key)) if key else self.url}"
         status = self._status(e)
+        if isinstance(e, (TruncatedBody, json.JSONDecodeError)) or type(e).__name__ in _TRANSIENT_TYPE_NAMES:
+            return Failure.TRANSIENT  # a body or JSON reply cut short, a download failing its checksum
         if isinstance(e, auth_exc.DefaultCredentialsError):
-            return StorageError(f"no Google Cloud credentials found for {self.url}: {_NO_CREDENTIALS_FIX}")
+            return Failure.NO_CREDENTIALS
+        if isinstance(e, auth_exc.TransportError):
+            return Failure.UNREACHABLE  # the credentials' token endpoint (see to_storage_error)
         if isinstance(e, auth_exc.RefreshError) or status in (401, 403):
-            return StorageError(
-                f"credentials rejected by {ep} for bucket {bucket} ({type(e).__name__}; during {where}): check "
-                "GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login`, and that the account "
-                "may read and write this bucket (roles/storage.objectAdmin)"
-            )
+            return Failure.REJECTED
         if isinstance(e, gexc.NotFound) or status == 404:
-            return StorageError(f"bucket {bucket} does not exist at {ep}: create it or fix the URL ({self.url})")
-        if self._is_connect_error(e) and not self._reached:
-            return StorageError(
-                f"cannot reach the GCS endpoint {ep} for bucket {bucket} ({type(e).__name__}): check "
-                "STORAGE_EMULATOR_HOST or storage_options['api_endpoint'], the network, and that the service is up"
-            )
-        if self.is_retryable(e):
-            return kept_failing("GCS", where, ep, elapsed, attempts, f"{type(e).__name__} {status or ''}")
+            return Failure.NO_BUCKET  # an object's 404 is an answer inside each operation, never raised
+        if isinstance(e, (requests.exceptions.ConnectionError, ConnectionRefusedError)) and not isinstance(
+            e, requests.exceptions.ChunkedEncodingError
+        ):
+            return Failure.UNREACHABLE
+        if isinstance(e, gexc.GoogleAPICallError) or type(e).__name__ == "InvalidResponse":
+            return Failure.TRANSIENT if status in RETRY_STATUS else Failure.OTHER
+        if isinstance(e, (*_transient_requests_errors(), ConnectionError, TimeoutError)):
+            return Failure.TRANSIENT
+        return Failure.OTHER
+
+    def detail(self, e: BaseException) -> str | None:
+        from google.api_core import exceptions as gexc
+
         if isinstance(e, gexc.GoogleAPICallError):
-            return StorageError(f"GCS {where} at {ep} failed: {status} {getattr(e, 'message', '')}".rstrip())
-        return e
+            return f"{self._status(e)} {getattr(e, 'message', '')}".rstrip()
+        return None
+
+    def to_storage_error(
+        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float, kind: Failure
+    ) -> BaseException:
+        from google.auth import exceptions as auth_exc
+
+        if isinstance(e, auth_exc.TransportError):  # not the storage endpoint: the token's
+            how = "did not answer" if kind is Failure.UNREACHABLE else f"kept failing for {elapsed:.0f} s"
+            return StorageError(
+                f"could not get an access token for {self.url}: the credentials' token endpoint {how} "
+                f"({type(e).__name__}: {_first_line(e)}): {_TOKEN_FIX}"
+            )
+        return super().to_storage_error(op, key, e, attempts, elapsed, kind)
 
     # -- single attempts ---------------------------------------------------------------------
 
@@ -464,5 +505,5 @@ def open_gcs(url: str, storage_options: dict[str, Any] | None = None, *, create:
     return GCSStorage(url, storage_options)
 
 
-register_backend("gs", open_gcs)
-register_backend("gcs", open_gcs)
+register_backend("gs", open_gcs, check_options=check_option_names)
+register_backend("gcs", open_gcs, check_options=check_option_names)

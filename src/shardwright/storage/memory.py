@@ -111,6 +111,7 @@ class MemoryStorage(Storage):
     """A handle on the in-process store ``name`` (a fresh private store when ``name`` is None)."""
 
     PARALLEL_FROM = 64  # as LocalStorage: in-process calls gain nothing from threads
+    shared_across_processes = False  # see the module docstring: single-process by design
 
     def __init__(self, name: str | None = None):
         if name is None:

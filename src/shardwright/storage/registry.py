@@ -28,6 +28,8 @@ __all__ = [
     "LOCAL_SCHEME",
     "BackendFactory",
     "Location",
+    "OptionCheck",
+    "check_option_names",
     "open_storage",
     "parse_location",
     "register_backend",
@@ -39,6 +41,12 @@ class BackendFactory(Protocol):
     """``factory(url, storage_options, create=...) -> Storage`` for one URL scheme."""
 
     def __call__(self, url: str, storage_options: dict[str, Any] | None, *, create: bool) -> Storage: ...
+
+
+class OptionCheck(Protocol):
+    """``check(storage_options)``: UsageError for a name the backend does not take (pure)."""
+
+    def __call__(self, options: dict[str, Any]) -> None: ...
 
 
 LOCAL_SCHEME = "file"
@@ -80,13 +88,20 @@ SCHEME_ALIASES = {
     "blob": "az",
 }
 _BACKENDS: dict[str, BackendFactory] = {}
+_OPTION_CHECKS: dict[str, OptionCheck] = {}
+#: Whose option names a scheme without its own check takes (local paths: their inputs' store).
+DEFAULT_OPTION_NAMES = "s3"
 _LOCK = threading.Lock()
 # "scheme:" at the start of a URL (a one-letter "scheme" is a Windows drive, not a URL).
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(//)?")
 
 
-def register_backend(scheme: str, factory: BackendFactory, *, replace: bool = False) -> None:
-    """Make ``open_storage`` use ``factory`` for ``scheme://...`` URLs (case-insensitive).
+def register_backend(
+    scheme: str, factory: BackendFactory, *, replace: bool = False, check_options: OptionCheck | None = None
+) -> None:
+    """Make ``open_storage`` use ``factory`` for ``scheme://...`` URLs (case-insensitive);
+    ``check_options`` is the backend's pure check of ``storage_options`` names (every entry
+    point runs it before anything is opened: :func:`check_option_names`).
 
     ValueError if another factory already has the scheme, unless ``replace=True``.
     """
@@ -96,6 +111,22 @@ def register_backend(scheme: str, factory: BackendFactory, *, replace: bool = Fa
         if current is not None and current is not factory and not replace:
             raise ValueError(f"storage scheme {scheme!r} is already registered ({current!r}): pass replace=True")
         _BACKENDS[scheme] = factory
+        if check_options is not None:
+            _OPTION_CHECKS[scheme] = check_options
+        else:
+            _OPTION_CHECKS.pop(scheme, None)
+
+
+def check_option_names(scheme: str, options: dict[str, Any]) -> None:
+    """The ``scheme`` backend's check of ``storage_options`` names (UsageError with the fix);
+    a scheme without its own check takes :data:`DEFAULT_OPTION_NAMES`'s. Pure: nothing is
+    contacted or opened."""
+    scheme = scheme.lower()
+    check = _OPTION_CHECKS.get(scheme) if _factory(scheme) is not None else None
+    if check is None and _factory(DEFAULT_OPTION_NAMES) is not None:
+        check = _OPTION_CHECKS.get(DEFAULT_OPTION_NAMES)
+    if check is not None:
+        check(dict(options))
 
 
 def registered_schemes() -> list[str]:
@@ -117,10 +148,10 @@ def open_storage(
     """Return the Storage for a local path or a ``scheme://...`` URL (``s3://bucket/prefix``,
     ``file:///abs/path``, ``memory://name``).
 
-    ``storage_options`` goes to the backend: for S3 boto3 client kwargs such as
-    ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config`` (a dict merged
-    into ``botocore.config.Config``); for GCS and Azure see docs/clouds.md; local paths
-    ignore it.
+    ``storage_options`` goes to the backend, in its own names: for s3:// boto3 client
+    kwargs such as ``endpoint_url``, ``aws_access_key_id``, ``region_name``, plus ``config``
+    (a dict merged into ``botocore.config.Config``); for gs:// and az:// their SDKs' names
+    (docs/clouds.md); local paths ignore it.
 
     ``create=True`` (writers) makes a local directory if needed and checks that it is
     writable. For S3 nothing is created; call :meth:`Storage.check` to validate bucket and
@@ -164,7 +195,8 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
     OutputDirError (one line naming the problem and the fix) for an empty location, a NUL
     byte, an unknown or mistyped scheme (``s3:/x``, ``s3a://x``), a URL without a bucket
     (``s3://``, ``s3:///x``) and a key prefix with empty, ``.`` or ``..`` segments
-    (``s3://b/a//c``, ``s3://b/../c``), which object stores would keep as literal names.
+    (``s3://b/a//c``, ``s3://b/../c``), which object stores would keep as literal names, and
+    a URL that is not valid Unicode (the store's keys are UTF-8).
     """
     raw = os.fspath(output_dir)
     url = os.fsdecode(raw) if isinstance(raw, bytes) else raw
@@ -199,6 +231,14 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
     rest = url[m.end() :]
     if scheme == LOCAL_SCHEME:
         return _local(rest)
+    if not rest.isascii():
+        try:
+            rest.encode("utf-8")
+        except UnicodeEncodeError:  # a surrogate: bytes decoded from a file name, no text an object store takes
+            raise OutputDirError(
+                f"{_safe(url)!r} is not valid Unicode text: object stores name objects in UTF-8; write the URL "
+                "as text (a name taken from a file system may hold undecodable bytes)"
+            ) from None
     bucket, _, key = rest.partition("/")
     shape = SCHEME_SHAPES.get(scheme, f"{scheme}://bucket/prefix")
     if not bucket:

@@ -6,9 +6,10 @@ with ``If-None-Match: *``; compare-and-swap is ``If-Match: <etag>``. S3's strong
 read-after-write consistency means an object is visible to every reader once its PUT
 returned, which is what lets a commit record be written right after its chunk.
 
-Retries: one bounded loop of ours (``retry_timeout``), botocore's own retries off, so the
-budget a caller sets is the time a failure takes. A client is created lazily per process,
-so forked workers never share a connection pool.
+Retries, the client per process, the lost-reply rule and the atomic download are the
+:class:`~.cloud.CloudStorage` base's, as for GCS and Azure; S3 brings its tables of error
+codes and its one extra rule: an endpoint never reached gets one more try (a first
+connection may lose a race with a server starting up) before the clear error.
 
 Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first use.
 """
@@ -16,25 +17,17 @@ Registers the ``s3`` scheme with :mod:`.registry`; boto3 is imported on first us
 from __future__ import annotations
 
 import builtins
-import copy
-import errno
 import os
-import random
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
-from ..errors import OutputDirError, StorageError
-from ..process import ForkSafeLock
+from ..errors import OutputDirError, UsageError
 from ..secrets import without_url_credentials
-from .base import ObjectInfo, Storage, check_range
-from .cloud import pop_number
-from .files import download_atomically
+from .base import ObjectInfo, check_range
+from .cloud import CloudStorage, TruncatedBody, pop_number
+from .failure import Failure, Fixes
 from .registry import parse_location, register_backend
 
-__all__ = ["S3Storage", "open_s3"]
-
-T = TypeVar("T")
+__all__ = ["FSSPEC_NAMES", "S3Storage", "check_option_names", "open_s3"]
 
 _MiB = 1024 * 1024
 _GiB = 1024 * _MiB
@@ -55,17 +48,59 @@ _CREDENTIAL_CODES = frozenset(
     "InvalidAccessKeyId SignatureDoesNotMatch AccessDenied InvalidToken ExpiredToken InvalidClientTokenId"
     " UnrecognizedClientException AuthorizationHeaderMalformed InvalidSecurity TokenRefreshRequired 403".split()
 )
+_REGION_CODES = frozenset({"PermanentRedirect", "301"})
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# botocore's errors of a connection cut or a reply cut short (by name: not every version has each)
+_STREAM_ERROR_NAMES = (
+    "IncompleteReadError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "HTTPClientError",
+    "ResponseStreamingError",
+)
+_FIXES = Fixes(
+    "S3",
+    "bucket",
+    {
+        Failure.NO_CREDENTIALS: "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass "
+        "aws_access_key_id/aws_secret_access_key in storage_options",
+        Failure.REJECTED: "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, AWS_SESSION_TOKEN) or "
+        "storage_options, and that they may read and write this bucket",
+        Failure.WRONG_REGION: "set region_name in storage_options or AWS_REGION",
+        Failure.UNREACHABLE: "check endpoint_url (storage_options or AWS_ENDPOINT_URL), the network, and that the "
+        "server is running",
+    },
+    credentials="AWS",
+)
 
-_CLIENT_LOCK = ForkSafeLock()  # one client per process; a forked child starts with it unlocked
+
+#: fsspec/s3fs spellings -> what boto3's client takes (s3:// storage_options are boto3 client arguments)
+FSSPEC_NAMES = {
+    "key": "aws_access_key_id",
+    "secret": "aws_secret_access_key",
+    "token": "aws_session_token",
+    "client_kwargs": "its contents (endpoint_url, region_name) at the top level",
+    "anon": "no credentials at all",
+    "endpoint": "endpoint_url",
+    "region": "region_name",
+}
+
+
+def check_option_names(options: dict[str, Any]) -> None:
+    """UsageError for an fsspec/s3fs-style key (pure: nothing is contacted). Other names are
+    boto3's to judge (its client takes many)."""
+    wrong = [k for k in options if k in FSSPEC_NAMES]
+    if wrong:
+        fixes = "; ".join(f"{k!r} -> {FSSPEC_NAMES[k]}" for k in wrong)
+        raise UsageError(
+            f"storage_options uses fsspec/s3fs names ({', '.join(repr(k) for k in wrong)}); shardwright passes "
+            f"them to boto3's client, which names them differently: {fixes}"
+        )
 
 
 def _endpoint_for_messages(url: str) -> str:
     """Endpoint for messages: no user:password@, no query string."""
     return without_url_credentials(url).split("?")[0].split("#")[0]
-
-
-class _TruncatedBody(Exception):
-    """A GET body shorter than its Content-Length (connection cut mid-body)."""
 
 
 def _client_error_info(e: BaseException) -> tuple[str, int | None, str]:
@@ -80,7 +115,24 @@ def _retried(e: BaseException) -> bool:
     return bool((resp.get("ResponseMetadata", {}) or {}).get("RetryAttempts", 0))
 
 
-class S3Storage(Storage):
+def _is_missing(e: BaseException) -> bool:
+    """A ClientError saying "no such object" (a missing bucket is not that)."""
+    code, status, _ = _client_error_info(e)
+    return code in _MISSING_CODES or (status == 404 and code != "NoSuchBucket")
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """Connections cut and replies cut short, from botocore, urllib3 and http.client."""
+    import http.client
+
+    import urllib3.exceptions as u3
+    from botocore import exceptions as bce
+
+    stream = tuple(getattr(bce, name) for name in _STREAM_ERROR_NAMES if hasattr(bce, name))
+    return (*stream, u3.ProtocolError, u3.ReadTimeoutError, u3.IncompleteRead, http.client.IncompleteRead)
+
+
+class S3Storage(CloudStorage):
     """Objects under ``s3://bucket/prefix`` on AWS S3 or any S3-compatible server.
 
     * Atomicity comes from S3 itself: a PUT (or a completed multipart upload) replaces the
@@ -90,7 +142,7 @@ class S3Storage(Storage):
       machines without any lock service.
     * The boto3 client is created lazily and once per process: the engine forks workers, and
       a client (its connection pool) must never be shared across a fork.
-    * Flaky networks: one retry loop with one budget (about ``retry_timeout`` = 60 s, exponential
+    * Flaky networks (the :class:`~.cloud.CloudStorage` base): one retry loop with one budget (about ``retry_timeout`` = 60 s, exponential
       backoff with jitter) around every operation, and botocore's own retries off: nested, its
       10 attempts of up to 20 s each made a budget of 2 s last half a minute. The loop retries
       what botocore would (throttling, 5xx, connection errors) and what it would not: bodies
@@ -109,11 +161,13 @@ class S3Storage(Storage):
     (seconds).
     """
 
+    scheme = "s3"
+    fixes = _FIXES
     multipart_threshold: int = 64 * _MiB
     multipart_chunksize: int = 16 * _MiB
-    retry_timeout: float = 60.0
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        super().__init__()
         location = parse_location(url)  # the one check of a location: refuses what S3 would alias
         if location.scheme != "s3":
             raise OutputDirError(f"invalid S3 URL {url!r}: use s3://bucket/prefix")
@@ -130,17 +184,6 @@ class S3Storage(Storage):
         self.retry_timeout = pop_number(opts, "retry_timeout", self.retry_timeout, minimum=0, maximum=86400)
         self._config = opts.pop("config", None)
         self._client_kwargs = opts  # may hold secrets: never printed
-        self._client = None
-        self._client_pid: int | None = None
-        self._reached = False  # has the endpoint ever answered in this process?
-
-    # -- pickling / repr: no client, no secrets in repr ------------------------------------
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        state["_client_pid"] = None
-        return state
 
     def __repr__(self) -> str:
         return f"S3Storage({self.url!r}, endpoint={self.endpoint!r})"
@@ -165,7 +208,7 @@ class S3Storage(Storage):
         from botocore.config import Config
 
         cfg = Config(
-            retries={"total_max_attempts": 1, "mode": "standard"},  # our loop retries (_run)
+            retries={"total_max_attempts": 1, "mode": "standard"},  # the base's loop retries
             connect_timeout=3,
             read_timeout=30,
             max_pool_connections=32,
@@ -175,146 +218,65 @@ class S3Storage(Storage):
             cfg = cfg.merge(extra if isinstance(extra, Config) else Config(**extra))
         return cfg
 
-    def client(self) -> Any:
-        """The boto3 S3 client of this process (created on first use, recreated after fork)."""
-        pid = os.getpid()
-        client = self._client
-        if client is not None and self._client_pid == pid:
-            return client
-        with _CLIENT_LOCK:
-            if self._client is not None and self._client_pid == pid:
-                return self._client
-            import boto3
+    def make_client(self) -> Any:
+        import boto3
 
-            session = boto3.session.Session()  # sessions are not thread-safe: one per client
-            client = session.client("s3", config=self._botocore_config(), **self._client_kwargs)
-            self._client = client
-            self._client_pid = pid
-            return client
+        session = boto3.session.Session()  # sessions are not thread-safe: one per client
+        return session.client("s3", config=self._botocore_config(), **self._client_kwargs)
 
-    # -- retry loop and error mapping -----------------------------------------------------
+    # -- errors -----------------------------------------------------------------------------
 
-    def _key(self, key: str) -> str:
-        self.checked_key(key)
-        return f"{self.prefix}/{key}" if self.prefix else key
+    def object_url(self, full_key: str) -> str:
+        return f"s3://{self.bucket}/{full_key}"
 
-    def _full_prefix(self, prefix: str) -> str:
-        return f"{self.prefix}/{prefix}" if self.prefix else prefix
+    def retry_unreached(self, attempt: int) -> bool:
+        return attempt < 1  # never answered: one more try, then a clear error
 
-    def _rel(self, full_key: str) -> str:
-        return full_key[len(self.prefix) + 1 :] if self.prefix else full_key
-
-    def _is_retryable(self, e: BaseException, attempt: int = 0) -> bool:
+    def failure(self, e: BaseException) -> Failure:
         from botocore import exceptions as bce
 
-        if isinstance(e, _TruncatedBody):
-            return True
+        if isinstance(e, TruncatedBody):
+            return Failure.TRANSIENT
+        if isinstance(e, (bce.NoCredentialsError, bce.PartialCredentialsError)):
+            return Failure.NO_CREDENTIALS
         if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError)):
-            return self._reached or attempt < 1  # never answered: one more try, then a clear error
+            return Failure.UNREACHABLE
         if isinstance(e, bce.ClientError):
             code, status, _ = _client_error_info(e)
-            return code in _RETRY_CODES or (status is not None and (status >= 500 or status == 429))
-        stream_errors = [bce.IncompleteReadError, bce.ReadTimeoutError, bce.ConnectionClosedError, bce.HTTPClientError]
-        if hasattr(bce, "ResponseStreamingError"):
-            stream_errors.append(bce.ResponseStreamingError)
-        if isinstance(e, tuple(stream_errors)):
-            return True
-        try:
-            import http.client
-
-            import urllib3.exceptions as u3
-
-            if isinstance(e, (u3.ProtocolError, u3.ReadTimeoutError, u3.IncompleteRead, http.client.IncompleteRead)):
-                return True
-        except ImportError:  # pragma: no cover
-            pass
-        if isinstance(e, (ConnectionError, TimeoutError)):
-            return True
+            if code in _RETRY_CODES:
+                return Failure.TRANSIENT
+            if code in _CREDENTIAL_CODES or status == 403:
+                return Failure.REJECTED
+            if code == "NoSuchBucket" or (status == 404 and getattr(e, "operation_name", "") == "HeadBucket"):
+                return Failure.NO_BUCKET
+            if code in _REGION_CODES or status == 301:
+                return Failure.WRONG_REGION
+            if status is not None and (status >= 500 or status == 429):
+                return Failure.TRANSIENT
+            return Failure.MISSING if _is_missing(e) else Failure.OTHER
+        if isinstance(e, (*_transient_errors(), ConnectionError, TimeoutError)):
+            return Failure.TRANSIENT
         cause = e.__cause__ or e.__context__
         if cause is not None and cause is not e and type(e).__name__ == "S3UploadFailedError":
-            return self._is_retryable(cause)
-        return False
+            return self.failure(cause)  # boto3's multipart upload wraps what failed
+        return Failure.OTHER
 
-    def _where(self, op: str, key: str | None) -> str:
-        target = f"s3://{self.bucket}/{self._key(key)}" if key else self.url
-        return f"{op} {target}"
-
-    def _to_storage_error(
-        self, op: str, key: str | None, e: BaseException, attempts: int, elapsed: float
-    ) -> StorageError | None:
+    def detail(self, e: BaseException) -> str | None:
+        from boto3.exceptions import Boto3Error
         from botocore import exceptions as bce
 
-        ep, bucket, where = self.endpoint, self.bucket, self._where(op, key)
-        if isinstance(e, (bce.NoCredentialsError, bce.PartialCredentialsError)):
-            return StorageError(
-                f"no usable AWS credentials for bucket {bucket} at {ep} ({where}): set "
-                f"AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, or pass aws_access_key_id/"
-                f"aws_secret_access_key in storage_options"
-            )
         if isinstance(e, bce.ClientError):
             code, status, msg = _client_error_info(e)
-            if code in _CREDENTIAL_CODES or status == 403:
-                return StorageError(
-                    f"credentials rejected by {ep} for bucket {bucket} ({code or status}: {msg or 'Forbidden'}; "
-                    f"during {where}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, "
-                    f"AWS_SESSION_TOKEN) or storage_options, and that they may read and write this bucket"
-                )
-            if code == "NoSuchBucket" or (op == "HeadBucket" and status == 404):
-                return StorageError(f"bucket {bucket} does not exist at {ep}: create it or fix the URL ({self.url})")
-            if code in ("PermanentRedirect", "301", "AuthorizationHeaderMalformed") or status == 301:
-                return StorageError(
-                    f"bucket {bucket} is in another region than the client uses at {ep}: set region_name "
-                    f"in storage_options or AWS_REGION"
-                )
-            if self._is_retryable(e):
-                return StorageError(
-                    f"S3 {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} attempt{'s' if attempts != 1 else ''}, last: {code} {msg}): "
-                    f"the server is overloaded or unstable; rerun the same call to resume"
-                )
-            return StorageError(f"S3 {where} at {ep} failed: {code or status} {msg}")
-        if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError)) and not self._reached:
-            return StorageError(
-                f"cannot reach S3 endpoint {ep} for bucket {bucket} ({type(e).__name__}): check endpoint_url "
-                f"(storage_options or AWS_ENDPOINT_URL), the network, and that the server is running"
-            )
-        if self._is_retryable(e):
-            return StorageError(
-                f"S3 {where} at {ep} kept failing for {elapsed:.0f} s ({attempts} attempt{'s' if attempts != 1 else ''}, last: "
-                f"{type(e).__name__}: {e}): the network or the server is unstable; rerun the same call to resume"
-            )
-        if isinstance(e, bce.BotoCoreError):
-            return StorageError(f"S3 {where} at {ep} failed: {type(e).__name__}: {e}")
+            return f"{code or status} {msg}".rstrip()
+        if isinstance(e, (bce.BotoCoreError, Boto3Error)):
+            return f"{type(e).__name__}: {e}"
         return None
-
-    def _run(self, op: str, key: str | None, fn: Callable[[int], T]) -> T:
-        """Run ``fn(attempt)`` with bounded retries; map final failures to StorageError."""
-        start = time.monotonic()
-        deadline = start + self.retry_timeout
-        attempt = 0
-        while True:
-            try:
-                result = fn(attempt)
-                self._reached = True
-                return result
-            except (StorageError, FileNotFoundError, ValueError):
-                raise
-            except Exception as e:
-                if self._is_retryable(e, attempt):
-                    delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
-                    if time.monotonic() + delay < deadline:
-                        attempt += 1
-                        time.sleep(delay)
-                        continue
-                err = self._to_storage_error(op, key, e, attempt + 1, time.monotonic() - start)
-                if err is None:
-                    raise
-                raise err from e
 
     # -- single attempts ------------------------------------------------------------------
 
-    def _get_once(self, full_key: str, byte_range: str | None = None) -> tuple[bytes, str] | None:
+    def get_versioned(self, full_key: str, byte_range: str | None = None) -> tuple[bytes, str] | None:
         """One GET (of ``byte_range``, "bytes=a-b", if given): (bytes, etag) or None if
-        missing; _TruncatedBody if cut short; b"" for a range starting past the end."""
+        missing; TruncatedBody if cut short; b"" for a range starting past the end."""
         from botocore.exceptions import ClientError
 
         extra = {"Range": byte_range} if byte_range else {}
@@ -322,7 +284,7 @@ class S3Storage(Storage):
             r = self.client().get_object(Bucket=self.bucket, Key=full_key, **extra)
         except ClientError as e:
             code, status, _ = _client_error_info(e)
-            if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
+            if _is_missing(e):
                 return None
             if byte_range and (code == "InvalidRange" or status == 416):
                 return b"", ""
@@ -334,37 +296,18 @@ class S3Storage(Storage):
             body.close()
         expected = r.get("ContentLength")
         if expected is not None and len(data) != expected:
-            raise _TruncatedBody(f"got {len(data)} of {expected} bytes")
+            raise TruncatedBody(f"got {len(data)} of {expected} bytes")
         return data, r.get("ETag", "")
 
-    def _head_once(self, full_key: str) -> dict[str, Any] | None:
-        from botocore.exceptions import ClientError
-
-        try:
-            head: dict[str, Any] = self.client().head_object(Bucket=self.bucket, Key=full_key)
-            return head
-        except ValueError as e:  # botocore could not parse headers cut short by the network: retry
-            raise _TruncatedBody(f"unparseable HEAD response: {e}") from e
-        except ClientError as e:
-            code, status, _ = _client_error_info(e)
-            if code in ("NoSuchKey", "404", "NotFound") or status == 404:
-                return None
-            raise
-
     def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
-        """PUT with If-None-Match/If-Match; False on 412.
-
-        A conditional PUT is not idempotent: if the server applied our first attempt but the
-        answer was lost (connection reset), the retry gets 412 although we succeeded. So
-        after any retry a 412 is checked by reading the object back: if it holds exactly our
-        bytes, the write was ours.
-        """
+        """PUT with If-None-Match/If-Match; False on 412 (see the base's conditional_write for
+        the lost reply; botocore's own retries, if a ``config`` turns them on, count too)."""
         from botocore.exceptions import ClientError
 
         full = self._key(key)
         body = bytes(data)
 
-        def once(attempt: int) -> bool:
+        def put() -> bool:
             try:
                 self.client().put_object(
                     Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
@@ -373,15 +316,15 @@ class S3Storage(Storage):
             except ClientError as e:
                 code, status, _ = _client_error_info(e)
                 if status == 412 or code == "PreconditionFailed":
-                    if attempt > 0 or _retried(e):
-                        got = self._get_once(full)
+                    if _retried(e):  # botocore retried inside this attempt: the 412 may be our own write
+                        got = self.get_versioned(full)
                         return got is not None and got[0] == body
                     return False
-                if "IfMatch" in condition and (code in ("NoSuchKey", "404") or status == 404):
+                if "IfMatch" in condition and _is_missing(e):
                     return False  # deleted since it was read
-                raise  # 409 ConditionalRequestConflict is retried by _run
+                raise  # 409 ConditionalRequestConflict is retried by the loop
 
-        return self._run(op, key, once)
+        return self.conditional_write(op, key, body, put)
 
     # -- Storage API ----------------------------------------------------------------------
 
@@ -391,7 +334,7 @@ class S3Storage(Storage):
         if len(data) < self.multipart_threshold:
             body = bytes(data)
             args = {"Bucket": self.bucket, "Key": full, "Body": body, "ChecksumAlgorithm": UPLOAD_CHECKSUM}
-            self._run("PUT", key, lambda _a: self.client().put_object(**args))
+            self.run("PUT", key, lambda _a: self.client().put_object(**args))
             return
         import io
 
@@ -406,42 +349,36 @@ class S3Storage(Storage):
                 io.BytesIO(data), self.bucket, full, Config=cfg, ExtraArgs={"ChecksumAlgorithm": UPLOAD_CHECKSUM}
             )
 
-        self._run("multipart PUT", key, upload)
+        self.run("multipart PUT", key, upload)
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
         return self._conditional_put("PUT If-None-Match", key, data, IfNoneMatch="*")
 
-    def read_bytes(self, key: str) -> bytes:
-        full = self._key(key)
-        got = self._run("GET", key, lambda _a: self._get_once(full))
-        if got is None:
-            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-        return got[0]
-
-    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
-        full = self._key(key)
-        return self._run("GET", key, lambda _a: self._get_once(full))
-
     def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
         return self._conditional_put("PUT If-Match", key, data, IfMatch=version)
 
-    def exists(self, key: str) -> bool:
-        full = self._key(key)
-        return self._run("HEAD", key, lambda _a: self._head_once(full)) is not None
+    def head(self, key: str) -> ObjectInfo | None:
+        from botocore.exceptions import ClientError
 
-    def size(self, key: str) -> int:
         full = self._key(key)
 
-        def head_with_length(_attempt: int) -> dict[str, Any] | None:
-            head = self._head_once(full)
-            if head is not None and "ContentLength" not in head:  # headers cut short: retry
-                raise _TruncatedBody("HEAD response without Content-Length")
-            return head
+        def once(_attempt: int) -> ObjectInfo | None:
+            try:
+                head = self.client().head_object(Bucket=self.bucket, Key=full)
+            except ValueError as e:  # botocore could not parse headers cut short by the network: retry
+                raise TruncatedBody(f"unparseable HEAD response: {e}") from e
+            except ClientError as e:
+                code, status, _ = _client_error_info(e)
+                if code in _MISSING_CODES or status == 404:  # a HEAD has no body: a missing bucket is a 404 too
+                    return None
+                raise
+            if "ContentLength" not in head:  # headers cut short: retry
+                raise TruncatedBody("HEAD response without Content-Length")
+            modified = head.get("LastModified")
+            etag = str(head.get("ETag", "")).strip('"')
+            return ObjectInfo(self._rel(full), int(head["ContentLength"]), etag, modified and modified.timestamp())
 
-        head = self._run("HEAD", key, head_with_length)
-        if head is None:
-            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-        return int(head["ContentLength"])
+        return self.run("HEAD", key, once)
 
     def _list_objects(self, full_prefix: str) -> builtins.list[dict[str, Any]]:
         """Every object under ``full_prefix``, as list_objects_v2 describes it."""
@@ -455,30 +392,11 @@ class S3Storage(Storage):
             def once(_a: int, kw: dict[str, str] = kwargs) -> Any:
                 return self.client().list_objects_v2(**kw)
 
-            page = self._run("LIST", None, once)
+            page = self.run("LIST", None, once)
             objects.extend(o for o in page.get("Contents", ()) if not o["Key"].endswith("/"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return objects
-
-    def _list_full(self, full_prefix: str) -> builtins.list[str]:
-        return [o["Key"] for o in self._list_objects(full_prefix)]
-
-    def list(self, prefix: str = "") -> list[str]:
-        return sorted(self._rel(k) for k in self._list_full(self._full_prefix(prefix)))
-
-    def read_range(self, key: str, start: int, length: int) -> bytes:
-        check_range(start, length)
-        full = self._key(key)
-        if length == 0:
-            got = (b"", "") if self.exists(key) else None
-        else:
-            span = f"bytes={start}-{start + length - 1}"
-            got = self._run("GET range", key, lambda _a: self._get_once(full, span))
-        if got is None:
-            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
-        body = got[0]
-        return bytes(body[start : start + length] if len(body) > length else body)  # a server may ignore Range
 
     def list_info(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         infos = []
@@ -489,12 +407,25 @@ class S3Storage(Storage):
             )
         return sorted(infos, key=lambda info: info.key)
 
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        check_range(start, length)
+        full = self._key(key)
+        if length == 0:
+            got = (b"", "") if self.exists(key) else None
+        else:
+            span = f"bytes={start}-{start + length - 1}"
+            got = self.run("GET range", key, lambda _a: self.get_versioned(full, span))
+        if got is None:
+            raise self._missing(key)
+        body = got[0]
+        return bytes(body[start : start + length] if len(body) > length else body)  # a server may ignore Range
+
     def delete(self, key: str) -> None:
         full = self._key(key)
-        self._run("DELETE", key, lambda _a: self.client().delete_object(Bucket=self.bucket, Key=full))
+        self.run("DELETE", key, lambda _a: self.client().delete_object(Bucket=self.bucket, Key=full))
 
     def delete_prefix(self, prefix: str) -> None:
-        keys = self._list_full(self._full_prefix(prefix))
+        keys = [o["Key"] for o in self._list_objects(self._full_prefix(prefix))]
         for i in range(0, len(keys), 1000):
             batch = {"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
 
@@ -516,51 +447,34 @@ class S3Storage(Storage):
                         "DeleteObjects",
                     )
 
-            self._run("DELETE prefix", None, once)
-
-    def local_path(self, key: str) -> str | None:
-        return None
-
-    def with_short_retries(self, seconds: float = 5.0) -> S3Storage:
-        impatient = copy.copy(self)  # shares the client; only the retry budget differs
-        impatient.retry_timeout = min(seconds, self.retry_timeout)
-        return impatient
+            self.run("DELETE prefix", None, once)
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
+        from botocore.exceptions import ClientError
+
         full = self._key(key)
 
-        def once(_attempt: int) -> bool:
-            from botocore.exceptions import ClientError
-
+        def fetch(f: Any) -> int | None:
             try:
                 r = self.client().get_object(Bucket=self.bucket, Key=full)
             except ClientError as e:
-                code, status, _ = _client_error_info(e)
-                if code in ("NoSuchKey", "404") or (status == 404 and code != "NoSuchBucket"):
-                    return False
+                if _is_missing(e):
+                    return None
                 raise
-
-            def body() -> Iterator[bytes]:  # a cut body raises before the file is renamed into place
-                n = 0
-                for chunk in r["Body"].iter_chunks(1 * _MiB):
-                    n += len(chunk)
-                    yield chunk
-                if n != r.get("ContentLength", n):
-                    raise _TruncatedBody(f"got {n} of {r['ContentLength']} bytes")
-
-            try:  # a full or unwritable local disk stays an OSError (not retried, not mapped by _run)
-                download_atomically(local_path, body(), durable=durable)
+            body = r["Body"]
+            try:
+                for chunk in body.iter_chunks(1 * _MiB):
+                    f.write(chunk)
             finally:
-                r["Body"].close()
-            return True
+                body.close()
+            return int(r.get("ContentLength", f.tell()))
 
-        if not self._run("GET", key, once):
-            raise FileNotFoundError(errno.ENOENT, "no such S3 object", f"s3://{self.bucket}/{full}")
+        self.download_into(key, local_path, durable, fetch)
 
     def check(self) -> None:
         """One cheap HeadBucket at run start, so a wrong bucket, endpoint or credentials fail
         immediately with a message that says which and how to fix it."""
-        self._run("HeadBucket", None, lambda _a: self.client().head_bucket(Bucket=self.bucket))
+        self.run("HeadBucket", None, lambda _a: self.client().head_bucket(Bucket=self.bucket))
 
 
 def open_s3(url: str, storage_options: dict[str, Any] | None = None, *, create: bool = False) -> S3Storage:
@@ -568,4 +482,4 @@ def open_s3(url: str, storage_options: dict[str, Any] | None = None, *, create: 
     return S3Storage(url, storage_options)
 
 
-register_backend("s3", open_s3)
+register_backend("s3", open_s3, check_options=check_option_names)

@@ -13,10 +13,11 @@ from ....errors import ShardwrightError, classify
 from ....storage.options import check_storage_option_names
 from ... import schemas
 from ...classify import http_status
+from ...config_identity import ConfigChangedError, check_config_unchanged
 from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
-from ...progress import read_output_history
+from ...progress import read_inputs_status, read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -147,6 +148,10 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         progress=Progress(0, len(inputs) if isinstance(inputs, list) else 0, 0),
     )
     try:
+        check_config_unchanged(service.scheduler.store.list(), record, body.storage_options)
+    except ConfigChangedError as exc:
+        raise ApiProblem(409, "ConfigChanged", str(exc), detail={"changed_keys": exc.keys}) from None
+    try:
         job = service.scheduler.submit(record, body.storage_options)
     except JobStateError as exc:
         raise ApiProblem(409, "OutputBusy", str(exc)) from None
@@ -202,6 +207,13 @@ def job_history(job: JobDep, service: ServiceDep):
     """The output's own record of every optimize() call on it (each attempt, each node)."""
     runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
     return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
+
+
+@router.get("/{job_id}/inputs", response_model=schemas.InputsStatus, responses=ERRORS)
+def job_inputs(job: JobDep, service: ServiceDep):
+    """The job's inputs in the user's terms: done / in progress (by name) / pending / failed, an ETA."""
+    status, note = read_inputs_status(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, **status, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)
