@@ -9,9 +9,8 @@ import sys
 from collections.abc import Callable
 
 from ..errors import UsageError
-from ..secrets import redacting  # re-exported for engine/run.py (at the 600-line cap) until its split
 
-__all__ = ["DAEMONIC_HINT", "check_main_guard", "check_not_bootstrapping", "explain_fn_error", "redacting"]
+__all__ = ["DAEMONIC_HINT", "check_main_guard", "check_not_bootstrapping", "explain_fn_error"]
 
 _GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 DAEMONIC_HINT = (
