@@ -20,11 +20,15 @@ What is a secret:
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from .errors import FnError, ShardwrightError, StorageError
+
+F = TypeVar("F", bound=Callable)
 
 #: storage_options keys whose values are credentials: boto3's, Google's, Azure's, and fsspec's
 #: (fsspec names are refused with a hint, but must never be printed on the way there).
@@ -211,13 +215,25 @@ def redact_exception(exc: BaseException, secrets: list[str]) -> BaseException:
     return replacement
 
 
-def redacted_call(func, storage_options: Mapping | None, *args, **kwargs):
-    """``func(*args, **kwargs)``, re-raising whatever it raises without a secret of
-    ``storage_options`` or the environment (the reader's and the CLI's entry points use it)."""
-    try:
-        return func(*args, **kwargs)
-    except BaseException as exc:
-        clean = redact_exception(exc, secret_values(storage_options))
-        if clean is exc:
-            raise
-        raise clean from None
+def without_secrets(exc: BaseException, storage_options: Mapping | None) -> BaseException:
+    """``exc`` without a secret of ``storage_options`` or the environment (itself when it holds none)."""
+    return redact_exception(exc, secret_values(storage_options))
+
+
+def redacting(func: F) -> F:
+    """Whatever ``func`` raises reaches the caller without a secret of its ``storage_options``
+    keyword (or of the environment) in its message or its chained exceptions: the one wrapper
+    of the public entry points (optimize, abandon, verify)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            options = kwargs.get("storage_options")
+            clean = without_secrets(exc, options if isinstance(options, Mapping) else None)
+            if clean is exc:
+                raise
+            raise clean from None
+
+    return wrapper  # type: ignore[return-value]

@@ -22,6 +22,18 @@ def _slow() -> None:
         time.sleep(CONFIG["sleep"])
 
 
+def _gated(i: int) -> None:
+    """With ``gate`` (a path) in the config, input ``i`` waits until that file exists when
+    ``i % gate_period >= gate_after``: each shard of ``gate_period`` inputs commits its first
+    inputs, then holds its step until the test releases it, so the run is certainly still
+    going when the test acts on it, at any load."""
+    gate = CONFIG.get("gate")
+    if gate and i % CONFIG["gate_period"] >= CONFIG["gate_after"]:
+        deadline = time.monotonic() + 600
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 def _maybe_fail(i: int) -> None:
     fail_at = os.environ.get("CRASH_FAIL_AT")
     if fail_at is not None and i == int(fail_at):
@@ -63,6 +75,7 @@ def stamped(i: int) -> dict:
 
 def located(i: int) -> dict:
     """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
+    _gated(i)
     _slow()
     _maybe_fail(i)
     from shardwright.process import host_identity

@@ -9,7 +9,7 @@ from shardwright.secrets import (
     public_options,
     redact,
     redact_exception,
-    redacted_call,
+    redacting,
     secret_values,
 )
 
@@ -88,11 +88,12 @@ def test_redact_exception_keeps_fn_error_fields_and_foreign_becomes_storage_erro
     assert redact_exception(untouched, ["SECRETVALUE"]) is untouched
 
 
-def test_redacted_call_reraises_without_the_secret():
-    def fails():
+def test_redacting_reraises_without_the_secret():
+    @redacting
+    def fails(storage_options=None):
         raise OSError("bad http://A:LONGSECRET@x")
 
     with pytest.raises(StorageError) as info:
-        redacted_call(fails, {"endpoint_url": "http://A:LONGSECRET@x"})
+        fails(storage_options={"endpoint_url": "http://A:LONGSECRET@x"})
     assert "LONGSECRET" not in str(info.value)
-    assert redacted_call(lambda: 5, None) == 5
+    assert redacting(lambda: 5)() == 5

@@ -4,8 +4,8 @@ The logic is :func:`shardwright.protocol.abandon.abandon_run`; this is the publi
 from __future__ import annotations
 
 from ..protocol.abandon import abandon_run
+from ..secrets import redacting
 from ..storage import open_storage
-from .guards import redacting
 
 
 @redacting

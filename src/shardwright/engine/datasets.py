@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import DatasetExistsError, DatasetNotFoundError, UsageError
-from ..format import ChunkEntry, IndexConfig, parse_index, render_index
-from ..protocol.layout import INDEX_KEY as INDEX_NAME
-from ..protocol.layout import STATE_DIR
+from ..format import ChunkEntry, IndexConfig, render_index
+from ..protocol.index import read_index, read_index_bytes
+from ..protocol.layout import INDEX_KEY, STATE_DIR
 from ..storage import open_storage, parse_location
 
 __all__ = ["merge_datasets", "walk"]
@@ -22,9 +22,10 @@ MERGE_KEY = f"{STATE_DIR}/merge.json"  # which datasets a merge output was made 
 
 
 def _read_index(storage: Any, where: str) -> tuple[list[ChunkEntry], IndexConfig] | None:
-    if not storage.exists(INDEX_NAME):
+    if not storage.exists(INDEX_KEY):
         return None
-    return parse_index(storage.read_bytes(INDEX_NAME), f"{where}/{INDEX_NAME}")
+    index = read_index(storage, where)
+    return index.chunks, index.config
 
 
 def _merged_name(n: int, config: IndexConfig) -> str:
@@ -85,7 +86,7 @@ def merge_datasets(
     # The merge's identity (its inputs, as their indexes are now) is claimed before any chunk is
     # copied: a rerun of the same merge goes on or finds it done, any other merge is refused.
     identity = json.dumps(
-        {"inputs": urls, "indexes": [hashlib.sha256(s.read_bytes(INDEX_NAME)).hexdigest() for s, *_ in inputs]},
+        {"inputs": urls, "indexes": [hashlib.sha256(read_index_bytes(s)).hexdigest() for s, *_ in inputs]},
         sort_keys=True,
     ).encode()
     if not out.create_exclusive(MERGE_KEY, identity) and out.read_bytes(MERGE_KEY) != identity:
@@ -106,7 +107,7 @@ def merge_datasets(
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, max_workers or 1)) as pool:
         list(pool.map(copy, plan))
     out.barrier()
-    if not out.create_exclusive(INDEX_NAME, render_index(merged, first)):
+    if not out.create_exclusive(INDEX_KEY, render_index(merged, first)):
         existing = _read_index(out, out_url)
         if existing is None or existing[0] != merged:
             raise DatasetExistsError(f"merge_datasets: another writer published a dataset at {out_url} meanwhile")

@@ -3,36 +3,14 @@ process before anything is written (or, where that is impossible, explained when
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import re
 import sys
 from collections.abc import Callable
-from typing import TypeVar
 
 from ..errors import UsageError
-from ..secrets import redact_exception, secret_values
 
-F = TypeVar("F", bound=Callable)
-
-
-def redacting(func: F) -> F:
-    """Whatever ``func`` raises reaches the caller without a secret of its ``storage_options``
-    keyword (or of the environment) in its message or its chained exceptions."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except Exception as exc:
-            options = kwargs.get("storage_options")
-            clean = redact_exception(exc, secret_values(options if isinstance(options, dict) else None))
-            if clean is exc:
-                raise
-            raise clean from None
-
-    return wrapper  # type: ignore[return-value]
-
+__all__ = ["DAEMONIC_HINT", "check_main_guard", "check_not_bootstrapping", "explain_fn_error"]
 
 _GUARD = re.compile(r"""^if\s+__name__\s*==\s*['"]__main__['"]\s*:""", re.M)
 DAEMONIC_HINT = (

@@ -36,8 +36,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..format import chunk_item, chunk_num_items, decompress, item_decoder, parse_index, unpack_chunk
-from ..protocol.layout import INDEX_KEY, STATE_DIR
+from ..format import chunk_item, chunk_num_items, decompress, item_decoder, unpack_chunk
+from ..protocol.index import read_index, read_index_bytes
+from ..protocol.layout import STATE_DIR
 from ..storage import Storage, open_storage, parse_location
 from ..storage.files import fsync_dir
 from .result import OptimizeResult
@@ -175,7 +176,7 @@ def _staged_files(staging: str) -> list[str]:
 
 def _manifests(run: Storage) -> list[dict]:
     """The committed manifests of a published map run, in input order."""
-    chunks, config = parse_index(run.read_bytes(INDEX_KEY), f"{run.url}/{INDEX_KEY}")
+    chunks, config, _ = read_index(run)
     if not chunks:
         return []
     assert config.data_spec is not None
@@ -209,7 +210,7 @@ def move_staged(run: Storage, out: Storage) -> int:
     """:func:`materialize` between the run's storage and the output's (any backends)."""
     # The marker names the index it materialized: a later run of the map (overwrite, append)
     # publishes another index, whose files are moved in turn.
-    index = hashlib.sha256(run.read_bytes(INDEX_KEY)).hexdigest()
+    index = hashlib.sha256(read_index_bytes(run)).hexdigest()
     if run.exists(_DONE_KEY):
         done = json.loads(run.read_bytes(_DONE_KEY))
         if done.get("index") == index:

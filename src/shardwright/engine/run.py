@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..secrets import redacting
 from .driver import drive
 from .executors import LOCAL, ExecutorCall, get_executor
-from .guards import check_not_bootstrapping, redacting
+from .guards import check_not_bootstrapping
 from .local import LocalExecutor
 from .options import OptimizeOptions, litdata_args
 from .planning import check_inputs, check_output_dir

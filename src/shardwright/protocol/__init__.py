@@ -2,7 +2,7 @@
 nothing and repeats nothing. This docstring is THE specification; docs/design.md explains
 the rest of the system and points here.
 
-Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (input
+Modules: ``layout`` (every name), ``index`` (index.json, read), ``shards`` (input ranges), ``fingerprint`` (input
 identity), ``identity`` (per-input identities), ``recorded`` (the runs' records of them),
 ``incremental`` (the incremental plan), ``manifest``, ``records``, ``claim``
 (sample format), ``lease``, ``claims`` (shard claims), ``failures``,

@@ -7,8 +7,9 @@ import logging
 import os
 
 from ..errors import ConcurrentRunError, CorruptStateError, DatasetNotFoundError
-from ..format import ChunkEntry, parse_index
+from ..format import ChunkEntry
 from ..storage import Storage
+from .index import read_index
 from .layout import INDEX_KEY, chunk_generation, is_our_chunk_name, lease_key
 from .lease import Lease, live_leases
 from .links import check_no_links
@@ -58,7 +59,7 @@ def _discard(storage: Storage) -> bool:
     index_names: set[str] = set()
     index_chunks: list[ChunkEntry] = []
     try:
-        index_chunks = parse_index(storage.read_bytes(INDEX_KEY), f"{storage.url}/{INDEX_KEY}")[0]
+        index_chunks = read_index(storage).chunks
         index_names = {c.filename for c in index_chunks}
     except FileNotFoundError:
         pass

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ..errors import CorruptStateError
-from ..format import parse_index
 from ..storage import Storage
 from .decide import Observed
-from .layout import INDEX_KEY
+from .index import index_source, parse_dataset_index, read_index_bytes
 from .manifest import read_manifest
 from .recorded import Recorded, read_recorded
 from .records import load_progress
@@ -35,12 +34,12 @@ def observe(storage: Storage, *, read_records: bool = False, read_identities: bo
             records_readable = False
     index, last_run = None, None
     try:
-        data = storage.read_bytes(INDEX_KEY)
+        data = read_index_bytes(storage)
     except FileNotFoundError:
         pass
     else:
         try:
-            index = parse_index(data, f"{storage.url}/{INDEX_KEY}")
+            index = parse_dataset_index(data, index_source(storage.url))
             last_run = read_run_record(storage)
         except CorruptStateError as exc:
             manifest_error = manifest_error or exc

@@ -4,13 +4,14 @@ and ``merge``, which publishes once every shard is done (``shardwright merge``).
 from __future__ import annotations
 
 from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteRunError
-from ..format import ChunkEntry, IndexConfig, parse_index, render_index
+from ..format import ChunkEntry, IndexConfig, render_index
 from ..storage import Storage
 from .claim import read_format
 from .crash import crash_point
 from .failures import forget_resolved_failures
 from .fn_identity import FnIdentity
 from .hints import START_OVER
+from .index import read_index
 from .layout import (
     CHUNK_PREFIX,
     CLAIM_PREFIX,
@@ -121,7 +122,7 @@ def our_files(storage: Storage) -> set[str]:
     (a dataset's own chunks, ours or litdata's), and every chunk with one of our names."""
     mine = {INDEX_KEY}
     try:
-        listed = [c.filename for c in parse_index(storage.read_bytes(INDEX_KEY), f"{storage.url}/{INDEX_KEY}")[0]]
+        listed = [c.filename for c in read_index(storage).chunks]
     except (FileNotFoundError, CorruptStateError):
         listed = []
     mine.update(name for name in listed if "/" not in name and name not in ("", ".", ".."))

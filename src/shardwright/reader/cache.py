@@ -27,7 +27,7 @@ import time
 from ..errors import CorruptStateError, StorageError
 from ..format import ChunkEntry, check_checksum
 from ..process import pid_alive
-from ..protocol.layout import INDEX_KEY
+from ..protocol.index import index_source
 from ..storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
 
 try:
@@ -40,7 +40,6 @@ __all__ = [
     "check_private_dir", "default_cache_root", "try_evict",
 ]  # fmt: skip
 
-INDEX_NAME = INDEX_KEY
 DEFAULT_MAX_CACHE_BYTES = 10 * 1000**3
 CACHE_DIR_ENV = "SHARDWRIGHT_CACHE_DIR"
 CACHE_MARKER = ".shardwright-cache.json"  # marks a directory eviction may touch
@@ -276,7 +275,7 @@ class ChunkCache:
                         self._download(entry, path)
                     except FileNotFoundError:
                         raise CorruptStateError(
-                            f"chunk {self.url}/{entry.filename} named in {self.url}/{INDEX_NAME} is missing; "
+                            f"chunk {self.url}/{entry.filename} named in {index_source(self.url)} is missing; "
                             "restore it or rerun optimize with mode='overwrite'"
                         ) from None
                     except OSError as exc:

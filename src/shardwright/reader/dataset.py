@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, TokensLoader, decode_plan, item_decoder
-from ..secrets import redact_exception, secret_values
+from ..secrets import without_secrets
 from . import litdata_state, resume
 from .epoch import read_windows, shared_epoch_counter, warn_if_empty, windows
 from .itemfile import keep_freed_item_memory
@@ -50,12 +50,6 @@ def _wants_iterable(kwargs: dict) -> bool:
     if choice is not None:
         return choice
     return bool(require_bool("shuffle", kwargs.get("shuffle", False))) or distributed_env()[1] > 1
-
-
-def _redacted(exc: BaseException, storage_options: dict | None) -> BaseException:
-    """``exc`` without a secret of ``storage_options`` or the environment, in its message or
-    its chained exceptions (botocore prints an ``endpoint_url`` with its ``user:password@``)."""
-    return redact_exception(exc, secret_values(storage_options))
 
 
 class StreamingDataset(RegionSelection, _DatasetBase):
@@ -189,7 +183,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         try:
             self._open(opts)
         except BaseException as exc:
-            clean = _redacted(exc, self.storage_options)
+            clean = without_secrets(exc, self.storage_options)
             if clean is exc:
                 raise
             raise clean from None
@@ -340,7 +334,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         try:
             return self._get(i)
         except BaseException as exc:
-            clean = _redacted(exc, self.storage_options)
+            clean = without_secrets(exc, self.storage_options)
             if clean is exc:
                 raise
             raise clean from None

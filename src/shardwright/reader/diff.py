@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..format import ChunkEntry, IndexConfig, dataset_digest, differing_chunks, index_digest, parse_index
-from ..protocol.layout import INDEX_KEY
+from ..format import ChunkEntry, IndexConfig, dataset_digest, differing_chunks, index_digest
+from ..protocol.index import index_source, parse_dataset_index
 from ..storage import open_storage
 from ..storage.options import check_storage_option_names
 from .verify import read_published_index
@@ -104,7 +104,7 @@ def _side(url: str, storage_options: dict | None) -> tuple[list[ChunkEntry], Ind
         check_storage_option_names(storage_options, url)
     storage = open_storage(url, storage_options)
     data = read_published_index(storage)
-    name = f"{storage.url}/{INDEX_KEY}"
-    chunks, config = parse_index(data, name)
+    name = index_source(storage.url)
+    chunks, config, _ = parse_dataset_index(data, name)
     recorded = index_digest(data, name)
     return chunks, config, recorded if recorded is not None else dataset_digest(chunks, config), storage.url

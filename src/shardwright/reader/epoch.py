@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..secrets import redact_exception, secret_values
+from ..secrets import without_secrets
 from .order import EpochSequence, iter_segment, mixes_items, segment_ids
 from .partition import Layout
 from .plan import StreamPlan
@@ -76,7 +76,7 @@ def read_windows(
                 progress["yielded"] += 1
                 yield item
         except Exception as exc:  # not GeneratorExit: a consumer closing us is no error
-            clean = redact_exception(exc, secret_values(storage_options))
+            clean = without_secrets(exc, storage_options)
             if clean is exc:
                 raise
             raise clean from None

@@ -22,8 +22,8 @@ from ..format import (
     DecodedItem,
     check_checksum,
     chunk_item,
-    parse_index,
 )
+from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
@@ -39,9 +39,8 @@ from .checks import (
 from .itemfile import ITEM_READ_BYTES, ItemFile
 from .prefetch import Loaded, ProcState
 
-__all__ = ["INDEX_NAME", "ChunkSource"]
+__all__ = ["ChunkSource"]
 
-INDEX_NAME = INDEX_KEY
 MIN_CACHED_CHUNKS = 4  # decoded chunks kept per process (more when a shuffle window needs them)
 
 
@@ -88,14 +87,14 @@ class ChunkSource:
         if self.remote:
             self._storage = open_storage(location.url, storage_options)
             self.output_dir = self._storage.url  # normalised: s3://bucket/prefix, gs://..., az://...
-            self.index_source = f"{self.output_dir}/{INDEX_NAME}"
+            self.index_source = index_source(self.output_dir)
         else:
             # "~/x" names the directory optimize(..., "~/x") wrote (it expands "~" too)
             self.output_dir = os.path.expanduser(location.path)
-            self.index_source = os.path.join(self.output_dir, INDEX_NAME)
+            self.index_source = os.path.join(self.output_dir, INDEX_KEY)
         self.index_bytes = self._read_index_bytes()
         try:
-            self.chunks, self.config = parse_index(self.index_bytes, self.index_source)
+            self.chunks, self.config, _ = parse_dataset_index(self.index_bytes, self.index_source)
         except RecursionError:  # a data_spec nested deeper than Python recurses
             raise CorruptStateError(
                 f"index.json at {self.index_source} nests its data_spec absurdly deep; {CHUNK_FIX}"
@@ -158,7 +157,7 @@ class ChunkSource:
         storage = self._storage
         assert storage is not None
         try:
-            return storage.read_bytes(INDEX_NAME)
+            return read_index_bytes(storage)
         except FileNotFoundError:
             pass
         message = incomplete_message(self.output_dir, count_committed_chunks(storage))

@@ -27,11 +27,11 @@ from ..format import (
     check_checksum,
     dataset_digest,
     index_digest,
-    parse_index,
 )
+from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
-from ..secrets import redacted_call
+from ..secrets import redacting
 from ..storage import Storage, open_storage
 from ..storage.options import check_storage_option_names
 from .checks import check_exact_size, decompress_chunk, incomplete_message, unpack_checked
@@ -110,6 +110,7 @@ class VerifyReport:
         }
 
 
+@redacting
 def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None) -> VerifyReport:
     """Check a published dataset: its index.json, and every chunk's presence, size, checksum
     and structure (see the module docstring for what is and is not proven).
@@ -125,15 +126,15 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
     """
     if storage_options is not None:
         check_storage_option_names(storage_options, os.fspath(output_dir))
-    return redacted_call(_verify, storage_options, os.fspath(output_dir), storage_options)
+    return _verify(os.fspath(output_dir), storage_options)
 
 
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
     storage = open_storage(output_dir, storage_options)
-    index_name = f"{storage.url}/{INDEX_KEY}"
+    index_name = index_source(storage.url)
     data = read_published_index(storage)
     try:
-        chunks, config = parse_index(data, index_name)
+        chunks, config, _ = parse_dataset_index(data, index_name)
     except (CorruptStateError, UnsupportedFormatError) as exc:
         return VerifyReport(storage.url, 0, 0, 0, (DamagedChunk(INDEX_KEY, str(exc)),))
     except RecursionError:
@@ -171,7 +172,7 @@ def read_published_index(storage: Storage) -> bytes:
     """index.json's bytes. Raises DatasetNotFoundError or IncompleteDatasetError (nothing, or a run
     still writing, there)."""
     try:
-        return storage.read_bytes(INDEX_KEY)
+        return read_index_bytes(storage)
     except FileNotFoundError:
         pass
     except IsADirectoryError:

@@ -7,7 +7,6 @@ never their values (those live in the server's memory only, see scheduler.py).
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sqlite3
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import CorruptStateError, StorageError
+from ..storage.files import is_disk_full as storage_disk_full
 from .model import AttemptOutcome, JobError, JobState, Progress, Trigger, check_transition
 
 STATES = tuple(s.value for s in JobState)
@@ -325,7 +325,9 @@ class _Transaction:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, StoreFullError) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT))
+    """The job store's disk is full: SQLite's "full" error, or an OSError the storage layer
+    calls one (storage.files, the one home of those errnos)."""
+    return isinstance(exc, StoreFullError) or storage_disk_full(exc)
 
 
 __all__ = [
