@@ -27,7 +27,9 @@ from collections import OrderedDict
 from typing import Any
 
 from ..errors import CorruptStateError, InputsError, UsageError
-from ..format import ChunkEntry, DecodedItem, RowChunk, flatten_sample, parse_index
+from ..format import ChunkEntry, DecodedItem, RowChunk, flatten_sample
+from ..protocol.index import parse_dataset_index, read_index_bytes
+from ..protocol.layout import INDEX_KEY
 from ..sources import ParquetSource, parquet
 from ..sources.hub import hf_folder
 from ..storage import open_storage, parse_location
@@ -45,7 +47,6 @@ __all__ = [
 ]
 
 PARQUET_LOADER = "ParquetLoader"
-INDEX_NAME = "index.json"
 
 
 class ParquetLoader:
@@ -113,17 +114,17 @@ def _read_index(location: str, cache_dir: Any, storage_options: dict, folder: bo
     """The index.json ``cache_dir`` or (``folder``) the folder holds for it, or None."""
     places = []
     if cache_dir is not None:
-        places.append(os.path.join(os.fspath(cache_dir), INDEX_NAME))
+        places.append(os.path.join(os.fspath(cache_dir), INDEX_KEY))
     parsed = parse_location(location)
     if parsed.is_local and folder:
-        places.append(os.path.join(os.path.expanduser(parsed.path), INDEX_NAME))
+        places.append(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY))
     for place in places:
         if os.path.isfile(place):
             with open(place, "rb") as f:
                 return json.loads(f.read())
     if not parsed.is_local:
         try:
-            return json.loads(open_storage(parsed.url, storage_options).read_bytes(INDEX_NAME))
+            return json.loads(read_index_bytes(open_storage(parsed.url, storage_options)))
         except FileNotFoundError:
             return None
     return None
@@ -149,13 +150,13 @@ def index_parquet_dataset(
     parsed = parse_location(location)
     if cache_dir is not None:
         os.makedirs(os.fspath(cache_dir), exist_ok=True)
-        with open(os.path.join(os.fspath(cache_dir), INDEX_NAME), "wb") as f:
+        with open(os.path.join(os.fspath(cache_dir), INDEX_KEY), "wb") as f:
             f.write(data)
     elif parsed.is_local:
-        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_NAME), "wb") as f:
+        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY), "wb") as f:
             f.write(data)
     else:
-        open_storage(parsed.url, storage_options or {}).write_bytes(INDEX_NAME, data)
+        open_storage(parsed.url, storage_options or {}).write_bytes(INDEX_KEY, data)
 
 
 def index_hf_dataset(dataset_url: str, cache_dir: str | None = None, storage_options: dict | None = None) -> str:
@@ -176,7 +177,7 @@ def index_hf_dataset(dataset_url: str, cache_dir: str | None = None, storage_opt
     folder = hf_folder(dataset_url, dict(storage_options or {}))
     source = parquet(f"{folder}/**/*.parquet")
     os.makedirs(cache_dir, exist_ok=True)
-    with open(os.path.join(cache_dir, INDEX_NAME), "wb") as f:
+    with open(os.path.join(cache_dir, INDEX_KEY), "wb") as f:
         f.write(json.dumps(_build_index(source), sort_keys=True).encode())
     return cache_dir
 
@@ -214,7 +215,7 @@ class ParquetChunkSource(ChunkSource):
         parsed = parse_location(location)
         self.remote = not parsed.is_local
         self.output_dir = parsed.url if self.remote else os.path.expanduser(parsed.path)
-        self.index_source = f"{self.output_dir.rstrip('/')}/{INDEX_NAME}"
+        self.index_source = f"{self.output_dir.rstrip('/')}/{INDEX_KEY}"
         index = _read_index(location, cache_dir, storage_options, folder=not hf)
         base = parsed.url if self.remote else self.output_dir
         if location.endswith(".parquet"):
@@ -252,7 +253,7 @@ class ParquetChunkSource(ChunkSource):
         # item_loader: the rows are ordinary items to the reader
         config = {**index["config"], "data_format": ["int"], "data_spec": spec, "item_loader": "PyTreeLoader"}
         config_json = {"chunks": [], "config": config}
-        self.config = parse_index(json.dumps(config_json).encode(), self.index_source)[1]
+        self.config = parse_dataset_index(json.dumps(config_json).encode(), self.index_source).config
         self.largest_chunk = max((entry.chunk_bytes for entry in self.chunks), default=0)
         self._proc_state = None
         self._rows: OrderedDict[int, RowChunk] = OrderedDict()
@@ -264,9 +265,9 @@ class ParquetChunkSource(ChunkSource):
         place = None
         if cache_dir is not None:
             os.makedirs(os.fspath(cache_dir), exist_ok=True)
-            place = os.path.join(os.fspath(cache_dir), INDEX_NAME)
+            place = os.path.join(os.fspath(cache_dir), INDEX_KEY)
         elif local:
-            place = os.path.join(self.output_dir, INDEX_NAME)
+            place = os.path.join(self.output_dir, INDEX_KEY)
         if place is None:
             return  # a remote folder with no cache_dir: the index lives in memory (reading writes nothing there)
         try:
@@ -347,7 +348,7 @@ def _indexed_as_parquet(location: str) -> bool:
     if not parsed.is_local:
         return False
     try:
-        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_NAME), "rb") as f:
+        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY), "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _INDEX_TAIL))
             return _PARQUET_INDEX.search(f.read()) is not None
     except OSError:
