@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError, short_repr
 from ..process import describe_exit
 from ..protocol.layout import FAILED_PREFIX
+from ..secrets import redact_url_credentials
 from .pool import PoolOutcome
 from .progress import Tracker
 
@@ -53,7 +54,7 @@ class OptimizeResult:
 
 
 def _input_text(inputs: Sequence, index: int) -> str:
-    return short_repr(inputs[index]) if 0 <= index < len(inputs) else "?"
+    return redact_url_credentials(short_repr(inputs[index])) if 0 <= index < len(inputs) else "?"
 
 
 def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) -> None:
@@ -65,9 +66,10 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
         if failure.kind == "fn":
             index = failure.input_index
             value = _input_text(inputs, index)
-            tb = failure.traceback
+            tb = redact_url_credentials(failure.traceback)  # a URL with credentials in fn's message
+            message = redact_url_credentials(failure.message)
             raise FnError(
-                f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {failure.message}. Committed work "
+                f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {message}. Committed work "
                 f"is kept: fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
                 input_index=index,
                 input_repr=value,
@@ -95,3 +97,18 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: Sequence, tracker: Tracker) 
         if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
             raise KeyboardInterrupt(line)
         raise SystemExit(128 + outcome.interrupted_by)
+
+
+def empty_run_note(fn_name: str, inputs: int, failed: int, url: str) -> str:
+    """The warning of a run that added 0 items: what failed when inputs failed (on_error="skip"),
+    else the likely cause, a fn that forgot ``return``."""
+    if failed:
+        return (
+            f"the run added 0 items: {failed:,} of the {inputs:,} input(s) failed in fn {fn_name} "
+            f"(on_error='skip'); see result.failures or {url}/.shardwright/failed for why, fix fn or the "
+            "inputs and rerun"
+        )
+    return (
+        f"fn {fn_name} returned no sample for any of the {inputs:,} input(s): the run added 0 items. Did fn "
+        "forget `return`? Fix it and rerun (the changed fn is detected)"
+    )

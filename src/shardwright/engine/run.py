@@ -54,7 +54,7 @@ from .inputs import (
 )
 from .options import OptimizeOptions, fn_name, litdata_args
 from .planning import KUBERNETES, NodeIdentity, check_inputs, check_output_dir, node_identity
-from .result import OptimizeResult
+from .result import OptimizeResult, empty_run_note
 from .share import run_share
 
 log = logging.getLogger("shardwright")
@@ -483,12 +483,7 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, fn: Callable) -> None:
     except CorruptStateError:
         return
     if last and last.run_id == manifest.run_id and manifest.num_inputs and last.items_added == 0:
-        log.warning(
-            "fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
-            "`return`? Fix it and rerun (the changed fn is detected)",
-            fn_name(fn),
-            manifest.num_inputs,
-        )
+        log.warning("%s", empty_run_note(fn_name(fn), manifest.num_inputs, len(last.failed_inputs), storage.url))
 
 
 def _check_picklable(fn: Callable, start_method: str) -> None:
