@@ -94,8 +94,10 @@ def _check_location(spec: dict) -> None:
             "replaced by a symbolic link since the job was submitted); refusing to write there"
         )
     if "://" not in normalized:
-        os.makedirs(normalized, exist_ok=True)
-        pin_directory(normalized)  # refuses it if a link appeared while it was being created
+        if not os.path.lexists(normalized):
+            os.makedirs(normalized, exist_ok=True)
+        if os.path.isdir(normalized):  # a file there: optimize() says so in its own words
+            pin_directory(normalized)  # refuses it if a link appeared while it was being created
 
 
 def _connect_ray_with_the_pipelines() -> None:
