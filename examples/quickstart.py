@@ -30,6 +30,21 @@ def run(output_dir: str) -> None:
     optimize(make_sample, list(range(NUM_INPUTS)), output_dir, chunk_size=50, num_workers=2)  # prints a summary
 
 
+def wait_for_a_committed_chunk(output_dir: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the child's run has committed items (its commit records say so), or it ended."""
+    from shardwright.protocol.status import read_status  # what `shardwright status` reads
+    from shardwright.storage import open_storage
+
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if read_status(open_storage(output_dir)).items_committed > 0:
+                return
+        except Exception:  # nothing written yet (or a record being replaced): look again
+            pass
+        time.sleep(0.01)
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         run(sys.argv[2])
@@ -37,9 +52,11 @@ def main() -> None:
     output_dir = str(Path(tempfile.mkdtemp(prefix="shardwright-demo-")) / "dataset")
     child = [sys.executable, __file__, "--child", output_dir]
 
-    print(f"1. optimize {NUM_INPUTS:,} inputs into {output_dir} in a child process, SIGKILL it after 2 s")
+    print(
+        f"1. optimize {NUM_INPUTS:,} inputs into {output_dir} in a child process, SIGKILL it once a chunk is committed"
+    )
     proc = subprocess.Popen(child, start_new_session=True)
-    time.sleep(2.0)
+    wait_for_a_committed_chunk(output_dir, proc)  # not a fixed sleep: a cold machine starts slowly
     os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, like a preempted node
     proc.wait()
     print(

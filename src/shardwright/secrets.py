@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -86,6 +87,22 @@ def url_credentials(value: str) -> list[str]:
         return [p for p in (parts.username, parts.password) if p]
     except ValueError:
         return []
+
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/@'\"<>]+@")
+_URL_SIGNATURE = re.compile(
+    r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential|sig|signature|token|access_token)=)[^&\s'\"<>]+"
+)
+
+
+def redact_url_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` part of every URL in it, and the signatures and
+    tokens of presigned URLs' queries, replaced by ``***`` (an input holding a URL with
+    credentials is shown in failure records and messages)."""
+    if "://" not in text:
+        return text
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    return _URL_SIGNATURE.sub(lambda m: m.group(1) + REDACTED, text)
 
 
 def without_url_credentials(value: str) -> str:

@@ -26,12 +26,14 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..secrets import is_secret_env_name
 
 NUM_NODES_VAR = "SHARDWRIGHT_NUM_NODES"
 JOB_NAME_VAR = "SHARDWRIGHT_JOB_NAME"
 OUTPUT_DIR_VAR = "SHARDWRIGHT_OUTPUT_DIR"
 CONTAINER = "optimize"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 MAX_COMPLETIONS = 100_000  # Kubernetes' own limit for Indexed Jobs
@@ -81,9 +83,28 @@ class JobSpec:
                 raise UsageError(f"{name} {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 8Gi)")
         if self.secret is not None and not _DNS_LABEL.match(self.secret):
             raise UsageError(f"--secret {self.secret!r} is not a valid Secret name")
+        if self.max_failed_indexes is not None and not 0 <= self.max_failed_indexes <= self.completions:
+            raise UsageError(
+                f"--max-failed-indexes must be 0..{self.completions} (the completions); got {self.max_failed_indexes}"
+            )
+        if self.namespace is not None and (not _DNS_LABEL.match(self.namespace) or len(self.namespace) > 63):
+            raise UsageError(
+                f"--namespace {self.namespace!r} is not a valid namespace: lowercase letters, digits and '-' "
+                "(a DNS-1123 label, at most 63 characters)"
+            )
+        if self.service_account is not None and not _DNS_SUBDOMAIN.match(self.service_account):
+            raise UsageError(
+                f"--service-account {self.service_account!r} is not a valid ServiceAccount name: lowercase letters, "
+                "digits, '-' and '.' (a DNS-1123 subdomain, at most 253 characters)"
+            )
         for key in self.env:
             if not _ENV_NAME.match(key):
                 raise UsageError(f"--env {key!r} is not an environment variable name")
+            if is_secret_env_name(key):
+                raise UsageError(
+                    f"--env {key}=... would write a secret into the manifest in plain text; put it in a Secret "
+                    f"(kubectl create secret generic NAME --from-literal={key}=...) and pass --secret NAME"
+                )
             if key in (NUM_NODES_VAR, JOB_NAME_VAR, "JOB_COMPLETION_INDEX"):
                 raise UsageError(f"--env {key} is set by the manifest itself; leave it out")
         if self.output_dir is not None:

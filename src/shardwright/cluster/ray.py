@@ -44,6 +44,7 @@ from ..protocol.lease import HolderFields, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.records import load_progress
 from ..storage import open_storage
+from .ray_probe import probe_ray_address
 
 log = logging.getLogger("shardwright")
 
@@ -83,6 +84,7 @@ class RayExecutor:
         # RAY_ADDRESS, else a local cluster, as ray.init() does. A connection we opened we
         # close: a Ray driver's threads left in the caller's process make any later fork
         # there (a DataLoader's workers, a process pool) hang on a lock one of them held.
+        probe_ray_address()  # a wrong RAY_ADDRESS: one line in seconds, not ray.init's 13.7 minutes
         ray.init(log_to_driver=call.options.verbose, configure_logging=False)
         try:
             yield self._place(ray, call.options)

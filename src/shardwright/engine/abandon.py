@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..protocol.abandon import abandon_run
 from ..secrets import redacting
 from ..storage import open_storage
+from .planning import check_output_dir
 
 
 @redacting
@@ -21,4 +22,5 @@ def abandon(output_dir: str, storage_options: dict | None = None) -> bool:
         ConcurrentRunError: a run is live there (stop it first).
         OutputDirError: a symbolic link inside the output.
     """
+    check_output_dir(output_dir)  # abandon(5): one TypeError line naming output_dir, not a raw one
     return abandon_run(open_storage(output_dir, storage_options))

@@ -32,7 +32,7 @@ from .identity import fn_identity
 from .opening import check_shared_output, make_request, open_call, open_output
 from .options import fn_name
 from .planning import NodeIdentity
-from .result import OptimizeResult
+from .result import OptimizeResult, empty_run_note
 
 log = logging.getLogger("shardwright")
 
@@ -173,12 +173,7 @@ def _warn_if_empty(storage: Storage, manifest: Manifest, name: str) -> None:
     except CorruptStateError:
         return
     if last and last.run_id == manifest.run_id and manifest.num_inputs and last.items_added == 0:
-        log.warning(
-            "fn %s returned no sample for any of the %d input(s): the run added 0 items. Did fn forget "
-            "`return`? Fix it and rerun (the changed fn is detected)",
-            name,
-            manifest.num_inputs,
-        )
+        log.warning("%s", empty_run_note(name, manifest.num_inputs, len(last.failed_inputs), storage.url))
 
 
 def _unpublished_message(storage: Storage, missing: list[int]) -> str:

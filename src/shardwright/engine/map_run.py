@@ -100,9 +100,12 @@ class _MapInput:
             parent = storage.local_path(_TMP)
             assert parent is not None
             os.makedirs(parent, exist_ok=True)
-            staging = tempfile.mkdtemp(prefix="attempt-", dir=parent)
+            outer = tempfile.mkdtemp(prefix="attempt-", dir=parent)
+            staging = os.path.join(outer, "out")  # fn's directory, inside one of its own: see _escaped
+            os.mkdir(staging)
             try:
                 fn(item, staging)
+                _escaped(outer)
                 files = _staged_files(staging)
                 if not files:
                     return None
@@ -111,10 +114,13 @@ class _MapInput:
                 os.replace(staging, final)
                 fsync_dir(os.path.dirname(final))
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                shutil.rmtree(outer, ignore_errors=True)
             return {"files": json.dumps(files), "staged": attempt}
-        with tempfile.TemporaryDirectory(prefix="shardwright-map-") as staging:
+        with tempfile.TemporaryDirectory(prefix="shardwright-map-") as outer:
+            staging = os.path.join(outer, "out")
+            os.mkdir(staging)
             fn(item, staging)
+            _escaped(outer)
             files = _staged_files(staging)
             if not files:
                 return None
@@ -155,6 +161,17 @@ def _device() -> str:
     if torch is not None and torch.cuda.is_available():
         return f"cuda:{os.getpid() % torch.cuda.device_count()}"
     return "cpu"
+
+
+def _escaped(outer: str) -> None:
+    """UsageError naming a file fn wrote through '../' (next to its directory): it would be
+    silently dropped, as nothing outside fn's directory is kept."""
+    stray = sorted(name for name in os.listdir(outer) if name != "out")
+    if stray:
+        raise UsageError(
+            f"map: fn wrote {('../' + stray[0])!r} outside the directory it was given (through '../'); "
+            "files outside it are not kept: write every file under that directory"
+        )
 
 
 def _staged_files(staging: str) -> list[str]:

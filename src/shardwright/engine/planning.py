@@ -11,10 +11,38 @@ from ..storage import Location, parse_location
 from .inputs import RunInputs, run_inputs
 
 
+def _source_hint(inputs: object) -> str | None:
+    """The shardwright.sources call for inputs that have one (no import of their libraries)."""
+    kind = type(inputs)
+    module, name = kind.__module__.split(".")[0], kind.__name__
+    if isinstance(inputs, (str, os.PathLike)):
+        return (
+            f"inputs is a path ({os.fspath(inputs)!r}), not a sequence of inputs: read its files with "
+            "sources.files(path), sources.jsonl(path) or sources.parquet(path), or pass [path] for one input"
+        )
+    if module == "pandas" and name == "DataFrame":
+        return (
+            "inputs is a pandas DataFrame: pass its rows as inputs with df.to_dict('records'), or write it "
+            "to parquet and pass sources.parquet(path) (read lazily, where it is needed)"
+        )
+    if module == "datasets" and name in ("Dataset", "DatasetDict"):
+        return "inputs is a Hugging Face datasets.Dataset: pass sources.hf(dataset) (rows read lazily by the workers)"
+    if module == "datasets" and name in ("IterableDataset", "IterableDatasetDict"):
+        return (
+            "inputs is a Hugging Face IterableDataset, which has no len() or indexing: load it with "
+            "datasets.load_dataset(..., streaming=False) and pass sources.hf(dataset), or read its files "
+            "with sources.parquet / sources.jsonl"
+        )
+    return None
+
+
 def check_inputs(inputs: object, transform: Callable[[Sequence], Sequence] | None = None) -> RunInputs:
     """The call's ``inputs`` checked, passed through ``transform`` (litdata's batch_size and
     fast_dev_run), as the one object the engine asks about them."""
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        hint = _source_hint(inputs)
+        if hint is not None:
+            raise InputsError(hint)
         kind = type(inputs).__name__
         raise InputsError(
             f"inputs must be a sequence with len() and indexing (list, tuple, range); got {kind}. "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..errors import FnError, LeaseLostError, ShardwrightError, WorkerDiedError
 from ..process import describe_exit
 from ..protocol.layout import FAILED_PREFIX
+from ..secrets import redact_url_credentials
 from .inputs import RunInputs
 from .pool import PoolOutcome
 from .progress import Tracker
@@ -60,10 +61,11 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: RunInputs, tracker: Tracker)
         original = pickle.loads(failure.pickled_exception) if failure.pickled_exception else None
         if failure.kind == "fn":
             index = failure.input_index
-            value = inputs.display_name(index)
-            tb = failure.traceback
+            value = redact_url_credentials(inputs.display_name(index))
+            tb = redact_url_credentials(failure.traceback)  # a URL with credentials in fn's message
+            message = redact_url_credentials(failure.message)
             raise FnError(
-                f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {failure.message}. Committed work "
+                f"fn raised on input {index:,} ({value}) in worker {failure.wid}: {message}. Committed work "
                 f"is kept: fix fn or the input and rerun the same call to resume.\n--- worker traceback ---\n{tb}",
                 input_index=index,
                 input_repr=value,
@@ -91,3 +93,18 @@ def raise_for_outcome(outcome: PoolOutcome, inputs: RunInputs, tracker: Tracker)
         if "ipykernel" in sys.modules or hasattr(sys, "ps1"):
             raise KeyboardInterrupt(line)
         raise SystemExit(128 + outcome.interrupted_by)
+
+
+def empty_run_note(fn_name: str, inputs: int, failed: int, url: str) -> str:
+    """The warning of a run that added 0 items: what failed when inputs failed (on_error="skip"),
+    else the likely cause, a fn that forgot ``return``."""
+    if failed:
+        return (
+            f"the run added 0 items: {failed:,} of the {inputs:,} input(s) failed in fn {fn_name} "
+            f"(on_error='skip'); see result.failures or {url}/.shardwright/failed for why, fix fn or the "
+            "inputs and rerun"
+        )
+    return (
+        f"fn {fn_name} returned no sample for any of the {inputs:,} input(s): the run added 0 items. Did fn "
+        "forget `return`? Fix it and rerun (the changed fn is detected)"
+    )

@@ -23,7 +23,7 @@ from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.records import CommitRecord
-from ..secrets import redact, redact_exception, secret_values
+from ..secrets import redact, redact_exception, redact_url_credentials, secret_values
 from ..sources import BadRow
 from ..storage import open_storage
 from .committer import ChunkCommitter
@@ -310,10 +310,10 @@ class Worker:
     def record_failure(self, input_id: int, value, exc: BaseException, attempts: int, tb: str) -> None:
         record = FailureRecord(
             input_index=input_id,
-            input_repr=redact(short_repr(value, 500), self.secrets),
+            input_repr=redact_url_credentials(redact(short_repr(value, 500), self.secrets)),
             exception_type=type(exc).__name__,
-            message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
-            traceback=redact(bounded_text(tb, MAX_STORED_TEXT), self.secrets),
+            message=redact_url_credentials(redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets)),
+            traceback=redact_url_credentials(redact(bounded_text(tb, MAX_STORED_TEXT), self.secrets)),
             host=host_identity(),
             pid=os.getpid(),
             node=self.cfg.node_rank,

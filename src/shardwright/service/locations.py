@@ -3,13 +3,17 @@ the job process when it starts (a directory swapped for a symbolic link while th
 queued is refused then), with the same function.
 
 Without ``--output-root`` the service still refuses ``/``, the home directory, system
-directories, and any directory that holds or is inside the service's own state (its store,
-token and job files): an ``overwrite`` job there would delete them.
+directories, any directory that holds or is inside the service's own state (its store,
+token and job files): an ``overwrite`` job there would delete them, and a directory the
+service user does not own or that is inside another user's home directory.
+
+While a job runs its local output directory is held (:mod:`shardwright.storage.pin`).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 
 from ..errors import OutputDirError, UsageError
 from ..storage import Location, parse_location
@@ -96,12 +100,38 @@ def check_output_location(output_dir: str, roots: tuple[str, ...], state_dirs: t
                     "write to a directory of its own (the operator can allow places with --output-root)",
                     403,
                 )
+            problem = _not_ours(normalized)
+            if problem:
+                raise LocationRefused(
+                    f"output_dir: {output_dir} {problem}; write to a directory this service's user owns "
+                    "(the operator can allow places with --output-root)",
+                    403,
+                )
     if roots and not any(_inside(normalized, _root(r)) for r in roots):
         raise LocationRefused(
             f"output_dir: {output_dir} is outside the allowed output roots ({', '.join(roots)}); write under one of them",
             403,
         )
     return normalized
+
+
+def _not_ours(path: str) -> str | None:
+    """Why ``path`` belongs to another user (None: it does not): an existing directory owned
+    by someone else, or a place inside another user's home directory."""
+    uid = os.getuid()
+    try:
+        owner = os.stat(path).st_uid
+    except OSError:
+        owner = None
+    if owner is not None and owner != uid:
+        return f"is owned by another user (uid {owner})"
+    for entry in pwd.getpwall():
+        home = os.path.realpath(entry.pw_dir) if entry.pw_dir else "/"
+        if entry.pw_uid == uid or home in SYSTEM_DIRS or any(_inside(home, t) for t in SYSTEM_TREES):
+            continue
+        if _inside(path, home):
+            return f"is inside the home directory of user {entry.pw_name}"
+    return None
 
 
 def _root(root: str) -> str:

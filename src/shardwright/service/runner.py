@@ -28,6 +28,7 @@ from dataclasses import replace
 from ..errors import CorruptStateError, UsageError
 from ..process import die_with_parent
 from ..secrets import redact, secret_values
+from ..storage.pin import pin_directory
 from .locations import check_output_location
 from .model import JobError, Progress, ReportState, RunnerReport, RunResult
 from .progress import read_progress
@@ -78,7 +79,10 @@ def _progress_loop(status: StatusFile, output_dir, storage_options, total: int, 
 
 
 def _check_location(spec: dict) -> None:
-    """Again at start: a directory of the path may have become a symbolic link while queued."""
+    """Again at start: a directory of the path may have become a symbolic link while queued.
+    Then a local output directory is held for the whole job (storage.pin): a directory on the
+    way, or the engine's own state, swapped for a link while the job runs is refused before
+    anything is written through it."""
     if "output_roots" not in spec:  # a spec written by a server before this check existed
         return
     normalized = check_output_location(
@@ -89,6 +93,11 @@ def _check_location(spec: dict) -> None:
             f"output_dir: {spec['output_dir']} now resolves to {normalized} (a directory on the way was "
             "replaced by a symbolic link since the job was submitted); refusing to write there"
         )
+    if "://" not in normalized:
+        if not os.path.lexists(normalized):
+            os.makedirs(normalized, exist_ok=True)
+        if os.path.isdir(normalized):  # a file there: optimize() says so in its own words
+            pin_directory(normalized)  # refuses it if a link appeared while it was being created
 
 
 def _connect_ray_with_the_pipelines() -> None:

@@ -33,6 +33,7 @@ from .files import (
     unlink_quiet,
     write_all,
 )
+from .pin import Pin, check_pinned, pin_for
 from .registry import register_backend
 
 __all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "local_version", "make_dirs", "open_local"]
@@ -66,11 +67,13 @@ class LocalStorage(Storage):
     writes stay atomic and durable. Picklable: a copy starts with no pending writes."""
 
     PARALLEL_FROM = 64  # see Storage.PARALLEL_FROM: a local read takes microseconds
+    _pin: Pin | None = None  # a service job's output directory, held for the job (storage.pin)
 
     def __init__(self, root: str | os.PathLike[str]):
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.url = self.root
         self._pending_pid: int | None = None  # durable=False writes awaiting barrier()
+        self._pin = pin_for(self.root)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -90,7 +93,10 @@ class LocalStorage(Storage):
     # -- helpers -------------------------------------------------------------------------
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, *self.checked_key(key, local=True).split("/"))
+        path = os.path.join(self.root, *self.checked_key(key, local=True).split("/"))
+        if self._pin is not None:
+            check_pinned(self._pin, path)
+        return path
 
     def _mkdirs(self, directory: str) -> None:
         make_dirs(directory, "directory")
@@ -284,6 +290,8 @@ class LocalStorage(Storage):
         # Start walking at the deepest directory the prefix fully names.
         head = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, *head.split("/")) if head else self.root
+        if self._pin is not None:
+            check_pinned(self._pin, start)
         base = self.root if self.root.endswith(os.sep) else self.root + os.sep
         # os.walk yields nothing for a start that is missing or not a directory; every dirpath
         # it yields is under the root, so its key prefix is a slice (relpath costs two abspaths)
