@@ -358,3 +358,21 @@ def test_stop_requested_asks_the_worker_running_in_this_process():
     finally:
         watch_stops(None)
     assert shardwright.stop_requested() is False
+
+
+def test_a_worker_takes_more_shards_only_within_its_even_share_of_inputs():
+    from types import SimpleNamespace
+
+    from shardwright.engine.inflight import InflightRunner
+
+    runner = object.__new__(InflightRunner)
+    held = [
+        SimpleNamespace(task=SimpleNamespace(end=10), head=4),
+        SimpleNamespace(task=SimpleNamespace(end=20), head=18),
+    ]
+    runner.cfg = SimpleNamespace(fair_share=8)  # 6 + 2 inputs held: the share is used up
+    assert not runner.holds_less_than_its_share(held)
+    runner.cfg = SimpleNamespace(fair_share=9)
+    assert runner.holds_less_than_its_share(held)
+    runner.cfg = SimpleNamespace(fair_share=None)  # no share known: as many as concurrency allows
+    assert runner.holds_less_than_its_share(held)

@@ -169,6 +169,12 @@ class InflightRunner:
         self.new_writer = new_writer
         return self.loop.run_until_complete(self._run([InflightShard(self, first, new_writer(first))], task_q))
 
+    def holds_less_than_its_share(self, shards: list[InflightShard]) -> bool:
+        """Whether taking another shard keeps this worker within its even share of inputs (the
+        rest is left for the other workers: a document each, not all of them here)."""
+        share = self.cfg.fair_share
+        return share is None or sum(shard.task.end - shard.head for shard in shards) < share
+
     async def _run(self, shards: list[InflightShard], task_q: Any) -> bool:
         options = self.options
         limit, window = options.concurrency, options.concurrency * REORDER_WINDOW
@@ -195,6 +201,7 @@ class InflightRunner:
                         and task_q is not None
                         and not ended
                         and all(shard.next_start >= shard.task.end for shard in shards)
+                        and self.holds_less_than_its_share(shards)
                     ):
                         try:
                             task = task_q.get_nowait()

@@ -42,6 +42,9 @@ class WorkerConfig:
     failed_dir: str | None = None  # where failure records are copied too (failed_dir=), best effort
     retry_run: bool = False  # a run redoing inputs that failed before: a success is "resolved"
     inflight: InflightOptions = InflightOptions()  # concurrency, durable_every, stop_grace, retries, fn's kind
+    # inputs in flight: the most a worker holds while it takes more shards (its even share of
+    # the node's inputs), so that one worker does not hold them all while another idles
+    fair_share: int | None = None
 
     @classmethod
     def for_run(
@@ -77,6 +80,7 @@ class WorkerConfig:
             failed_dir=usable_failed_dir(options.engines.failed_dir, options.storage_options),
             retry_run=manifest.mode == "retry",
             inflight=options.inflight,
+            fair_share=-(-manifest.num_inputs // max(1, options.num_workers * (options.num_nodes or 1))),
         )
 
 
