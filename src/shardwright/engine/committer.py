@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 
+from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
 from ..protocol.records import CommitRecord
 from ..storage import Storage
@@ -57,8 +59,8 @@ class ChunkCommitter:
         self._write_error: BaseException | None = None
         self._seal_error: BaseException | None = None
         self._queue: queue.Queue[PendingChunk | None] = queue.Queue()
-        # (round, its records, whether it is the worker's last); None: no more rounds
-        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord], bool] | None] = queue.Queue(
+        # (round, its records, whether it is the worker's last, when its writing started); None: no more rounds
+        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord], bool, float] | None] = queue.Queue(
             maxsize=SEALING_ROUNDS
         )
         self._room = threading.Condition()
@@ -136,6 +138,7 @@ class ChunkCommitter:
             while not closing:
                 batch, closing = self._next_round()
                 records: list[CommitRecord] = []
+                started = time.perf_counter()
                 try:
                     if self.error is None and batch:
                         records = write_chunks(self.storage, batch, self.run)
@@ -144,7 +147,7 @@ class ChunkCommitter:
                 finally:
                     self._release(batch)
                 if records:
-                    self._sealing.put((batch, records, closing))
+                    self._sealing.put((batch, records, closing, started))
         finally:
             self._sealing.put(None)
 
@@ -153,11 +156,14 @@ class ChunkCommitter:
             item = self._sealing.get()
             if item is None:
                 break
-            batch, records, last = item
+            batch, records, last, started = item
             if self._seal_error is not None:
                 continue  # an earlier round failed: nothing after it commits
             try:
-                seal_round(self.storage, batch, records, self.run)
+                counters = telemetry.get()
+                with counters.span("shardwright.commit", chunks=len(batch)):
+                    seal_round(self.storage, batch, records, self.run)
+                counters.chunks_committed(len(batch), time.perf_counter() - started)
                 for record in records:
                     self.on_commit(record)
                 if self.run.use_checkpoint and not last and self._sealing.empty():
