@@ -93,8 +93,8 @@ class Telemetry:
     def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
         """A loader handed a batch of ``items`` items after waiting ``wait_seconds`` for it."""
 
-    def items_read(self, rank: int, worker: int, items: int, nbytes: int) -> None:
-        """A reader process read ``items`` items of ``nbytes`` bytes."""
+    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
+        """A reader process loaded a chunk of ``nbytes`` bytes (decoded: what its items are read from)."""
 
     def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
         """A chunk was downloaded into the cache."""
@@ -134,8 +134,8 @@ class _Live(Telemetry):
         self._requests = c("shardwright.store.requests", unit="{request}", description="store requests")
         self._bytes = c("shardwright.run.bytes_written", unit="By", description="chunk bytes committed")
         self._batches = c("shardwright.reader.batches", unit="{batch}", description="batches handed out")
-        self._batch_items = c("shardwright.reader.items", unit="{item}", description="items read")
-        self._read_bytes = c("shardwright.reader.bytes", unit="By", description="bytes of items read")
+        self._batch_items = c("shardwright.reader.items", unit="{item}", description="items in the batches handed out")
+        self._read_bytes = c("shardwright.reader.bytes", unit="By", description="chunk bytes loaded (decoded)")
         self._downloads = c("shardwright.reader.chunk_downloads", unit="{chunk}", description="chunks downloaded")
         self._download_bytes = c("shardwright.reader.download_bytes", unit="By", description="bytes downloaded")
         self._hits = c("shardwright.reader.cache_hits", unit="{chunk}", description="chunks found in the cache")
@@ -177,12 +177,11 @@ class _Live(Telemetry):
     def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
         where = {"rank": rank, "worker": worker}
         self._batches.add(1, where)
+        self._batch_items.add(items, where)
         self._wait.record(wait_seconds, where)
 
-    def items_read(self, rank: int, worker: int, items: int, nbytes: int) -> None:
-        where = {"rank": rank, "worker": worker}
-        self._batch_items.add(items, where)
-        self._read_bytes.add(nbytes, where)
+    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
+        self._read_bytes.add(nbytes, {"rank": rank, "worker": worker})
 
     def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
         where = {"rank": rank, "worker": worker}

@@ -7,8 +7,10 @@ from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
+from .. import telemetry
 from ..errors import UsageError, require_bool
 from .collate import litdata_collate
+from .metrics import timed_batches
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -118,7 +120,10 @@ class StreamingDataLoader(DataLoader):
         view.set_epoch(view.epoch)  # also refreshes rank / world size in this process
         self._started, self._finished, self._batches = True, False, 0
         self._epoch_start = view.epoch_start(view.epoch, self.num_workers)
-        iterator = super().__iter__()
+        iterator: Any = super().__iter__()
+        counters = telemetry.get()
+        if counters.enabled:
+            iterator = timed_batches(iterator, counters, self.num_workers)
         view.clear_resume()  # workers have their copies; this process's iterator already planned
         for batch in iterator:
             self._batches += 1

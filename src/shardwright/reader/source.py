@@ -37,6 +37,7 @@ from .checks import (
     unpack_checked,
 )
 from .itemfile import ITEM_READ_BYTES, ItemFile
+from .metrics import chunk_loaded
 from .prefetch import Loaded, ProcState
 
 __all__ = ["INDEX_NAME", "ChunkSource"]
@@ -222,6 +223,7 @@ class ChunkSource:
             state.lru[k] = loaded
             data = loaded.data
             self._trim(state)
+        chunk_loaded(len(data))
         if sequential_hint and sequential and k + 1 < len(self.chunks):
             self.prefetch([k + 1])  # reading forward: fetch the next chunk while this one is read
         return data
