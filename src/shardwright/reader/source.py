@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import mmap
 import os
 import stat
@@ -24,6 +25,7 @@ from ..format import (
     chunk_item,
     parse_index,
 )
+from ..format.index import index_digest
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
@@ -173,6 +175,12 @@ class ChunkSource:
             return self._read_index_bytes() != self.index_bytes
         except Exception:  # gone or unreadable: not what it was either
             return True
+
+    @functools.cached_property
+    def digest(self) -> str | None:
+        """The dataset digest index.json records (format.digest); None for a dataset written
+        before digests."""
+        return index_digest(self.index_bytes, self.index_source)
 
     # --- per process -----------------------------------------------------------------------
 
