@@ -63,7 +63,7 @@ def test_a_state_carries_a_receipt_and_a_restore_says_where_it_resumed(data, cap
     assert not midway.exactly_once and midway.seen == len(seen) == 12
     assert receipt["digest"] == dataset(data).digest and receipt["epoch"] == 0 and receipt["samples"] == ITEMS
     expected = Receipt(len(seen), sum_hash(np.array(seen)))
-    assert Receipt.from_json(receipt["consumed"]) == expected == Receipt.from_json(receipt["rank_consumed"])
+    assert Receipt.from_json(receipt["consumed"]) == expected == Receipt.from_json(receipt["ranks"][0])
     second = StreamingDataLoader(dataset(data), batch_size=4, require_resume=True)
     second.load_state_dict(state)
     with caplog.at_level(logging.INFO, logger="shardwright"):

@@ -179,20 +179,21 @@ def epoch_report(seq: EpochSequence, point: ResumePoint, rank: int, digest: str 
 
 def state_receipt(view: Any, position: dict) -> dict:
     """The receipt a loader state carries: the dataset digest, and for one StreamingDataset
-    the epoch, its sample count, and the samples consumed (every rank's, and this rank's)."""
+    the epoch, its sample count, the samples consumed by every rank together and by each rank
+    of the position's layout (the same on every rank: ranks go in lockstep, so every rank's
+    state stays the same and saving rank 0's is enough)."""
     out: dict = {"digest": getattr(view, "digest", None)}
     sequence = getattr(view, "epoch_sequence", None)
     if sequence is None or not isinstance(position, dict) or "single" not in position:
         return out  # a CombinedStreamingDataset: its datasets' digests are in its identity
     point = ResumePoint.from_json(position["single"], view.plan_size)
     seq = sequence(point.epoch)
-    k, rank = point.layout.num_workers, view.rank
+    k = point.layout.num_workers
     out.update(
         epoch=point.epoch,
         samples=seq.total,
-        rank=rank,
         consumed=receipt_of(seq, point).to_json(),
-        rank_consumed=receipt_of(seq, point, range(rank * k, rank * k + k)).to_json(),
+        ranks=[receipt_of(seq, point, range(r * k, r * k + k)).to_json() for r in range(point.layout.world_size)],
     )
     return out
 
