@@ -300,8 +300,15 @@ def _flush_at_exit(provider: Any) -> None:
     multiprocessing's finalizers in a forked child (which leaves by os._exit, skipping atexit)."""
     import multiprocessing.util
 
-    atexit.register(provider.shutdown)
-    multiprocessing.util.Finalize(provider, provider.shutdown, exitpriority=10)
+    closed: list[bool] = []
+
+    def close() -> None:  # both hooks run in a process that imported multiprocessing: once only
+        if not closed:
+            closed.append(True)
+            provider.shutdown()
+
+    atexit.register(close)
+    multiprocessing.util.Finalize(provider, close, exitpriority=10)
 
 
 def _otlp(signal: str) -> Any:

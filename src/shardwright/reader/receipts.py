@@ -113,9 +113,14 @@ def receipt_of(seq: EpochSequence, point: ResumePoint, streams: range | None = N
             continue
         mine = mine + _hash_segments(seq, _first(plans[s], point.consumed[s]))
     if streams is None and base is not None:  # read before the resume that cut this base
-        left = _hash_segments(seq, base)
-        mine = mine + Receipt(seq.total - left.count, (_range_hash(seq.total) - left.hash) & _MASK)
+        mine = mine + _before_base(seq, base)
     return mine
+
+
+def _before_base(seq: EpochSequence, base: list[Segment]) -> Receipt:
+    """The samples outside ``base``: read before the resume that cut it."""
+    left = _hash_segments(seq, base)
+    return Receipt(seq.total - left.count, (_range_hash(seq.total) - left.hash) & _MASK)
 
 
 def check_digest(state: dict, digest: str | None) -> None:
@@ -189,12 +194,11 @@ def state_receipt(view: Any, position: dict) -> dict:
     point = ResumePoint.from_json(position["single"], view.plan_size)
     seq = sequence(point.epoch)
     k = point.layout.num_workers
-    out.update(
-        epoch=point.epoch,
-        samples=seq.total,
-        consumed=receipt_of(seq, point).to_json(),
-        ranks=[receipt_of(seq, point, range(r * k, r * k + k)).to_json() for r in range(point.layout.world_size)],
-    )
+    ranks = [receipt_of(seq, point, range(r * k, r * k + k)) for r in range(point.layout.world_size)]
+    consumed = sum(ranks, Receipt(0, 0))
+    if point.base is not None:  # and what was read before the resume that cut the base
+        consumed = consumed + _before_base(seq, list(point.base))
+    out.update(epoch=point.epoch, samples=seq.total, consumed=consumed.to_json(), ranks=[r.to_json() for r in ranks])
     return out
 
 
