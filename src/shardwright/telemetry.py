@@ -33,6 +33,8 @@ __all__ = ["Telemetry", "configure", "enabled_by_environment", "get", "reset"]
 log = logging.getLogger("shardwright")
 
 METER_NAME = "shardwright"
+#: the run's span, handed to its worker processes (W3C traceparent): their spans join the run's trace
+TRACE_PARENT_ENV = "SHARDWRIGHT_TRACEPARENT"
 #: seconds: a chunk commit round, and the wait for a batch (p50/p95/p99 come from these)
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -105,6 +107,11 @@ class Telemetry:
     # -- traces ----------------------------------------------------------------------------
     def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
         """A span (a no-op context when off)."""
+        return nullcontext()
+
+    def handed_to_children(self) -> AbstractContextManager[Any]:
+        """While open, processes started from here (worker processes) put their spans under
+        the current span: its W3C traceparent is in their environment (TRACE_PARENT_ENV)."""
         return nullcontext()
 
 
@@ -193,14 +200,42 @@ class _Live(Telemetry):
 
     @contextmanager
     def _span(self, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+        from opentelemetry import trace
+
         assert self._tracer is not None
-        with self._tracer.start_as_current_span(name, attributes=attributes) as span:
+        parent = None
+        inherited = os.environ.get(TRACE_PARENT_ENV)
+        if inherited and not trace.get_current_span().get_span_context().is_valid:
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+            parent = TraceContextTextMapPropagator().extract({"traceparent": inherited})
+        with self._tracer.start_as_current_span(name, context=parent, attributes=attributes) as span:
             yield span
 
     def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
         if self._tracer is None:
             return nullcontext()
         return self._span(name, {k: v for k, v in attributes.items() if v is not None})
+
+    @contextmanager
+    def _handed(self) -> Iterator[None]:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        previous = os.environ.get(TRACE_PARENT_ENV)
+        if "traceparent" in carrier:
+            os.environ[TRACE_PARENT_ENV] = carrier["traceparent"]
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(TRACE_PARENT_ENV, None)
+            else:
+                os.environ[TRACE_PARENT_ENV] = previous
+
+    def handed_to_children(self) -> AbstractContextManager[Any]:
+        return nullcontext() if self._tracer is None else self._handed()
 
 
 _lock = threading.Lock()

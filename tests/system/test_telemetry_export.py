@@ -45,6 +45,7 @@ def test_every_process_exports_and_the_counters_add_up(tmp_path):
     items, chunks, nbytes = (int(v) for v in done.stderr.split("RESULT ")[1].split()[:3])
     latest: dict[tuple[str, int], int] = {}  # cumulative: each process's last export counts
     spans: dict[str, set] = {}
+    traced: list[dict] = []
     for doc in documents(done.stdout):
         if "resource_metrics" in doc:
             for resource in doc["resource_metrics"]:
@@ -55,6 +56,7 @@ def test_every_process_exports_and_the_counters_add_up(tmp_path):
                         latest[(metric["name"], pid)] = sum(p.get("value", p.get("count", 0)) for p in points)
         elif "name" in doc and "context" in doc:
             spans.setdefault(doc["name"], set()).add(doc["resource"]["attributes"]["process.pid"])
+            traced.append(doc)
     sums: dict[str, int] = {}
     pids_by_metric: dict[str, set] = {}
     for (name, pid), value in latest.items():
@@ -67,3 +69,8 @@ def test_every_process_exports_and_the_counters_add_up(tmp_path):
     assert len(pids_by_metric["shardwright.run.chunks_committed"]) == 2, "each worker process flushed its own"
     assert len(spans["shardwright.optimize"]) == 1 and len(spans["shardwright.attempt"]) == 1
     assert len(spans["shardwright.commit"]) == 2, "commit spans come from both worker processes"
+    (run,) = [d for d in traced if d["name"] == "shardwright.optimize"]
+    (attempt,) = [d for d in traced if d["name"] == "shardwright.attempt"]
+    commits = [d for d in traced if d["name"] == "shardwright.commit"]
+    assert {d["context"]["trace_id"] for d in commits} == {run["context"]["trace_id"]}, "one trace"
+    assert {d["parent_id"] for d in commits} == {attempt["context"]["span_id"]}

@@ -102,8 +102,10 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
             return result
         manifest, resumed = opened
         run = OpenedRun(call, storage, manifest, resumed, node, lease, attempt)
-        with telemetry.get().span("shardwright.attempt", mode=manifest.mode, resumed=resumed, node=node.rank):
-            totals = executor.run_shards(run)
+        counters = telemetry.get()
+        with counters.span("shardwright.attempt", mode=manifest.mode, resumed=resumed, node=node.rank):
+            with counters.handed_to_children():  # worker processes' commit spans join this trace
+                totals = executor.run_shards(run)
         result = _finish(run, totals, identity, "; ".join(notes))
         attempt.close("published" if result.published else "waiting")
         if options.verbose:
