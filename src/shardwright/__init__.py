@@ -8,6 +8,7 @@ from . import cluster as _cluster  # noqa: F401  (registers the cluster executor
 from . import sources
 from .engine import (
     OptimizeResult,
+    ResumePoint,
     abandon,
     iter_webdataset_tar,
     list_media_folder,
@@ -57,6 +58,8 @@ from .format import (
 
 if TYPE_CHECKING:  # what __getattr__ returns, for type checkers (the reader imports torch)
     from .reader import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, litdata_collate
+    from .reader.parallel import ParallelStreamingDataset
+    from .reader.raw import StreamingRawDataset
     from .reader.splits import train_test_split
 
 try:  # the installed distribution's version: one home, pyproject.toml
@@ -77,10 +80,13 @@ __all__ = [
     "sources",
     "verify",
     "OptimizeResult",
+    "ResumePoint",
     "StreamingDataset",
     "StreamingDataLoader",
     "TokensLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     # litdata's media wrappers (shardwright.format.media)
     "Audio",
     "File",
@@ -121,6 +127,8 @@ _READER_NAMES = (
     "StreamingDataset",
     "StreamingDataLoader",
     "CombinedStreamingDataset",
+    "ParallelStreamingDataset",
+    "StreamingRawDataset",
     "litdata_collate",
     "train_test_split",
 )

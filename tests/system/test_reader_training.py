@@ -99,6 +99,20 @@ def test_shuffle_with_locality_and_epochs(data, context):
     assert loader.current_epoch == 2  # litdata's count: epochs started
 
 
+@pytest.mark.parametrize("override", [False, True])
+def test_persistent_workers_read_each_epoch_in_its_own_order(data, override):
+    """The loader's shuffle= override makes a copy of the dataset: it keeps an epoch counter
+    the persistent workers share (copy.copy dropped it: every epoch in the first one's order)."""
+    ds = StreamingDataset(data) if override else StreamingDataset(data, shuffle=True)
+    extra = {"shuffle": True} if override else {}
+    loader = StreamingDataLoader(
+        ds, batch_size=64, num_workers=2, persistent_workers=True, collate_fn=ids_collate, **extra
+    )
+    orders = [[i for b in loader for i in b["ids"]] for _ in range(3)]
+    assert len({tuple(o) for o in orders}) == 3, "each epoch has its own order"
+    assert all(sorted(o) == sorted(orders[0]) for o in orders)
+
+
 def test_plain_dataloader_and_set_epoch(data):
     ds = StreamingDataset(data, shuffle=True, seed=5)
     assert isinstance(ds, torch.utils.data.IterableDataset)

@@ -78,6 +78,7 @@ def server(tmp_path_factory):
         "1",
         "--retry-backoff",
         "0.2",
+        env={"SHARDWRIGHT_LEASE_TTL": "4"},  # heartbeats (which publish the inputs in progress) every second
     )
     srv.start()
     yield srv
@@ -147,5 +148,35 @@ def test_a_teachers_503_is_a_transient_system_error_retried_by_the_service(serve
             assert first["error"]["type"] == "FnError" and "503" in first["error"]["message"]
             assert done["attempts"] == 2 and done["attempt_history"][1]["trigger"] == "auto-retry"
         assert len(samples(out)) == 3 * 2 * 2
+    finally:
+        teacher.close()
+
+
+def test_the_jobs_api_lists_inputs_in_the_users_terms(server):
+    teacher = Teacher(delay=0.2)
+    out = str(server.root / "out" / "inputs")
+    try:
+        with server.client() as client:
+            job = server.submit(
+                client,
+                pipeline="generate",
+                inputs=docs(16, pages=3),
+                output_dir=out,
+                config={"teacher_url": teacher.url, "samples_per_page": 2},
+                options={"chunk_size": 2, "num_workers": 2},
+            )
+
+            def busy(_job) -> bool:
+                status = client.get(f"/jobs/{job['id']}/inputs").json()
+                return bool(status["in_progress"]) and status["counts"].get("in_progress", 0) > 0
+
+            server.wait(client, job["id"], busy, 120, "an input in progress")
+            status = client.get(f"/jobs/{job['id']}/inputs").json()
+            names = [e["name"] for e in status["in_progress"]]
+            assert all("doc0" in name for name in names), names  # the documents, by their content's repr
+            counts = status["counts"]
+            assert sum(counts.values()) == 16 and set(counts) == {"done", "in_progress", "pending", "failed"}
+            client.post(f"/jobs/{job['id']}/cancel")
+            server.wait_state(client, job["id"], "CANCELED", "SUCCEEDED", timeout=120)
     finally:
         teacher.close()

@@ -91,6 +91,9 @@ def test_switching_hash_contents_on_is_explained():
     recorded = Recorded([0], [old], [[[0, 2]]])
     with pytest.raises(RunMismatchError, match=r"hash_contents"):
         decide(seen(recorded, last=["r0", "r1"]), request("incremental", table=new))
+    grown = IdentityTable.of_units([UnitIdentity(f"/d/{n}.txt", "1:5:0123456789abcdef", 0, 1) for n in "abc"])
+    with pytest.raises(RunMismatchError, match=r"hash_contents"):  # and a new file besides
+        decide(seen(recorded, last=["r0", "r1"]), request("incremental", table=grown))
 
 
 def test_an_incremental_settings_mismatch_names_the_setting_passed():

@@ -82,3 +82,62 @@ def test_on_another_host_sizes_are_compared(tmp_path):
 def test_an_input_files_record_without_sizes_still_loads():
     files = InputFiles.from_json({"block_size": 4, "block_hashes": "0" * 16})
     assert files is not None and files.size_hashes == ""
+
+
+def source_run(tmp_path, committed_rows: int):
+    """An interrupted run over two JSONL files (10 rows each), ``committed_rows`` of the first committed."""
+    from shardwright import sources
+    from shardwright.engine.planning import check_inputs
+    from shardwright.protocol.identity import IdentityTable
+    from shardwright.protocol.recorded import write_units
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("a", "b"):
+        (data / f"{name}.jsonl").write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
+    source = sources.jsonl(str(data))
+    storage = open_storage(str(tmp_path / "out"))
+    manifest = Manifest(
+        run_id="run",
+        generation=0,
+        mode="create",
+        num_inputs=20,
+        num_shards=2,
+        inputs=InputsFingerprint.of(list(range(20))).to_json(),
+        settings=OutputSettings(chunk_size=1, chunk_bytes=None, compression=None, num_shards=2),
+        use_checkpoint=True,
+        base_chunks=[],
+        base_config=None,
+        fn_name="m.f",
+        created_at=2.0,
+    )
+    from shardwright.protocol.manifest import create_manifest
+
+    create_manifest(storage, manifest)
+    write_units(storage, 0, IdentityTable.of_units(source.units()), only_if_missing=False)
+    if committed_rows:
+        write_records(storage, [CommitRecord(0, 0, None, 0, 0, committed_rows, 0, False, (), "run")])
+    return storage, data, check_inputs
+
+
+def test_a_changed_source_file_says_whether_its_outputs_were_committed(tmp_path):
+    from shardwright import sources
+
+    storage, data, check_inputs = source_run(tmp_path, committed_rows=0)
+    (data / "b.jsonl").write_text('{"i": 99}\n' * 12)
+    inputs = check_inputs(sources.jsonl(str(data)))
+    with pytest.raises(RunMismatchError) as info:
+        inputs.check_unchanged(storage)
+    text = str(info.value)
+    assert "b.jsonl changed since the interrupted run" in text and "no output of it was committed yet" in text
+    assert "shardwright clean" in text
+
+
+def test_a_changed_source_file_with_committed_outputs_says_so(tmp_path):
+    from shardwright import sources
+
+    storage, data, check_inputs = source_run(tmp_path, committed_rows=3)
+    (data / "a.jsonl").write_text('{"i": 99}\n' * 12)
+    inputs = check_inputs(sources.jsonl(str(data)))
+    with pytest.raises(RunMismatchError, match=r"a\.jsonl changed .* committed outputs of 3 of its row\(s\)"):
+        inputs.check_unchanged(storage)

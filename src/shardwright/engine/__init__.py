@@ -5,10 +5,12 @@ from .datasets import merge_datasets, walk
 from .map_run import map
 from .media_folder import iter_webdataset_tar, list_media_folder
 from .result import OptimizeResult
+from .resume import ResumePoint
 from .run import optimize
 
 __all__ = [
     "OptimizeResult",
+    "ResumePoint",
     "abandon",
     "iter_webdataset_tar",
     "list_media_folder",

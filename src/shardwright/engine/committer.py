@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
+from ..protocol.progress import ProgressSnapshot, write_snapshot
 from ..protocol.records import CommitRecord
 from ..storage import Storage
 
@@ -58,11 +59,12 @@ class ChunkCommitter:
         self.on_commit = on_commit
         self._write_error: BaseException | None = None
         self._seal_error: BaseException | None = None
-        self._queue: queue.Queue[PendingChunk | None] = queue.Queue()
-        # (round, its records, whether it is the worker's last, when its writing started); None: no more rounds
-        self._sealing: queue.Queue[tuple[list[PendingChunk], list[CommitRecord], bool, float] | None] = queue.Queue(
-            maxsize=SEALING_ROUNDS
-        )
+        self._queue: queue.Queue[PendingChunk | ProgressSnapshot | None] = queue.Queue()
+        # (round, its records, whether it is the worker's last, a snapshot after it, when its
+        # writing started); None: no more rounds
+        self._sealing: queue.Queue[
+            tuple[list[PendingChunk], list[CommitRecord], bool, ProgressSnapshot | None, float] | None
+        ] = queue.Queue(maxsize=SEALING_ROUNDS)
         self._room = threading.Condition()
         self._pending_bytes = 0
         self._pending_chunks = 0
@@ -94,6 +96,12 @@ class ChunkCommitter:
             self._pending_chunks += 1
         self._queue.put(job)
 
+    def save_progress(self, snapshot: ProgressSnapshot) -> None:
+        """Write ``snapshot`` (protocol.progress) once every chunk submitted before it is
+        committed: it then never claims less than the records it extends."""
+        self.raise_if_failed()
+        self._queue.put(snapshot)
+
     def raise_if_failed(self) -> None:
         error = self.error
         if error is not None:
@@ -105,11 +113,14 @@ class ChunkCommitter:
         self._sealer.join()
         self.raise_if_failed()
 
-    def _next_round(self) -> tuple[list[PendingChunk], bool]:
-        """Every chunk waiting (up to the round limit), and whether close() was called."""
+    def _next_round(self) -> tuple[list[PendingChunk], bool, ProgressSnapshot | None]:
+        """Every chunk waiting (up to the round limit, or up to a progress snapshot, which
+        ends the round), whether close() was called, and the snapshot."""
         first = self._queue.get()
         if first is None:
-            return [], True
+            return [], True, None
+        if isinstance(first, ProgressSnapshot):
+            return [], False, first
         batch = [first]
         while len(batch) < self._round_limit:
             try:
@@ -117,9 +128,11 @@ class ChunkCommitter:
             except queue.Empty:
                 break
             if job is None:
-                return batch, True
+                return batch, True, None
+            if isinstance(job, ProgressSnapshot):
+                return batch, False, job
             batch.append(job)
-        return batch, False
+        return batch, False, None
 
     def _release(self, batch: list[PendingChunk]) -> None:
         """The round's chunks are in the store's hands (local disk: the page cache): their
@@ -136,7 +149,7 @@ class ChunkCommitter:
         closing = False
         try:
             while not closing:
-                batch, closing = self._next_round()
+                batch, closing, snapshot = self._next_round()
                 records: list[CommitRecord] = []
                 started = time.perf_counter()
                 try:
@@ -146,8 +159,8 @@ class ChunkCommitter:
                     self._write_error = exc
                 finally:
                     self._release(batch)
-                if records:
-                    self._sealing.put((batch, records, closing, started))
+                if records or (snapshot is not None and self.error is None):
+                    self._sealing.put((batch, records, closing, snapshot, started))
         finally:
             self._sealing.put(None)
 
@@ -156,16 +169,19 @@ class ChunkCommitter:
             item = self._sealing.get()
             if item is None:
                 break
-            batch, records, last, started = item
+            batch, records, last, snapshot, started = item
             if self._seal_error is not None:
                 continue  # an earlier round failed: nothing after it commits
             try:
                 counters = telemetry.get()
                 with counters.span("shardwright.commit", chunks=len(batch)):
                     seal_round(self.storage, batch, records, self.run)
-                counters.chunks_committed(len(batch), time.perf_counter() - started)
+                if batch:
+                    counters.chunks_committed(len(batch), time.perf_counter() - started)
                 for record in records:
                     self.on_commit(record)
+                if snapshot is not None:  # after the records it extends (protocol.progress)
+                    write_snapshot(self.storage, snapshot)
                 if self.run.use_checkpoint and not last and self._sealing.empty():
                     self.storage.barrier()  # idle: this round's records, durable now (see the class)
             except BaseException as exc:

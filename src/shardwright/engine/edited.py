@@ -29,7 +29,7 @@ from ..protocol.manifest import Manifest
 from ..protocol.records import load_progress
 from ..storage import Storage
 
-__all__ = ["check_input_files"]
+__all__ = ["check_input_files", "source_file_changed"]
 
 log = logging.getLogger("shardwright")
 
@@ -99,3 +99,31 @@ def check_input_files(
     if now is not None:
         record = {**now.to_json(), "host": host_identity(), "run_id": manifest.run_id}
         storage.write_bytes(_accepted_key(manifest.run_id), json.dumps(record).encode())
+
+
+def source_file_changed(
+    storage: Storage, manifest: Manifest, name: str, first: int, rows: int, ids: Sequence[int] | None
+) -> RunMismatchError:
+    """The refusal of a resume over a source whose file ``name`` (the call's inputs
+    ``first..first+rows``) changed since the run started: a source's files are part of the
+    run's identity, so it cannot resume over the new content; the message says whether outputs
+    of the old content were committed, and so which way on is safe."""
+    committed = committed_inputs(storage, manifest, ids)
+    done = sum(1 for i in range(first, first + rows) if i in committed)
+    url = storage.url
+    if done:
+        what = (
+            f"and the run already committed outputs of {done:,} of its row(s) from the old content. "
+            "Restore the file to resume; or keep the new content under a new name and add it later "
+            "(mode='incremental') once this run finished"
+        )
+    else:
+        what = (
+            "but no output of it was committed yet, so nothing of the old content is in the run: abandon the "
+            f"run with `shardwright clean {url}` and rerun to start from the new content (the work committed from "
+            "other files is redone), or restore the file to resume"
+        )
+    return RunMismatchError(
+        f"input file {name} changed since the interrupted run in {url} started (its size, etag, generation or "
+        f"modification time differ), {what}; {start_over_hint(manifest.mode, url)}"
+    )

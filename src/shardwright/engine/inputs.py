@@ -15,19 +15,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ..errors import RunMismatchError
 from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
-from ..protocol.hints import start_over_hint
 from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.recorded import subtract, write_selection, write_units
 from ..sources import Source
 from ..storage import Storage
-from .edited import check_input_files
+from .edited import check_input_files, source_file_changed
 
 log = logging.getLogger("shardwright")
 
@@ -221,14 +219,12 @@ class SourceInputs(RunInputs):
             return  # the run was over a plain sequence (versions 0): its fingerprint says what differs
         was = dict(zip(recorded.keys.tolist(), recorded.versions.tolist()))
         now = self.identities()
+        rows = now.rows.tolist() if now.rows is not None else [1] * len(now.keys)
         for unit, (key, version) in enumerate(zip(now.keys.tolist(), now.versions.tolist())):
             if key in was and was[key] != version:
                 name = now.names[unit] if now.names else f"unit {unit}"
-                raise RunMismatchError(
-                    f"input file {name} changed since the interrupted run in {storage.url} started (its size, etag, "
-                    f"generation or modification time differ); restore it to resume, "
-                    f"{start_over_hint(manifest.mode, storage.url)}"
-                )
+                ids = RangeIds(manifest.input_ranges) if manifest.input_ranges is not None else manifest.input_ids
+                raise source_file_changed(storage, manifest, name, sum(rows[:unit]), rows[unit], ids)
 
     def _joined(self, parts: list[Sequence]) -> Sequence:
         return Concat(parts)

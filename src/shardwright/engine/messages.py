@@ -24,6 +24,16 @@ class Committed:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """The inputs a worker has in flight now (``concurrency``, engine.inflight), each with the
+    JSON of its last ResumePoint state ("" before its first): for ``shardwright status``."""
+
+    wid: int
+    inputs: tuple[int, ...]
+    states: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class WorkerFailed:
     """The worker stops because of an error. ``kind``: "fn" (fn raised on ``input_index``),
     "setup" (the worker could not start), "storage" (a commit failed), "shardwright" (one of
@@ -45,4 +55,4 @@ class WorkerExited:
     stopped: bool
 
 
-WorkerMessage = Progress | Committed | WorkerFailed | WorkerExited
+WorkerMessage = Progress | Committed | InFlight | WorkerFailed | WorkerExited

@@ -19,9 +19,10 @@ from typing import Any
 from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
-from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
+from ..protocol.shards import MAX_NUM_SHARDS, SHARDS_PER_WORKER, clamp_num_shards, default_num_shards
 from ..sources import Source
 from ..storage.options import check_storage_option_names
+from .io_options import DEFAULT_DURABLE_EVERY, DEFAULT_STOP_GRACE, InflightOptions
 
 DEFAULT_CHUNK_BYTES = "64MB"
 MODES = (None, "overwrite", "append", "incremental")  # "incremental": see the sources block below
@@ -179,6 +180,7 @@ class OptimizeOptions:
     allow_repeated_append: bool = False  # append inputs an earlier run already added (duplicates)
     # --- engines (issue 18): executor, ray_remote_args, failed_dir, shared_output (block at the end)
     engines: EngineOptions = field(default_factory=lambda: EngineOptions())  # the block at the end
+    inflight: InflightOptions = field(default_factory=InflightOptions)  # issue 32: I/O-bound fns (io_options)
 
     @classmethod
     def validate(
@@ -208,6 +210,10 @@ class OptimizeOptions:
         ray_remote_args: object = None,
         failed_dir: object = None,
         shared_output: object = False,
+        concurrency: object = 1,
+        durable_every: object = DEFAULT_DURABLE_EVERY,
+        stop_grace: object = DEFAULT_STOP_GRACE,
+        retries: object = None,
     ) -> OptimizeOptions:
         if not callable(fn):
             raise ArgumentTypeError(f"fn must be callable (a function of one input); got {type(fn).__name__}")
@@ -248,6 +254,7 @@ class OptimizeOptions:
         if item_loader is not None and not is_tokens_loader(item_loader):
             raise UsageError(f"item_loader must be None or shardwright.TokensLoader(); got {item_loader!r}")
         method = start_method if start_method is not None else ("fork" if sys.platform == "linux" else "spawn")
+        checked_timeout = _require_timeout(timeout)
         return cls(
             chunk_size=chunk_size,
             chunk_bytes=chunk_bytes_int,
@@ -263,13 +270,14 @@ class OptimizeOptions:
             num_shards=num_shards,
             on_error=_require_choice("on_error", on_error, ON_ERROR),
             max_retries=_require_int("max_retries", max_retries, 0),
-            timeout=_require_timeout(timeout),
+            timeout=checked_timeout,
             item_loader=TOKENS_LOADER if item_loader is not None else "PyTreeLoader",
             allow_fn_config_change=_require_bool("allow_fn_config_change", allow_fn_config_change),
             allow_repeated_append=_require_bool("allow_repeated_append", allow_repeated_append),
             engines=EngineOptions.validate(
                 executor, ray_remote_args, failed_dir, shared_output, num_workers is not None
             ),
+            inflight=InflightOptions.validate(fn, concurrency, durable_every, stop_grace, checked_timeout, retries),
         )
 
     def output_settings(self, num_inputs: int, num_nodes: int = 1) -> OutputSettings:
@@ -279,7 +287,12 @@ class OptimizeOptions:
         shards = (
             self.num_shards
             if self.num_shards is not None
-            else default_num_shards(num_inputs, self.num_workers, num_nodes)
+            # inputs in flight: as many shards per worker as it keeps inputs in flight, so that
+            # near the end, when they exceed the inputs left, the workers share the last shards
+            # (an idle worker takes the next shard first) rather than one holding a large one
+            else default_num_shards(
+                num_inputs, self.num_workers, num_nodes, max(SHARDS_PER_WORKER, self.inflight.concurrency)
+            )
         )
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader

@@ -78,6 +78,7 @@ class _Watch:
         on_idle: Callable[[], str | None],
     ):
         self.feed, self.on_message, self.on_idle = feed, on_message, on_idle
+        self.grace = _in_flight_grace(pool.cfg)  # on a stop, before workers are killed
         self.task_q, self.result_q = ctx.Queue(), ctx.Queue()
         self.stop_event = ctx.Event()
         self.current = ctx.Array("q", [-1] * pool.num_workers, lock=False)
@@ -178,7 +179,7 @@ class _Watch:
             return True
         self._find_dead(now)
         if self.stop_event.is_set() and self.stop_deadline is None:
-            self.stop_deadline = now + STOP_GRACE_SECONDS
+            self.stop_deadline = now + STOP_GRACE_SECONDS + self.grace
         return self.stop_deadline is not None and now > self.stop_deadline  # fn is stuck; committed chunks are safe
 
     def _find_dead(self, now: float) -> None:
@@ -192,6 +193,11 @@ class _Watch:
                 if self.outcome.dead_worker is None and self.outcome.interrupted_by is None:
                     self.outcome.dead_worker = DeadWorker(wid, proc.pid, proc.exitcode, self.current[wid])
                 self.stop_event.set()
+
+
+def _in_flight_grace(cfg: WorkerConfig) -> float:
+    """Inputs in flight may run on to their next ResumePoint for this long after a stop."""
+    return cfg.inflight.stop_grace if cfg.inflight.in_flight else 0.0
 
 
 def _kill_all(procs) -> None:

@@ -46,6 +46,10 @@ def optimize(
     ray_remote_args: dict | None = None,
     failed_dir: str | os.PathLike[str] | None = None,
     shared_output: bool = False,
+    concurrency: int = 1,
+    durable_every: float = 2.0,
+    stop_grace: float = 20.0,
+    retries: Any = None,
     # litdata's names (docs/litdata-compat.md): carried out, or refused with the reason
     batch_size: int | None = None,
     fast_dev_run: bool | int = False,
@@ -93,7 +97,8 @@ def optimize(
             life of the run. Default: 4 per worker of the whole run (``num_workers`` x
             ``num_nodes``), at most ``len(inputs)``: each shard ends in a partly filled
             chunk, so fewer shards mean fewer small chunks, and 4 per worker keep the
-            workers balanced when inputs take uneven time. A resume keeps the count the
+            workers balanced when inputs take uneven time (``concurrency`` per worker when
+            it is larger: the last inputs spread over the workers). A resume keeps the count the
             interrupted run recorded, whatever ``num_workers`` it uses.
         on_error: ``"raise"`` stops at the first input whose fn raises (FnError);
             ``"skip"`` records the failure under ``.shardwright/failed/`` and goes on.
@@ -125,6 +130,15 @@ def optimize(
             task, attempt), and a "resolved" record when a retry succeeds; best effort.
         shared_output: a local ``output_dir`` that every node sees (NFS, Lustre): a
             multi-node Ray or Kubernetes run refuses a local path without it.
+        concurrency: inputs in flight per worker process (default 1): an ``async def`` fn or
+            async generator is awaited on one asyncio loop per worker, a plain fn runs in that
+            many threads (it must then be thread-safe). Outputs keep the input order.
+        durable_every: seconds between progress snapshots (default 2): what a SIGKILL may cost
+            beyond the calls in flight. ``stop_grace``: seconds inputs in flight get after
+            Ctrl-C or SIGTERM to reach their next ``ResumePoint`` (default 20).
+        retries: how transient failures of an input in flight are retried (a
+            ``RetryPolicy``, a dict of its fields, an int of max_retries, or None for its
+            defaults: backoff with jitter, honouring Retry-After). See docs/sdg.md.
         batch_size: litdata's: fn receives lists of ``batch_size`` consecutive inputs.
         fast_dev_run: litdata's: True processes the first 10 inputs (after batching), an int
             that many; the output is a real, small dataset.
@@ -187,6 +201,10 @@ def optimize(
         ray_remote_args=ray_remote_args,
         failed_dir=failed_dir,
         shared_output=shared_output,
+        concurrency=concurrency,
+        durable_every=durable_every,
+        stop_grace=stop_grace,
+        retries=retries,
     )
     extra = litdata_args(
         batch_size=batch_size,

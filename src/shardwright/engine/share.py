@@ -18,7 +18,7 @@ from ..storage import Storage
 from .attempts import AttemptLog
 from .identity import fn_identity
 from .inputs import RunInputs, SharedInputs, shard_skips
-from .messages import Committed
+from .messages import Committed, InFlight
 from .options import OptimizeOptions
 from .pool import WorkerPool
 from .progress import Tracker
@@ -154,7 +154,12 @@ def run_share(
             cfg = WorkerConfig.for_run(storage.url, options, manifest, node_rank)
             pool = WorkerPool(fn, cfg, max(1, min(options.num_workers, len(waiting))), options.start_method)
 
+            in_flight: dict[int, InFlight] = {}  # worker -> its inputs in flight (concurrency)
+
             def message(msg: Any) -> None:
+                if isinstance(msg, InFlight):
+                    in_flight[msg.wid] = msg
+                    return
                 tracker.on_message(msg)
                 if isinstance(msg, Committed) and msg.record.done:
                     claims.release_later(msg.record.shard)  # nobody writes a done shard again
@@ -165,12 +170,15 @@ def run_share(
 
             def idle() -> str | None:
                 tracker.on_idle()
-                current = pool.current_inputs()
+                current, states = pool.current_inputs(), None
+                if in_flight:  # every input in flight, with its last ResumePoint state
+                    current = [i for m in in_flight.values() for i in m.inputs]
+                    states = [s for m in in_flight.values() for s in m.states]
                 if any(i >= 0 and i not in named for i in current):
                     kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
                     named.clear()
                     named.update(kept)
-                claims.show_current_inputs(current, [named.get(i, "") for i in current])  # status: by name
+                claims.show_current_inputs(current, [named.get(i, "") for i in current], states)  # status: by name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()

@@ -11,6 +11,7 @@ from ..protocol.claims import ClaimTicket
 from ..protocol.commit import RoundSettings
 from ..protocol.manifest import Manifest
 from .failed_dir import usable_failed_dir
+from .io_options import InflightOptions
 from .options import OptimizeOptions
 
 __all__ = ["LeaseTicket", "ShardTask", "WorkerConfig"]
@@ -40,6 +41,7 @@ class WorkerConfig:
     tokens: bool = False  # item_loader=TokensLoader(): raw token items, chunk entries with dim
     failed_dir: str | None = None  # where failure records are copied too (failed_dir=), best effort
     retry_run: bool = False  # a run redoing inputs that failed before: a success is "resolved"
+    inflight: InflightOptions = InflightOptions()  # concurrency, durable_every, stop_grace, retries, fn's kind
 
     @classmethod
     def for_run(
@@ -74,6 +76,7 @@ class WorkerConfig:
             tokens=settings.item_loader == TOKENS_LOADER,
             failed_dir=usable_failed_dir(options.engines.failed_dir, options.storage_options),
             retry_run=manifest.mode == "retry",
+            inflight=options.inflight,
         )
 
 

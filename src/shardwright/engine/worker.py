@@ -19,7 +19,7 @@ import time
 import traceback
 import types
 
-from ..errors import ShardwrightError, bounded_text, short_repr
+from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.records import CommitRecord
@@ -29,8 +29,13 @@ from ..storage import open_storage
 from .committer import ChunkCommitter
 from .failed_dir import FailedDir
 from .guards import explain_fn_error
-from .messages import Committed, Progress, WorkerExited, WorkerFailed
+from .inflight import NOT_RESUMABLE, InflightRunner
+from .messages import Committed, InFlight, Progress, WorkerExited, WorkerFailed
+from .resume import ResumePoint
 from .shard_writer import FormatGate, ShardWriter
+from .stops import FnFailed as _FnFailed
+from .stops import InputTimeout
+from .stops import StopRequested as _Stop
 from .tasks import ShardTask, WorkerConfig
 
 PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes every second)
@@ -74,6 +79,7 @@ class Worker:
         self.failed_dir = (
             FailedDir(cfg.failed_dir, cfg.storage_options, cfg.output_dir, cfg.round.run_id) if cfg.failed_dir else None
         )
+        self.inflight = InflightRunner(self) if cfg.inflight.in_flight else None
 
     def _on_commit(self, record: CommitRecord) -> None:
         self.result_q.put(Committed(self.wid, record))
@@ -102,8 +108,11 @@ class Worker:
             self.result_q.put(Progress(self.wid, self._pending_progress))
             self._pending_progress = 0
 
+    def new_writer(self, task: ShardTask) -> ShardWriter:
+        return ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
+
     def run_shard(self, task: ShardTask) -> None:
-        writer = ShardWriter(task, self.cfg, self.committer, lambda: getattr(self.gate.encoder, "itemsize", None))
+        writer = self.new_writer(task)
         try:
             i = task.next_input
             if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
@@ -195,6 +204,8 @@ class Worker:
                         data = encode(result, i)
                     except BaseException:  # e.g. the sample's structure differs: keep the inputs before it
                         flush(i)
+                        if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
+                            _refuse_async(result)
                         raise
                 append(data)
                 batch_bytes += len(data)
@@ -225,8 +236,7 @@ class Worker:
                         raise outcome.exc
                     self._add_outputs(writer, outcome.value, i, input_id, skip)
                 writer.position = (i + 1, 0)
-                if self.cfg.retry_run and self.failed_dir is not None:
-                    self.failed_dir.resolved(input_id, self.cfg.round.generation, self.cfg.node_rank, attempt)
+                self.resolved(input_id, attempt)
                 return
             except (_Stop, ShardwrightError):
                 raise
@@ -275,19 +285,35 @@ class Worker:
             for j, sample in enumerate(result):
                 if j < skip:
                     continue  # committed by an earlier run
+                if type(sample) is ResumePoint:  # fn takes no resume=: it could never be resumed there
+                    raise UsageError(NOT_RESUMABLE)
                 writer.add(self.gate.encode(sample, input_id), input_id, after=(i, j + 1))
                 if self.should_stop():
                     raise _Stop
         elif result is not None:
+            if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
+                _refuse_async(result)
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
+    def show_in_flight(self, inputs: tuple[int, ...], states: tuple[str, ...]) -> None:
+        """The inputs in flight now and their last ResumePoint states (shardwright status)."""
+        self.result_q.put(InFlight(self.wid, inputs, states))
+
+    def resolved(self, input_id: int, attempts: int) -> None:
+        """Input ``input_id`` succeeded: a retry run says so in failed_dir."""
+        if self.cfg.retry_run and self.failed_dir is not None:
+            self.failed_dir.resolved(input_id, self.cfg.round.generation, self.cfg.node_rank, attempts)
+
     def _record_failure(self, input_id: int, value, exc: BaseException, attempts: int) -> None:
+        self.record_failure(input_id, value, exc, attempts, traceback.format_exc())
+
+    def record_failure(self, input_id: int, value, exc: BaseException, attempts: int, tb: str) -> None:
         record = FailureRecord(
             input_index=input_id,
             input_repr=redact(short_repr(value, 500), self.secrets),
             exception_type=type(exc).__name__,
             message=redact(bounded_text(str(exc), MAX_STORED_TEXT), self.secrets),
-            traceback=redact(bounded_text(traceback.format_exc(), MAX_STORED_TEXT), self.secrets),
+            traceback=redact(bounded_text(tb, MAX_STORED_TEXT), self.secrets),
             host=host_identity(),
             pid=os.getpid(),
             node=self.cfg.node_rank,
@@ -298,11 +324,6 @@ class Worker:
         write_failure(self.storage, record)  # the output's own record first: the one the run relies on
         if self.failed_dir is not None:
             self.failed_dir.failed(record, self.cfg.node_rank)
-
-
-class InputTimeout(TimeoutError):
-    """fn spent longer than ``timeout`` on one input: a failure of that input, like any
-    exception fn raises (retried, skipped or raised as on_error says)."""
 
 
 class _Raised:
@@ -323,15 +344,15 @@ class _Returned:
         self.value = value
 
 
-class _Stop(Exception):
-    """Raised inside a worker when the main process (or a signal) asks it to stop."""
-
-
-class _FnFailed(Exception):
-    def __init__(self, original: BaseException, tb: str):
-        super().__init__(str(original))
-        self.original = original
-        self.tb = tb
+def _refuse_async(result: types.CoroutineType | types.AsyncGeneratorType) -> None:
+    """A sync fn (a wrapper, a lambda) returned a coroutine or an async generator: say so, not
+    that it cannot be pickled."""
+    if isinstance(result, types.CoroutineType):
+        result.close()  # never awaited: no "coroutine was never awaited" warning on top
+    raise UsageError(
+        f"fn returned {type(result).__name__} {short_repr(result)}: it is async, but was not seen as async when the "
+        "call started (a wrapper around an async fn?). Pass the async def (or async generator) function itself as fn"
+    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -397,6 +418,12 @@ def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, c
             task = task_q.get()
             if task is None:
                 break
+            if worker.inflight is not None:  # inputs in flight together (several shards at once), or an async fn
+                ended = worker.inflight.run_tasks(task, task_q, worker.new_writer)
+                worker.flush_progress()
+                if ended:
+                    break
+                continue
             worker.run_shard(task)
             worker.flush_progress()
         worker.committer.close()

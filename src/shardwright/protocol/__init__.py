@@ -6,7 +6,7 @@ Modules: ``layout`` (every name), ``shards`` (input ranges), ``fingerprint`` (in
 identity), ``identity`` (per-input identities), ``recorded`` (the runs' records of them),
 ``incremental`` (the incremental plan), ``manifest``, ``records``, ``claim``
 (sample format), ``lease``, ``claims`` (shard claims), ``failures``,
-``commit`` (steps 1-2), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
+``commit`` (steps 1-2), ``progress`` (work past a record, between chunks), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
 (fault injection for tests).
 
@@ -65,6 +65,27 @@ Steps and the state on disk after each
    gets none: publishing needs only durable chunks, and a power cut before the dataset is
    published loses at most that round's records, which means redoing it.
    *After:* the chunk is committed; a rerun starts right after it.
+3b. **Progress between chunks** (module ``progress``, issue 32; only with ``use_checkpoint``):
+   a chunk of slow inputs (LLM calls) may take minutes to fill, so a shard's writer also
+   saves what it holds past its last record, every ``durable_every`` seconds (default 2) and
+   after each chunk: ``.shardwright/progress/{shard:05d}-{epoch}.bin``, replaced whole. It
+   names the record it extends (the chain's length, tip epoch and position) and holds the
+   writer's encoded outputs not yet in a chunk, and each input past them that is in flight or
+   finished out of order (``concurrency``): its outputs, its last ``ResumePoint`` state and
+   how many outputs came before it. The committer writes it after the records of every chunk
+   submitted before it (the same queue), so it never claims less than the chain it extends.
+   A resume uses the snapshot that extends exactly its chain's tip (same run id, length, tip
+   epoch, position; the highest epoch if several do): the buffer goes back into the writer,
+   finished inputs to the reorder buffer, and an input stopped at a ResumePoint is called as
+   ``fn(input, resume=state)``, its outputs before that point kept. Any other snapshot (older,
+   torn, another run's) is ignored. *A snapshot is not a commit*: nothing in it is in the
+   dataset until a record names a chunk holding it, so exactly-once rests on the records alone
+   and a lost snapshot only means redoing that work. On Ctrl-C or SIGTERM a worker starts no
+   new input; inputs in flight run on to their next ResumePoint (or their end) for up to
+   ``stop_grace`` seconds, then the in-order outputs are committed (step 2-3) and the rest is
+   snapshotted: a resume repeats no call. A SIGKILL repeats the calls in flight and those
+   finished within the last ``durable_every`` seconds.
+   *After:* the snapshot; nothing in the dataset changed.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
    its node lease): the records are read again from storage (never from memory), every
    chunk they name must exist with the recorded size; the run's *selection*
@@ -78,7 +99,8 @@ Steps and the state on disk after each
    failed inputs come from the records, or, when a power cut after step 4 took a worker's
    last records, from the selection (``publish.published_failures``).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
-   orphan chunks of the generation, shard claims left by killed processes, the records, the format claim, and the manifest LAST.
+   orphan chunks of the generation, shard claims left by killed processes, the records, the
+   progress snapshots, the format claim, and the manifest LAST.
    *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
    failure details and the run history (``history/``, informational: see the history
    module) remain.
@@ -110,6 +132,10 @@ between 2 and 3      an orphan chunk                        recomputed, same nam
 during 3             a temp record file                     the record does not exist; as above
 after 3              the record                             resumes after it: nothing repeated
 power cut in 3       a torn (NUL) or lost last record     dropped with the shard's later records
+after 3, before 3b   a record; the older snapshot is stale  resumes after the record, redoes the rest
+during 3b            a temp snapshot file                   never read; the previous snapshot stands
+after 3b             the record and its snapshot            takes it up: repeats only the calls in
+                                                            flight or done since it was written
 between 4 and 6      index.json names this generation       ``decide`` -> FINISH_PUBLISH: steps 5-6
 during 6             some state gone, manifest still there  step 6 again (each step is idempotent)
 ===================  =====================================  ==========================================

@@ -78,11 +78,14 @@ class ShardClaims:
                 return f"the claim on shard {shard} was taken over by another run"
         return None
 
-    def show_current_inputs(self, current: list[int], names: list[str] | None = None) -> None:
-        """Published by each claim's next heartbeat: the input each worker is on (and its name)."""
+    def show_current_inputs(
+        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+    ) -> None:
+        """Published by each claim's next heartbeat: the input each worker is on (its name, its
+        last ResumePoint state)."""
         with self._lock:
             for lease in self.held.values():
-                lease.show_current_inputs(current, names)
+                lease.show_current_inputs(current, names, states)
 
     def release_later(self, shard: int) -> None:
         """Release ``shard``'s claim from the renewing thread (its shard is done): the caller,

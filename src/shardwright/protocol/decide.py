@@ -411,7 +411,7 @@ def decide_incremental(seen: Observed, request: Request, base: tuple[tuple[Chunk
             names = request.identities.names or []
             shown = ", ".join(names[u] if u < len(names) else f"input {u:,}" for u in plan.changed[:5])
             more = f" and {len(plan.changed) - 5:,} more" if len(plan.changed) > 5 else ""
-            every = plan.present == 0 and len(plan.changed) == len(request.identities.keys)
+            every = plan.present == 0  # not one input matched: every recorded file differs at once
             why = (
                 " Every file changed at once: if only sources.files(hash_contents=...) was switched since the "
                 "dataset was made, their recorded identities differ though the files do not; rerun with the "

@@ -10,6 +10,7 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
     .shardwright/manifest.json                  the run in progress
     .shardwright/format.json                    the sample format claimed by the run's first sample
     .shardwright/shards/{shard:05d}-{seq:06d}-{epoch}.json   one commit round's records of one shard
+    .shardwright/progress/{shard:05d}-{epoch}.bin   a shard's work past its last record (see protocol.progress)
     .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish) and shard
                                                 claims (shard-{shard:05d}, protocol 5)
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
@@ -33,6 +34,10 @@ whose epoch its chunk and record names carry, so a shard can move to another nod
 lost) while fencing stays per shard. A protocol-4 run still resumes under 5: its records chain
 as before and a new claim's epoch is above theirs (clock assumption); a protocol-4 process
 never resumes a protocol-5 manifest (it does not know claims).
+``progress/`` (issue 32) needs no bump either: it only saves work past a shard's last record,
+which a version that ignores it redoes from the records (a generator from its start, skipping
+the outputs committed), and an older cleanup leaves it behind harmlessly (a snapshot names its
+run id and the record it extends, so no later run ever uses it).
 ``history/`` (informational, read by nothing in the protocol) needs no bump: older
 versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
@@ -58,6 +63,7 @@ HISTORY_PREFIX = f"{STATE_DIR}/history/"
 CHUNK_PREFIX = "chunk-"
 INPUTS_PREFIX = f"{STATE_DIR}/inputs/"
 SOURCES_PREFIX = f"{STATE_DIR}/sources/"
+PROGRESS_PREFIX = f"{STATE_DIR}/progress/"
 
 
 def units_key(generation: int) -> str:
@@ -114,6 +120,19 @@ def record_key(shard: int, seq: int, epoch: int) -> str:
     """The record file of the commit round of ``shard`` whose first record is ``seq``, written
     under lease epoch ``epoch`` (so a fenced writer's late file never replaces the new holder's)."""
     return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}-{epoch}.json"
+
+
+def progress_key(shard: int, epoch: int) -> str:
+    """The progress snapshot of ``shard`` written under its claim's ``epoch`` (one per holder:
+    a fenced writer's late snapshot never replaces the new holder's)."""
+    return f"{PROGRESS_PREFIX}{shard:05d}-{epoch}.bin"
+
+
+def progress_prefix(shard: int) -> str:
+    return f"{PROGRESS_PREFIX}{shard:05d}-"
+
+
+_PROGRESS_NAME = re.compile(r"^\d{5,}-\d{1,16}\.bin$")
 
 
 # Bounds on the numbers in a record file's name: a hand-made name cannot make a reader
@@ -192,6 +211,8 @@ def is_state_key(key: str) -> bool:
         return bool(_INPUTS_NAME.match(key[len(INPUTS_PREFIX) :]))
     if key.startswith(SOURCES_PREFIX):
         return bool(_SOURCE_STATE_NAME.match(key[len(SOURCES_PREFIX) :]))
+    if key.startswith(PROGRESS_PREFIX):
+        return bool(_PROGRESS_NAME.match(key[len(PROGRESS_PREFIX) :]))
     for prefix, pattern in (
         (FAILED_PREFIX, _FAILURE_NAME),
         (HISTORY_PREFIX, _HISTORY_NAME),

@@ -305,10 +305,17 @@ class Lease:
             }
         )
 
-    def show_current_inputs(self, current: list[int], names: list[str] | None = None) -> None:
+    def show_current_inputs(
+        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+    ) -> None:
         """Published by the next heartbeat (``shardwright status``: which input each worker is
-        on, and its name for people)."""
-        self.fields = replace(self.fields, current_inputs=tuple(current), current_names=tuple(names or ()))
+        on, its name for people, and its last ResumePoint state)."""
+        self.fields = replace(
+            self.fields,
+            current_inputs=tuple(current),
+            current_names=tuple(names or ()),
+            current_states=tuple(states or ()),
+        )
 
     def _stale_reason(self, holder: LeaseHolder) -> str | None:
         if holder.host == host_identity() and holder.pid == os.getpid() and holder.dead_reason() is None:

@@ -18,6 +18,7 @@ from .layout import (
     INDEX_KEY,
     LEASES_PREFIX,
     MANIFEST_KEY,
+    PROGRESS_PREFIX,
     SHARDS_PREFIX,
     SOURCES_PREFIX,
     chunk_generation,
@@ -106,6 +107,9 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
             if is_state_key(key):
                 storage.delete(key)
     for key in storage.list(SOURCES_PREFIX):  # a source's run state (a JSONL line index)
+        if is_state_key(key):
+            storage.delete(key)
+    for key in storage.list(PROGRESS_PREFIX):  # progress snapshots (protocol.progress): work past a record
         if is_state_key(key):
             storage.delete(key)
     storage.delete(FORMAT_KEY)

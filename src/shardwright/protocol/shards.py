@@ -21,13 +21,16 @@ SHARDS_PER_WORKER = 4
 MAX_NUM_SHARDS = 100_000
 
 
-def default_num_shards(num_inputs: int, num_workers: int, num_nodes: int = 1) -> int:
-    """``SHARDS_PER_WORKER`` shards per worker of the whole run (``num_workers`` on each of
+def default_num_shards(
+    num_inputs: int, num_workers: int, num_nodes: int = 1, per_worker: int = SHARDS_PER_WORKER
+) -> int:
+    """``per_worker`` (default ``SHARDS_PER_WORKER``; the engine passes ``concurrency`` when it is
+    larger) shards per worker of the whole run (``num_workers`` on each of
     ``num_nodes`` nodes): enough to keep every worker busy and balance uneven inputs, few
     enough that each shard's last, partly filled chunk is not noise in the dataset. Never
     more shards than inputs nor than ``MAX_NUM_SHARDS``."""
     workers = max(1, num_workers) * max(1, num_nodes)
-    return clamp_num_shards(min(SHARDS_PER_WORKER * workers, MAX_NUM_SHARDS), num_inputs)
+    return clamp_num_shards(min(max(1, per_worker) * workers, MAX_NUM_SHARDS), num_inputs)
 
 
 def clamp_num_shards(num_shards: int, num_inputs: int) -> int:

@@ -10,6 +10,8 @@ Modules, by job:
 * ``state``: resume points, the JSON a loader saves, rank / world size discovery;
 * ``loader``: :class:`StreamingDataLoader` (a DataLoader with ``state_dict``);
 * ``combined``: :class:`CombinedStreamingDataset` (weighted mixing);
+* ``parallel``: :class:`ParallelStreamingDataset` (datasets zipped sample by sample);
+* ``raw``: :class:`StreamingRawDataset` (raw files read in place);
 * ``tokens``: :class:`TokensLoader` (token streams as fixed-length blocks);
 * ``source``: index.json and chunk files, validated, in a per-process LRU;
 * ``cache``: the local cache of remote chunks (atomic, shared, bounded, owner-only);
@@ -42,7 +44,7 @@ from .tokens import TokensLoader
 
 __all__ = [
     "CACHE_DIR_ENV", "DEFAULT_MAX_CACHE_BYTES", "CombinedStreamingDataset", "IterableStreamingDataset",
-    "ResumeStateError", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
+    "ParallelStreamingDataset", "ResumeStateError", "StreamingRawDataset", "StreamingDataLoader", "StreamingDataset", "TokensLoader", "litdata_collate",
     "train_test_split",
 ]  # fmt: skip
 
@@ -70,4 +72,12 @@ def __getattr__(name: str) -> Any:
         from .combined import CombinedStreamingDataset
 
         return CombinedStreamingDataset
+    if name == "ParallelStreamingDataset":
+        from .parallel import ParallelStreamingDataset
+
+        return ParallelStreamingDataset
+    if name == "StreamingRawDataset":
+        from .raw import StreamingRawDataset
+
+        return StreamingRawDataset
     raise AttributeError(f"module 'shardwright.reader' has no attribute {name!r}")

@@ -4,7 +4,6 @@ uses (shuffle, ranks, workers, resume). See the package docstring for the whole 
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import multiprocessing
 import operator
@@ -16,7 +15,7 @@ from typing import Any, cast
 from ..errors import UnsupportedFormatError, UsageError, require_bool
 from ..format import TOKENS_LOADER, decode_plan, item_decoder
 from ..secrets import redact_exception, secret_values
-from . import resume
+from . import litdata_state, resume
 from .epoch import read_windows, shared_epoch_counter, warn_if_empty, windows
 from .itemfile import keep_freed_item_memory
 from .items import item_reader
@@ -476,7 +475,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> IterableStreamingDataset:
         if shuffle is None and drop_last is None:
             return as_iterable(self)
-        view = as_iterable(copy.copy(self))  # a loader's override is its own, not the dataset's
+        view = as_iterable(shallow_copy(self, own_epoch=True))  # a loader's override is its own
         if shuffle is not None:
             view.shuffle = shuffle
             view.order_spec = dataclasses.replace(view.order_spec, shuffle="chunk_window" if shuffle else "none")
@@ -515,25 +514,24 @@ class StreamingDataset(RegionSelection, _DatasetBase):
 
     # --- StatefulDataLoader protocol (per worker) -------------------------------------------
 
-    def state_dict(self) -> dict:
-        """This process's position in its stream (torchdata's StatefulDataLoader calls it in
-        each worker); JSON-serialisable."""
+    def state_dict(self, num_samples_yielded: int | None = None, num_workers: int = 0, batch_size: int = 1) -> dict:
+        """This process's position in its stream (torchdata's StatefulDataLoader calls it in each
+        worker), JSON; given litdata's (num_samples_yielded, num_workers, batch_size): litdata's."""
+        if num_samples_yielded is not None:
+            return litdata_state.dataset_state(self, num_samples_yielded, num_workers, batch_size)
         progress = self._progress or {"epoch": self.epoch, "stream": None, "streams": None, "yielded": 0}
-        return {
-            "dataset": self._fingerprint,
-            "order": [self.order_spec.shuffle, self.seed, self.order_spec.window],
-            **progress,
-        }
+        order = [self.order_spec.shuffle, self.seed, self.order_spec.window]
+        return {"dataset": self._fingerprint, "order": order, **progress}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume this process's stream where :meth:`state_dict` left it (same layout only;
-        for another number of workers or ranks use :class:`StreamingDataLoader`).
-
-        Raises:
-            ResumeStateError: the state is damaged or belongs to another dataset or options.
-        """
+        """Resume this process's stream where :meth:`state_dict` left it (same layout only; for
+        another layout use :class:`StreamingDataLoader`), or a litdata state (see litdata_state).
+        ResumeStateError if the state is damaged or belongs to another dataset or options."""
         identity = {"dataset": self._fingerprint, "order": [self.order_spec.shuffle, self.seed, self.order_spec.window]}
-        epoch, point = resume.worker_resume_point(state, identity, self.layout)
+        if litdata_state.is_litdata_state(state):
+            epoch, point = litdata_state.litdata_resume(state, self, None)
+        else:
+            epoch, point = resume.worker_resume_point(state, identity, self.layout)
         self.set_epoch(epoch)
         if point is not None:
             self.resume_at(point)
@@ -569,6 +567,20 @@ def as_iterable(dataset: StreamingDataset) -> IterableStreamingDataset:
     shares its chunk source and its epoch counter."""
     if isinstance(dataset, IterableStreamingDataset):
         return dataset
-    view = copy.copy(dataset)
+    view = shallow_copy(dataset)
     view.__class__ = IterableStreamingDataset
     return cast(IterableStreamingDataset, view)
+
+
+def shallow_copy(dataset: StreamingDataset, own_epoch: bool = False) -> StreamingDataset:
+    """A copy sharing ``dataset``'s chunk source; not ``copy.copy``, whose pickle protocol
+    (``__getstate__``) drops the shared epoch counter, so that persistent DataLoader workers
+    would read every epoch in the first one's order. ``own_epoch``: a counter of its own,
+    starting at the dataset's epoch."""
+    view = object.__new__(type(dataset))
+    view.__dict__.update(dataset.__dict__)
+    if own_epoch and view._epoch_shared is not None:
+        view._epoch_shared = shared_epoch_counter()
+        if view._epoch_shared is not None:
+            view._epoch_shared.value = dataset.epoch
+    return view

@@ -11,6 +11,8 @@ from torch.utils.data import DataLoader
 from .. import telemetry
 from ..errors import UsageError, require_bool
 from .collate import litdata_collate
+from .dataset import StreamingDataset
+from .litdata_state import is_litdata_loader_state, litdata_resume
 from .metrics import timed_batches
 from .receipts import EpochReport, check_digest, report_of, state_receipt
 from .resume import Resumable
@@ -187,10 +189,23 @@ class StreamingDataLoader(DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (from :meth:`state_dict`) at the next ``iter(loader)``.
 
+        A litdata 0.2.x ``StreamingDataLoader.state_dict()`` of a StreamingDataset saved with
+        ``shuffle=False`` is accepted too: the items litdata had read (by its worker split and
+        replay rule) are left out of the rest of its epoch, on any ``num_workers``.
+
         Raises:
             ResumeStateError: the state is damaged, or belongs to another dataset or to other
-                order options (shuffle, seed, window, mixing weights).
+                order options (shuffle, seed, window, mixing weights), or is a litdata state
+                that cannot be mapped exactly (shuffle=True, token datasets, elastic resumes).
         """
+        if is_litdata_loader_state(state):
+            state = self._from_litdata(state["dataset"])
+        elif isinstance(state, dict) and "latest_worker_idx" in state and "shardwright_loader" not in state:
+            raise ResumeStateError(
+                "this litdata loader state is of a CombinedStreamingDataset or ParallelStreamingDataset, whose "
+                "mixing and cycling follow litdata's worker split; shardwright resumes litdata states of a "
+                "StreamingDataset only: restart the epoch under shardwright"
+            )
         if not isinstance(state, dict) or state.get("shardwright_loader") != STATE_VERSION:
             raise ResumeStateError(
                 "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
@@ -207,6 +222,17 @@ class StreamingDataLoader(DataLoader):
         self._pending_epoch = self._view.check_position(position)
         self._pending = position
         self._started = False
+
+    def _from_litdata(self, litdata_state: dict) -> dict:
+        """Our state for a litdata loader state (see :mod:`.litdata_state`)."""
+        view = self._view
+        if not isinstance(view, StreamingDataset):
+            raise ResumeStateError(
+                "a litdata StreamingDataset loader state resumes a StreamingDataLoader over a StreamingDataset"
+            )
+        epoch, point = litdata_resume(litdata_state, view, view.layout(self.num_workers))
+        position = {"single": point.to_json()} if point is not None else view.fresh_position(epoch, self.num_workers)
+        return {"shardwright_loader": STATE_VERSION, "dataset": view.identity(), "position": position}
 
 
 def _resumed_line(view: Any, position: dict) -> str:

@@ -65,6 +65,9 @@ nav{margin-bottom:1em}nav button,nav select{margin-right:.5em}dl{display:grid;gr
   <h3>attempts</h3>
   <table><thead><tr><th>#</th><th>trigger</th><th>outcome</th><th>started</th><th>finished</th><th>process</th><th>error</th></tr></thead>
   <tbody id="job-attempts"></tbody></table>
+  <h3>inputs <span class="hint">(done / in progress / pending / failed, as the output records them)</span></h3>
+  <p id="job-inputs-counts"></p>
+  <ul id="job-inputs"></ul>
   <h3>output history <span class="hint">(every optimize() call on the output, as the output records it)</span></h3>
   <table><thead><tr><th>started</th><th>node</th><th>host / pid</th><th>ended</th><th>inputs done</th><th>items</th><th>error</th></tr></thead>
   <tbody id="job-history"></tbody></table>
@@ -188,6 +191,15 @@ async function refreshJob() {
       return tr;
     }));
     $("job-history-note").textContent = h.note || "";
+    const s = await api("GET", "/jobs/" + openJob + "/inputs");
+    const c = s.counts, eta = s.eta_seconds == null ? "" : ", about " + Math.round(s.eta_seconds) + " s left";
+    $("job-inputs-counts").textContent = c.done == null ? (s.note || "") :
+      c.done + " done, " + c.in_progress + " in progress, " + c.pending + " pending, " + c.failed + " failed" + eta;
+    $("job-inputs").replaceChildren(...s.in_progress.map(e => {
+      let state = "";
+      try { const v = JSON.parse(e.state || "null"); if (v && typeof v === "object") state = Object.entries(v).map(([k, x]) => k + " " + x).join(", "); else if (v != null) state = String(v); } catch (err) { state = e.state; }
+      return el("li", e.name + (state ? ": " + state : "") + " (worker " + e.worker + ", " + e.place + ")");
+    }));
   }
   const log = await api("GET", "/jobs/" + openJob + "/logs");
   $("job-log").textContent = log.text.split("\\n").slice(-200).join("\\n");

@@ -50,3 +50,21 @@ def read_output_history(
         data.pop("user", None)
         out.append(data)
     return out, None if out else "no optimize() call is recorded in the output yet"
+
+
+def read_inputs_status(output_dir: str, storage_options: dict | None) -> tuple[dict, str | None]:
+    """Counts of the job's inputs done / in progress / pending / failed, the inputs live workers
+    are on by name (with their ResumePoint state), and an ETA; or why the output cannot say."""
+    empty: dict = {"counts": {}, "in_progress": [], "eta_seconds": None}
+    try:
+        report = read_status(open_storage(output_dir, storage_options))
+    except Exception as exc:  # nothing written yet, storage down: say so, the page asks again
+        return empty, redact(f"{type(exc).__name__}: {exc}", secret_values(storage_options)).split("\n")[0][:500]
+    if report.state in ("empty", "complete"):
+        note = "nothing written yet" if report.state == "empty" else "no run in progress: the dataset is published"
+        return empty, note
+    entries = [
+        {"input": e.input, "name": e.name, "state": e.state, "worker": e.worker, "place": e.place}
+        for e in report.in_progress
+    ]
+    return {"counts": report.counts, "in_progress": entries, "eta_seconds": report.eta_s}, None

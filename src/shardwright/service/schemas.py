@@ -166,6 +166,24 @@ class OutputHistory(BaseModel):
     note: str | None = Field(None, description="why the history could not be read (nothing written yet, ...)")
 
 
+class InputInProgress(BaseModel):
+    input: int = Field(description="position among the job's inputs")
+    name: str = Field(description="the input by name: a file's path, a source row's file and row, a short repr")
+    state: str | None = Field(None, description="its last ResumePoint state (JSON), when one was recorded")
+    worker: int
+    place: str = Field(description="where the worker runs (a host, a node)")
+
+
+class InputsStatus(BaseModel):
+    """The job's inputs in the user's terms, read from the output (issue 32 item 6)."""
+
+    id: str
+    counts: dict[str, int] = Field(description="inputs done, in_progress, pending, failed")
+    in_progress: list[InputInProgress]
+    eta_seconds: float | None = Field(None, description="seconds left at the running attempt's rate so far")
+    note: str | None = Field(None, description="why the output could not be read now")
+
+
 class Logs(BaseModel):
     id: str
     text: str

@@ -3,56 +3,20 @@ LLM's 429 or 5xx, a timeout, a dropped connection. Such a failure is the system'
 user's: the service retries the job with its backoff (``auto_retries``), resuming where it
 stopped, instead of failing it as a user error.
 
-Recognised through the exception fn raised (the FnError's cause chain): an HTTP status
-408/425/429/5xx carried as ``status_code`` / ``status`` / ``response.status_code`` (httpx's,
-requests' and openai's errors), ``TimeoutError`` / ``ConnectionError``, and the timeout and
-connection error types of httpx and openai by name (no import of either).
+Recognised through the exception fn raised (the FnError's cause chain) by the engine's one
+rule for a transient call (:func:`shardwright.engine.calls.is_transient`: an HTTP status
+408/425/429/5xx, a timeout, a connection error, the clients' own types by name), or, when the
+exception did not come back from the worker, by the status its message states.
 """
 
 from __future__ import annotations
 
 import re
 
+from ..engine.calls import is_transient
 from ..errors import FnError
 
-__all__ = ["TRANSIENT_STATUSES", "is_transient_fn_failure", "transient_status"]
-
-TRANSIENT_STATUSES = frozenset({408, 425, 429})  # and every 5xx
-_TRANSIENT_NAMES = frozenset(
-    {
-        "ConnectError",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "WriteTimeout",
-        "PoolTimeout",
-        "RemoteProtocolError",
-        "APIConnectionError",
-        "APITimeoutError",
-        "RateLimitError",
-        "InternalServerError",
-    }
-)
-
-
-def transient_status(exc: BaseException) -> int | None:
-    """The HTTP status an exception carries, when it is a transient one."""
-    response = getattr(exc, "response", None)
-    for value in (
-        getattr(exc, "status_code", None),
-        getattr(exc, "status", None),
-        getattr(response, "status_code", None),
-    ):
-        if type(value) is int and (value in TRANSIENT_STATUSES or 500 <= value <= 599):
-            return value
-    return None
-
-
-def _transient(exc: BaseException) -> bool:
-    return (
-        isinstance(exc, (TimeoutError, ConnectionError))
-        or type(exc).__name__ in _TRANSIENT_NAMES
-        or transient_status(exc) is not None
-    )
+__all__ = ["is_transient_fn_failure"]
 
 
 # fn's exception as its message says it when the exception itself did not come back from the
@@ -71,7 +35,7 @@ def is_transient_fn_failure(exc: BaseException) -> bool:
     cause: BaseException | None = exc.__cause__
     while cause is not None and id(cause) not in seen and len(seen) < 20:
         seen.add(id(cause))
-        if _transient(cause):
+        if is_transient(cause):
             return True
         cause = cause.__cause__ or cause.__context__
     return False

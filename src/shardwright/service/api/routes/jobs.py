@@ -17,7 +17,7 @@ from ...config_identity import ConfigChangedError, check_config_unchanged
 from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_location
 from ...model import JobState, Progress
-from ...progress import read_output_history
+from ...progress import read_inputs_status, read_output_history
 from ...scheduler import JobStateError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
@@ -207,6 +207,13 @@ def job_history(job: JobDep, service: ServiceDep):
     """The output's own record of every optimize() call on it (each attempt, each node)."""
     runs, note = read_output_history(job.output_dir, service.scheduler.secrets.get(job.id))
     return {"id": job.id, "output_dir": job.output_dir, "runs": runs, "note": note}
+
+
+@router.get("/{job_id}/inputs", response_model=schemas.InputsStatus, responses=ERRORS)
+def job_inputs(job: JobDep, service: ServiceDep):
+    """The job's inputs in the user's terms: done / in progress (by name) / pending / failed, an ETA."""
+    status, note = read_inputs_status(job.output_dir, service.scheduler.secrets.get(job.id))
+    return {"id": job.id, **status, "note": note}
 
 
 @router.get("/{job_id}/logs", response_model=schemas.Logs, responses=ERRORS)

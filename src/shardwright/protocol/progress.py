@@ -1,0 +1,221 @@
+"""Progress snapshots: a shard's work past its last commit record, made durable every few
+seconds (issue 32), so that a SIGKILL costs only the calls in flight and at most that interval.
+
+A snapshot ``.shardwright/progress/{shard:05d}-{epoch}.bin`` is one file, replaced whole
+(atomically) by the shard's writer. It names the record it extends (the chain's length
+``seq``, the tip's epoch and position), and holds what the writer had past it:
+
+- ``buffer``: the encoded outputs waiting for the shard's next chunk, in input order, and
+  where the shard would resume after them (``position``) and the inputs skipped among them;
+- ``slots``: inputs past that position, each with its encoded outputs, its last ResumePoint
+  state (and how many of its outputs came before it) and whether it is finished.
+
+It is written by the worker's committer after the records of every chunk submitted before it
+(the same queue), so it never claims less than the records it extends. A resume uses a snapshot
+only if it extends exactly the chain's tip (same run id, length, tip epoch and position): the
+buffer goes back into the writer, finished inputs go straight to the reorder buffer, and an
+unfinished one is called as ``fn(input, resume=state)`` from its ResumePoint. Anything else (an
+older snapshot, another run's, one torn by a power cut, damaged) is ignored: the records alone
+are the commit, and redoing the work past them is always correct. A snapshot is not a commit:
+nothing in it is in the dataset until a record names a chunk holding it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+
+from ..storage import Storage
+from .layout import MAX_EPOCH, progress_key, progress_prefix
+
+__all__ = ["BufferState", "ProgressSnapshot", "SlotState", "decode_snapshot", "encode_snapshot", "read_snapshot"]
+
+MAGIC = b"SWPROG1\n"
+_HEADER_LENGTH = struct.Struct("<Q")
+MAX_HEADER_BYTES = 64 * 1024 * 1024  # a header is a few hundred bytes per input in flight
+MAX_NUMBER = 2**53
+
+
+@dataclass
+class SlotState:
+    """One input past the buffer: its outputs (numbered ``base`` on), last ResumePoint."""
+
+    position: int
+    base: int
+    items: list[bytes]
+    point: str | None  # the ResumePoint state's JSON text, None: none yet
+    point_outputs: int
+    done: bool
+    failed: bool = False
+
+
+@dataclass
+class BufferState:
+    """The writer's outputs not yet in a chunk, and where the shard resumes after them."""
+
+    first_input: int
+    position: tuple[int, int]
+    failed: list[list[int]]
+    items: list[bytes]
+
+
+@dataclass
+class ProgressSnapshot:
+    run_id: str
+    shard: int
+    seq: int  # records of the shard's chain it extends (the next record's seq)
+    tip_epoch: int | None  # epoch of record seq-1 (None when seq is 0)
+    committed: tuple[int, int]  # (next_input, skip_outputs) of that record
+    epoch: int  # the writer's claim epoch (the file's name)
+    buffer: BufferState
+    slots: list[SlotState] = field(default_factory=list)
+
+    def extends(self, run_id: str, shard: int, seq: int, tip_epoch: int | None, committed: tuple[int, int]) -> bool:
+        """Whether this snapshot continues exactly the chain whose tip is described."""
+        return (self.run_id, self.shard, self.seq, self.tip_epoch, self.committed) == (
+            run_id,
+            shard,
+            seq,
+            tip_epoch,
+            tuple(committed),
+        )
+
+
+def encode_snapshot(snapshot: ProgressSnapshot) -> bytes:
+    sizes: list[int] = []
+    blobs: list[bytes] = []
+
+    def take(items: list[bytes]) -> int:
+        sizes.extend(map(len, items))
+        blobs.extend(items)
+        return len(items)
+
+    header = {
+        "run_id": snapshot.run_id,
+        "shard": snapshot.shard,
+        "seq": snapshot.seq,
+        "tip_epoch": snapshot.tip_epoch,
+        "committed": list(snapshot.committed),
+        "epoch": snapshot.epoch,
+        "buffer": {
+            "first_input": snapshot.buffer.first_input,
+            "position": list(snapshot.buffer.position),
+            "failed": snapshot.buffer.failed,
+            "items": take(snapshot.buffer.items),
+        },
+        "slots": [
+            {
+                "position": s.position,
+                "base": s.base,
+                "point": s.point,
+                "point_outputs": s.point_outputs,
+                "done": s.done,
+                "failed": s.failed,
+                "items": take(s.items),
+            }
+            for s in snapshot.slots
+        ],
+        "sizes": sizes,
+    }
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join([MAGIC, _HEADER_LENGTH.pack(len(text)), text, *blobs])
+
+
+def _number(value: object) -> int:
+    if type(value) is not int or not 0 <= value <= MAX_NUMBER:
+        raise ValueError(f"not a count: {value!r}")
+    return value
+
+
+def _pair(value: object) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"not a position: {value!r}")
+    return _number(value[0]), _number(value[1])
+
+
+def decode_snapshot(data: bytes) -> ProgressSnapshot:
+    """The snapshot in ``data``, or ValueError for anything damaged, torn or foreign."""
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEADER_LENGTH.size:
+        raise ValueError("not a progress snapshot")
+    (length,) = _HEADER_LENGTH.unpack_from(data, len(MAGIC))
+    start = len(MAGIC) + _HEADER_LENGTH.size
+    if length > MAX_HEADER_BYTES or start + length > len(data):
+        raise ValueError("truncated header")
+    header = json.loads(data[start : start + length])
+    sizes = [_number(n) for n in header["sizes"]]
+    offset = start + length
+    if offset + sum(sizes) != len(data):
+        raise ValueError("item sizes do not add up to the file")
+    cursor = 0
+
+    def items(count: object) -> list[bytes]:
+        nonlocal offset, cursor
+        out = []
+        for size in sizes[cursor : cursor + _number(count)]:
+            out.append(data[offset : offset + size])
+            offset += size
+        cursor += len(out)
+        return out
+
+    tip = header["tip_epoch"]
+    if tip is not None and (type(tip) is not int or not 0 <= tip <= MAX_EPOCH):
+        raise ValueError("bad tip epoch")
+    run_id = header["run_id"]
+    buffer = header["buffer"]
+    failed = buffer["failed"]
+    if not isinstance(run_id, str) or not isinstance(failed, list):
+        raise ValueError("bad header")
+    snapshot = ProgressSnapshot(
+        run_id=run_id,
+        shard=_number(header["shard"]),
+        seq=_number(header["seq"]),
+        tip_epoch=tip,
+        committed=_pair(header["committed"]),
+        epoch=_number(header["epoch"]),
+        buffer=BufferState(
+            _number(buffer["first_input"]), _pair(buffer["position"]), [list(_pair(p)) for p in failed], []
+        ),
+    )
+    snapshot.buffer.items = items(buffer["items"])
+    for s in header["slots"]:
+        point = s["point"]
+        if point is not None and not isinstance(point, str):
+            raise ValueError("bad ResumePoint state")
+        if type(s["done"]) is not bool or type(s["failed"]) is not bool:
+            raise ValueError("bad slot")
+        snapshot.slots.append(
+            SlotState(
+                _number(s["position"]),
+                _number(s["base"]),
+                items(s["items"]),
+                point,
+                _number(s["point_outputs"]),
+                s["done"],
+                s["failed"],
+            )
+        )
+    if cursor != len(sizes):
+        raise ValueError("items left over")
+    return snapshot
+
+
+def write_snapshot(storage: Storage, snapshot: ProgressSnapshot, data: bytes | None = None) -> None:
+    """Replace the writer's snapshot (durable when it returns: it is what a SIGKILL keeps)."""
+    storage.write_bytes(progress_key(snapshot.shard, snapshot.epoch), data or encode_snapshot(snapshot))
+
+
+def read_snapshot(
+    storage: Storage, run_id: str, shard: int, seq: int, tip_epoch: int | None, committed: tuple[int, int]
+) -> ProgressSnapshot | None:
+    """The snapshot that extends the shard's chain tip (the newest, by epoch, if several do),
+    or None. Unreadable and non-matching snapshots are ignored (see the module)."""
+    found: list[ProgressSnapshot] = []
+    for key in storage.list(progress_prefix(shard)):
+        try:
+            snapshot = decode_snapshot(storage.read_bytes(key))
+        except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+            continue  # torn by a power cut, another version's, deleted meanwhile: the records stand
+        if snapshot.extends(run_id, shard, seq, tip_epoch, committed):
+            found.append(snapshot)
+    return max(found, key=lambda s: s.epoch) if found else None

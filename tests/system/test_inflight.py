@@ -1,0 +1,151 @@
+"""Inputs in flight against a real loopback teacher (tests/support/teacher.py), with real signals
+(issue 32): documents -> pages -> one call per page, an async generator yielding a ResumePoint
+after each page, an async def fn and a plain generator in threads.
+
+- SIGINT or SIGTERM mid-run: the resume repeats 0 calls; the dataset holds every page once, in
+  input order.
+- SIGKILL: the resume repeats at most the calls in flight at the kill plus those answered in the
+  last durability interval (and a margin for a loaded machine).
+- Transient teacher errors (429 with Retry-After, 500s) are retried per input from its last
+  ResumePoint: every input finishes.
+
+Each test waits on events (lines in the teacher's call log, the child's exit), never sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from support.helpers import HERE, child_env, kill_group, wait_for
+from support.inflight_child import expected
+from support.teacher import Teacher, read_log, repeated_calls
+
+CHILD = str(HERE / "inflight_child.py")
+CONCURRENCY = 4
+WORKERS = 2
+DURABLE_EVERY = 0.5
+
+
+def start(out: str, url: str, mode: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, CHILD, out, url, mode, str(CONCURRENCY), str(DURABLE_EVERY)],
+        env=child_env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(out: str, url: str, mode: str) -> None:
+    proc = start(out, url, mode)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-3000:]
+
+
+def answered(log: str) -> int:
+    return sum(1 for c in read_log(log) if c.status == "200") if os.path.exists(log) else 0
+
+
+def read_pages(out: str) -> list[tuple[int, int]]:
+    from shardwright import StreamingDataset
+
+    ds = StreamingDataset(out)
+    return [(ds[i]["doc"], ds[i]["page"]) for i in range(len(ds))]
+
+
+def interrupt_after(out: str, url: str, mode: str, log: str, calls: int, sig: int) -> tuple[int, float]:
+    """Start the child, send ``sig`` once ``calls`` calls were answered; its exit code and when."""
+    proc = start(out, url, mode)
+    assert wait_for(lambda: answered(log) >= calls or proc.poll() is not None, 120), "the teacher got no calls"
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    at = time.time()
+    if sig == signal.SIGKILL:
+        kill_group(proc)  # the main process and its workers, at once
+    else:
+        os.kill(proc.pid, sig)  # the main process only, as Ctrl-C in a terminal or a scheduler's SIGTERM
+    proc.communicate(timeout=120)
+    return proc.returncode, at
+
+
+@pytest.mark.parametrize(("mode", "sig"), [("asyncgen", signal.SIGINT), ("thread", signal.SIGTERM)])
+def test_a_stop_mid_run_repeats_no_call(tmp_path, mode, sig):
+    log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
+    with Teacher(latency=0.05, log=log) as teacher:
+        code, _ = interrupt_after(out, teacher.url, mode, log, 10, sig)
+        assert code in (130, 143)
+        assert answered(log) < len(expected(mode))  # stopped mid-run: there is something to resume
+        finish(out, teacher.url, mode)
+    assert read_pages(out) == expected(mode)  # every page once, in input order
+    assert repeated_calls(read_log(log)) == 0
+
+
+@pytest.mark.parametrize("mode", ["asyncgen", "async"])
+def test_sigkill_repeats_only_the_calls_in_flight_and_the_last_interval(tmp_path, mode):
+    log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
+    with Teacher(latency=0.05, log=log) as teacher:
+        _, killed_at = interrupt_after(out, teacher.url, mode, log, 8, signal.SIGKILL)
+        before = [c for c in read_log(log) if c.status == "200" and c.time <= killed_at]
+        finish(out, teacher.url, mode)
+    assert read_pages(out) == expected(mode)
+    in_flight = CONCURRENCY * WORKERS
+    margin = 2.0  # the committer's lag behind the interval on a machine shared with other tests
+    recent = sum(1 for c in before if c.time > killed_at - DURABLE_EVERY - margin)
+    assert repeated_calls(read_log(log)) <= in_flight + recent
+
+
+def test_transient_teacher_errors_are_retried_until_every_input_finishes(tmp_path):
+    log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
+    with Teacher(latency=0.02, p_429=0.1, p_500=0.05, retry_after=0.1, seed=3, log=log) as teacher:
+        finish(out, teacher.url, "asyncgen")
+    calls = read_log(log)
+    assert {c.status for c in calls} >= {"200", "429"}
+    assert read_pages(out) == expected("asyncgen")
+    assert repeated_calls(calls) == 0  # a failed call's answer never reached fn: nothing done twice
+
+
+def test_status_names_each_input_in_flight_with_its_page(tmp_path):
+    import json
+
+    log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
+    env = child_env(SHARDWRIGHT_LEASE_TTL="2")  # claims heartbeat every 0.5 s
+
+    def in_progress() -> list[dict]:
+        result = subprocess.run(
+            [sys.executable, "-m", "shardwright.cli", "status", out, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return json.loads(result.stdout).get("in_progress") or [] if result.returncode == 0 else []
+
+    with Teacher(latency=0.3, log=log) as teacher:
+        proc = subprocess.Popen(
+            [sys.executable, CHILD, out, teacher.url, "asyncgen", str(CONCURRENCY), str(DURABLE_EVERY)],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            seen: list[dict] = []
+
+            def paged() -> bool:
+                seen[:] = [e for e in in_progress() if e.get("state")]
+                return bool(seen) or proc.poll() is not None
+
+            assert wait_for(paged, 120), "status never named an input in flight"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            entry = seen[0]
+            assert json.loads(entry["state"])["page"] >= 1 and entry["name"].isdigit()
+        finally:
+            kill_group(proc)
+            proc.communicate(timeout=60)
