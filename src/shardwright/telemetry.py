@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
-__all__ = ["Telemetry", "configure", "enabled_by_environment", "get", "reset"]
+__all__ = ["InFlight", "Telemetry", "configure", "enabled_by_environment", "get", "reset"]
 
 log = logging.getLogger("shardwright")
 
@@ -116,6 +116,19 @@ class Telemetry:
 
 
 _OFF = Telemetry()
+
+
+class InFlight:
+    """Calls in flight as a level: :meth:`set` reports the change since the last value to
+    :meth:`Telemetry.calls_in_flight` (an up-down counter sums the deltas of every process)."""
+
+    def __init__(self, telemetry: Telemetry):
+        self.telemetry, self.value = telemetry, 0
+
+    def set(self, value: int) -> None:
+        if value != self.value and self.telemetry.enabled:
+            self.telemetry.calls_in_flight(value - self.value)
+        self.value = value
 
 
 class _Live(Telemetry):

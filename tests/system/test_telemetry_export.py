@@ -9,15 +9,23 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import sys
 from shardwright import optimize
 
+failed_once = set()
+
 def fn(i):
+    if i in (7, 250) and i not in failed_once:  # each fails once, then succeeds on its retry
+        failed_once.add(i)
+        raise RuntimeError("flaky")
     return {"i": i}
 
 if __name__ == "__main__":
-    result = optimize(fn, list(range(300)), sys.argv[1], chunk_size=25, num_workers=2, verbose=False)
+    result = optimize(fn, list(range(300)), sys.argv[1], chunk_size=25, num_workers=2, max_retries=1, verbose=False,
+                      concurrency=int(sys.argv[2]))
     sys.stderr.write(f"RESULT {result.items} {result.chunks} {result.bytes}\\n")
 """
 
@@ -33,13 +41,18 @@ def documents(text: str) -> list[dict]:
         out.append(doc)
 
 
-def test_every_process_exports_and_the_counters_add_up(tmp_path):
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_every_process_exports_and_the_counters_add_up(tmp_path, concurrency):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_METRICS_EXPORTER="console", OTEL_TRACES_EXPORTER="console")
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), str(tmp_path / "out"), str(concurrency)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     items, chunks, nbytes = (int(v) for v in done.stderr.split("RESULT ")[1].split()[:3])
@@ -64,6 +77,9 @@ def test_every_process_exports_and_the_counters_add_up(tmp_path):
         pids_by_metric.setdefault(name, set()).add(pid)
     assert sums["shardwright.run.items"] == items == 300
     assert sums["shardwright.run.inputs_done"] == 300
+    assert sums["shardwright.run.retries"] == 2, "fn's two retries"
+    if concurrency > 1:  # the level the I/O-bound loop reports goes back to 0 at the end
+        assert "shardwright.run.calls_in_flight" in sums and sums["shardwright.run.calls_in_flight"] == 0
     assert sums["shardwright.run.bytes_written"] == nbytes
     assert sums["shardwright.run.chunks_committed"] == chunks
     assert len(pids_by_metric["shardwright.run.chunks_committed"]) == 2, "each worker process flushed its own"
