@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 
+from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
 from ..protocol.progress import ProgressSnapshot, write_snapshot
 from ..protocol.records import CommitRecord
@@ -58,9 +60,10 @@ class ChunkCommitter:
         self._write_error: BaseException | None = None
         self._seal_error: BaseException | None = None
         self._queue: queue.Queue[PendingChunk | ProgressSnapshot | None] = queue.Queue()
-        # (round, its records, whether it is the worker's last, a snapshot after it); None: no more rounds
+        # (round, its records, whether it is the worker's last, a snapshot after it, when its
+        # writing started); None: no more rounds
         self._sealing: queue.Queue[
-            tuple[list[PendingChunk], list[CommitRecord], bool, ProgressSnapshot | None] | None
+            tuple[list[PendingChunk], list[CommitRecord], bool, ProgressSnapshot | None, float] | None
         ] = queue.Queue(maxsize=SEALING_ROUNDS)
         self._room = threading.Condition()
         self._pending_bytes = 0
@@ -148,6 +151,7 @@ class ChunkCommitter:
             while not closing:
                 batch, closing, snapshot = self._next_round()
                 records: list[CommitRecord] = []
+                started = time.perf_counter()
                 try:
                     if self.error is None and batch:
                         records = write_chunks(self.storage, batch, self.run)
@@ -156,7 +160,7 @@ class ChunkCommitter:
                 finally:
                     self._release(batch)
                 if records or (snapshot is not None and self.error is None):
-                    self._sealing.put((batch, records, closing, snapshot))
+                    self._sealing.put((batch, records, closing, snapshot, started))
         finally:
             self._sealing.put(None)
 
@@ -165,11 +169,15 @@ class ChunkCommitter:
             item = self._sealing.get()
             if item is None:
                 break
-            batch, records, last, snapshot = item
+            batch, records, last, snapshot, started = item
             if self._seal_error is not None:
                 continue  # an earlier round failed: nothing after it commits
             try:
-                seal_round(self.storage, batch, records, self.run)
+                counters = telemetry.get()
+                with counters.span("shardwright.commit", chunks=len(batch)):
+                    seal_round(self.storage, batch, records, self.run)
+                if batch:
+                    counters.chunks_committed(len(batch), time.perf_counter() - started)
                 for record in records:
                     self.on_commit(record)
                 if snapshot is not None:  # after the records it extends (protocol.progress)

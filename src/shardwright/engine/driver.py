@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from .. import telemetry
 from ..errors import ConcurrentRunError, CorruptStateError, IncompleteRunError, LeaseLostError
 from ..protocol.fn_identity import FnIdentity, describe_changes
 from ..protocol.layout import lease_key
@@ -39,8 +40,9 @@ log = logging.getLogger("shardwright")
 
 def drive(call: ExecutorCall, executor: Executor) -> OptimizeResult:
     """Run ``call`` with ``executor`` (see the module docstring)."""
-    with executor.place(call) as placement:
-        return _drive(call, executor, placement)
+    with telemetry.get().span("shardwright.optimize", output=str(call.output_dir)):
+        with executor.place(call) as placement:
+            return _drive(call, executor, placement)
 
 
 def call_identity(fn: Callable) -> FnIdentity:
@@ -100,7 +102,10 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
             return result
         manifest, resumed = opened
         run = OpenedRun(call, storage, manifest, resumed, node, lease, attempt)
-        totals = executor.run_shards(run)
+        counters = telemetry.get()
+        with counters.span("shardwright.attempt", mode=manifest.mode, resumed=resumed, node=node.rank):
+            with counters.handed_to_children():  # worker processes' commit spans join this trace
+                totals = executor.run_shards(run)
         result = _finish(run, totals, identity, "; ".join(notes))
         attempt.close("published" if result.published else "waiting")
         if options.verbose:

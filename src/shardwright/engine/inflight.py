@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from .. import telemetry
 from ..errors import ShardwrightError, UsageError, short_repr
 from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_snapshot
 from ..sources import BadRow
@@ -182,6 +183,7 @@ class InflightRunner:
         next_show, shown = 0.0, None
         deadline: float | None = None  # stopping: when inputs in flight are given up
         ended = False
+        flight = telemetry.InFlight(telemetry.get())  # the run telemetry's calls in flight
         try:
             while shards:
                 if not self.stopping and self.worker.should_stop():
@@ -219,6 +221,7 @@ class InflightRunner:
                         shard.writer.commit(done=True)
                         shards.remove(shard)
                 futures = {future: shard for shard in shards for future in shard.running}
+                flight.set(len(futures))
                 if not futures:
                     if self.stopping or not shards:
                         break
@@ -239,6 +242,7 @@ class InflightRunner:
                     shown = self._show(shards, shown)
                 if deadline is not None and now >= deadline:
                     break  # the grace is over: what fn did up to its last ResumePoint is kept
+            flight.set(0)
             if shards:
                 for shard in shards:
                     shard.give_up()
@@ -299,6 +303,8 @@ class InflightShard:
 
     def _launch(self, slot: Slot, delay: float = 0.0) -> None:
         slot.attempts += 1
+        if slot.attempts > 1:
+            telemetry.get().retry("fn")
         future: asyncio.Future
         if delay > 0:
             future = asyncio.ensure_future(self._after_backoff(slot, delay), loop=self.runner.loop)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .. import telemetry
 from ..protocol.records import ShardProgress
 from .messages import Committed, Progress
 
@@ -65,12 +66,18 @@ class Tracker:
 
     def on_message(self, message: object) -> None:
         if isinstance(message, Progress):
+            telemetry.get().inputs_done(message.inputs)
             if self.bar is not None:
                 self.bar.update(message.inputs)
         elif isinstance(message, Committed):
             record = message.record
             self.progress[record.shard].add(record)
+            if record.failed:
+                telemetry.get().failed(len(record.failed))
             if record.chunk is not None:
                 self.items += record.chunk.chunk_size
                 self.chunks += 1
                 self.bytes += record.stored_bytes
+                counters = telemetry.get()
+                counters.items(record.chunk.chunk_size)
+                counters.bytes_written(record.stored_bytes)

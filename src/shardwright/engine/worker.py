@@ -19,6 +19,7 @@ import time
 import traceback
 import types
 
+from .. import telemetry
 from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
@@ -245,6 +246,7 @@ class Worker:
                 # outputs of input i committed inside this attempt stay: the next attempt skips them
                 skip = max(skip, writer.position[1] if writer.position[0] == i else 0)
                 if attempt <= self.cfg.max_retries:
+                    telemetry.get().retry("fn")
                     continue
                 if self.cfg.on_error == "skip":
                     self._record_failure(input_id, value, exc, attempt)

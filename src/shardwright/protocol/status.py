@@ -114,6 +114,7 @@ class RunStatus:
     inputs_done: int = 0
     items_committed: int = 0
     chunks_committed: int = 0
+    bytes_committed: int = 0  # chunk files as stored (the run telemetry's bytes written)
     shards: int = 0
     shards_done: list[int] = field(default_factory=list)
     shards_in_progress: list[int] = field(default_factory=list)
@@ -200,6 +201,7 @@ def read_status(storage: Storage) -> RunStatus:
         inputs_done=sum(p.inputs_done for p in progress.values()),
         items_committed=sum(c.chunk_size for p in progress.values() for c in p.chunks),
         chunks_committed=sum(len(p.chunks) for p in progress.values()),
+        bytes_committed=sum(r.stored_bytes for p in progress.values() for r in p.records),
         shards=manifest.num_shards,
         shards_done=[s for s, p in progress.items() if p.done],
         shards_in_progress=[s for s, p in progress.items() if not p.done and (p.records or s in claimed)],

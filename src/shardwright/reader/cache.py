@@ -29,6 +29,7 @@ from ..format import ChunkEntry, check_checksum
 from ..process import pid_alive
 from ..protocol.index import index_source
 from ..storage.files import TMP_NAME_RE, disk_full_error, is_disk_full, unlink_quiet
+from .metrics import cache_outcome
 
 try:
     import fcntl
@@ -256,6 +257,8 @@ class ChunkCache:
         for attempt in range(_FETCH_ATTEMPTS):
             pin = self._pin(path)
             if pin is not None:
+                if attempt == 0:
+                    cache_outcome(False, 0)
                 return pin
             if attempt == 0 and still_wanted is None:
                 self.reader_waits += 1  # a reader needs a chunk that is not here: it waits for it
@@ -291,6 +294,7 @@ class ChunkCache:
                     pin = self._pin(path)
                     if pin is not None:
                         self._added(pin.size)
+                        cache_outcome(True, pin.size)
             if pin is not None:
                 if downloaded:
                     self.evict(self.max_bytes)

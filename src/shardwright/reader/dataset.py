@@ -453,6 +453,16 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         """This process's rank (as of the last ``set_epoch`` or iteration)."""
         return self._rank
 
+    @property
+    def digest(self) -> str | None:
+        """The dataset digest index.json records (``shardwright verify`` recomputes it); None
+        for a dataset written before digests."""
+        return self._source.digest
+
+    def epoch_sequence(self, epoch: int) -> EpochSequence:
+        """The epoch's sequence S (order.py), for receipts (reader/receipts.py)."""
+        return EpochSequence(self._group_sizes, self.order_spec, epoch)
+
     def identity(self) -> dict:
         """What a resume state must match: the dataset (items, chunks, digest) and the order options."""
         return {"dataset": self._fingerprint, "order": order_json(self.order_spec)}

@@ -3,18 +3,24 @@ resume exactly there — in another process, with other num_workers or another w
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 from torch.utils.data import DataLoader
 
+from .. import telemetry
 from ..errors import UsageError, require_bool
 from .collate import litdata_collate
 from .dataset import StreamingDataset
 from .litdata_state import is_litdata_loader_state, litdata_resume
+from .metrics import timed_batches
+from .receipts import EpochReport, check_digest, report_of, state_receipt
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
 __all__ = ["StreamingDataLoader", "worker_resume"]
+
+log = logging.getLogger("shardwright")
 
 
 class StreamingDataLoader(DataLoader):
@@ -41,6 +47,8 @@ class StreamingDataLoader(DataLoader):
             only whole batches are read, as with litdata.
         collate_fn: default :func:`litdata_collate` (graphs batched with PyG, the rest with
             torch's default_collate), as litdata's loader.
+        require_resume: True: iterating raises unless :meth:`load_state_dict` was called
+            first (a training run that must resume, never silently start at sample 0).
         **kwargs: any other DataLoader argument (pin_memory, persistent_workers,
             multiprocessing_context, prefetch_factor, ...); ``sampler`` and ``batch_sampler``
             are refused: the dataset orders itself.
@@ -48,7 +56,8 @@ class StreamingDataLoader(DataLoader):
     Raises:
         TypeError: dataset is not a StreamingDataset / CombinedStreamingDataset (any
             :class:`~shardwright.reader.resume.Resumable`).
-        UsageError: sampler or batch_sampler was given, or batch_size is not an int >= 1.
+        UsageError: sampler or batch_sampler was given, or batch_size is not an int >= 1;
+            iterating with ``require_resume=True`` before :meth:`load_state_dict`.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class StreamingDataLoader(DataLoader):
         shuffle: bool | None = None,
         drop_last: bool | None = None,
         collate_fn: Any = None,
+        require_resume: bool = False,
         **kwargs: Any,
     ):
         if not isinstance(dataset, Resumable):
@@ -76,6 +86,8 @@ class StreamingDataLoader(DataLoader):
             kwargs.pop(refused, None)
         shuffle = require_bool("shuffle", shuffle, optional=True)  # None: keep the dataset's
         drop_last = require_bool("drop_last", drop_last, optional=True)
+        self._require_resume = require_bool("require_resume", require_resume)
+        self._resumed_note: str | None = None  # logged after the first batch of a restored loader
         if type(batch_size) is not int or batch_size < 1:
             raise UsageError(f"batch_size must be an int >= 1, got {batch_size!r}")
         # shuffle=/drop_last= override the dataset's for this loader only (litdata's meaning).
@@ -107,7 +119,14 @@ class StreamingDataLoader(DataLoader):
 
     def __iter__(self):
         view = self._view
+        if self._require_resume and self._pending is None and not self._started:
+            raise UsageError(
+                "this StreamingDataLoader has require_resume=True but load_state_dict() was never called: it would "
+                "start at sample 0. Call loader.load_state_dict(saved_state) before iterating, or pass "
+                "require_resume=False for a fresh run"
+            )
         if self._pending is not None:
+            self._resumed_note = _resumed_line(view, self._pending)
             view.apply_position(self._pending)
             self._pending = None
             old = getattr(self, "_iterator", None)
@@ -120,10 +139,16 @@ class StreamingDataLoader(DataLoader):
         view.set_epoch(view.epoch)  # also refreshes rank / world size in this process
         self._started, self._finished, self._batches = True, False, 0
         self._epoch_start = view.epoch_start(view.epoch, self.num_workers)
-        iterator = super().__iter__()
+        iterator: Any = super().__iter__()
+        counters = telemetry.get()
+        if counters.enabled:
+            iterator = timed_batches(iterator, counters, self.num_workers)
         view.clear_resume()  # workers have their copies; this process's iterator already planned
         for batch in iterator:
             self._batches += 1
+            if self._resumed_note is not None:
+                log.info("%s", self._resumed_note)
+                self._resumed_note = None
             yield batch
         self._finished = True
 
@@ -142,7 +167,24 @@ class StreamingDataLoader(DataLoader):
         In DDP every rank's state is the same (ranks yield batches in lockstep); saving rank
         0's is enough.
         """
-        return {"shardwright_loader": STATE_VERSION, "dataset": self._view.identity(), "position": self._position()}
+        position = self._position()
+        return {
+            "shardwright_loader": STATE_VERSION,
+            "dataset": self._view.identity(),
+            "position": position,
+            "receipt": state_receipt(self._view, position),
+        }
+
+    def epoch_report(self) -> EpochReport:
+        """Whether the current (or just finished) epoch read every sample exactly once, from
+        the receipts of every rank (gathered with torch.distributed when it is initialised:
+        then every rank must call it). ``bool(report.exactly_once)`` is what to assert on."""
+        view = self._view
+        if self._started:
+            position = view.position_after(view.epoch, self._epoch_start, self._batches)
+        else:
+            position = self._position()
+        return report_of(view, position)
 
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (from :meth:`state_dict`) at the next ``iter(loader)``.
@@ -169,6 +211,7 @@ class StreamingDataLoader(DataLoader):
                 "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
                 "StreamingDataLoader.state_dict() returned"
             )
+        check_digest(state, getattr(self._view, "digest", None))
         mine = self._view.identity()
         if state.get("dataset") != mine:
             raise ResumeStateError(
@@ -190,6 +233,16 @@ class StreamingDataLoader(DataLoader):
         epoch, point = litdata_resume(litdata_state, view, view.layout(self.num_workers))
         position = {"single": point.to_json()} if point is not None else view.fresh_position(epoch, self.num_workers)
         return {"shardwright_loader": STATE_VERSION, "dataset": view.identity(), "position": position}
+
+
+def _resumed_line(view: Any, position: dict) -> str:
+    """``resumed epoch E at sample K of N (dataset DIGEST)``: K counts every rank's samples."""
+    receipt = state_receipt(view, position)
+    digest = receipt["digest"] or "without a digest"
+    if "consumed" not in receipt:
+        return f"resumed a combined dataset (dataset {digest})"
+    at = receipt["consumed"]["count"]
+    return f"resumed epoch {receipt['epoch']} at sample {at} of {receipt['samples']} (dataset {digest})"
 
 
 def worker_resume(dataset: Any, state: dict) -> None:

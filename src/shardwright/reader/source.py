@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import mmap
 import os
 import stat
@@ -23,6 +24,7 @@ from ..format import (
     check_checksum,
     chunk_item,
 )
+from ..format.index import index_digest
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
@@ -37,6 +39,7 @@ from .checks import (
     unpack_checked,
 )
 from .itemfile import ITEM_READ_BYTES, ItemFile
+from .metrics import chunk_loaded
 from .prefetch import Loaded, ProcState
 
 __all__ = ["ChunkSource"]
@@ -172,6 +175,12 @@ class ChunkSource:
         except Exception:  # gone or unreadable: not what it was either
             return True
 
+    @functools.cached_property
+    def digest(self) -> str | None:
+        """The dataset digest index.json records (format.digest); None for a dataset written
+        before digests."""
+        return index_digest(self.index_bytes, self.index_source)
+
     # --- per process -----------------------------------------------------------------------
 
     def state(self) -> ProcState:
@@ -221,6 +230,7 @@ class ChunkSource:
             state.lru[k] = loaded
             data = loaded.data
             self._trim(state)
+        chunk_loaded(len(data))
         if sequential_hint and sequential and k + 1 < len(self.chunks):
             self.prefetch([k + 1])  # reading forward: fetch the next chunk while this one is read
         return data

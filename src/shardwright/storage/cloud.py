@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
+from .. import telemetry
 from ..errors import StorageError, UsageError
 from ..process import ForkSafeLock
 from .base import ObjectInfo, Storage
@@ -66,6 +67,25 @@ def pop_number(options: dict[str, Any], name: str, default: float, *, minimum: f
 def _printable(text: str) -> str:
     """``text`` safe to print and log (a name that is not valid Unicode keeps its escapes)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+_THROTTLING_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "TooManyRequests", "RequestLimitExceeded"}
+)
+
+
+def is_throttling(e: BaseException) -> bool:
+    """Whether ``e`` is a store's 429 (or S3's SlowDown family), read from the attributes the
+    SDKs share: ``status_code`` (Azure), ``code`` (google-api-core), ``response`` (botocore)."""
+    for name in ("status_code", "code"):
+        if getattr(e, name, None) == 429:
+            return True
+    response = getattr(e, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error") or {}
+        meta = response.get("ResponseMetadata") or {}
+        return meta.get("HTTPStatusCode") == 429 or error.get("Code") in _THROTTLING_CODES
+    return False
 
 
 class CloudStorage(Storage):
@@ -196,18 +216,26 @@ class CloudStorage(Storage):
         start = time.monotonic()
         deadline = start + self.retry_timeout
         attempt = 0
+        counters = telemetry.get()
         while True:
             try:
                 result = fn(attempt)
                 self._reached = True
+                counters.store_request(op, "ok")
                 return result
             except Exception as e:
                 if isinstance(e, (StorageError, FileNotFoundError, UsageError)):
+                    counters.store_request(op, "missing" if isinstance(e, FileNotFoundError) else "error")
                     raise  # ours
                 kind = self.classify(e, key)
+                if counters.enabled:
+                    counters.store_request(op, kind.value)
+                    if is_throttling(e):
+                        counters.throttled(op)
                 if kind is Failure.TRANSIENT or (kind is Failure.UNREACHABLE and self.retry_unreached(attempt)):
                     delay = min(4.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
                     if time.monotonic() + delay < deadline:
+                        counters.retry(f"store {kind.value}")
                         attempt += 1
                         time.sleep(delay)
                         continue

@@ -1,0 +1,406 @@
+"""Run and reader telemetry through OpenTelemetry: off unless asked for, free when off.
+
+**When it is on.** Only when ``opentelemetry-sdk`` is installed (the ``telemetry`` extra)
+*and* the standard variables ask for it: ``OTEL_SDK_DISABLED`` is not ``true``, and
+``OTEL_METRICS_EXPORTER`` or ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``,
+``console``; ``none`` asks for nothing). The specification's default exporter is ``otlp``,
+but a data library must not start sending to ``localhost:4317`` because a package happens
+to be installed: so an unset variable means off here. An application that installed its own
+SDK providers (``opentelemetry.metrics.set_meter_provider``) gets our series through them
+when the variables enable us; :func:`configure` hands providers over explicitly (tests, or
+an application that wants them whatever the environment says). When off, ``opentelemetry``
+is never imported and every call below is an empty method.
+
+Each process builds its own providers the first time it records (worker processes too:
+the variables are inherited), with the ``process.pid`` resource attribute so that the
+series of a run's processes stay apart, and flushes them at exit (a forked multiprocessing
+child included). ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are honoured by the
+SDK (default service name here: ``shardwright``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+__all__ = ["InFlight", "Telemetry", "configure", "enabled_by_environment", "get", "reset"]
+
+log = logging.getLogger("shardwright")
+
+METER_NAME = "shardwright"
+#: the run's span, handed to its worker processes (W3C traceparent): their spans join the run's trace
+TRACE_PARENT_ENV = "SHARDWRIGHT_TRACEPARENT"
+#: seconds: a chunk commit round, and the wait for a batch (p50/p95/p99 come from these)
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def _exporter_names(variable: str) -> list[str]:
+    value = os.environ.get(variable, "").strip().lower()
+    return [name.strip() for name in value.split(",") if name.strip() and name.strip() != "none"]
+
+
+def enabled_by_environment() -> bool:
+    """The rule of the module docstring, without importing opentelemetry when it says no."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if not (_exporter_names("OTEL_METRICS_EXPORTER") or _exporter_names("OTEL_TRACES_EXPORTER")):
+        return False
+    try:
+        import opentelemetry.sdk  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class Telemetry:
+    """The counters of runs and readers. This base records nothing (telemetry off); the
+    live one (:class:`_Live`) sends each call to OpenTelemetry instruments."""
+
+    enabled = False
+
+    # -- runs (optimize) -------------------------------------------------------------------
+    def items(self, n: int) -> None:
+        """``n`` more items committed."""
+
+    def inputs_done(self, n: int) -> None:
+        """``n`` more inputs finished."""
+
+    def failed(self, n: int = 1) -> None:
+        """``n`` more inputs failed (after their retries)."""
+
+    def retry(self, cause: str) -> None:
+        """One more retry, by cause (``fn``, or a store failure kind: ``transient``, ...)."""
+
+    def throttled(self, verb: str) -> None:
+        """A store answered 429 (or its SDK's throttling code) to ``verb``."""
+
+    def calls_in_flight(self, delta: int) -> None:
+        """I/O-bound fn calls running now: +1 when one starts, -1 when it ends."""
+
+    def chunks_committed(self, chunks: int, seconds: float) -> None:
+        """A commit round of ``chunks`` chunks took ``seconds`` (written to sealed)."""
+
+    def store_request(self, verb: str, outcome: str) -> None:
+        """One store operation (GET, PUT, LIST ...) ended: ``ok`` or the failure kind."""
+
+    def bytes_written(self, n: int) -> None:
+        """``n`` more bytes of chunks committed."""
+
+    # -- readers ---------------------------------------------------------------------------
+    def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
+        """A loader handed a batch of ``items`` items after waiting ``wait_seconds`` for it."""
+
+    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
+        """A reader process loaded a chunk of ``nbytes`` bytes (decoded: what its items are read from)."""
+
+    def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
+        """A chunk was downloaded into the cache."""
+
+    def cache_hit(self, rank: int, worker: int) -> None:
+        """A chunk was found in the cache (no download)."""
+
+    # -- traces ----------------------------------------------------------------------------
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+        """A span (a no-op context when off)."""
+        return nullcontext()
+
+    def handed_to_children(self) -> AbstractContextManager[Any]:
+        """While open, processes started from here (worker processes) put their spans under
+        the current span: its W3C traceparent is in their environment (TRACE_PARENT_ENV)."""
+        return nullcontext()
+
+
+_OFF = Telemetry()
+
+
+class InFlight:
+    """Calls in flight as a level: :meth:`set` reports the change since the last value to
+    :meth:`Telemetry.calls_in_flight` (an up-down counter sums the deltas of every process)."""
+
+    def __init__(self, telemetry: Telemetry):
+        self.telemetry, self.value = telemetry, 0
+
+    def set(self, value: int) -> None:
+        if value != self.value and self.telemetry.enabled:
+            self.telemetry.calls_in_flight(value - self.value)
+        self.value = value
+
+
+class _Live(Telemetry):
+    enabled = True
+
+    def __init__(self, meter_provider: Any, tracer_provider: Any):
+        meter = meter_provider.get_meter(METER_NAME)
+        self._tracer = tracer_provider.get_tracer(METER_NAME) if tracer_provider is not None else None
+        c, u, h = meter.create_counter, meter.create_up_down_counter, meter.create_histogram
+        self._items = c("shardwright.run.items", unit="{item}", description="items committed")
+        self._inputs = c("shardwright.run.inputs_done", unit="{input}", description="inputs finished")
+        self._failed = c("shardwright.run.inputs_failed", unit="{input}", description="inputs failed")
+        self._retries = c("shardwright.run.retries", unit="{retry}", description="retries, by cause")
+        self._throttled = c("shardwright.store.throttled", unit="{response}", description="429s seen, by verb")
+        self._in_flight = u("shardwright.run.calls_in_flight", unit="{call}", description="fn calls running")
+        self._commits = c("shardwright.run.chunks_committed", unit="{chunk}", description="chunks committed")
+        self._commit_seconds = h(
+            "shardwright.run.commit_duration",
+            unit="s",
+            description="one commit round, written to sealed",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
+        )
+        self._requests = c("shardwright.store.requests", unit="{request}", description="store requests")
+        self._bytes = c("shardwright.run.bytes_written", unit="By", description="chunk bytes committed")
+        self._batches = c("shardwright.reader.batches", unit="{batch}", description="batches handed out")
+        self._batch_items = c("shardwright.reader.items", unit="{item}", description="items in the batches handed out")
+        self._read_bytes = c("shardwright.reader.bytes", unit="By", description="chunk bytes loaded (decoded)")
+        self._downloads = c("shardwright.reader.chunk_downloads", unit="{chunk}", description="chunks downloaded")
+        self._download_bytes = c("shardwright.reader.download_bytes", unit="By", description="bytes downloaded")
+        self._hits = c("shardwright.reader.cache_hits", unit="{chunk}", description="chunks found in the cache")
+        self._wait = h(
+            "shardwright.reader.wait_duration",
+            unit="s",
+            description="time the training loop waited for a batch",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
+        )
+
+    def items(self, n: int) -> None:
+        self._items.add(n)
+
+    def inputs_done(self, n: int) -> None:
+        self._inputs.add(n)
+
+    def failed(self, n: int = 1) -> None:
+        self._failed.add(n)
+
+    def retry(self, cause: str) -> None:
+        self._retries.add(1, {"cause": cause})
+
+    def throttled(self, verb: str) -> None:
+        self._throttled.add(1, {"verb": verb})
+
+    def calls_in_flight(self, delta: int) -> None:
+        self._in_flight.add(delta)
+
+    def chunks_committed(self, chunks: int, seconds: float) -> None:
+        self._commits.add(chunks)
+        self._commit_seconds.record(seconds)
+
+    def store_request(self, verb: str, outcome: str) -> None:
+        self._requests.add(1, {"verb": verb, "outcome": outcome})
+
+    def bytes_written(self, n: int) -> None:
+        self._bytes.add(n)
+
+    def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
+        where = {"rank": rank, "worker": worker}
+        self._batches.add(1, where)
+        self._batch_items.add(items, where)
+        self._wait.record(wait_seconds, where)
+
+    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
+        self._read_bytes.add(nbytes, {"rank": rank, "worker": worker})
+
+    def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
+        where = {"rank": rank, "worker": worker}
+        self._downloads.add(1, where)
+        self._download_bytes.add(nbytes, where)
+
+    def cache_hit(self, rank: int, worker: int) -> None:
+        self._hits.add(1, {"rank": rank, "worker": worker})
+
+    @contextmanager
+    def _span(self, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+        from opentelemetry import trace
+
+        assert self._tracer is not None
+        parent = None
+        inherited = os.environ.get(TRACE_PARENT_ENV)
+        if inherited and not trace.get_current_span().get_span_context().is_valid:
+            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+            parent = TraceContextTextMapPropagator().extract({"traceparent": inherited})
+        with self._tracer.start_as_current_span(name, context=parent, attributes=attributes) as span:
+            yield span
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+        if self._tracer is None:
+            return nullcontext()
+        return self._span(name, {k: v for k, v in attributes.items() if v is not None})
+
+    @contextmanager
+    def _handed(self) -> Iterator[None]:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier)
+        previous = os.environ.get(TRACE_PARENT_ENV)
+        if "traceparent" in carrier:
+            os.environ[TRACE_PARENT_ENV] = carrier["traceparent"]
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(TRACE_PARENT_ENV, None)
+            else:
+                os.environ[TRACE_PARENT_ENV] = previous
+
+    def handed_to_children(self) -> AbstractContextManager[Any]:
+        return nullcontext() if self._tracer is None else self._handed()
+
+
+_lock = threading.Lock()
+_current: tuple[int, Telemetry] | None = None  # (pid, telemetry): a forked child builds its own
+_explicit: Telemetry | None = None
+
+
+def get() -> Telemetry:
+    """This process's telemetry: the live one when enabled, else the no-op one."""
+    if _explicit is not None:
+        return _explicit
+    current = _current
+    if current is not None and current[0] == os.getpid():
+        return current[1]
+    return _build()
+
+
+def _build() -> Telemetry:
+    global _current
+    with _lock:
+        pid = os.getpid()
+        if _current is not None and _current[0] == pid:
+            return _current[1]
+        telemetry: Telemetry = _OFF
+        if enabled_by_environment():
+            try:
+                telemetry = _from_environment()
+            except Exception as exc:  # telemetry must never stop a run
+                log.warning("OpenTelemetry is enabled by OTEL_* variables but could not start: %s", exc)
+        _current = (pid, telemetry)
+        return telemetry
+
+
+def configure(meter_provider: Any = None, tracer_provider: Any = None) -> Telemetry:
+    """Use these OpenTelemetry providers in this process, whatever the variables say (either
+    may be None: that signal is then not recorded)."""
+    global _explicit
+    if meter_provider is None:
+        from opentelemetry.metrics import NoOpMeterProvider
+
+        meter_provider = NoOpMeterProvider()
+    _explicit = _Live(meter_provider, tracer_provider)
+    return _explicit
+
+
+def reset() -> None:
+    """Forget :func:`configure`'d providers and what the variables said (read again at next use)."""
+    global _explicit, _current
+    _explicit = None
+    _current = None
+
+
+def _from_environment() -> Telemetry:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "shardwright"}).merge(
+        Resource.create({"process.pid": os.getpid()})
+    )
+    meter_provider: Any = None
+    tracer_provider: Any = None
+    closers: list[Any] = []
+    metric_exporters = _exporter_names("OTEL_METRICS_EXPORTER")
+    if metric_exporters:
+        ours = metrics.get_meter_provider()
+        if isinstance(ours, MeterProvider) and os.getpid() == _pid_at_import:
+            meter_provider = ours  # the application's own SDK provider
+        else:
+            readers = [PeriodicExportingMetricReader(_metric_exporter(name)) for name in metric_exporters]
+            meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+            closers.append(meter_provider)
+    trace_exporters = _exporter_names("OTEL_TRACES_EXPORTER")
+    if trace_exporters:
+        theirs = trace.get_tracer_provider()
+        if isinstance(theirs, TracerProvider) and os.getpid() == _pid_at_import:
+            tracer_provider = theirs
+        else:
+            tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+            for name in trace_exporters:
+                tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(name)))
+            closers.append(tracer_provider)
+    for closer in closers:
+        _flush_at_exit(closer)
+    if meter_provider is None:
+        from opentelemetry.metrics import NoOpMeterProvider
+
+        meter_provider = NoOpMeterProvider()
+    return _Live(meter_provider, tracer_provider)
+
+
+def _flush_at_exit(provider: Any) -> None:
+    """Shut ``provider`` down (its last export) at exit: atexit in a normal process, and
+    multiprocessing's finalizers in a forked child (which leaves by os._exit, skipping atexit)."""
+    import multiprocessing.util
+
+    closed: list[bool] = []
+
+    def close() -> None:  # both hooks run in a process that imported multiprocessing: once only
+        if not closed:
+            closed.append(True)
+            provider.shutdown()
+
+    atexit.register(close)
+    multiprocessing.util.Finalize(provider, close, exitpriority=10)
+
+
+def _otlp(signal: str) -> Any:
+    """The OTLP exporter class of ``signal`` (http/protobuf or grpc, by
+    OTEL_EXPORTER_OTLP_PROTOCOL), from ``opentelemetry-exporter-otlp``."""
+    protocol = os.environ.get(
+        f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+    )
+    kind = "grpc" if protocol.strip() == "grpc" else "http"
+    module, name = {
+        ("metrics", "http"): ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+        ("metrics", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
+        ("traces", "http"): ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+        ("traces", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+    }[(signal, kind)]
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError:
+        raise RuntimeError(
+            f"OTEL_{signal.upper()}_EXPORTER=otlp needs the OTLP exporter ({kind}): pip install "
+            f"opentelemetry-exporter-otlp-proto-{kind}, or set the variable to console or none"
+        ) from None
+
+
+def _metric_exporter(name: str) -> Any:
+    if name == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter()
+    if name == "otlp":
+        return _otlp("metrics")()
+    raise RuntimeError(f"OTEL_METRICS_EXPORTER={name!r} is not one shardwright knows: use otlp, console or none")
+
+
+def _span_exporter(name: str) -> Any:
+    if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        return _otlp("traces")()
+    raise RuntimeError(f"OTEL_TRACES_EXPORTER={name!r} is not one shardwright knows: use otlp, console or none")
+
+
+_pid_at_import = os.getpid()
