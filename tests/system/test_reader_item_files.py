@@ -149,7 +149,7 @@ def test_no_descriptor_is_left_open(tmp_path):
     import gc
 
     gc.collect()
-    assert open_fds() == before
+    assert open_fds() <= before  # none left open by the readers (other threads may have closed theirs)
 
 
 def test_a_two_worker_loader_reads_every_large_item_once(tmp_path):

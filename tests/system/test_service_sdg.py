@@ -166,12 +166,15 @@ def test_the_jobs_api_lists_inputs_in_the_users_terms(server):
                 options={"chunk_size": 2, "num_workers": 2},
             )
 
-            def busy(_job) -> bool:
-                status = client.get(f"/jobs/{job['id']}/inputs").json()
-                return bool(status["in_progress"]) and status["counts"].get("in_progress", 0) > 0
+            seen: dict = {}
 
-            server.wait(client, job["id"], busy, 120, "an input in progress")
-            status = client.get(f"/jobs/{job['id']}/inputs").json()
+            def busy(_job) -> bool:  # names are published with the claims' next heartbeat
+                status = seen["status"] = client.get(f"/jobs/{job['id']}/inputs").json()
+                named = all(not e["name"].startswith("input ") for e in status["in_progress"])
+                return bool(status["in_progress"]) and named and status["counts"].get("in_progress", 0) > 0
+
+            server.wait(client, job["id"], busy, 120, "an input in progress, by name")
+            status = seen["status"]
             names = [e["name"] for e in status["in_progress"]]
             assert all("doc0" in name for name in names), names  # the documents, by their content's repr
             counts = status["counts"]

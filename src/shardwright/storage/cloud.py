@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from .. import telemetry
 from ..errors import StorageError, UsageError
 from ..process import ForkSafeLock
+from ..telemetry import get as run_counters
 from .base import ObjectInfo, Storage
 from .failure import Failure, Fixes, storage_error
 from .files import tmp_name, unlink_quiet
@@ -216,7 +216,7 @@ class CloudStorage(Storage):
         start = time.monotonic()
         deadline = start + self.retry_timeout
         attempt = 0
-        counters = telemetry.get()
+        counters = run_counters()
         while True:
             try:
                 result = fn(attempt)
