@@ -280,7 +280,7 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
         pipeline="square",
         inputs=list(range(n)),
         output_dir=out,
-        config={"factor": 3, "sleep": 0.1, "hold_from": 30, "gate": gate},
+        config={"factor": 3, "sleep": 0.1, "holds": {30: gate}},
         options={"chunk_size": 2, "num_workers": 2},
     )
     assert job["state"] == "PENDING" and job["progress"] == {"inputs_done": 0, "inputs_total": n, "items": 0}
