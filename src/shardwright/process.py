@@ -41,6 +41,22 @@ def host_identity(env: Mapping[str, str] | None = None) -> str:
     return socket.gethostname()
 
 
+def slurm_task(env: Mapping[str, str] | None = None) -> str | None:
+    """The Slurm task this process runs in, ``JOB_ARRAYTASK`` (the array's job id and task
+    index; the job id alone outside an array), None outside Slurm. The one home of the Slurm
+    job's environment names for records (attempts, leases)."""
+    env = os.environ if env is None else env
+    job = env.get("SLURM_ARRAY_JOB_ID") or env.get("SLURM_JOB_ID")
+    return f"{job}_{env.get('SLURM_ARRAY_TASK_ID', '')}" if job else None
+
+
+def slurm_identity(env: Mapping[str, str] | None = None) -> str | None:
+    """The Slurm task and step process (``SLURM_PROCID``) this process is, None outside Slurm."""
+    env = os.environ if env is None else env
+    task = slurm_task(env)
+    return f"{task}_{env.get('SLURM_PROCID', '0')}" if task is not None else None
+
+
 def _proc_stat_fields(pid: int) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name, None when unreadable."""
     try:

@@ -105,13 +105,16 @@ def redact_url_credentials(text: str) -> str:
     return _URL_SIGNATURE.sub(lambda m: m.group(1) + REDACTED, text)
 
 
-def without_url_credentials(value: str) -> str:
-    """``value`` with a URL's ``user:password@`` part removed (unchanged when it has none)."""
-    if not url_credentials(value):
+def without_url_credentials(value: str, *, query: bool = True) -> str:
+    """``value`` with a URL's ``user:password@`` part removed (unchanged when it has none);
+    ``query=False`` drops the query and fragment too (an Azure SAS token rides in the query).
+    The one home of a URL shown in messages and identities without its credentials."""
+    if query and not url_credentials(value):
         return value
     parts = urlsplit(value)
     host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    kept = (parts.query, parts.fragment) if query else ("", "")
+    return urlunsplit((parts.scheme, host, parts.path, *kept))
 
 
 def connection_string_secrets(value: str) -> list[str]:

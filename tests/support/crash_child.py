@@ -26,7 +26,8 @@ def _gated(i: int) -> None:
     """With ``gate`` (a path) in the config, input ``i`` waits until that file exists when
     ``i % gate_period >= gate_after``: each shard of ``gate_period`` inputs commits its first
     inputs, then holds its step until the test releases it, so the run is certainly still
-    going when the test acts on it, at any load."""
+    going when the test acts on it, at any load. The wait polls (a short sleep at a time), so
+    a held worker still takes its signals and dies with its parent (PR_SET_PDEATHSIG)."""
     gate = CONFIG.get("gate")
     if gate and i % CONFIG["gate_period"] >= CONFIG["gate_after"]:
         deadline = time.monotonic() + 600
@@ -47,18 +48,21 @@ def _maybe_fail(i: int) -> None:
 
 
 def plain(i: int) -> dict:
+    _gated(i)
     _slow()
     _maybe_fail(i)
     return {"i": i, "sq": i * i, "name": f"item-{i}"}
 
 
 def filtering(i: int):
+    _gated(i)
     _slow()
     _maybe_fail(i)
     return None if i % 3 == 0 else {"i": i, "sq": i * i, "name": f"item-{i}"}
 
 
 def generator(i: int):
+    _gated(i)
     _maybe_fail(i)
     for j in range(i % 5):
         _slow()
@@ -68,6 +72,7 @@ def generator(i: int):
 def stamped(i: int) -> dict:
     """Like plain, but each call's sample has a random size (an augmentation, a timestamp):
     with chunk_bytes, two runs cut the same inputs into chunks at different places."""
+    _gated(i)
     _slow()
     _maybe_fail(i)
     return {"i": i, "pad": "x" * random.randint(0, 64)}

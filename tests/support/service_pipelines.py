@@ -21,6 +21,9 @@ class SquareConfig(BaseModel):
         None, description="SIGKILL the job process on this input (the OOM killer's way)..."
     )
     once_marker: str | None = Field(None, description="...once: only while this file does not exist (created then)")
+    holds: dict[int, str] = Field(
+        {}, description="{input: gate file}: inputs from that one on wait until the file exists (polled)"
+    )
 
 
 def square(i: int, config: SquareConfig):
@@ -30,6 +33,10 @@ def square(i: int, config: SquareConfig):
         if not os.path.exists(path):
             with open(path, "w") as f:
                 f.write(str(i))
+    for first, gate in config.holds.items():  # held steps: the job is certainly running while a test acts
+        deadline = time.monotonic() + 120
+        while i >= first and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a short wait at a time: the worker still takes its signals
     if config.sleep:
         time.sleep(config.sleep)
     if config.kill_runner_on == i and config.once_marker and not os.path.exists(config.once_marker):

@@ -51,13 +51,28 @@ def test_crash_at_each_commit_point(tmp_path, point):
     assert_exactly_once(config)
 
 
+def held_config(tmp_path, kind: str, n: int, **more) -> dict:
+    """A run of ``n`` inputs in 8 shards, each of which commits its first 40 inputs (4 chunks)
+    and then holds its step on a gate file until the test releases it (``gate``): the run is
+    certainly still going when the test acts on it, at any load."""
+    config = {"kind": kind, "n": n, "chunk_size": 10, "num_shards": 8, "output_dir": str(tmp_path / "out")}
+    config |= {"gate": str(tmp_path / "gate"), "gate_period": n // 8, "gate_after": 40, **more}
+    return config
+
+
+def release(config: dict) -> None:
+    Path(config["gate"]).write_text("")
+
+
 def test_one_worker_sigkilled(tmp_path):
-    config = {"kind": "plain", "n": 4000, "chunk_size": 10, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    config = held_config(tmp_path, "plain", 4000, sleep=0.002)
     proc = start_child(config)
-    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
+    assert wait_for(lambda: proc.poll() is not None or committed_records(config["output_dir"]) >= 3, 60)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
     workers = children_of(proc.pid)
     assert workers, "no worker processes found"
     os.kill(workers[0], signal.SIGKILL)
+    release(config)  # the other worker goes on to its next input, where it sees the stop
     started = time.monotonic()
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - started < 15, "a dead worker must not make the run hang"
@@ -69,14 +84,16 @@ def test_one_worker_sigkilled(tmp_path):
 
 
 def test_main_process_sigkilled_leaves_no_orphans(tmp_path):
-    config = {"kind": "plain", "n": 4000, "chunk_size": 10, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
+    config = held_config(tmp_path, "plain", 4000, sleep=0.002)
     proc = start_child(config)
-    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
-    os.kill(proc.pid, signal.SIGKILL)
+    assert wait_for(lambda: proc.poll() is not None or committed_records(config["output_dir"]) >= 3, 60)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    os.kill(proc.pid, signal.SIGKILL)  # the workers are held on the gate: alive, mid-shard
     proc.wait()
-    assert wait_for(lambda: not group_pids(proc.pid), 5), "workers outlived the main process"
+    assert wait_for(lambda: not group_pids(proc.pid), 10), "workers outlived the main process"
     before = sorted(os.listdir(config["output_dir"]))
-    time.sleep(0.5)
+    release(config)  # a worker that survived would now write on
+    time.sleep(0.5)  # a window for a write that must not come (nothing to wait for)
     assert sorted(os.listdir(config["output_dir"])) == before, "something kept writing after the main process died"
     finish(config)
     assert_exactly_once(config)
@@ -84,13 +101,15 @@ def test_main_process_sigkilled_leaves_no_orphans(tmp_path):
 
 @pytest.mark.parametrize("sig,code,to_group", [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)])
 def test_sigint_sigterm_stop_cleanly(tmp_path, sig, code, to_group):
-    config = {"kind": "generator", "n": 3000, "chunk_size": 10, "sleep": 0.001, "output_dir": str(tmp_path / "out")}
+    config = held_config(tmp_path, "generator", 3200, sleep=0.001)
     proc = start_child(config)
-    assert wait_for(lambda: committed_records(config["output_dir"]) >= 3, 30)
+    assert wait_for(lambda: proc.poll() is not None or committed_records(config["output_dir"]) >= 3, 60)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
     if to_group:
         kill_group(proc, sig)  # what a terminal's Ctrl-C does
     else:
         os.kill(proc.pid, sig)  # what a scheduler's SIGTERM to the job does
+    release(config)  # the held workers go on to their next input, where they see the stop
     started = time.monotonic()
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - started < 8

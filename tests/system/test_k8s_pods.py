@@ -8,6 +8,7 @@ lease TTL is 120 s here) and the dataset holds every input exactly once."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +29,10 @@ def pod_env(index: int, job: str = "prep") -> dict:
     }
 
 
-def config_for(output_dir: str, storage_options: dict | None = None) -> dict:
+def config_for(output_dir: str, storage_options: dict | None = None, gate: str | None = None) -> dict:
+    """900 inputs in 12 shards; with ``gate`` (a path) each shard commits its first 30 inputs
+    and then holds its step until that file exists, so every pod is still going when the
+    test kills one, at any load."""
     config = {
         "kind": "located",
         "n": 900,
@@ -41,6 +45,8 @@ def config_for(output_dir: str, storage_options: dict | None = None) -> dict:
     }
     if storage_options:
         config["storage_options"] = storage_options
+    if gate:
+        config |= {"gate": gate, "gate_period": 75, "gate_after": 30}
     return config
 
 
@@ -55,14 +61,15 @@ def run_pods_with_one_killed(config: dict, options: dict | None) -> None:
         return any(lease.shard is not None and lease.host == "k8s:prep/1" for lease in leases)
 
     try:
-        assert wait_for(lambda: committed_records(config["output_dir"], options) >= 6 and pod_1_is_writing(), 90), (
+        assert wait_for(lambda: committed_records(config["output_dir"], options) >= 3 and pod_1_is_writing(), 90), (
             "pod 1 never held a shard's claim while the run went on"
         )
-        assert pods[1].poll() is None, "pod 1 finished before it could be killed: the workload is too small"
+        assert pods[1].poll() is None, pods[1].communicate()[1][-3000:]  # held on the gate: it cannot have finished
         status = read_status(storage)
         assert [n.node for n in status.nodes] == [0, 1, 2], "status shows each pod's progress"
         kill_group(pods[1], signal.SIGKILL)
         pods[1].communicate()
+        Path(config["gate"]).write_text("")  # the held pods go on
         pods[1] = start_child(config, **pod_env(1))  # the Job controller's replacement, same index
         for index, pod in pods.items():
             _, err = pod.communicate(timeout=100)  # < the 120 s TTL: a takeover must not wait for it
@@ -78,11 +85,11 @@ def run_pods_with_one_killed(config: dict, options: dict | None) -> None:
 
 
 def test_pods_write_one_dataset_exactly_once_through_a_lost_pod(tmp_path):
-    run_pods_with_one_killed(config_for(str(tmp_path / "out")), None)
+    run_pods_with_one_killed(config_for(str(tmp_path / "out"), gate=str(tmp_path / "gate")), None)
 
 
-def test_pods_on_s3(s3_url, s3_storage_options):
-    run_pods_with_one_killed(config_for(s3_url, s3_storage_options), s3_storage_options)
+def test_pods_on_s3(s3_url, s3_storage_options, tmp_path):
+    run_pods_with_one_killed(config_for(s3_url, s3_storage_options, str(tmp_path / "gate")), s3_storage_options)
 
 
 def test_a_local_output_dir_is_refused_on_several_pods_unless_shared(tmp_path):

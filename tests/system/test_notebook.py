@@ -99,11 +99,16 @@ def test_notebook_with_fn_defined_in_it(tmp_path, kernel_name):
     assert f"count={EXPECTED_COUNT}" in _text_outputs(nb2)
 
 
+# Each 100 inputs, the last 80 wait for the gate file (the test creates it once it has
+# interrupted the kernel): the run commits its first chunks, then is certainly still going
+# when the interrupt lands, at any load. The wait polls, so the workers still see the stop.
 INTERRUPTED_CELL = """
-import time
+import os, time
 from shardwright import optimize
 
 def slow(i):
+    while i % 100 >= 20 and not os.path.exists(OUTPUT_DIR + ".gate"):
+        time.sleep(0.05)
     time.sleep(0.005)
     return {"i": i}
 
@@ -148,6 +153,7 @@ def test_interrupting_the_kernel_raises_keyboardinterrupt_and_resumes(tmp_path, 
             assert time.monotonic() < deadline, "nothing was committed"
             time.sleep(0.05)
         km.interrupt_kernel()
+        (tmp_path / "dataset.gate").write_text("")  # the held inputs go on, to the stop
         text = _stream_text_of(kc, msg_id)
         assert "caught KeyboardInterrupt: Interrupted:" in text and "Rerun the same call to resume." in text, text
         assert km.is_alive() and not (out / "index.json").exists()

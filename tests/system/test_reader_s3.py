@@ -104,9 +104,9 @@ def test_each_rank_downloads_its_share(remote, fault_proxy, tmp_path, monkeypatc
 
 
 KILLED_READER = """
-import sys, time
+import os, sys, time
 from shardwright import StreamingDataset
-url, endpoint, key, secret, cache, limit, seed = sys.argv[1:8]
+url, endpoint, key, secret, cache, limit, seed, hold, held = sys.argv[1:10]
 opts = {"endpoint_url": endpoint, "aws_access_key_id": key, "aws_secret_access_key": secret}
 ds = StreamingDataset(url, storage_options=opts, cache_dir=cache, max_cache_bytes=int(limit), shuffle=True,
                       seed=int(seed), iterable=True)
@@ -114,6 +114,10 @@ n = 0
 for item in ds:
     n += 1
     time.sleep(0.002)
+    if n == int(hold):  # mid-read, its next downloads in flight: held until the test kills it
+        open(held, "w").close()
+        while True:
+            time.sleep(0.05)
 print(n)
 """
 
@@ -128,7 +132,7 @@ def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault
     import subprocess
     import sys
 
-    from support.helpers import child_env, kill_group
+    from support.helpers import child_env, kill_group, wait_for
 
     fault_proxy.configure(latency=0.02)
     chunk = 20 * (ROWS + 100)
@@ -138,7 +142,8 @@ def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault
     script.write_text(KILLED_READER)
     opts = fault_proxy.storage_options
 
-    def start(seed: int) -> subprocess.Popen:
+    def start(seed: int, hold: int = 0) -> subprocess.Popen:
+        """A reader; with ``hold``, it holds after that many items (``held-SEED`` appears)."""
         args = [
             remote,
             opts["endpoint_url"],
@@ -147,6 +152,8 @@ def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault
             str(cache),
             str(limit),
             str(seed),
+            str(hold),
+            str(tmp_path / f"held-{seed}"),
         ]
         return subprocess.Popen(
             [sys.executable, str(script), *args],
@@ -158,9 +165,13 @@ def test_cache_bound_holds_for_readers_killed_at_random(remote, s3_server, fault
         )
 
     rng = random.Random(3)
-    procs = [start(seed) for seed in range(3)]
-    time.sleep(rng.uniform(2.0, 3.0))
-    for proc in procs[:2]:
+    # the two to kill hold at a random moment mid-read (the kill lands then, at any load)
+    procs = [start(seed, rng.randint(50, CHUNKS * 20 - 100)) for seed in range(2)] + [start(2)]
+    for seed, proc in enumerate(procs[:2]):
+        assert wait_for(
+            lambda seed=seed, proc=proc: proc.poll() is not None or (tmp_path / f"held-{seed}").exists(), 120
+        )
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
         kill_group(proc, signal.SIGKILL)
         proc.communicate()
     out, err = procs[2].communicate(timeout=120)

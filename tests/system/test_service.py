@@ -274,12 +274,13 @@ def test_a_body_over_the_limit_is_refused_with_413(server, client):
 @pytest.mark.slow
 def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, client):
     n, out = 80, out_dir(server, "lifecycle")
+    gate = out + ".gate"  # inputs 30 on wait for it: the job is still running when it is canceled
     job = server.submit(
         client,
         pipeline="square",
         inputs=list(range(n)),
         output_dir=out,
-        config={"factor": 3, "sleep": 0.1},
+        config={"factor": 3, "sleep": 0.1, "holds": {30: gate}},
         options={"chunk_size": 2, "num_workers": 2},
     )
     assert job["state"] == "PENDING" and job["progress"] == {"inputs_done": 0, "inputs_total": n, "items": 0}
@@ -305,6 +306,7 @@ def test_cancel_then_retry_resumes_and_writes_every_input_exactly_once(server, c
     )
     r = client.post(f"/jobs/{job['id']}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"]
+    open(gate, "w").close()  # the held inputs go on, to the stop
     canceled = server.wait_state(client, job["id"], "CANCELED", "SUCCEEDED", "FAILED")
     assert canceled["state"] == "CANCELED", canceled
     assert 20 <= canceled["progress"]["inputs_done"] < n

@@ -66,6 +66,7 @@ def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_pa
     srv = Server(tmp_path, "--max-running", "1", "--retry-backoff", "0.2")
     srv.start()
     n, out, pid_dir = 100, tmp_path / "out-a", tmp_path / "pids"
+    gates = {k: tmp_path / f"gate-{k}" for k in (1, 2)}
     pid_dir.mkdir()
     watch = None
     try:
@@ -75,7 +76,8 @@ def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_pa
                 pipeline="square",
                 inputs=list(range(n)),
                 output_dir=str(out),
-                config={"sleep": 0.1, "pid_dir": str(pid_dir)},
+                # inputs 30 on wait for gate 1, 60 on for gate 2 too: running at each kill, at any load
+                config={"sleep": 0.1, "pid_dir": str(pid_dir), "holds": {30: str(gates[1]), 60: str(gates[2])}},
                 options={"chunk_size": 2, "num_workers": 2},
             )
             b = srv.submit(
@@ -105,7 +107,8 @@ def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_pa
                 f"job processes outlived the server: runner {runner} {pid_alive(runner)}, {_live_pids(pid_dir)}"
             )
             before = _chunks(out)
-            time.sleep(1.0)
+            gates[round_].write_text("")  # a held worker that survived would now write on
+            time.sleep(1.0)  # a window for a write that must not come (nothing to wait for)
             assert _chunks(out) == before, "something still writes the output after the server died"
             srv.start()
 

@@ -12,10 +12,11 @@ from shardwright.format import ChunkEntry, IndexConfig
 from shardwright.protocol.decide import Observed, PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.identity import IdentityTable
-from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.manifest import OutputSettings
 from shardwright.protocol.recorded import Recorded
 from shardwright.protocol.run_record import RunRecord
 from shardwright.sources import UnitIdentity
+from support.manifests import recorded_manifest
 
 SETTINGS = OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=2)
 BYTES = OutputSettings(chunk_size=None, chunk_bytes=65536, compression=None, num_shards=2)
@@ -105,20 +106,7 @@ def test_an_incremental_settings_mismatch_names_the_setting_passed():
 
 
 def test_a_resume_settings_mismatch_names_every_setting_that_differs():
-    manifest = Manifest(
-        run_id="run",
-        generation=0,
-        mode="create",
-        num_inputs=10,
-        num_shards=2,
-        inputs=InputsFingerprint.of(TEN).to_json(),
-        settings=BYTES,
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name="m.f",
-        created_at=0.0,
-    )
+    manifest = recorded_manifest(TEN, settings=BYTES)
     with pytest.raises(RunMismatchError) as info:
         decide(Observed(url="out", manifest=manifest), request(None, TEN))
     text = str(info.value)

@@ -11,10 +11,10 @@ import pytest
 from shardwright.engine.edited import check_input_files
 from shardwright.errors import RunMismatchError
 from shardwright.process import host_identity
-from shardwright.protocol.fingerprint import InputFiles, InputsFingerprint
-from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.fingerprint import InputFiles
 from shardwright.protocol.records import CommitRecord, write_records
 from shardwright.storage import open_storage
+from support.manifests import recorded_manifest
 
 
 def setup(tmp_path, *, host=None):
@@ -27,21 +27,7 @@ def setup(tmp_path, *, host=None):
         docs.append(str(path))
     files = InputFiles.of(docs)
     assert files is not None
-    manifest = Manifest(
-        run_id="run",
-        generation=0,
-        mode="create",
-        num_inputs=4,
-        num_shards=2,
-        inputs=InputsFingerprint.of(docs).to_json(),
-        settings=OutputSettings(chunk_size=1, chunk_bytes=None, compression=None, num_shards=2),
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name="m.f",
-        created_at=2.0,
-        input_files={**files.to_json(), "host": host or host_identity()},
-    )
+    manifest = recorded_manifest(docs, created_at=2.0, input_files={**files.to_json(), "host": host or host_identity()})
     storage = open_storage(str(tmp_path / "out"))
     # shard 0 (inputs 0, 1) committed input 0; shard 1 (inputs 2, 3) nothing yet
     write_records(storage, [CommitRecord(0, 0, None, 0, 0, 1, 0, False, (), "run")])
@@ -97,20 +83,7 @@ def source_run(tmp_path, committed_rows: int):
         (data / f"{name}.jsonl").write_text("".join(f'{{"i": {i}}}\n' for i in range(10)))
     source = sources.jsonl(str(data))
     storage = open_storage(str(tmp_path / "out"))
-    manifest = Manifest(
-        run_id="run",
-        generation=0,
-        mode="create",
-        num_inputs=20,
-        num_shards=2,
-        inputs=InputsFingerprint.of(list(range(20))).to_json(),
-        settings=OutputSettings(chunk_size=1, chunk_bytes=None, compression=None, num_shards=2),
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name="m.f",
-        created_at=2.0,
-    )
+    manifest = recorded_manifest(list(range(20)), created_at=2.0)
     from shardwright.protocol.manifest import create_manifest
 
     create_manifest(storage, manifest)

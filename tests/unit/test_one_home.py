@@ -18,6 +18,16 @@ HOMES = [
     ("the dead INDEX_NAME alias", r"\bINDEX_NAME\b", set()),
     ("the disk-full errnos", r"errno\.(ENOSPC|EDQUOT)", {"storage/files.py"}),
     ("the lease fields a lease writes itself", r"\bOWN_FIELDS\s*=", {"protocol/lease.py"}),
+    ("the Slurm job's environment names in records", r"SLURM_(ARRAY_)?JOB_ID[\"']\)", {"process.py"}),
+    ("the Slurm step's process index in records", r"get\([\"']SLURM_PROCID", {"process.py"}),
+    ("creating a run manifest", r"(?<![\w.])Manifest\(", {"protocol/manifest.py"}),
+    ("a URL without its credentials, for messages", r"\burlunsplit\(", {"secrets.py"}),
+    ("parsing storage options given as JSON text", r"json\.loads\((storage_)?options\b", {"storage/options.py"}),
+    (
+        "the --storage-options JSON mistakes",
+        r"--storage-options (is not valid JSON|must be a JSON object)",
+        {"storage/options.py"},
+    ),
     ("a Ray claim's task index, under its typed name", r"[\"']ray_task[\"']", {"protocol/lease.py", "cluster/ray.py"}),
 ]
 

@@ -14,9 +14,9 @@ from shardwright.engine.identity import fn_identity
 from shardwright.engine.inputs import run_inputs
 from shardwright.engine.resume_guard import refuse_positional_resume
 from shardwright.errors import RunMismatchError
-from shardwright.protocol.fingerprint import InputsFingerprint
-from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.manifest import Manifest
 from shardwright.protocol.records import CommitRecord, ShardProgress
+from support.manifests import recorded_manifest
 
 DOCS = [f"/data/doc{i:03d}.txt" for i in range(10)]
 
@@ -29,21 +29,8 @@ def pages(doc, *, per_page):
 
 def manifest_for(fn) -> Manifest:
     identity = fn_identity(fn)
-    return Manifest(
-        run_id="run",
-        generation=0,
-        mode="create",
-        num_inputs=len(DOCS),
-        num_shards=2,
-        inputs=InputsFingerprint.of(DOCS).to_json(),
-        settings=OutputSettings(chunk_size=2, chunk_bytes=None, compression=None, num_shards=2),
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name=identity.name,
-        fn_code=identity.code,
-        fn_identity=identity.to_json(),
-        created_at=0.0,
+    return recorded_manifest(
+        DOCS, chunk_size=2, fn_name=identity.name, fn_code=identity.code, fn_identity=identity.to_json()
     )
 
 

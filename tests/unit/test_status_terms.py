@@ -10,32 +10,19 @@ import time
 
 from shardwright.cli.main import print_status
 from shardwright.process import host_identity
-from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.layout import claim_name, lease_key
-from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest
+from shardwright.protocol.manifest import create_manifest
 from shardwright.protocol.records import CommitRecord, write_records
 from shardwright.protocol.status import read_status
 from shardwright.storage import open_storage
+from support.manifests import recorded_manifest
 
 DOCS = [f"/data/doc{i:03d}.txt" for i in range(20)]
 
 
 def running(tmp_path):
     storage = open_storage(str(tmp_path / "out"))
-    manifest = Manifest(
-        run_id="run",
-        generation=0,
-        mode="create",
-        num_inputs=20,
-        num_shards=2,
-        inputs=InputsFingerprint.of(DOCS).to_json(),
-        settings=OutputSettings(chunk_size=1000, chunk_bytes=None, compression=None, num_shards=2),
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name="sdg.pages",
-        created_at=time.time() - 100,
-    )
+    manifest = recorded_manifest(DOCS, chunk_size=1000, fn_name="sdg.pages", created_at=time.time() - 100)
     create_manifest(storage, manifest)
     write_records(storage, [CommitRecord(0, 0, None, 0, 0, 5, 0, False, ((3, 0),), "run")])  # shard 0: 5 done, 1 failed
     holder = {

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..engine.abandon import abandon
-from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError
+from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.publish import merge
@@ -257,11 +257,11 @@ def _main(argv: list[str] | None) -> int:
     except ShardwrightError as exc:
         options = getattr(args, "storage_options", None)
         try:
-            parsed = json.loads(options) if options else None
-        except ValueError:
+            parsed = parse_storage_options(options)
+        except UsageError:
             parsed = None
-        secrets = secret_values(parsed if isinstance(parsed, dict) else None)
-        if options and not isinstance(parsed, dict):
+        secrets = secret_values(parsed)
+        if options and parsed is None:
             secrets.append(options)  # unparseable: the whole text may hold a secret
         print(f"shardwright: error: {redact(str(exc), secrets)}", file=sys.stderr)
         return 2

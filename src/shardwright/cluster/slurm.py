@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..secrets import public_options
+from ..storage.options import parse_storage_options
 
 DEFAULT_JOB_NAME = "shardwright"
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
@@ -323,16 +324,9 @@ def public_storage_options(storage_options: str | None) -> str | None:
     Slurm's job record (``scontrol show job``, sacct) and logs: secret keys are dropped and a
     ``user:password@`` part of a URL is removed. The merge job then finds credentials the way
     boto3 does: the environment sbatch exports (AWS_ACCESS_KEY_ID, ...), ~/.aws, a role."""
-    if not storage_options:
+    options = parse_storage_options(storage_options)
+    if options is None:
         return None
-    try:
-        options = json.loads(storage_options)
-    except ValueError:
-        raise UsageError("--storage-options is not valid JSON; pass a JSON object of storage options") from None
-    if not isinstance(options, dict):
-        raise UsageError(
-            "--storage-options must be a JSON object of storage options (the backend's names: docs/clouds.md)"
-        )
     public = public_options(options)
     return json.dumps(public) if public else None
 

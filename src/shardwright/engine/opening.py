@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-import uuid
 
 from ..errors import UsageError
 from ..format import ChunkEntry, IndexConfig
@@ -17,7 +15,7 @@ from ..protocol.decide import PlanKind, Request, RunPlan, check_same_run, decide
 from ..protocol.fn_identity import FnIdentity
 from ..protocol.layout import INDEX_KEY
 from ..protocol.links import check_no_links
-from ..protocol.manifest import Manifest, create_manifest
+from ..protocol.manifest import Manifest, create_manifest, new_manifest
 from ..protocol.observe import observe
 from ..protocol.publish import discard_run_state, finish_published, wipe
 from ..protocol.shards import clamp_num_shards
@@ -134,26 +132,24 @@ def _create(storage: Storage, request: Request, plan: RunPlan) -> tuple[Manifest
     count = len(plan.input_ids) if plan.input_ids is not None else request.inputs.count
     if plan.input_ranges is not None:
         count = sum(b - a for a, b in plan.input_ranges)
-    wanted = Manifest(
-        run_id=uuid.uuid4().hex,
+    wanted = new_manifest(
         generation=plan.generation,
         mode=plan.manifest_mode,
         num_inputs=count,
         num_shards=clamp_num_shards(request.settings.num_shards, count),
         inputs=request.inputs.to_json(),
-        input_ids=list(plan.input_ids) if plan.input_ids is not None else None,
-        input_skips=list(plan.input_skips) if plan.input_skips is not None else None,
+        input_ids=plan.input_ids,
+        input_skips=plan.input_skips,
         settings=request.settings,
         use_checkpoint=request.use_checkpoint,
-        base_chunks=[c.to_json() for c in base_chunks],
-        base_config=base_config.to_json() if base_config else None,
+        base_chunks=base_chunks,
+        base_config=base_config,
         fn_name=request.fn_name,
-        created_at=time.time(),
         fn_code=request.fn_code,
         input_files=request.input_files,
-        fn_identity=request.fn().to_json(),
-        input_ranges=[list(r) for r in plan.input_ranges] if plan.input_ranges is not None else None,
-        range_skips=[list(p) for p in plan.range_skips] if plan.range_skips else None,
+        fn_identity=request.fn(),
+        input_ranges=plan.input_ranges,
+        range_skips=plan.range_skips,
     )
     manifest = create_manifest(storage, wanted)
     resumed = False

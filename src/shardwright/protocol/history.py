@@ -22,7 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import bounded_text, classify
-from ..process import host_identity
+from ..process import host_identity, slurm_task
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import HISTORY_PREFIX
@@ -129,8 +129,6 @@ def attempt_record(
     ended: str,
     error: StopError | None = None,
 ) -> Attempt:
-    slurm_job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
-    slurm = f"{slurm_job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}" if slurm_job else None
     return Attempt(
         attempt_id=attempt_id,
         run_id=run_id,
@@ -140,7 +138,7 @@ def attempt_record(
         host=host_identity(),
         pid=os.getpid(),
         user=_user(),
-        slurm_task=slurm,
+        slurm_task=slurm_task(),
         started_at=started_at,
         finished_at=time.time(),
         inputs_total=inputs_total,

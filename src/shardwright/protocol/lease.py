@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import ConcurrentRunError, LeaseLostError
-from ..process import host_identity, pid_alive
+from ..process import host_identity, pid_alive, slurm_identity
 from ..storage import Storage
 from .jsonio import dumps
 from .layout import LEASES_PREFIX, lease_key, lease_name
@@ -213,13 +213,6 @@ def lease_owner(storage: Storage, key: str) -> str | None:
     except FileNotFoundError:
         return None
     return holder.owner if holder is not None else None
-
-
-def slurm_identity() -> str | None:
-    job = os.environ.get("SLURM_ARRAY_JOB_ID") or os.environ.get("SLURM_JOB_ID")
-    if not job:
-        return None
-    return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}_{os.environ.get('SLURM_PROCID', '0')}"
 
 
 def task_identity() -> str | None:

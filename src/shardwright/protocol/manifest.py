@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import CorruptStateError
-from ..format import ChunkEntry
+from ..format import ChunkEntry, IndexConfig
 from ..storage import Storage
 from .fn_identity import FnIdentity
 from .hints import START_OVER
@@ -239,6 +241,51 @@ def read_manifest(storage: Storage) -> Manifest | None:
         return None
     return Manifest.from_json(
         loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}"
+    )
+
+
+def new_manifest(
+    *,
+    generation: int,
+    mode: str,
+    num_inputs: int,
+    num_shards: int,
+    inputs: dict,
+    settings: OutputSettings,
+    use_checkpoint: bool,
+    fn_name: str,
+    fn_identity: FnIdentity | None = None,
+    fn_code: str = "",
+    base_chunks: Sequence[ChunkEntry] = (),
+    base_config: IndexConfig | None = None,
+    input_ids: Sequence[int] | None = None,
+    input_skips: Sequence[int] | None = None,
+    input_files: dict | None = None,
+    input_ranges: Sequence[tuple[int, int]] | None = None,
+    range_skips: Sequence[tuple[int, int]] | None = None,
+) -> Manifest:
+    """A new run's manifest (a fresh run id, created now) from typed parts: the one place a
+    manifest is made rather than read."""
+    return Manifest(
+        run_id=uuid.uuid4().hex,
+        generation=generation,
+        mode=mode,
+        num_inputs=num_inputs,
+        num_shards=num_shards,
+        inputs=inputs,
+        input_ids=list(input_ids) if input_ids is not None else None,
+        input_skips=list(input_skips) if input_skips is not None else None,
+        settings=settings,
+        use_checkpoint=use_checkpoint,
+        base_chunks=[c.to_json() for c in base_chunks],
+        base_config=base_config.to_json() if base_config else None,
+        fn_name=fn_name,
+        created_at=time.time(),
+        fn_code=fn_code,
+        input_files=input_files,
+        fn_identity=fn_identity.to_json() if fn_identity is not None else None,
+        input_ranges=[list(r) for r in input_ranges] if input_ranges is not None else None,
+        range_skips=[list(p) for p in range_skips] if range_skips else None,
     )
 
 

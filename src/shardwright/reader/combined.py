@@ -20,16 +20,9 @@ import numpy as np
 from ..errors import ArgumentTypeError, UsageError
 from .dataset import StreamingDataset, as_iterable
 from .resume import EpochStart, combined_position, fresh_point, parse_combined
-
-try:
-    from torch.utils.data import IterableDataset as _IterableBase
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # torch is optional: a plain object then
-    _IterableBase = object  # type: ignore[assignment,misc]
-
-    def _worker_info():
-        return None
-
+from .torch_bases import IterableBase as _IterableBase
+from .torch_bases import OverDatasets
+from .torch_bases import worker_info as _worker_info
 
 __all__ = ["CombinedStreamingDataset", "MixRule", "mix_choices", "mix_counts", "mix_length"]
 
@@ -133,7 +126,7 @@ def _check_weights(weights: Any, count: int) -> list[float]:
     return floats
 
 
-class CombinedStreamingDataset(_IterableBase):
+class CombinedStreamingDataset(OverDatasets, _IterableBase):
     """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
 
     Deterministic (the same seed and epoch give the same mix on every machine) and resumable
@@ -196,18 +189,6 @@ class CombinedStreamingDataset(_IterableBase):
         self._mix_resume: tuple | None = None  # (epoch, generation) of a resumed epoch
 
     # --- what StreamingDataLoader uses -----------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        return self.datasets[0].epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch`` for every dataset from the next iteration on."""
-        for d in self.datasets:
-            d.set_epoch(epoch)
-
-    def layout(self, num_workers: int):
-        return self.datasets[0].layout(num_workers)
 
     def identity(self) -> dict:
         mine: dict = {"combined": [d.identity() for d in self.datasets], "weights": self.weights, "seed": self.seed}

@@ -29,18 +29,9 @@ from .source import MIN_CACHED_CHUNKS, ChunkSource
 from .state import ResumePoint, distributed_env, fingerprint, order_json, plan_for_stream
 from .subsample import RegionSelection, Subsample
 from .tokens import TokenLayout
-
-try:  # the base classes are chosen once, when this module is imported
-    from torch.utils.data import Dataset as _DatasetBase
-    from torch.utils.data import IterableDataset as _IterableBase
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # torch is optional: plain objects then
-    _DatasetBase = object  # type: ignore[assignment,misc]
-    _IterableBase = object  # type: ignore[assignment,misc]
-
-    def _worker_info():
-        return None
-
+from .torch_bases import DatasetBase as _DatasetBase
+from .torch_bases import IterableBase as _IterableBase
+from .torch_bases import worker_info as _worker_info
 
 __all__ = ["IterableStreamingDataset", "StreamingDataset", "as_iterable"]
 

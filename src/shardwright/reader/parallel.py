@@ -30,23 +30,16 @@ from .dataset import StreamingDataset, as_iterable
 from .order import EpochSequence, iter_segment
 from .partition import rank_range
 from .positional import PositionalResumable
-
-try:
-    from torch.utils.data import IterableDataset as _IterableBase
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # torch is optional: a plain object then
-    _IterableBase = object  # type: ignore[assignment,misc]
-
-    def _worker_info():
-        return None
-
+from .torch_bases import IterableBase as _IterableBase
+from .torch_bases import OverDatasets
+from .torch_bases import worker_info as _worker_info
 
 __all__ = ["ParallelStreamingDataset"]
 
 _BLOCK = 1024  # tuple positions read per step
 
 
-class ParallelStreamingDataset(PositionalResumable, _IterableBase):
+class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase):
     """Several :class:`StreamingDataset` objects read in parallel: each sample is a tuple of
     one sample of each (litdata's ``ParallelStreamingDataset``).
 
@@ -180,18 +173,6 @@ class ParallelStreamingDataset(PositionalResumable, _IterableBase):
                     yield self.transform(samples, self._rngs(epoch, start + k))
 
     # --- iteration -------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        return self.datasets[0].epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch`` from the next iteration on (every rank the same number)."""
-        for d in self.datasets:
-            d.set_epoch(epoch)
-
-    def layout(self, num_workers: int):
-        return self.datasets[0].layout(num_workers)
 
     def __len__(self) -> int:
         """This rank's tuples in an epoch."""

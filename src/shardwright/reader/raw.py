@@ -28,18 +28,9 @@ from .cache import DEFAULT_MAX_CACHE_BYTES, ChunkCache, cache_name, default_cach
 from .partition import Layout, rank_range
 from .positional import PositionalResumable
 from .state import distributed_env
-
-try:
-    from torch.utils.data import Dataset as _DatasetBase
-    from torch.utils.data import IterableDataset as _IterableBase
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # torch is optional: plain objects then
-    _DatasetBase = object  # type: ignore[assignment,misc]
-    _IterableBase = object  # type: ignore[assignment,misc]
-
-    def _worker_info():
-        return None
-
+from .torch_bases import DatasetBase as _DatasetBase
+from .torch_bases import IterableBase as _IterableBase
+from .torch_bases import worker_info as _worker_info
 
 __all__ = ["FileMetadata", "StreamingRawDataset"]
 

@@ -28,6 +28,7 @@ from dataclasses import replace
 from ..errors import CorruptStateError, UsageError
 from ..process import die_with_parent
 from ..secrets import redact, secret_values
+from ..storage.options import parse_storage_options
 from ..storage.pin import pin_directory
 from .locations import check_output_location
 from .model import JobError, Progress, ReportState, RunnerReport, RunResult
@@ -219,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.slurm:
         task = os.environ.get("SLURM_ARRAY_TASK_ID", "0")
     else:
-        text = sys.stdin.read()
-        storage_options = json.loads(text) if text.strip() else None
+        storage_options = parse_storage_options(sys.stdin.read())
     return run(args.job_dir, args.attempt, storage_options, task)
 
 

@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from ..errors import OutputDirError, StorageError
+from ..secrets import without_url_credentials
 from .base import ObjectInfo, check_range
 from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
 from .failure import RETRY_STATUS, Failure, Fixes
@@ -500,11 +501,7 @@ class AzureStorage(CloudStorage):
 
 def _no_query(url: str) -> str:
     """``url`` without a query string (a SAS token) or user info, for identity and messages."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    return without_url_credentials(url, query=False).rstrip("/")
 
 
 def _account_of(url: str) -> str:

@@ -6,11 +6,36 @@ with the right key)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
+from ..errors import UsageError
 from .registry import check_option_names
 
-__all__ = ["check_storage_option_names"]
+__all__ = ["check_storage_option_names", "parse_storage_options"]
+
+
+def parse_storage_options(text: str | None) -> dict | None:
+    """``--storage-options`` JSON (a command line, a job's stdin) as a dict, None when empty;
+    the one parser of storage options given as text.
+
+    Raises:
+        UsageError: one line when the text is not JSON or not a JSON object.
+    """
+    if not text or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(
+            f"--storage-options is not valid JSON ({exc.args[0]}); pass a JSON object, e.g. "
+            '\'{"endpoint_url": "http://127.0.0.1:8333"}\''
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"--storage-options must be a JSON object of the storage backend's options; got {type(value).__name__}"
+        )
+    return value
 
 
 def check_storage_option_names(storage_options: Mapping, location: object = None) -> None:
