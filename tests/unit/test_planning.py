@@ -32,11 +32,12 @@ def test_shards_cover_every_input_once_in_order(n, shards):
         (0, 1),  # no inputs: one (empty) shard
         (1, 1),  # never more shards than inputs
         (5, 5),
-        (20_000, 64),
-        (200_000, 64),
-        (6_400_000, 64),
-        (6_400_001, 65),  # past 64 x INPUTS_PER_SHARD: one shard per 100,000 inputs
-        (10**8, 1000),
+        (20_000, 16),
+        (200_000, 16),
+        (400_000, 16),
+        (400_001, 17),  # past 16 x INPUTS_PER_SHARD: one shard per 25,000 inputs
+        (10**6, 40),
+        (10**7, 400),
         (10**12, 100_000),  # capped at MAX_NUM_SHARDS
     ],
 )
@@ -51,7 +52,7 @@ def test_default_num_shards_is_the_same_for_any_worker_or_node_count():
 
     opts = [OptimizeOptions.validate(str, num_workers=w) for w in (1, 2, 16)]
     opts += [OptimizeOptions.validate(fetch, num_workers=w, concurrency=c) for w in (1, 4) for c in (1, 64)]
-    assert {o.output_settings(200_000).num_shards for o in opts} == {64}
+    assert {o.output_settings(200_000).num_shards for o in opts} == {16}
 
 
 def test_nodes_split_shards_round_robin_without_overlap():
