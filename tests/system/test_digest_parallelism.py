@@ -1,11 +1,13 @@
-"""The same dataset bytes and digest whatever the parallelism and the crash schedule (issue 35:
-the digest part; chunk names still carry each run's fencing epoch, so names are not compared)."""
+"""The same dataset bytes and digest whatever the parallelism and the crash schedule (issue 35),
+with a fixed num_shards and with the default one (which comes from the inputs alone). Chunk
+names still carry each run's fencing epoch, so names are compared up to that tail."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +44,47 @@ def test_same_digest_and_chunk_bytes_for_1_2_4_workers_and_after_sigkills(tmp_pa
     assert main(["verify", killed["output_dir"]]) == 0
     assert runs[1][0] in capsys.readouterr().out
     assert main(["diff", str(tmp_path / "w1"), killed["output_dir"]]) == 0
+
+
+CHUNK_TAIL = re.compile(r"-\d+((?:\.zstd)?\.bin)$")  # the fencing epoch a chunk name carries
+
+
+def every_file(out: Path, names: bool) -> tuple[dict[str, str], dict]:
+    """(name -> sha256 of every file the dataset holds, index.json minus updated_at). With
+    ``names=False`` a chunk name's epoch tail is dropped (names and index then compared up to it)."""
+
+    def name(n: str) -> str:
+        return n if names else CHUNK_TAIL.sub(r"\1", n)
+
+    files = {name(p.name): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()}
+    document = json.loads((out / "index.json").read_bytes())
+    del document["updated_at"]
+    for chunk in document["chunks"]:
+        chunk["filename"] = name(chunk["filename"])
+    files.pop("index.json")
+    return files, document
+
+
+def default_shard_runs(tmp_path: Path) -> dict[object, Path]:
+    """The same 3000 inputs with the default num_shards on 1, 2 and 4 workers, and killed 3
+    times then finished on 2: the default count comes from the inputs alone (issue 35)."""
+    base = {"kind": "generator", "n": 3000, "chunk_size": 50}
+    outs: dict[object, Path] = {}
+    for workers in (1, 2, 4):
+        config = {**base, "num_workers": workers, "output_dir": str(tmp_path / f"w{workers}")}
+        finish(config)
+        assert_exactly_once(config)
+        outs[workers] = Path(config["output_dir"])
+    killed = {**base, "sleep": 0.001, "output_dir": str(tmp_path / "killed")}
+    assert kill_loop(killed, random.Random("default-shards"), kills_wanted=3, check=lambda: None) >= 1
+    killed["num_workers"] = 2
+    finish(killed)
+    assert_exactly_once(killed)
+    outs["killed"] = Path(killed["output_dir"])
+    return outs
+
+
+def test_default_num_shards_same_files_and_index_for_1_2_4_workers_and_after_sigkills(tmp_path):
+    runs = {k: every_file(out, names=False) for k, out in default_shard_runs(tmp_path).items()}
+    assert len(runs[1][1]["chunks"]) > 4  # not one chunk per worker: the default cut, 16 shards
+    assert len({json.dumps(r, sort_keys=True) for r in runs.values()}) == 1, {k: sorted(v[0]) for k, v in runs.items()}

@@ -261,7 +261,7 @@ def assert_clean_finish(output_dir) -> None:
         (2, {"chunk_bytes": "1KB", "num_shards": 3}),
         (3, {"chunk_size": 6, "compression": "zstd"}),
         (2, {"chunk_bytes": 300, "compression": "zstd", "num_shards": 7}),
-        (2, {}),  # defaults: chunk_bytes 64MB, 4 shards per worker
+        (2, {}),  # defaults: chunk_bytes 64MB, 16 shards
     ],
     ids=lambda v: str(v).replace(" ", ""),
 )
@@ -444,11 +444,12 @@ def test_resume_after_fn_error_with_another_num_workers(tmp_path, bad, good, wan
     assert_clean_finish(out)
 
 
-def test_default_shards_are_four_per_worker_not_64_small_chunks(tmp_path):
-    out = tmp_path / "out"
-    optimize(square, list(range(1000)), out, num_workers=2, verbose=False)  # chunk_bytes 64MB
-    assert len(chunk_files(out)) == 8  # one chunk per shard, 4 shards per worker
-    assert items(out) == [square(i) for i in range(1000)]
+def test_default_shards_come_from_the_inputs_not_the_workers(tmp_path):
+    for workers in (1, 3):
+        out = tmp_path / f"out{workers}"
+        optimize(square, list(range(1000)), out, num_workers=workers, verbose=False)  # chunk_bytes 64MB
+        assert len(chunk_files(out)) == 16  # one chunk per shard, whatever num_workers
+        assert items(out) == [square(i) for i in range(1000)]
 
 
 def test_a_resume_without_num_shards_keeps_the_recorded_count(tmp_path):
@@ -459,7 +460,7 @@ def test_a_resume_without_num_shards_keeps_the_recorded_count(tmp_path):
     assert json.loads((out / MANIFEST_KEY).read_text())["num_shards"] == 40
     result = optimize(square, list(range(n)), out, num_workers=3, verbose=False)
     assert result.resumed is True
-    # the recorded 40 shards (one chunk each, plus the one the failure flushed), not 4 x 3
+    # the recorded 40 shards (one chunk each, plus the one the failure flushed), not the default 16
     assert len(chunk_files(out)) in (40, 41)
     assert items(out) == [square(i) for i in range(n)]
     assert_clean_finish(out)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shardwright.engine.options import OptimizeOptions
 from shardwright.engine.planning import check_inputs, node_identity
 from shardwright.errors import InputsError, RunMismatchError, ShardwrightError
 from shardwright.protocol.decide import Request, check_same_run
@@ -26,22 +27,32 @@ def test_shards_cover_every_input_once_in_order(n, shards):
 
 
 @pytest.mark.parametrize(
-    "num_inputs, num_workers, num_nodes, shards",
+    "num_inputs, shards",
     [
-        (0, 2, 1, 1),  # no inputs: one (empty) shard
-        (1, 8, 1, 1),  # never more shards than inputs
-        (5, 2, 1, 5),
-        (200_000, 2, 1, 8),  # small data on 2 workers: 8 chunks, not 64 tiny ones
-        (2_000_000, 2, 1, 8),
-        (10**6, 1, 1, 4),
-        (10**6, 16, 1, 64),  # parallelism kept: 4 shards per worker
-        (10**6, 2, 4, 32),  # every worker of every node counts
-        (10**6, 0, 1, 4),  # a nonsense worker count still gives a valid plan
-        (10**9, 64, 1000, 100_000),  # capped at MAX_NUM_SHARDS
+        (0, 1),  # no inputs: one (empty) shard
+        (1, 1),  # never more shards than inputs
+        (5, 5),
+        (20_000, 16),
+        (200_000, 16),
+        (400_000, 16),
+        (400_001, 17),  # past 16 x INPUTS_PER_SHARD: one shard per 25,000 inputs
+        (10**6, 40),
+        (10**7, 400),
+        (10**12, 100_000),  # capped at MAX_NUM_SHARDS
     ],
 )
-def test_default_num_shards_is_four_per_worker_of_the_run(num_inputs, num_workers, num_nodes, shards):
-    assert default_num_shards(num_inputs, num_workers, num_nodes) == shards
+def test_default_num_shards_comes_from_the_inputs_alone(num_inputs, shards):
+    assert default_num_shards(num_inputs) == shards
+
+
+def test_default_num_shards_is_the_same_for_any_worker_or_node_count():
+    # issue 35: the shards (hence chunks) of the same inputs do not depend on the parallelism
+    async def fetch(x):
+        return x
+
+    opts = [OptimizeOptions.validate(str, num_workers=w) for w in (1, 2, 16)]
+    opts += [OptimizeOptions.validate(fetch, num_workers=w, concurrency=c) for w in (1, 4) for c in (1, 64)]
+    assert {o.output_settings(200_000).num_shards for o in opts} == {16}
 
 
 def test_nodes_split_shards_round_robin_without_overlap():

@@ -111,7 +111,7 @@ def test_unreadable_lease_files_are_skipped():
 @pytest.mark.parametrize("num_shards, num_inputs, clamped", [(64, 10, 10), (4, 10, 4), (5, 0, 1), (1, 1, 1)])
 def test_num_shards_clamp(num_shards, num_inputs, clamped):
     assert clamp_num_shards(num_shards, num_inputs) == clamped
-    assert default_num_shards(num_inputs, 16) == clamp_num_shards(64, num_inputs)
+    assert default_num_shards(num_inputs) == clamp_num_shards(16, num_inputs)
 
 
 def test_start_over_hint_keeps_a_published_dataset_for_appends():

@@ -34,7 +34,7 @@ def make_request(identity: FnIdentity, inputs: RunInputs, options: OptimizeOptio
     return Request(
         mode=options.mode,
         inputs=inputs.fingerprint(),
-        settings=options.output_settings(len(inputs), num_nodes),
+        settings=options.output_settings(len(inputs)),
         explicit_num_shards=options.num_shards is not None,
         fn_name=identity.name,
         use_checkpoint=options.use_checkpoint,

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TOKENS_LOADER, is_tokens_loader, parse_size
 from ..protocol.manifest import OutputSettings
-from ..protocol.shards import MAX_NUM_SHARDS, SHARDS_PER_WORKER, clamp_num_shards, default_num_shards
+from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
 from ..sources import Source
 from ..storage.options import check_storage_option_names
 from .io_options import DEFAULT_DURABLE_EVERY, DEFAULT_STOP_GRACE, InflightOptions
@@ -170,7 +170,7 @@ class OptimizeOptions:
     verbose: bool
     num_nodes: int | None
     node_rank: int | None
-    num_shards: int | None  # None: default_num_shards(len(inputs), num_workers, num_nodes)
+    num_shards: int | None  # None: default_num_shards(len(inputs)), whatever the workers
     on_error: str
     max_retries: int
     timeout: float | None = None  # seconds fn may spend on one input; None: no limit
@@ -280,20 +280,12 @@ class OptimizeOptions:
             inflight=InflightOptions.validate(fn, concurrency, durable_every, stop_grace, checked_timeout, retries),
         )
 
-    def output_settings(self, num_inputs: int, num_nodes: int = 1) -> OutputSettings:
+    def output_settings(self, num_inputs: int) -> OutputSettings:
         """The settings a new run of ``num_inputs`` inputs would record. Without an explicit
-        ``num_shards`` the count comes from the workers (``default_num_shards``); an existing
-        run keeps the count its manifest recorded (``Request.explicit_num_shards``)."""
-        shards = (
-            self.num_shards
-            if self.num_shards is not None
-            # inputs in flight: as many shards per worker as it keeps inputs in flight, so that
-            # near the end, when they exceed the inputs left, the workers share the last shards
-            # (an idle worker takes the next shard first) rather than one holding a large one
-            else default_num_shards(
-                num_inputs, self.num_workers, num_nodes, max(SHARDS_PER_WORKER, self.inflight.concurrency)
-            )
-        )
+        ``num_shards`` the count comes from the inputs alone (``default_num_shards``: never from
+        ``num_workers`` or ``num_nodes``, so the chunks are the same whatever the parallelism);
+        an existing run keeps the count its manifest recorded (``Request.explicit_num_shards``)."""
+        shards = self.num_shards if self.num_shards is not None else default_num_shards(num_inputs)
         return OutputSettings(
             self.chunk_size, self.chunk_bytes, self.compression, clamp_num_shards(shards, num_inputs), self.item_loader
         )
