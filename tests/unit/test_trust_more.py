@@ -70,3 +70,74 @@ def test_a_jsonl_file_listed_as_a_link_is_read_and_checked(tmp_path):
     with pytest.raises(InputsError, match="is no longer the file that was listed"):
         pickle.loads(pickle.dumps(source))[0]
     assert json.loads((tmp_path / "other.jsonl").read_text()) == {"n": 9}
+
+
+# -- map(): every write out of fn's directory stops the run, naming the file -------------
+
+
+def _up_two(i, out_dir):
+    with open(os.path.join(out_dir, "..", "..", f"stray-{i}.txt"), "w") as f:
+        f.write("x")
+
+
+def _into_output(i, out_dir):
+    top = out_dir.split(os.sep + ".shardwright" + os.sep)[0]
+    with open(os.path.join(top, f"direct-{i}.txt"), "wb") as f:
+        f.write(b"x")
+
+
+def _through_a_link(i, out_dir):
+    outside = os.path.join(os.path.dirname(out_dir.split(os.sep + ".shardwright" + os.sep)[0]), "elsewhere")
+    os.makedirs(outside, exist_ok=True)
+    os.symlink(outside, os.path.join(out_dir, "door"))
+    with open(os.path.join(out_dir, "door", f"f-{i}.txt"), "w") as f:
+        f.write("x")
+
+
+def _swallows(i, out_dir):
+    try:
+        os.rename(_touch(out_dir), os.path.join(out_dir, "..", "..", "..", "moved.txt"))
+    except Exception:
+        pass
+    with open(os.path.join(out_dir, "kept.txt"), "w") as f:
+        f.write("x")
+
+
+def _touch(out_dir):
+    path = os.path.join(out_dir, "t.txt")
+    with open(path, "w") as f:
+        f.write("x")
+    return path
+
+
+@pytest.mark.parametrize(
+    "fn, shown",
+    [
+        (_up_two, r"'\.\./\.\./stray-0\.txt' outside the directory it was given \(through '\.\./'\)"),
+        (_into_output, r"direct-0\.txt' outside the directory it was given \(into the output directory"),
+        (_through_a_link, r"door/f-0\.txt' outside the directory it was given \(through a symbolic link"),
+        (_swallows, r"'\.\./\.\./\.\./moved\.txt' outside the directory"),
+    ],
+)
+def test_map_stops_on_any_write_out_of_fns_directory_naming_the_file(tmp_path, fn, shown):
+    import shardwright as sw
+    from shardwright.errors import UsageError
+
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=r"map: fn wrote .*" + shown):
+        sw.map(fn, [0], str(out), num_workers=1)
+    assert not (out / "direct-0.txt").exists() and not (tmp_path / "elsewhere" / "f-0.txt").exists()
+    assert not (out / ".shardwright" / "map" / "stray-0.txt").exists()
+
+
+def _fine(i, out_dir):
+    os.makedirs(os.path.join(out_dir, "sub"), exist_ok=True)
+    with open(os.path.join(out_dir, "sub", "..", f"ok-{i}.txt"), "w") as f:  # '..' that stays inside
+        f.write("x")
+
+
+def test_map_keeps_writes_that_stay_inside(tmp_path):
+    import shardwright as sw
+
+    sw.map(_fine, [0, 1], str(tmp_path / "out"), num_workers=1)
+    assert sorted(p.name for p in (tmp_path / "out").glob("ok-*.txt")) == ["ok-0.txt", "ok-1.txt"]
