@@ -141,3 +141,53 @@ def test_map_keeps_writes_that_stay_inside(tmp_path):
 
     sw.map(_fine, [0, 1], str(tmp_path / "out"), num_workers=1)
     assert sorted(p.name for p in (tmp_path / "out").glob("ok-*.txt")) == ["ok-0.txt", "ok-1.txt"]
+
+
+# -- the jobs service: never the server's credentials ------------------------------------
+
+
+def test_an_s3_source_with_options_but_no_keys_is_read_unsigned():
+    pytest.importorskip("botocore")
+    from botocore import UNSIGNED
+
+    from shardwright.service.input_sources import job_read_options
+
+    options = job_read_options("s3://b/raw/", {"endpoint_url": "http://127.0.0.1:9", "config": {"connect_timeout": 2}})
+    assert options["endpoint_url"] == "http://127.0.0.1:9"
+    assert options["config"] == {"connect_timeout": 2, "signature_version": UNSIGNED}
+    partial = job_read_options("s3://b/raw/", {"aws_access_key_id": "AKIA"})  # a key id alone: boto3 would mix
+    assert partial["config"]["signature_version"] is UNSIGNED
+    own = {"endpoint_url": "http://h", "aws_access_key_id": "k", "aws_secret_access_key": "s"}
+    assert job_read_options("s3://b/raw/", own) == own
+
+
+@pytest.mark.parametrize(
+    "url, options",
+    [
+        ("s3://b/out", {"endpoint_url": "http://elsewhere:9000"}),
+        ("s3://b/out", {"endpoint_url": "http://elsewhere:9000", "aws_access_key_id": "k"}),
+        ("gs://b/out", {"api_endpoint": "http://elsewhere:4443"}),
+        ("az://c/out", {"account_url": "https://elsewhere.blob.core.windows.net"}),
+    ],
+)
+def test_an_output_naming_an_endpoint_without_its_own_credentials_is_refused(url, options):
+    from shardwright.service.locations import LocationRefused, check_output_credentials
+
+    with pytest.raises(LocationRefused, match=r"names an endpoint for .* without the job's own credentials"):
+        check_output_credentials(url, options)
+
+
+@pytest.mark.parametrize(
+    "url, options",
+    [
+        ("s3://b/out", None),
+        ("s3://b/out", {"region_name": "eu-west-1"}),
+        ("s3://b/out", {"endpoint_url": "http://h", "aws_access_key_id": "k", "aws_secret_access_key": "s"}),
+        ("az://c/out", {"account_url": "https://a.blob.core.windows.net", "sas_token": "t"}),
+        ("/data/out", {"endpoint_url": "http://h"}),
+    ],
+)
+def test_outputs_with_the_servers_endpoint_or_their_own_credentials_pass(url, options):
+    from shardwright.service.locations import check_output_credentials
+
+    check_output_credentials(url, options)
