@@ -191,3 +191,40 @@ def test_outputs_with_the_servers_endpoint_or_their_own_credentials_pass(url, op
     from shardwright.service.locations import check_output_credentials
 
     check_output_credentials(url, options)
+
+
+# -- a held output directory: no window between the check and the engine's own writes ------
+
+
+def test_a_link_swapped_in_after_the_check_is_never_written_through(tmp_path, monkeypatch):
+    from shardwright.errors import OutputDirError
+    from shardwright.storage import local as local_module
+    from shardwright.storage.local import LocalStorage
+    from shardwright.storage.pin import PIN_ENV, check_pinned, pin_directory
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    (out / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    pin_directory(os.path.realpath(out))
+    monkeypatch.setenv(PIN_ENV, os.environ[PIN_ENV])  # undone after the test
+    storage = LocalStorage(str(out))
+    storage.write_bytes("sub/a.bin", b"before")
+
+    def check_then_lose_the_race(pin, path):  # the swap lands right after the check passed
+        check_pinned(pin, path)
+        os.rename(out / "sub", out / "sub-moved")
+        os.symlink(elsewhere, out / "sub")
+
+    monkeypatch.setattr(local_module, "check_pinned", check_then_lose_the_race)
+    for write in (storage.write_bytes, storage.write_parts):
+        with pytest.raises(OutputDirError, match=r"sub was replaced by a symbolic link"):
+            write("sub/b.bin", b"x" if write is storage.write_bytes else [b"x"])  # type: ignore[operator]
+        assert os.listdir(elsewhere) == []
+        os.unlink(out / "sub")
+        os.rename(out / "sub-moved", out / "sub")
+    assert (out / "sub" / "a.bin").read_bytes() == b"before"
+    monkeypatch.setattr(local_module, "check_pinned", check_pinned)
+    storage.write_bytes("sub/new/c.bin", b"c", durable=False)  # directories made on the way
+    storage.barrier()
+    assert (out / "sub" / "new" / "c.bin").read_bytes() == b"c"
