@@ -228,3 +228,58 @@ def test_a_link_swapped_in_after_the_check_is_never_written_through(tmp_path, mo
     storage.write_bytes("sub/new/c.bin", b"c", durable=False)  # directories made on the way
     storage.barrier()
     assert (out / "sub" / "new" / "c.bin").read_bytes() == b"c"
+
+
+# -- hostile progress snapshots are ignored cleanly (the records alone stand) ---------------
+
+
+def _snapshot(point: str | None = '{"page": 3}', point_outputs: int = 1, positions=(5,)):
+    from shardwright.protocol.progress import BufferState, ProgressSnapshot, SlotState
+
+    return ProgressSnapshot(
+        "run",
+        0,
+        2,
+        0,
+        (4, 0),
+        1,
+        BufferState(4, (5, 0), [], [b"a"]),
+        [SlotState(p, 0, [b"x", b"y"], point, point_outputs, False) for p in positions],
+    )
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        _snapshot(point='"' + "p" * 5000 + '"'),  # a state over the 4 KB a ResumePoint may hold
+        _snapshot(point="{not json"),  # would crash the resume at json.loads
+        _snapshot(point_outputs=3),  # past the 2 outputs kept: output 2 would be lost
+        _snapshot(positions=(6, 5)),  # slots out of order
+    ],
+)
+def test_a_hostile_progress_snapshot_is_refused_as_damaged(hostile, tmp_path):
+    from shardwright.protocol.progress import decode_snapshot, encode_snapshot, read_snapshot, write_snapshot
+    from shardwright.storage.local import LocalStorage
+
+    assert decode_snapshot(encode_snapshot(_snapshot())).slots[0].point == '{"page": 3}'
+    with pytest.raises(ValueError):
+        decode_snapshot(encode_snapshot(hostile))
+    storage = LocalStorage(str(tmp_path))
+    write_snapshot(storage, hostile)
+    assert read_snapshot(storage, "run", 0, 2, 0, (4, 0)) is None
+
+
+def test_a_progress_snapshot_nested_too_deeply_is_refused_as_damaged(tmp_path):
+    import struct
+
+    from shardwright.protocol.layout import progress_key
+    from shardwright.protocol.progress import MAGIC, decode_snapshot, read_snapshot
+    from shardwright.storage.local import LocalStorage
+
+    header = b"[" * 200_000 + b"]" * 200_000
+    data = MAGIC + struct.pack("<Q", len(header)) + header
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_snapshot(data)
+    storage = LocalStorage(str(tmp_path))
+    storage.write_bytes(progress_key(0, 1), data)
+    assert read_snapshot(storage, "run", 0, 2, 0, (4, 0)) is None
