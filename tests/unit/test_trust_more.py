@@ -283,3 +283,28 @@ def test_a_progress_snapshot_nested_too_deeply_is_refused_as_damaged(tmp_path):
     storage = LocalStorage(str(tmp_path))
     storage.write_bytes(progress_key(0, 1), data)
     assert read_snapshot(storage, "run", 0, 2, 0, (4, 0)) is None
+
+
+# -- a parquet folder's index.json never points the reader out of the folder ---------------
+
+
+@pytest.mark.parametrize("name", ["../secret/s.parquet", "/etc/passwd", "a//b.parquet", 7])
+def test_a_parquet_index_naming_a_file_out_of_its_folder_is_refused(tmp_path, name):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from shardwright import StreamingDataset
+    from shardwright.errors import CorruptStateError
+    from shardwright.reader.parquet import ParquetLoader
+
+    folder, secret = tmp_path / "pq", tmp_path / "secret"
+    folder.mkdir()
+    secret.mkdir()
+    pq.write_table(pa.table({"id": [1, 2]}), folder / "a.parquet")
+    pq.write_table(pa.table({"id": [666]}), secret / "s.parquet")
+    assert [StreamingDataset(str(folder), item_loader=ParquetLoader())[i]["id"] for i in range(2)] == [1, 2]
+    index = json.loads((folder / "index.json").read_text())
+    index["chunks"][0]["filename"] = name
+    index["chunks"][0]["chunk_bytes"] = (secret / "s.parquet").stat().st_size
+    (folder / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CorruptStateError, match=r"not a parquet file inside its folder"):
+        StreamingDataset(str(folder), item_loader=ParquetLoader())
