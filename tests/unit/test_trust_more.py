@@ -308,3 +308,15 @@ def test_a_parquet_index_naming_a_file_out_of_its_folder_is_refused(tmp_path, na
     (folder / "index.json").write_text(json.dumps(index))
     with pytest.raises(CorruptStateError, match=r"not a parquet file inside its folder"):
         StreamingDataset(str(folder), item_loader=ParquetLoader())
+
+
+def test_a_damaged_receipt_digest_in_a_state_is_one_bounded_line():
+    from shardwright.errors import ResumeStateError
+    from shardwright.reader.receipts import check_digest
+
+    with pytest.raises(ResumeStateError, match=r"receipt digest is a list, not a dataset digest"):
+        check_digest({"receipt": {"digest": ["x"] * 100_000}}, "sw1-sha256:" + "0" * 64)
+    with pytest.raises(ResumeStateError) as info:
+        check_digest({"receipt": {"digest": "y" * 1_000_000}}, "sw1-sha256:" + "0" * 64)
+    assert len(str(info.value)) < 1000
+    check_digest({"receipt": {"digest": "d"}}, "d")
