@@ -41,6 +41,7 @@ from ..protocol.index import read_index, read_index_bytes
 from ..protocol.layout import STATE_DIR
 from ..storage import Storage, open_storage, parse_location
 from ..storage.files import fsync_dir
+from .map_watch import watching
 from .result import OptimizeResult
 from .run import optimize
 
@@ -104,7 +105,8 @@ class _MapInput:
             staging = os.path.join(outer, "out")  # fn's directory, inside one of its own: see _escaped
             os.mkdir(staging)
             try:
-                fn(item, staging)
+                with watching(staging, _output_root(parent)):
+                    fn(item, staging)
                 _escaped(outer)
                 files = _staged_files(staging)
                 if not files:
@@ -119,7 +121,8 @@ class _MapInput:
         with tempfile.TemporaryDirectory(prefix="shardwright-map-") as outer:
             staging = os.path.join(outer, "out")
             os.mkdir(staging)
-            fn(item, staging)
+            with watching(staging, None):
+                fn(item, staging)
             _escaped(outer)
             files = _staged_files(staging)
             if not files:
@@ -128,6 +131,11 @@ class _MapInput:
                 with open(os.path.join(staging, name), "rb") as handle:
                     storage.write_bytes(f"{_STAGED}/{attempt}/{name}", handle.read())
         return {"files": json.dumps(files), "staged": attempt}
+
+
+def _output_root(tmp: str) -> str:
+    """The local output directory of the map run's staging parent (OUTPUT/.shardwright/map/staging-tmp)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.normpath(tmp))))
 
 
 def _make_durable(staging: str, files: list[str]) -> None:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArgumentTypeError, UsageError
+from ..protocol.progress import MAX_RESUME_STATE_BYTES  # stored with every progress snapshot
 
 __all__ = ["MAX_RESUME_STATE_BYTES", "FnKind", "ResumePoint", "classify_fn", "resume_state_json"]
 
-MAX_RESUME_STATE_BYTES = 4096  # a ResumePoint's state as JSON (UTF-8): stored with every progress snapshot
 
 SYNC, ASYNC, ASYNC_GEN = "sync", "async", "asyncgen"
 

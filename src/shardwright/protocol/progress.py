@@ -29,12 +29,21 @@ from dataclasses import dataclass, field
 from ..storage import Storage
 from .layout import MAX_EPOCH, progress_key, progress_prefix
 
-__all__ = ["BufferState", "ProgressSnapshot", "SlotState", "decode_snapshot", "encode_snapshot", "read_snapshot"]
+__all__ = [
+    "MAX_RESUME_STATE_BYTES",
+    "BufferState",
+    "ProgressSnapshot",
+    "SlotState",
+    "decode_snapshot",
+    "encode_snapshot",
+    "read_snapshot",
+]
 
 MAGIC = b"SWPROG1\n"
 _HEADER_LENGTH = struct.Struct("<Q")
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a header is a few hundred bytes per input in flight
 MAX_NUMBER = 2**53
+MAX_RESUME_STATE_BYTES = 4096  # a ResumePoint's state as JSON (UTF-8); its one home (engine.resume refuses more)
 
 
 @dataclass
@@ -134,8 +143,26 @@ def _pair(value: object) -> tuple[int, int]:
     return _number(value[0]), _number(value[1])
 
 
+def _point(value: object) -> str | None:
+    """A ResumePoint state as written: None, or JSON text of at most MAX_RESUME_STATE_BYTES
+    (a longer or unparsable one would reach fn, or crash the resume, instead of being ignored)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > MAX_RESUME_STATE_BYTES:
+        raise ValueError("bad ResumePoint state")
+    json.loads(value)
+    return value
+
+
 def decode_snapshot(data: bytes) -> ProgressSnapshot:
     """The snapshot in ``data``, or ValueError for anything damaged, torn or foreign."""
+    try:
+        return _decode(data)
+    except RecursionError:  # JSON nested deeper than the parser goes: hostile, not ours
+        raise ValueError("header nested too deeply") from None
+
+
+def _decode(data: bytes) -> ProgressSnapshot:
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEADER_LENGTH.size:
         raise ValueError("not a progress snapshot")
     (length,) = _HEADER_LENGTH.unpack_from(data, len(MAGIC))
@@ -179,22 +206,25 @@ def decode_snapshot(data: bytes) -> ProgressSnapshot:
     )
     snapshot.buffer.items = items(buffer["items"])
     for s in header["slots"]:
-        point = s["point"]
-        if point is not None and not isinstance(point, str):
-            raise ValueError("bad ResumePoint state")
+        point = _point(s["point"])
         if type(s["done"]) is not bool or type(s["failed"]) is not bool:
             raise ValueError("bad slot")
-        snapshot.slots.append(
-            SlotState(
-                _number(s["position"]),
-                _number(s["base"]),
-                items(s["items"]),
-                point,
-                _number(s["point_outputs"]),
-                s["done"],
-                s["failed"],
-            )
+        slot = SlotState(
+            _number(s["position"]),
+            _number(s["base"]),
+            items(s["items"]),
+            point,
+            _number(s["point_outputs"]),
+            s["done"],
+            s["failed"],
         )
+        if slot.point_outputs > slot.base + len(slot.items):
+            # a resumed attempt starts at output point_outputs: the outputs between what is here
+            # and that number would be lost
+            raise ValueError("ResumePoint past the outputs kept")
+        if snapshot.slots and slot.position <= snapshot.slots[-1].position:
+            raise ValueError("slots out of order")
+        snapshot.slots.append(slot)
     if cursor != len(sizes):
         raise ValueError("items left over")
     return snapshot

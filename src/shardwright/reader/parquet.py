@@ -110,6 +110,28 @@ def _build_index(source: ParquetSource) -> dict:
     return {"chunks": chunks, "config": config, "updated_at": str(time.time())}
 
 
+def _listed_files(index: dict, source: str) -> tuple[list[str], list[int]]:
+    """The (file names, sizes) a ParquetLoader index.json lists, or CorruptStateError: a name
+    must be a plain relative path inside the folder (never ``..``, absolute, or a URL: the
+    index must not point the reader at files elsewhere), a size an int >= 0."""
+    chunks = index.get("chunks")
+    if not isinstance(chunks, list):
+        raise CorruptStateError(f"{source}: 'chunks' is not a list; delete index.json to index the folder again")
+    names, sizes = [], []
+    for entry in chunks:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        size = entry.get("chunk_bytes") if isinstance(entry, dict) else None
+        bad = not isinstance(name, str) or "\\" in name or "://" in name
+        if bad or any(p in ("", ".", "..") for p in str(name).split("/")) or type(size) is not int or size < 0:
+            raise CorruptStateError(
+                f"{source} lists {str(entry)[:120]!r}, not a parquet file inside its folder (a relative name and "
+                "its size in bytes); delete index.json to index the folder again"
+            )
+        names.append(str(name))
+        sizes.append(size)
+    return names, sizes
+
+
 def _read_index(location: str, cache_dir: Any, storage_options: dict, folder: bool = True) -> dict | None:
     """The index.json ``cache_dir`` or (``folder``) the folder holds for it, or None."""
     places = []
@@ -222,8 +244,7 @@ class ParquetChunkSource(ChunkSource):
             base = os.path.dirname(base) if not self.remote else base.rsplit("/", 1)[0]
         try:
             if index is not None and index.get("config", {}).get("item_loader") == PARQUET_LOADER:
-                names = [entry["filename"] for entry in index["chunks"]]
-                sizes = [entry["chunk_bytes"] for entry in index["chunks"]]
+                names, sizes = _listed_files(index, self.index_source)
                 self.files = parquet([f"{base.rstrip('/')}/{name}" for name in names], loader.columns, storage_options)
             else:  # built on first use, as litdata does; written where index_parquet_dataset writes it
                 spec = f"{location}/{hf_files}" if hf else _spec(location)

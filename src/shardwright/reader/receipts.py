@@ -126,9 +126,14 @@ def _before_base(seq: EpochSequence, base: list[Segment]) -> Receipt:
 def check_digest(state: dict, digest: str | None) -> None:
     """Refuse a state saved on another version of the dataset (both digests named)."""
     saved = (state.get("receipt") or {}).get("digest") if isinstance(state.get("receipt"), dict) else None
+    if saved is not None and not isinstance(saved, str):
+        raise ResumeStateError(
+            f"the state's receipt digest is a {type(saved).__name__}, not a dataset digest: the state is damaged; "
+            "start the epoch afresh without load_state_dict"
+        )
     if saved is not None and digest is not None and saved != digest:
         raise ResumeStateError(
-            f"the state was saved reading dataset {saved}, and this loader reads dataset {digest}: another "
+            f"the state was saved reading dataset {saved[:100]}, and this loader reads dataset {digest}: another "
             "version of the dataset (rewritten or appended to). Resume with the dataset the state was saved on, "
             "or start the epoch afresh without load_state_dict"
         )

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import OutputDirError, UsageError
-from .locations import LocationRefused
+from .locations import AZURE_KEYS, LocationRefused, has_own_s3_credentials
 
 __all__ = ["SourceSpec", "check_input_location", "job_read_options", "open_source"]
 
@@ -81,7 +81,7 @@ def check_input_location(url: str, roots: tuple[str, ...]) -> str:
     return normalized
 
 
-AZURE_CREDENTIAL_KEYS = ("connection_string", "account_key", "sas_token", "credential")
+AZURE_CREDENTIAL_KEYS = AZURE_KEYS  # one home: service.locations
 
 
 def job_read_options(url: str, storage_options: dict | None) -> dict | None:
@@ -89,10 +89,14 @@ def job_read_options(url: str, storage_options: dict | None) -> dict | None:
     server's credentials (see the module docstring)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     options = dict(storage_options) if storage_options else None
-    if scheme == "s3" and options is None:
+    if scheme == "s3" and not has_own_s3_credentials(options):
+        # options without the job's own keys (an endpoint_url only, say) would let boto3 find
+        # the server's: read unsigned instead, never with the server's credentials
         from botocore import UNSIGNED
 
-        return {"config": {"signature_version": UNSIGNED}}  # never the server's credentials
+        config = (options or {}).get("config")
+        config = dict(config) if isinstance(config, dict) else {}
+        return {**(options or {}), "config": {**config, "signature_version": UNSIGNED}}
     if scheme in ("gs", "gcs") and not (options or {}).get("credentials"):
         from google.auth.credentials import AnonymousCredentials
 

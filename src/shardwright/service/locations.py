@@ -8,6 +8,13 @@ token and job files): an ``overwrite`` job there would delete them, and a direct
 service user does not own or that is inside another user's home directory.
 
 While a job runs its local output directory is held (:mod:`shardwright.storage.pin`).
+
+A cloud output is written with the job's ``storage_options`` or, without credentials in
+them, the server's own (its environment, profile or role: docs/jobs.md). The server's
+credentials go only to the endpoint the server itself is set up for: a job whose options
+name an endpoint (S3 ``endpoint_url``, GCS ``api_endpoint``, Azure ``account_url``) brings
+its own credentials with it (:func:`check_output_credentials`), or the server would sign
+requests to, or hand a token to, a host the job chose.
 """
 
 from __future__ import annotations
@@ -115,6 +122,43 @@ def check_output_location(output_dir: str, roots: tuple[str, ...], state_dirs: t
     return normalized
 
 
+S3_KEYS = ("aws_access_key_id", "aws_secret_access_key")
+AZURE_KEYS = ("connection_string", "account_key", "sas_token", "credential")
+# per scheme: the options that choose where requests go, and whether the job's own credentials are there
+_ENDPOINTS = {"s3": ("endpoint_url",), "gs": ("api_endpoint",), "gcs": ("api_endpoint",)}
+_ENDPOINTS.update({s: ("account_url",) for s in ("az", "abfs", "abfss")})
+
+
+def has_own_s3_credentials(options: dict | None) -> bool:
+    """Whether S3 ``storage_options`` carry the job's own keys (else boto3 finds the server's)."""
+    return bool(options) and all(isinstance(options.get(k), str) and options.get(k) for k in S3_KEYS)  # type: ignore[union-attr]
+
+
+def _has_own_credentials(scheme: str, options: dict) -> bool:
+    if scheme == "s3":
+        return has_own_s3_credentials(options)
+    if scheme in ("gs", "gcs"):
+        return options.get("credentials") is not None
+    return any(options.get(k) for k in AZURE_KEYS)
+
+
+def check_output_credentials(output_dir: str, storage_options: dict | None) -> None:
+    """LocationRefused when a cloud output's options name an endpoint without the job's own
+    credentials: the server's would be sent to the job's endpoint (see the module)."""
+    scheme = output_dir.split("://", 1)[0].lower() if "://" in output_dir else ""
+    options = storage_options or {}
+    named = [k for k in _ENDPOINTS.get(scheme, ()) if options.get(k)]
+    if named and not _has_own_credentials(scheme, options):
+        own = {"s3": " and ".join(S3_KEYS), "gs": "credentials", "gcs": "credentials"}.get(
+            scheme, " or ".join(AZURE_KEYS)
+        )
+        raise LocationRefused(
+            f"storage_options: {named[0]} names an endpoint for {output_dir} without the job's own credentials; "
+            f"this server sends its own credentials only to the endpoint it is set up for: send {own} with it, "
+            f"or leave {named[0]} out"
+        )
+
+
 def _not_ours(path: str) -> str | None:
     """Why ``path`` belongs to another user (None: it does not): an existing directory owned
     by someone else, or a place inside another user's home directory."""
@@ -138,4 +182,4 @@ def _root(root: str) -> str:
     return parse_location(root).url if "://" in root else os.path.realpath(root)
 
 
-__all__ = ["LocationRefused", "check_output_location"]
+__all__ = ["LocationRefused", "check_output_credentials", "check_output_location", "has_own_s3_credentials"]

@@ -31,12 +31,12 @@ from ..errors import InputsError
 from ..storage import Storage
 from ..storage.local import LocalStorage
 from .base import Source
-from .locate import RangedFile, glob_regex, join_url, open_input_root
+from .locate import HOST as _HOST
+from .locate import RangedFile, glob_regex, join_url, open_input_root, open_listed
 
 __all__ = ["FileRef", "FilesSource", "files"]
 
 log = logging.getLogger("shardwright")
-_HOST = os.uname().nodename  # device numbers mean the same only on the host that listed
 
 
 @dataclass(frozen=True)
@@ -71,28 +71,7 @@ class FileRef:
 
     def _open_listed(self, local: str) -> int:
         """A descriptor of the listed file, or InputsError: never a link put in its place."""
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if self.link else os.O_NOFOLLOW)
-        try:
-            fd = os.open(local, flags)
-        except OSError as exc:
-            if os.path.islink(local) and not self.link:
-                raise InputsError(
-                    f"sources.files: {self.path} was replaced by a symbolic link after it was listed; "
-                    "refusing to read through it (replace the link with the file and rerun)"
-                ) from None
-            raise exc
-        st = os.fstat(fd)
-        problem = None
-        if not stat.S_ISREG(st.st_mode):
-            problem = "is no longer a regular file"
-        elif self.ino and self.host == _HOST and (st.st_dev, st.st_ino) != (self.dev, self.ino):
-            problem = "is no longer the file that was listed (another device/inode: replaced after the listing)"
-        elif st.st_size != self.size:
-            problem = f"changed size since it was listed ({self.size:,} -> {st.st_size:,} bytes)"
-        if problem is not None:
-            os.close(fd)
-            raise InputsError(f"sources.files: {self.path} {problem}; refusing to read it (list the files again)")
-        return fd
+        return open_listed(local, self.path, self.size, self.dev, self.ino, self.host, self.link, "sources.files")
 
     def __repr__(self) -> str:
         return f"FileRef({self.path!r}, size={self.size})"

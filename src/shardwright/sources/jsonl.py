@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -54,9 +55,9 @@ def _stream(item: Located, buffer: int = PIECE) -> IO[bytes]:
     """The decompressed bytes of a file, streamed through our storage (``buffer`` bytes per
     ranged read)."""
     raw: IO[bytes]
-    path = item.root.local_path(item.info.key)
-    if path is not None:
-        raw = open(path, "rb")
+    fd = item.open_local("sources.jsonl")
+    if fd is not None:
+        raw = os.fdopen(fd, "rb")
     else:
         raw = io.BufferedReader(RangedFile(item.root, item.info.key, item.info.size), buffer)
     key = item.info.key

@@ -12,6 +12,7 @@ import io
 import os
 import posixpath
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -19,22 +20,79 @@ from ..errors import InputsError, OutputDirError
 from ..storage import Storage, open_storage
 from ..storage.base import ObjectInfo
 
-__all__ = ["Located", "RangedFile", "glob_regex", "locate", "open_input_root"]
+__all__ = ["HOST", "Located", "RangedFile", "glob_regex", "locate", "open_input_root", "open_listed"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
+HOST = os.uname().nodename  # device numbers mean the same only on the host that listed
 
 
 @dataclass(frozen=True)
 class Located:
-    """One input file: the storage it is read through (an input view), its listing."""
+    """One input file: the storage it is read through (an input view), its listing, and a
+    local file's identity when listed (device, inode, host; ``link``: listed as a link),
+    checked by :func:`open_listed` on every read."""
 
     root: Storage
     info: ObjectInfo
+    dev: int = 0
+    ino: int = 0
+    host: str = ""
+    link: bool = False
 
     @property
     def name(self) -> str:
         """The file's URL or absolute path, as users wrote it and messages show it."""
         return join_url(self.root.url, self.info.key)
+
+    def open_local(self, what: str) -> int | None:
+        """A checked descriptor of this file when it is local (see :func:`open_listed`), else None."""
+        path = self.root.local_path(self.info.key)
+        if path is None:
+            return None
+        return open_listed(path, self.name, self.info.size, self.dev, self.ino, self.host, self.link, what)
+
+
+def open_listed(path: str, name: str, size: int, dev: int, ino: int, host: str, link: bool, what: str) -> int:
+    """A read-only descriptor of the listed local file ``path``, or InputsError: opened without
+    following a link (``O_NOFOLLOW``, unless it was listed as a link) and checked to be the
+    listed file (device and inode on the listing's host, when known; size everywhere), so a
+    file swapped for a link, or for another file, after the listing is refused, never read.
+    The one home of this check (sources.files, sources.jsonl, sources.parquet)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if link else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if os.path.islink(path) and not link:
+            raise InputsError(
+                f"{what}: {name} was replaced by a symbolic link after it was listed; "
+                "refusing to read through it (replace the link with the file and rerun)"
+            ) from None
+        raise exc
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "is no longer a regular file"
+    elif ino and host == HOST and (st.st_dev, st.st_ino) != (dev, ino):
+        problem = "is no longer the file that was listed (another device/inode: replaced after the listing)"
+    elif st.st_size != size:
+        problem = f"changed size since it was listed ({size:,} -> {st.st_size:,} bytes)"
+    if problem is not None:
+        os.close(fd)
+        raise InputsError(f"{what}: {name} {problem}; refusing to read it (list the files again)")
+    return fd
+
+
+def _with_identity(view: Storage, info: ObjectInfo) -> Located:
+    """A Located with the local file's identity (device, inode, whether it is a link)."""
+    path = view.local_path(info.key)
+    if path is None:
+        return Located(view, info)
+    try:
+        is_link = os.path.islink(path)
+        st = os.stat(path)
+    except OSError:
+        return Located(view, info)  # the read names what is wrong
+    return Located(view, info, st.st_dev, st.st_ino, HOST, is_link)
 
 
 def join_url(root_url: str, key: str) -> str:
@@ -142,18 +200,18 @@ def locate(spec: object, storage_options: dict | None, default_pattern: str, wha
             matches = [i for i in view.list_info(prefix) if regex.match(i.key)]
             if not matches:
                 raise InputsError(f"{what}: {raw} matches no file; check the pattern and the path")
-            found.extend(Located(view, i) for i in matches)
+            found.extend(_with_identity(view, i) for i in matches)
             continue
         listed = view.list_info(rest)
         exact = [i for i in listed if i.key == rest] if rest else []
         if exact:
-            found.append(Located(view, exact[0]))
+            found.append(_with_identity(view, exact[0]))
             continue
         directory = f"{rest}/" if rest else ""
         regex = glob_regex(default_pattern)
         inside = [i for i in listed if i.key.startswith(directory) and regex.match(i.key[len(directory) :])]
         if inside:
-            found.extend(Located(view, i) for i in inside)
+            found.extend(_with_identity(view, i) for i in inside)
             continue
         if any(i.key.startswith(directory) for i in listed):
             raise InputsError(

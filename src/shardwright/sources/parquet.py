@@ -11,6 +11,7 @@ A row group that does not decode (a damaged page) makes each of its rows a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,9 +28,9 @@ def _open(item: Located, verify: bool = False) -> Any:
     """``verify``: check each page against the CRC its writer stored (pages without one are read as they are)."""
     import pyarrow.parquet as pq
 
-    path = item.root.local_path(item.info.key)
-    if path is not None:
-        return pq.ParquetFile(path, memory_map=False, page_checksum_verification=verify)
+    fd = item.open_local("sources.parquet")
+    if fd is not None:  # opened without following a link, checked to be the listed file
+        return pq.ParquetFile(os.fdopen(fd, "rb"), page_checksum_verification=verify)
     return pq.ParquetFile(RangedFile(item.root, item.info.key, item.info.size), page_checksum_verification=verify)
 
 

@@ -12,6 +12,7 @@ Registers the ``file`` scheme (and plain paths) with :mod:`.registry`.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import hashlib
 import os
@@ -33,7 +34,7 @@ from .files import (
     unlink_quiet,
     write_all,
 )
-from .pin import Pin, check_pinned, pin_for
+from .pin import Pin, check_pinned, open_pinned_dir, pin_for
 from .registry import register_backend
 
 __all__ = ["RESUME_FIX", "FileLock", "LocalStorage", "check_local_dir", "local_version", "make_dirs", "open_local"]
@@ -144,6 +145,9 @@ class LocalStorage(Storage):
 
     def _write(self, key: str, data: bytes | Sequence[bytes], durable: bool) -> None:
         path = self._path(key)
+        if self._pin is not None:
+            self._write_pinned(self._pin, path, data, durable)
+            return
         tmp = self._write_tmp(path, data, fsync=durable)
         try:
             os.replace(tmp, path)
@@ -155,6 +159,42 @@ class LocalStorage(Storage):
         if durable:
             fsync_dir(os.path.dirname(path))
         else:
+            lock, pending = self._pending_set()
+            with lock:
+                pending.add(path)
+
+    def _write_pinned(self, pin: Pin, path: str, data: bytes | Sequence[bytes], durable: bool) -> None:
+        """:meth:`_write` through a descriptor of the directory reached without following a
+        link (storage.pin): a link swapped in after the check is never written through."""
+        try:
+            directory = open_pinned_dir(pin, os.path.dirname(path))
+        except OSError as e:
+            self._raise_os_error(e, path)
+        name, tmp = os.path.basename(path), os.path.basename(tmp_name(path))
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+            except OSError as e:
+                self._raise_os_error(e, path)
+            try:
+                try:
+                    write_all(fd, [data] if isinstance(data, (bytes, bytearray, memoryview)) else data)
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+            except BaseException as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=directory)
+                if isinstance(e, OSError):
+                    self._raise_os_error(e, path)
+                raise
+            if durable:
+                os.fsync(directory)
+        finally:
+            os.close(directory)
+        if not durable:
             lock, pending = self._pending_set()
             with lock:
                 pending.add(path)

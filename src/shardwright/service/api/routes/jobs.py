@@ -15,7 +15,7 @@ from ... import schemas
 from ...classify import http_status
 from ...config_identity import ConfigChangedError, check_config_unchanged
 from ...input_sources import check_input_location
-from ...locations import LocationRefused, check_output_location
+from ...locations import LocationRefused, check_output_credentials, check_output_location
 from ...model import JobState, Progress
 from ...progress import read_inputs_status, read_output_history
 from ...scheduler import JobStateError
@@ -67,6 +67,10 @@ def _check_storage_options(storage_options: dict | None, output_dir: str | None 
     try:
         if storage_options:
             check_storage_option_names(storage_options, output_dir)
+        if output_dir is not None:
+            check_output_credentials(output_dir, storage_options)
+    except LocationRefused as exc:
+        raise ApiProblem(exc.status, "InvalidStorageOptions", str(exc)) from None
     except ShardwrightError as exc:
         raise ApiProblem(
             422, type(exc).__name__, f"storage_options: {exc}".replace(": storage_options ", ": ")
