@@ -111,9 +111,18 @@ def run_share(
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
     identity = fn_identity(fn) if manifest.use_checkpoint and not fresh else None
+    # the workers take up progress snapshots (engine.inflight): an input they resume from its ResumePoint is safe
+    snapshots = storage if options.inflight.in_flight else None
     if identity is not None:  # before anything is written: a changed generator must not resume by position
         refuse_positional_resume(
-            progress.values(), manifest, fn, inputs, storage.url, allow=options.allow_fn_config_change, now=identity
+            progress.values(),
+            manifest,
+            fn,
+            inputs,
+            storage.url,
+            allow=options.allow_fn_config_change,
+            now=identity,
+            snapshots=snapshots,
         )
     claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
@@ -139,7 +148,7 @@ def run_share(
                 tracker.progress[shard] = read[shard]
                 if identity is not None and not options.allow_fn_config_change:  # warned above
                     refuse_positional_resume(
-                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity
+                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity, snapshots=snapshots
                     )
             if tracker.progress[shard].done:
                 claims.release(shard)
