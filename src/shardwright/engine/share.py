@@ -179,15 +179,16 @@ def run_share(
 
             def idle() -> str | None:
                 tracker.on_idle()
-                current, states = pool.current_inputs(), None
-                if in_flight:  # every input in flight, with its last ResumePoint state
+                current, states, calls = pool.current_inputs(), None, None
+                if in_flight:  # every input in flight, with its last ResumePoint state and calls in flight
                     current = [i for m in in_flight.values() for i in m.inputs]
                     states = [s for m in in_flight.values() for s in m.states]
+                    calls = [c for m in in_flight.values() for c in (m.calls or (0,) * len(m.inputs))]
                 if any(i >= 0 and i not in named for i in current):
                     kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
                     named.clear()
                     named.update(kept)
-                claims.show_current_inputs(current, [named.get(i, "") for i in current], states)  # status: by name
+                claims.show_current_inputs(current, [named.get(i, "") for i in current], states, calls)  # by name
                 return claims.lost() or (on_idle(current) if on_idle is not None else None)
 
             tracker.open_bar()

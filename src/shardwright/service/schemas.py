@@ -182,6 +182,7 @@ class InputInProgress(BaseModel):
     input: int = Field(description="position among the job's inputs")
     name: str = Field(description="the input by name: a file's path, a source row's file and row, a short repr")
     state: str | None = Field(None, description="its last ResumePoint state (JSON), when one was recorded")
+    calls: int = Field(0, description="its calls in flight under the pipeline's Limiter (0: none or not known)")
     worker: int
     place: str = Field(description="where the worker runs (a host, a node)")
 
