@@ -38,6 +38,17 @@ class ShareOutcome:
     busy: dict[int, LeaseHolder] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CurrentInputs:
+    """The inputs the workers are on now, for ``shardwright status``: their names, last
+    ResumePoint states and calls in flight (None: the plain loop, which has neither)."""
+
+    inputs: list[int]
+    names: list[str]
+    states: list[str] | None = None
+    calls: list[int] | None = None
+
+
 def shard_tasks(
     progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
@@ -80,7 +91,7 @@ def run_share(
     require_all: bool = True,
     attempt: AttemptLog | None = None,
     on_message: Callable[[Any], None] | None = None,
-    on_idle: Callable[[list[int]], str | None] | None = None,
+    on_idle: Callable[[CurrentInputs], str | None] | None = None,
     standing: Callable[[], str | None] | None = None,
     verbose: bool = False,
     fresh: bool = False,
@@ -92,7 +103,7 @@ def run_share(
     ``require_all``: a shard claimed by another live process is a ConcurrentRunError (checked
     before anything is written, and again when the shard is claimed); otherwise it is
     skipped and reported in ``busy``. ``on_message`` sees every worker message after the
-    tracker; ``on_idle`` (with the input each worker is on) is called ten times a second and
+    tracker; ``on_idle`` (with the input each worker is on, by name) is called ten times a second and
     stops the pool with its reason. ``standing`` says why this call lost the right to run
     the share (its node lease was taken over): a busy claim is then a LeaseLostError.
 
@@ -188,8 +199,9 @@ def run_share(
                     kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
                     named.clear()
                     named.update(kept)
-                claims.show_current_inputs(current, [named.get(i, "") for i in current], states, calls)  # by name
-                return claims.lost() or (on_idle(current) if on_idle is not None else None)
+                shown = CurrentInputs(current, [named.get(i, "") for i in current], states, calls)
+                claims.show_current_inputs(shown.inputs, shown.names, shown.states, shown.calls)  # status: by name
+                return claims.lost() or (on_idle(shown) if on_idle is not None else None)
 
             tracker.open_bar()
             try:
