@@ -1,7 +1,8 @@
 """A child process for the in-flight system tests: documents -> pages -> one teacher call per
 page, through optimize(concurrency=) in one of three modes, killed by the tests with real signals.
 
-argv: output dir, teacher URL, mode ("asyncgen", "async" or "thread"), concurrency, durable_every.
+argv: output dir, teacher URL, mode ("asyncgen", "async", "thread", "nopoints" or "limited"), concurrency,
+durable_every, and optionally "edited": fn's code edited (the same stream), as a fix resumed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import urllib.error
 import urllib.request
 
 import shardwright
+import shardwright.engine.limits
 
 PAGES = 4
 DOCS = 12
@@ -91,7 +93,54 @@ class PagesInThreads:
             yield shardwright.ResumePoint({"page": page + 1})
 
 
-MODES = {"asyncgen": Pages, "async": OneCall, "thread": PagesInThreads}
+class PagesWithoutResumePoints:
+    """An async generator fn that yields no ResumePoint: an interrupted document resumes by position."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    async def __call__(self, doc: int):
+        for page in range(PAGES):
+            yield {"doc": doc, "page": page, "answer": await ask(self.url, f"d{doc}/p{page}")}
+
+
+class PagesUnderLimiter(Pages):
+    """Pages whose calls are made under a Limiter: ``shardwright status`` counts each input's calls in flight."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.limiter = shardwright.engine.limits.Limiter()  # no budget: it only counts the calls
+
+    async def __call__(self, doc: int, resume=None):
+        for page in range(resume["page"] if resume else 0, PAGES):
+            async with self.limiter.slot():
+                answer = await ask(self.url, f"d{doc}/p{page}")
+            yield {"doc": doc, "page": page, "answer": answer}
+            yield shardwright.ResumePoint({"page": page + 1})
+
+
+async def _pages_edited(self, doc: int, resume=None):
+    first = resume["page"] if resume else 0  # the same stream as Pages, its code edited
+    for page in range(first, PAGES):
+        answer = await ask(self.url, f"d{doc}/p{page}")
+        yield {"doc": doc, "page": page, "answer": answer}
+        yield shardwright.ResumePoint({"page": page + 1})
+
+
+async def _without_points_edited(self, doc: int):
+    pages = range(PAGES)  # the same stream as PagesWithoutResumePoints, its code edited
+    for page in pages:
+        yield {"doc": doc, "page": page, "answer": await ask(self.url, f"d{doc}/p{page}")}
+
+
+MODES = {
+    "asyncgen": Pages,
+    "async": OneCall,
+    "thread": PagesInThreads,
+    "nopoints": PagesWithoutResumePoints,
+    "limited": PagesUnderLimiter,
+}
+EDITED = {"asyncgen": _pages_edited, "nopoints": _without_points_edited}
 
 
 def expected(mode: str) -> list[tuple[int, int]]:
@@ -101,6 +150,10 @@ def expected(mode: str) -> list[tuple[int, int]]:
 
 if __name__ == "__main__":
     out, url, mode, concurrency, durable_every = sys.argv[1:6]
+    if sys.argv[6:7] == ["edited"]:
+        edited = EDITED[mode]
+        edited.__qualname__ = f"{MODES[mode].__qualname__}.__call__"
+        MODES[mode].__call__ = edited  # type: ignore[method-assign]
     shardwright.optimize(
         MODES[mode](url),
         list(range(DOCS)),

@@ -88,7 +88,7 @@ class Worker:
     def resolved(self, input_id: int, attempts: int) -> None:
         pass
 
-    def show_in_flight(self, inputs, states) -> None:
+    def show_in_flight(self, inputs, states, calls=()) -> None:
         self.shown = (inputs, states)
 
     def record_failure(self, input_id, value, exc, attempts, tb) -> None:

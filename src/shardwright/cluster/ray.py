@@ -401,7 +401,7 @@ def share_task(fn: Callable, inputs: RunInputs, call: ShareCall, shards: list[in
             delta["chunks"] = delta.get("chunks", 0) + 1
             delta["bytes"] = delta.get("bytes", 0) + message.record.stored_bytes
 
-    def on_idle(current_inputs: list[int]) -> str | None:
+    def on_idle(current_inputs: object) -> str | None:  # engine.share.CurrentInputs, unused here
         if time.monotonic() - last_flush[0] >= BOARD_FLUSH_SECONDS:
             flush()
         return None

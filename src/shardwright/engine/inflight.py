@@ -35,6 +35,7 @@ from .. import telemetry
 from ..errors import ShardwrightError, UsageError, short_repr
 from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_snapshot
 from ..sources import BadRow
+from . import call_count
 from .calls import AttemptHistory
 from .resume import ASYNC, ASYNC_GEN, ResumePoint
 from .shard_writer import ShardWriter
@@ -68,6 +69,7 @@ class Slot:
     __slots__ = (
         "attempts",
         "base",
+        "calls",
         "done",
         "history",
         "failed",
@@ -95,6 +97,7 @@ class Slot:
         self.attempts = 0
         self.history: AttemptHistory | None = None  # every failed attempt (engine.calls), from the first failure
         self.fatal: BaseException | None = None  # our own error (a sample that cannot be encoded): stops the run
+        self.calls = call_count.InputCalls()  # its calls in flight under a Limiter (status)
 
     @property
     def produced(self) -> int:
@@ -258,7 +261,11 @@ class InflightRunner:
     def _show(self, shards: list[InflightShard], shown: tuple | None) -> tuple:
         """Report the inputs in flight (oldest first) when they changed since ``shown``."""
         slots = [slot for shard in shards for slot in shard.running.values()][:MAX_SHOWN]
-        now = (tuple(s.input_id for s in slots), tuple(s.point or "" for s in slots))
+        now = (
+            tuple(s.input_id for s in slots),
+            tuple(s.point or "" for s in slots),
+            tuple(s.calls.count for s in slots),
+        )
         if now != shown:
             self.worker.show_in_flight(*now)
         return now
@@ -327,6 +334,13 @@ class InflightShard:
 
     # --- one attempt -----------------------------------------------------------------------
     async def _attempt_async(self, slot: Slot) -> bool:
+        token = call_count.bind(slot.calls)  # this task's context only: its Limiter calls count for the input
+        try:
+            return await self._attempt_async_bound(slot)
+        finally:
+            call_count.unbind(token)
+
+    async def _attempt_async_bound(self, slot: Slot) -> bool:
         timeout = self.runner.cfg.timeout
         if timeout is None:
             return await self._iterate_async(slot)
@@ -365,6 +379,13 @@ class InflightShard:
 
     def _attempt_in_thread(self, slot: Slot) -> bool:
         """In one of fn's threads: outputs go to the loop (encoded there, in call order)."""
+        token = call_count.bind(slot.calls)
+        try:
+            return self._attempt_in_thread_bound(slot)
+        finally:
+            call_count.unbind(token)
+
+    def _attempt_in_thread_bound(self, slot: Slot) -> bool:
         if isinstance(slot.value, BadRow):
             raise slot.value.error()
         kwargs, index = slot.resume_kwargs()

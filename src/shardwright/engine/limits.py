@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ArgumentTypeError, UsageError, short_repr
+from .call_count import InputCalls, call_ended, call_started
 from .calls import http_status
 
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
@@ -338,17 +339,20 @@ class Slot:
     answered 429 but the exception did not leave the ``with`` block (a client that returns
     the response instead of raising)."""
 
-    __slots__ = ("_limiter", "_outcome", "_ticket")
+    __slots__ = ("_calls", "_limiter", "_outcome", "_ticket")
 
     def __init__(self, limiter: Limiter):
         self._limiter = limiter
         self._ticket = -1
         self._outcome: str | None = None
+        self._calls: InputCalls | None = None  # the input this call is counted for (engine.call_count)
 
     def throttled(self) -> None:
         self._outcome = "throttled"
 
     def _finish(self, exc: BaseException | None) -> None:
+        call_ended(self._calls)
+        self._calls = None
         if self._limiter.concurrency is None:
             return
         outcome = self._outcome
@@ -366,6 +370,7 @@ class Slot:
         except BaseException as exc:
             self._finish(exc)
             raise
+        self._calls = call_started()  # status: its input's calls in flight
         return self
 
     async def __aexit__(self, kind: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -381,6 +386,7 @@ class Slot:
         except BaseException as exc:
             self._finish(exc)
             raise
+        self._calls = call_started()
         return self
 
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -17,7 +17,7 @@ from .executors import ExecutorCall, OpenedRun, Placement, ShareTotals
 from .guards import check_main_guard
 from .options import fn_name
 from .planning import KUBERNETES, node_identity
-from .share import run_share
+from .share import CurrentInputs, run_share
 
 log = logging.getLogger("shardwright")
 
@@ -42,8 +42,9 @@ class LocalExecutor:
     def run_shards(self, run: OpenedRun) -> ShareTotals:
         storage, lease, node, options = run.storage, run.lease, run.node, run.call.options
 
-        def on_idle(current: list[int]) -> str | None:
-            lease.show_current_inputs(current)
+        def on_idle(current: CurrentInputs) -> str | None:
+            # by name too: a status read before the shard claims' first heartbeat names them from here
+            lease.show_current_inputs(current.inputs, current.names, current.states, current.calls)
             return lease.lost  # set by the heartbeat when another run (a requeue) took our lease
 
         share = run_share(

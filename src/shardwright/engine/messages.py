@@ -31,6 +31,7 @@ class InFlight:
     wid: int
     inputs: tuple[int, ...]
     states: tuple[str, ...]
+    calls: tuple[int, ...] = ()  # each input's calls in flight under a Limiter (engine.call_count)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,14 @@ from ..protocol.manifest import OutputSettings
 from ..protocol.shards import MAX_NUM_SHARDS, clamp_num_shards, default_num_shards
 from ..sources import Source
 from ..storage.options import check_storage_option_names
-from .io_options import DEFAULT_DURABLE_EVERY, DEFAULT_STOP_GRACE, InflightOptions
+from .io_options import (
+    DEFAULT_DURABLE_EVERY,
+    DEFAULT_STOP_GRACE,
+    MAX_CONCURRENCY,
+    MAX_DURABLE_EVERY,
+    MAX_STOP_GRACE,
+    InflightOptions,
+)
 
 DEFAULT_CHUNK_BYTES = "64MB"
 MODES = (None, "overwrite", "append", "incremental")  # "incremental": see the sources block below
@@ -120,6 +127,7 @@ class OptionSpec:
 
     name: str
     kind: str  # "int" | "float" | "bool" | "choice" | "size" (an int of bytes or a string like "64MB")
+    #           | "retries" (an int, max_retries, or a JSON object of RetryPolicy's JSON fields)
     help: str
     default: object = None  # None: optimize()'s own default applies
     minimum: float | None = None
@@ -141,6 +149,30 @@ JOB_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("max_retries", "int", "per-input retries of fn inside one attempt", 0, 0, MAX_JOB_RETRIES),
     OptionSpec("start_method", "choice", "how worker processes start", choices=START_METHODS),
     OptionSpec("timeout", "float", "seconds fn may spend on one input", minimum=0.001, maximum=MAX_TIMEOUT),
+    # --- I/O-bound fns (issue 32) ---------------------------------------------------------
+    OptionSpec(
+        "concurrency", "int", "inputs in flight per worker process (default 1)", minimum=1, maximum=MAX_CONCURRENCY
+    ),
+    OptionSpec(
+        "durable_every",
+        "float",
+        f"seconds between progress saves of inputs in flight (default {DEFAULT_DURABLE_EVERY:g})",
+        minimum=0.05,
+        maximum=MAX_DURABLE_EVERY,
+    ),
+    OptionSpec(
+        "stop_grace",
+        "float",
+        f"seconds inputs in flight get to reach a ResumePoint on SIGINT/SIGTERM (default {DEFAULT_STOP_GRACE:g})",
+        minimum=0.0,
+        maximum=MAX_STOP_GRACE,
+    ),
+    OptionSpec(
+        "retries",
+        "retries",
+        "per-call retries of transient failures: max_retries as an int, or an object of max_retries, base_delay, "
+        "max_delay, max_retry_after",
+    ),
     # --- trust (issue 14): explicit consent to what is refused by default -----------------
     OptionSpec(
         "allow_fn_config_change",

@@ -1,28 +1,39 @@
 """A resumed generator input must continue the same stream (issue 33 BAD 6).
 
-A shard's record says how many outputs of its next input are committed (``skip_outputs``:
-a generator fn stopped midway). The resume calls fn on that input again and drops its first
-``skip_outputs`` outputs: right only when fn yields the same stream as the run that committed
-them. So a positional resume is allowed when fn's identity (name, code, configuration) is the
-recorded one, or when the record carries a ResumePoint state (fn resumes from its own state:
-:func:`resumes_from_state`, the hook for ResumePoints); otherwise it is refused, naming the
-input and the ways on, before anything is written.
+An interrupted input resumes in one of two ways:
+
+- **by position**: fn is called on it again and its first outputs are dropped, because they
+  are already kept (``skip_outputs`` of a record cut inside it, or outputs of it in the
+  shard's progress snapshot past its last ResumePoint, or with no ResumePoint at all). Right
+  only when fn yields the same stream as the run that kept them;
+- **by state**: its kept outputs end exactly at its last ResumePoint, so fn is called as
+  ``fn(x, resume=state)`` and every output it yields is new: nothing is dropped or repeated,
+  whatever fn's configuration, since the stream from a ResumePoint is fn's own promise (a
+  finished input in the snapshot is not called again at all).
+
+So when fn's identity (name, code, configuration) differs from the recorded one, a resume by
+position is refused, naming the input and the ways on, before anything is written; a resume by
+state is allowed. Which way an input resumes is read from the snapshot the worker will take up
+(protocol.progress: the one that extends the shard's chain tip), only when fn changed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from ..errors import RunMismatchError
 from ..protocol.fn_identity import FnIdentity, describe_changes
 from ..protocol.hints import start_over_hint
 from ..protocol.manifest import Manifest
+from ..protocol.progress import ProgressSnapshot, read_snapshot
 from ..protocol.records import ShardProgress
+from ..storage import Storage
 from .identity import fn_identity
 from .inputs import RunInputs
 
-__all__ = ["fn_difference", "refuse_positional_resume", "resumes_from_state"]
+__all__ = ["Positional", "fn_difference", "positional", "positional_in_snapshot", "refuse_positional_resume"]
 
 log = logging.getLogger("shardwright")
 
@@ -40,17 +51,53 @@ def fn_difference(now: FnIdentity, was: FnIdentity) -> str | None:
     return None
 
 
-def resumes_from_state(progress: ShardProgress) -> bool:
-    """The shard's next input resumes from a recorded ResumePoint state (``fn(x, resume=state)``),
-    not by position alone. The hook for ResumePoints: a record carries the state as
-    ``resume_state`` (None or absent: no ResumePoint recorded)."""
-    record = progress.records[-1] if progress.records else None
-    return getattr(record, "resume_state", None) is not None
+@dataclass(frozen=True)
+class Positional:
+    """An input that would resume by position: ``outputs`` of it kept, dropped from fn's stream."""
+
+    shard: int
+    position: int  # run-wide input position
+    outputs: int
 
 
-def positional(progress: Iterable[ShardProgress]) -> list[ShardProgress]:
-    """The unfinished shards whose next input resumes by skipping committed outputs."""
-    return [p for p in progress if not p.done and p.skip_outputs > 0 and not resumes_from_state(p)]
+def positional_in_snapshot(progress: ShardProgress, snapshot: ProgressSnapshot | None) -> list[Positional]:
+    """The inputs of one unfinished shard that resume by position, given the snapshot its
+    worker takes up (None: the records alone)."""
+    start, kept = progress.next_input, progress.skip_outputs
+    if snapshot is None:  # fn is called on the record's next input from its start
+        return [Positional(progress.shard, start, kept)] if kept > 0 else []
+    found = []
+    slots = {s.position: s for s in snapshot.slots}
+    if snapshot.buffer.position[0] <= start and start not in slots and kept > 0:
+        found.append(Positional(progress.shard, start, kept))  # nothing of it past the record: from its start
+    for slot in snapshot.slots:
+        if slot.done:
+            continue  # finished: its outputs are kept, fn is not called on it again
+        produced = slot.base + len(slot.items)
+        first = slot.point_outputs if slot.point is not None else 0  # where the resumed stream starts
+        if produced > first:
+            found.append(Positional(progress.shard, slot.position, produced - first))
+    return found
+
+
+def positional(
+    progress: Iterable[ShardProgress],
+    storage: Storage | None = None,
+    run_id: str | None = None,
+) -> list[Positional]:
+    """The inputs of the unfinished shards that resume by position. With ``storage`` (the run
+    takes up progress snapshots: fn runs in flight, with checkpoints), each shard's snapshot
+    decides; without, its records alone."""
+    found = []
+    for p in progress:
+        if p.done:
+            continue
+        snapshot = None
+        if storage is not None and run_id is not None:
+            tip = p.records[-1].epoch if p.records else None
+            snapshot = read_snapshot(storage, run_id, p.shard, p.next_seq, tip, (p.next_input, p.skip_outputs))
+        found.extend(positional_in_snapshot(p, snapshot))
+    return found
 
 
 def refuse_positional_resume(
@@ -62,22 +109,28 @@ def refuse_positional_resume(
     *,
     allow: bool,
     now: FnIdentity | None = None,
+    snapshots: Storage | None = None,
 ) -> None:
     """RunMismatchError naming the first input a changed fn would resume by position; with
-    ``allow`` (``allow_fn_config_change=True``) a warning instead."""
-    shards = positional(progress)
-    if not shards:
+    ``allow`` (``allow_fn_config_change=True``) a warning instead. ``snapshots``: the run's
+    storage when its workers take up progress snapshots (then an input resumed from a
+    ResumePoint is not positional: see the module)."""
+    progress = [p for p in progress if not p.done]
+    if not any(p.skip_outputs > 0 for p in progress) and snapshots is None:
         return
     difference = fn_difference(now if now is not None else fn_identity(fn), manifest.fn())
     if difference is None:
         return
-    first = min(shards, key=lambda p: p.next_input)
-    name = _input_name(inputs, manifest, first.next_input)
-    outputs = first.skip_outputs
-    more = f" (and {len(shards) - 1:,} more input(s) like it)" if len(shards) > 1 else ""
+    found = positional(progress, snapshots, manifest.run_id)
+    if not found:
+        return
+    first = min(found, key=lambda p: p.position)
+    name = _input_name(inputs, manifest, first.position)
+    outputs = first.outputs
+    more = f" (and {len(found) - 1:,} more input(s) like it)" if len(found) > 1 else ""
     if allow:
         log.warning(
-            "%s since the interrupted run; input %s has %d output(s) of the old fn committed%s: the new fn's "
+            "%s since the interrupted run; input %s has %d output(s) of the old fn kept%s: the new fn's "
             "first %d output(s) of it are dropped by position (allow_fn_config_change=True)",
             difference,
             name,
@@ -88,7 +141,7 @@ def refuse_positional_resume(
         return
     raise RunMismatchError(
         f"{difference} since the interrupted run in {url}, and input {name} has {outputs:,} output(s) of the "
-        f"old fn committed{more}: resuming drops the new fn's first {outputs:,} output(s) of it by position, "
+        f"old fn kept{more}: resuming drops the new fn's first {outputs:,} output(s) of it by position, "
         "which loses or repeats samples if it yields differently. Rerun with the fn and configuration the run "
         "started with to resume safely, pass allow_fn_config_change=True to accept that, "
         f"{start_over_hint(manifest.mode, url)}"

@@ -38,6 +38,17 @@ class ShareOutcome:
     busy: dict[int, LeaseHolder] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CurrentInputs:
+    """The inputs the workers are on now, for ``shardwright status``: their names, last
+    ResumePoint states and calls in flight (None: the plain loop, which has neither)."""
+
+    inputs: list[int]
+    names: list[str]
+    states: list[str] | None = None
+    calls: list[int] | None = None
+
+
 def shard_tasks(
     progress: dict[int, ShardProgress], inputs: RunInputs, manifest: Manifest, shared: SharedInputs | None = None
 ) -> list[ShardTask]:
@@ -80,7 +91,7 @@ def run_share(
     require_all: bool = True,
     attempt: AttemptLog | None = None,
     on_message: Callable[[Any], None] | None = None,
-    on_idle: Callable[[list[int]], str | None] | None = None,
+    on_idle: Callable[[CurrentInputs], str | None] | None = None,
     standing: Callable[[], str | None] | None = None,
     verbose: bool = False,
     fresh: bool = False,
@@ -92,7 +103,7 @@ def run_share(
     ``require_all``: a shard claimed by another live process is a ConcurrentRunError (checked
     before anything is written, and again when the shard is claimed); otherwise it is
     skipped and reported in ``busy``. ``on_message`` sees every worker message after the
-    tracker; ``on_idle`` (with the input each worker is on) is called ten times a second and
+    tracker; ``on_idle`` (with the input each worker is on, by name) is called ten times a second and
     stops the pool with its reason. ``standing`` says why this call lost the right to run
     the share (its node lease was taken over): a busy claim is then a LeaseLostError.
 
@@ -111,9 +122,18 @@ def run_share(
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
     identity = fn_identity(fn) if manifest.use_checkpoint and not fresh else None
+    # the workers take up progress snapshots (engine.inflight): an input they resume from its ResumePoint is safe
+    snapshots = storage if options.inflight.in_flight else None
     if identity is not None:  # before anything is written: a changed generator must not resume by position
         refuse_positional_resume(
-            progress.values(), manifest, fn, inputs, storage.url, allow=options.allow_fn_config_change, now=identity
+            progress.values(),
+            manifest,
+            fn,
+            inputs,
+            storage.url,
+            allow=options.allow_fn_config_change,
+            now=identity,
+            snapshots=snapshots,
         )
     claims = ShardClaims(storage, claim_fields, judge)
     busy: dict[int, LeaseHolder] = {}
@@ -139,7 +159,7 @@ def run_share(
                 tracker.progress[shard] = read[shard]
                 if identity is not None and not options.allow_fn_config_change:  # warned above
                     refuse_positional_resume(
-                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity
+                        read.values(), manifest, fn, inputs, storage.url, allow=False, now=identity, snapshots=snapshots
                     )
             if tracker.progress[shard].done:
                 claims.release(shard)
@@ -170,16 +190,18 @@ def run_share(
 
             def idle() -> str | None:
                 tracker.on_idle()
-                current, states = pool.current_inputs(), None
-                if in_flight:  # every input in flight, with its last ResumePoint state
+                current, states, calls = pool.current_inputs(), None, None
+                if in_flight:  # every input in flight, with its last ResumePoint state and calls in flight
                     current = [i for m in in_flight.values() for i in m.inputs]
                     states = [s for m in in_flight.values() for s in m.states]
+                    calls = [c for m in in_flight.values() for c in (m.calls or (0,) * len(m.inputs))]
                 if any(i >= 0 and i not in named for i in current):
                     kept = {i: named.get(i) or inputs.display_name(i) for i in current if i >= 0}
                     named.clear()
                     named.update(kept)
-                claims.show_current_inputs(current, [named.get(i, "") for i in current], states)  # status: by name
-                return claims.lost() or (on_idle(current) if on_idle is not None else None)
+                shown = CurrentInputs(current, [named.get(i, "") for i in current], states, calls)
+                claims.show_current_inputs(shown.inputs, shown.names, shown.states, shown.calls)  # status: by name
+                return claims.lost() or (on_idle(shown) if on_idle is not None else None)
 
             tracker.open_bar()
             try:

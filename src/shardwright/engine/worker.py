@@ -297,9 +297,9 @@ class Worker:
                 _refuse_async(result)
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
-    def show_in_flight(self, inputs: tuple[int, ...], states: tuple[str, ...]) -> None:
-        """The inputs in flight now and their last ResumePoint states (shardwright status)."""
-        self.result_q.put(InFlight(self.wid, inputs, states))
+    def show_in_flight(self, inputs: tuple[int, ...], states: tuple[str, ...], calls: tuple[int, ...] = ()) -> None:
+        """The inputs in flight now, their last ResumePoint states and calls in flight (shardwright status)."""
+        self.result_q.put(InFlight(self.wid, inputs, states, calls))
 
     def resolved(self, input_id: int, attempts: int) -> None:
         """Input ``input_id`` succeeded: a retry run says so in failed_dir."""

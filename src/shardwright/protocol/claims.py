@@ -79,13 +79,17 @@ class ShardClaims:
         return None
 
     def show_current_inputs(
-        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+        self,
+        current: list[int],
+        names: list[str] | None = None,
+        states: list[str] | None = None,
+        calls: list[int] | None = None,
     ) -> None:
         """Published by each claim's next heartbeat: the input each worker is on (its name, its
-        last ResumePoint state)."""
+        last ResumePoint state, its calls in flight)."""
         with self._lock:
             for lease in self.held.values():
-                lease.show_current_inputs(current, names, states)
+                lease.show_current_inputs(current, names, states, calls)
 
     def release_later(self, shard: int) -> None:
         """Release ``shard``'s claim from the renewing thread (its shard is done): the caller,

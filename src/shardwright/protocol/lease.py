@@ -69,6 +69,7 @@ class HolderFields:
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
     current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
     current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
+    current_calls: tuple[int, ...] = ()  # their calls in flight under fn's Limiter (0: none or not known)
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id, node address, task index, host name
@@ -110,6 +111,7 @@ class LeaseHolder:
     current_inputs: tuple[int, ...] = ()  # the input each worker is on (-1: idle)
     current_names: tuple[str, ...] = ()  # their names for people (shardwright.names), "" when unknown
     current_states: tuple[str, ...] = ()  # their last ResumePoint state as JSON, "" when none recorded
+    current_calls: tuple[int, ...] = ()  # their calls in flight under fn's Limiter (0: none or not known)
     shard: int | None = None  # a shard claim's shard (protocol 5)
     node_lease: str | None = None  # a claim: the owner of the node lease it was taken under
     ray_node: str | None = None  # a Ray task's node id, job id and node address (executor="ray")
@@ -126,6 +128,7 @@ class LeaseHolder:
         if not isinstance(data, dict):
             return cls()
         inputs = data.get("current_inputs")
+        calls = data.get("current_calls")
         ttl = number(data, "ttl", math.inf)  # inf: no usable ttl (number() bounds real values)
         return cls(
             owner=_optional_str(data, "owner"),
@@ -141,6 +144,9 @@ class LeaseHolder:
             current_inputs=tuple(v for v in (inputs[:1024] if isinstance(inputs, list) else []) if type(v) is int),
             current_names=_texts(data.get("current_names")),
             current_states=_texts(data.get("current_states"), 4096),
+            current_calls=tuple(
+                v if type(v) is int and 0 <= v < 2**31 else 0 for v in (calls[:1024] if isinstance(calls, list) else [])
+            ),
             shard=_optional_int(data, "shard"),
             node_lease=_optional_str(data, "node_lease"),
             ray_node=_optional_str(data, "ray_node"),
@@ -299,7 +305,11 @@ class Lease:
         )
 
     def show_current_inputs(
-        self, current: list[int], names: list[str] | None = None, states: list[str] | None = None
+        self,
+        current: list[int],
+        names: list[str] | None = None,
+        states: list[str] | None = None,
+        calls: list[int] | None = None,
     ) -> None:
         """Published by the next heartbeat (``shardwright status``: which input each worker is
         on, its name for people, and its last ResumePoint state)."""
@@ -308,6 +318,7 @@ class Lease:
             current_inputs=tuple(current),
             current_names=tuple(names or ()),
             current_states=tuple(states or ()),
+            current_calls=tuple(calls or ()),
         )
 
     def _stale_reason(self, holder: LeaseHolder) -> str | None:

@@ -78,9 +78,14 @@ class InputInProgress:
     place: str  # where the worker runs (a host, a node, a Ray node)
     state: str | None = None  # its last ResumePoint state as JSON, when one was recorded
     named: bool = True  # False: the holder published no name for it ("input 7")
+    calls: int = 0  # its calls in flight under fn's Limiter (engine.call_count): 0 when none or not known
 
     def describe(self) -> str:
-        return f"{self.name}: {_state_text(self.state)}" if self.state else self.name
+        """``doc007.txt: page 17, 3 calls in flight``."""
+        parts = [_state_text(self.state)] if self.state else []
+        if self.calls:
+            parts.append(f"{self.calls} call{'s' if self.calls != 1 else ''} in flight")
+        return f"{self.name}: {', '.join(parts)}" if parts else self.name
 
 
 def _state_text(state: str) -> str:
@@ -260,13 +265,14 @@ def _inputs_in_progress(holders: list, leases: list[LeaseStatus]) -> list[InputI
         if not lease.live:
             continue
         for worker, position in enumerate(holder.current_inputs):
-            names, states = holder.current_names, holder.current_states
+            names, states, calls = holder.current_names, holder.current_states, holder.current_calls
             known = worker < len(names) and bool(names[worker])
             if position < 0 or (position in seen and (not known or seen[position].named)):
                 continue
             name = names[worker] if known else f"input {position:,}"
             state = states[worker] if worker < len(states) and states[worker] else None
-            seen[position] = InputInProgress(position, name, worker, lease.place, state, known)
+            count = calls[worker] if worker < len(calls) else 0
+            seen[position] = InputInProgress(position, name, worker, lease.place, state, known, count)
     return sorted(seen.values(), key=lambda entry: entry.input)
 
 

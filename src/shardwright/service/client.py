@@ -157,8 +157,24 @@ def _option_argument(spec: OptionSpec) -> dict:
         return {"choices": spec.choices, "default": None, "help": spec.help}
     if spec.kind == "size":
         return {"type": lambda t: int(t) if t.isdigit() else t, "default": None, "metavar": "SIZE", "help": spec.help}
+    if spec.kind == "retries":  # --retries 3, or --retries '{"max_retries": 3, "max_delay": 10}'
+        return {"type": _retries_argument, "default": None, "metavar": "N|JSON", "help": spec.help}
     kind = int if spec.kind == "int" else float
     return {"type": kind, "default": None, "metavar": spec.kind.upper(), "help": spec.help}
+
+
+def _retries_argument(text: str) -> int | dict:
+    if text.isdigit():
+        return int(text)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"an int (max_retries) or a JSON object, e.g. '{{\"max_retries\": 3}}'; got {text!r}"
+        )
+    return value
 
 
 def _options(args) -> dict:

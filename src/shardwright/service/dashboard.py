@@ -198,6 +198,7 @@ async function refreshJob() {
     $("job-inputs").replaceChildren(...s.in_progress.map(e => {
       let state = "";
       try { const v = JSON.parse(e.state || "null"); if (v && typeof v === "object") state = Object.entries(v).map(([k, x]) => k + " " + x).join(", "); else if (v != null) state = String(v); } catch (err) { state = e.state; }
+      if (e.calls) state += (state ? ", " : "") + e.calls + (e.calls === 1 ? " call" : " calls") + " in flight";
       return el("li", e.name + (state ? ": " + state : "") + " (worker " + e.worker + ", " + e.place + ")");
     }));
   }

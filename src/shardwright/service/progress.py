@@ -64,7 +64,7 @@ def read_inputs_status(output_dir: str, storage_options: dict | None) -> tuple[d
         note = "nothing written yet" if report.state == "empty" else "no run in progress: the dataset is published"
         return empty, note
     entries = [
-        {"input": e.input, "name": e.name, "state": e.state, "worker": e.worker, "place": e.place}
+        {"input": e.input, "name": e.name, "state": e.state, "calls": e.calls, "worker": e.worker, "place": e.place}
         for e in report.in_progress
     ]
     return {"counts": report.counts, "in_progress": entries, "eta_seconds": report.eta_s}, None

@@ -16,6 +16,17 @@ State = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED"]
 assert set(State.__args__) == {s.value for s in JobState}  # type: ignore[attr-defined]
 
 
+class RetriesOptions(BaseModel):
+    """The JSON fields of a job's ``retries`` (engine.calls.RetryPolicy; exception types of its
+    ``transient`` are Python objects, so a pipeline names them in its own fn, not in a job)."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_retries: StrictInt | None = Field(None, ge=0, le=1000, description="consecutive failed attempts retried")
+    base_delay: StrictFloat | None = Field(None, ge=0, le=3600, description="the backoff's first ceiling, seconds")
+    max_delay: StrictFloat | None = Field(None, ge=0, le=3600, description="the backoff's cap, seconds")
+    max_retry_after: StrictFloat | None = Field(None, ge=0, le=86400, description="the longest Retry-After honoured")
+
+
 def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
     """The pydantic type and Field of one row of the engine's JOB_OPTIONS (strict: "4" is not 4)."""
     kinds: dict[str, Any] = {
@@ -24,6 +35,7 @@ def _option_field(spec: OptionSpec) -> tuple[Any, Any]:
         "bool": StrictBool,
         "size": StrictInt | StrictStr,
         "choice": Literal[spec.choices] if spec.choices else StrictStr,
+        "retries": Annotated[StrictInt, Field(ge=0, le=1000)] | RetriesOptions,
     }
     kind = kinds[spec.kind]
     if spec.default is None:
@@ -170,6 +182,7 @@ class InputInProgress(BaseModel):
     input: int = Field(description="position among the job's inputs")
     name: str = Field(description="the input by name: a file's path, a source row's file and row, a short repr")
     state: str | None = Field(None, description="its last ResumePoint state (JSON), when one was recorded")
+    calls: int = Field(0, description="its calls in flight under the pipeline's Limiter (0: none or not known)")
     worker: int
     place: str = Field(description="where the worker runs (a host, a node)")
 
