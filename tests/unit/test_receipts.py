@@ -10,6 +10,8 @@ import logging
 import numpy as np
 import pytest
 
+pytest.importorskip("torch")  # an optional extra: the unit layer also runs with the core dependencies only
+
 from shardwright import StreamingDataset
 from shardwright.errors import ResumeStateError, UsageError
 from shardwright.reader.loader import StreamingDataLoader

@@ -8,8 +8,11 @@ import json
 import shutil
 import subprocess
 
-import httpx
 import pytest
+
+pytest.importorskip("httpx")  # the service extra: the unit layer also runs with the core dependencies only
+
+import httpx
 
 from shardwright.errors import FnError
 from shardwright.service.config_identity import changed_keys

@@ -6,6 +6,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
+
+pytest.importorskip(
+    "opentelemetry.sdk"
+)  # the telemetry extra: the unit layer also runs with the core dependencies only
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 

@@ -12,6 +12,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
+pytest.importorskip(
+    "opentelemetry.sdk"
+)  # the telemetry extra: the unit layer also runs with the core dependencies only
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider

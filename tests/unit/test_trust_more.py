@@ -148,6 +148,7 @@ def test_map_keeps_writes_that_stay_inside(tmp_path):
 
 def test_an_s3_source_with_options_but_no_keys_is_read_unsigned():
     pytest.importorskip("botocore")
+    pytest.importorskip("pydantic")  # the service extra
     from botocore import UNSIGNED
 
     from shardwright.service.input_sources import job_read_options

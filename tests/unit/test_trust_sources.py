@@ -119,6 +119,7 @@ def test_a_listed_file_swapped_after_the_listing_is_never_read(tmp_path, how):
 
 
 def test_service_reads_clouds_with_the_jobs_credentials_only():
+    pytest.importorskip("pydantic")  # the service extra
     from shardwright.errors import UsageError
     from shardwright.service.input_sources import job_read_options
 
