@@ -473,7 +473,7 @@ def test_resume_after_fn_error_in_the_middle_of_a_generator(tmp_path):
         eight_outputs_fails_inside_input_3, list(range(6)), out, chunk_size=3, num_workers=1, num_shards=1
     )
     assert error.input_index == 3
-    with pytest.raises(RunMismatchError, match=r"input 3 \(3\) has 3 output\(s\) of the old fn committed"):
+    with pytest.raises(RunMismatchError, match=r"input 3 \(3\) has 3 output\(s\) of the old fn kept"):
         optimize(eight_outputs, list(range(6)), out, chunk_size=3, num_workers=2, num_shards=1, verbose=False)
     accept = {"allow_fn_config_change": True}  # the fixed fn yields the same first outputs
     optimize(eight_outputs, list(range(6)), out, chunk_size=3, num_workers=2, num_shards=1, verbose=False, **accept)
@@ -1000,7 +1000,7 @@ def test_torn_record_then_changed_fn_then_second_interruption(tmp_path):
     records[1].write_bytes(b"\0" * records[1].stat().st_size)
     # input 3 is partially committed by another fn: a positional resume is refused unless accepted
     # (issue 33 BAD 6), naming the input
-    with pytest.raises(RunMismatchError, match=r"input 3 \(3\) has 1 output\(s\) of the old fn committed"):
+    with pytest.raises(RunMismatchError, match=r"input 3 \(3\) has 1 output\(s\) of the old fn kept"):
         optimize(two_outputs_fails_at_6, list(range(n)), out, chunk_size=4, num_workers=1, num_shards=1, verbose=False)
     # run 2: the fixed fn makes two outputs per input and fails at input 6: it rewrites
     # records 1-2 only; records 3-4 of run 1 (inputs 12-19, one output each) are still there.
