@@ -7,6 +7,9 @@ calls fail does not depend on arrival order, and a retry of a failed call draws 
 
 * ``p_429``  answer 429 at once, with ``Retry-After`` (and OpenAI's ``retry-after-ms``)
 * ``p_500``  answer 500 after the latency (a server that failed mid-generation)
+* ``hold_after``  answer that many calls, then hold every later one (it is in flight, unanswered)
+             until :meth:`Teacher.release`: the client's run is certainly mid-way while a
+             test looks at it or signals it, at any load (``stats.held`` counts the held calls)
 * ``rps``    an optional budget: a token bucket of ``burst`` calls (default: one second's
              worth) refilled at ``rps``; a call over it is answered 429 and logged ``429b``
 
@@ -49,6 +52,7 @@ class TeacherStats:
     statuses: Counter = field(default_factory=Counter)
     in_flight: int = 0
     peak_in_flight: int = 0
+    held: int = 0  # calls waiting on release() now
 
 
 class Teacher:
@@ -64,6 +68,7 @@ class Teacher:
         rps: float | None = None,
         burst: float | None = None,
         seed: int = 0,
+        hold_after: int | None = None,
         log: str | None = None,
         reply_chars: int = 200,
         host: str = "127.0.0.1",
@@ -75,6 +80,9 @@ class Teacher:
         self.seed, self.reply_chars = seed, reply_chars
         self.host, self.port = host, port
         self.stats = TeacherStats()
+        self.hold_after = hold_after
+        self._admitted = 0
+        self._released: asyncio.Event | None = None
         self._seen: Counter = Counter()
         self._tokens = self.burst
         self._refilled = time.monotonic()
@@ -109,6 +117,22 @@ class Teacher:
             return 0.0
         return (1.0 - self._tokens) / self.rps
 
+    async def _hold(self) -> None:
+        """Past ``hold_after`` calls, wait for :meth:`release`."""
+        self._admitted += 1
+        if self.hold_after is None or self._admitted <= self.hold_after or self._released is None:
+            return
+        self.stats.held += 1
+        try:
+            await self._released.wait()
+        finally:
+            self.stats.held -= 1
+
+    def release(self) -> None:
+        """Answer the held calls and every later one (a no-op without ``hold_after``)."""
+        if self._loop is not None and self._released is not None:
+            self._loop.call_soon_threadsafe(self._released.set)
+
     def _record(self, status: str, key: str) -> None:
         self.stats.calls += 1
         self.stats.statuses[status] += 1
@@ -127,6 +151,7 @@ class Teacher:
         if wait > 0:
             self._record("429b", key)
             return 429, _error("rate_limit_exceeded", "over the requests-per-second budget"), _retry_headers(wait)
+        await self._hold()
         draw = self._draw(key)
         if draw < self.p_429:
             self._record("429", key)
@@ -197,6 +222,7 @@ class Teacher:
     async def serve(self, ready: threading.Event | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        self._released = asyncio.Event()
         self._server = await asyncio.start_server(self._connection, self.host, self.port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         if ready is not None:
@@ -212,6 +238,7 @@ class Teacher:
         return self
 
     def stop(self) -> None:
+        self.release()  # a held call would keep its connection, and the server, open
         if self._loop is not None and self._stopped is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
         if self._thread is not None:

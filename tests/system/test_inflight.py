@@ -9,42 +9,29 @@ after each page, an async def fn and a plain generator in threads.
 - Transient teacher errors (429 with Retry-After, 500s) are retried per input from its last
   ResumePoint: every input finishes.
 
-Each test waits on events (lines in the teacher's call log, the child's exit), never sleeps.
+Each test waits on events (lines in the teacher's call log, calls the teacher holds, the child's
+exit), never sleeps: the teacher holds every call past ``hold_after`` until the test releases it,
+so the run is certainly mid-way when the test signals it or reads its status, at any load.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from support.helpers import HERE, child_env, kill_group, wait_for
+from support.helpers import child_env, kill_group, wait_for
 from support.inflight_child import expected
+from support.inflight_runs import CONCURRENCY, DURABLE_EVERY, WORKERS, in_progress, start_inflight
 from support.teacher import Teacher, read_log, repeated_calls
-
-CHILD = str(HERE / "inflight_child.py")
-CONCURRENCY = 4
-WORKERS = 2
-DURABLE_EVERY = 0.5
-
-
-def start(out: str, url: str, mode: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, CHILD, out, url, mode, str(CONCURRENCY), str(DURABLE_EVERY)],
-        env=child_env(),
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def finish(out: str, url: str, mode: str) -> None:
-    proc = start(out, url, mode)
+    proc = start_inflight(out, url, mode)
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr[-3000:]
 
@@ -60,16 +47,25 @@ def read_pages(out: str) -> list[tuple[int, int]]:
     return [(ds[i]["doc"], ds[i]["page"]) for i in range(len(ds))]
 
 
-def interrupt_after(out: str, url: str, mode: str, log: str, calls: int, sig: int) -> tuple[int, float]:
-    """Start the child, send ``sig`` once ``calls`` calls were answered; its exit code and when."""
-    proc = start(out, url, mode)
-    assert wait_for(lambda: answered(log) >= calls or proc.poll() is not None, 120), "the teacher got no calls"
+def interrupt_after(out: str, teacher: Teacher, mode: str, log: str, sig: int) -> tuple[int, float]:
+    """Start the child; once the teacher answered its ``hold_after`` calls and holds the next
+    ones (the run is blocked mid-way, at any load), send ``sig``, then let the held calls be
+    answered. The child's exit code and when the signal was sent."""
+    proc = start_inflight(out, teacher.url, mode)
+    calls = teacher.hold_after or 0
+
+    def held() -> bool:
+        return (answered(log) >= calls and teacher.stats.held > 0) or proc.poll() is not None
+
+    assert wait_for(held, 120), f"the teacher did not answer {calls} calls and hold the next"
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     at = time.time()
     if sig == signal.SIGKILL:
         kill_group(proc)  # the main process and its workers, at once
+        proc.wait(60)
     else:
         os.kill(proc.pid, sig)  # the main process only, as Ctrl-C in a terminal or a scheduler's SIGTERM
+    teacher.release()  # the calls in flight at the signal are answered: a stopped run reaches its ResumePoints
     proc.communicate(timeout=120)
     return proc.returncode, at
 
@@ -77,8 +73,8 @@ def interrupt_after(out: str, url: str, mode: str, log: str, calls: int, sig: in
 @pytest.mark.parametrize(("mode", "sig"), [("asyncgen", signal.SIGINT), ("thread", signal.SIGTERM)])
 def test_a_stop_mid_run_repeats_no_call(tmp_path, mode, sig):
     log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
-    with Teacher(latency=0.05, log=log) as teacher:
-        code, _ = interrupt_after(out, teacher.url, mode, log, 10, sig)
+    with Teacher(latency=0.05, log=log, hold_after=10) as teacher:
+        code, _ = interrupt_after(out, teacher, mode, log, sig)
         assert code in (130, 143)
         assert answered(log) < len(expected(mode))  # stopped mid-run: there is something to resume
         finish(out, teacher.url, mode)
@@ -89,8 +85,8 @@ def test_a_stop_mid_run_repeats_no_call(tmp_path, mode, sig):
 @pytest.mark.parametrize("mode", ["asyncgen", "async"])
 def test_sigkill_repeats_only_the_calls_in_flight_and_the_last_interval(tmp_path, mode):
     log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
-    with Teacher(latency=0.05, log=log) as teacher:
-        _, killed_at = interrupt_after(out, teacher.url, mode, log, 8, signal.SIGKILL)
+    with Teacher(latency=0.05, log=log, hold_after=8) as teacher:
+        _, killed_at = interrupt_after(out, teacher, mode, log, signal.SIGKILL)
         before = [c for c in read_log(log) if c.status == "200" and c.time <= killed_at]
         finish(out, teacher.url, mode)
     assert read_pages(out) == expected(mode)
@@ -111,39 +107,22 @@ def test_transient_teacher_errors_are_retried_until_every_input_finishes(tmp_pat
 
 
 def test_status_names_each_input_in_flight_with_its_page(tmp_path):
-    import json
-
     log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
     env = child_env(SHARDWRIGHT_LEASE_TTL="2")  # claims heartbeat every 0.5 s
-
-    def in_progress() -> list[dict]:
-        result = subprocess.run(
-            [sys.executable, "-m", "shardwright.cli", "status", out, "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        return json.loads(result.stdout).get("in_progress") or [] if result.returncode == 0 else []
-
-    with Teacher(latency=0.3, log=log) as teacher:
-        proc = subprocess.Popen(
-            [sys.executable, CHILD, out, teacher.url, "asyncgen", str(CONCURRENCY), str(DURABLE_EVERY)],
-            env=env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    # 8 calls answered (each a page 0 or 1), every later one held: the run waits mid-way, its
+    # inputs in flight past a ResumePoint, until the test has read status
+    with Teacher(latency=0.05, log=log, hold_after=8) as teacher:
+        proc = start_inflight(out, teacher.url, "asyncgen", env=env, stdout=subprocess.DEVNULL)
         try:
             seen: list[dict] = []
 
             def paged() -> bool:
-                seen[:] = [e for e in in_progress() if e.get("state")]
+                seen[:] = [e for e in in_progress(out, env) if e.get("state")]
                 return bool(seen) or proc.poll() is not None
 
             assert wait_for(paged, 120), "status never named an input in flight"
             assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert teacher.stats.held > 0  # still held: status was read mid-run
             entry = seen[0]
             assert json.loads(entry["state"])["page"] >= 1 and entry["name"].isdigit()
         finally:

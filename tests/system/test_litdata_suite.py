@@ -57,7 +57,7 @@ EXPECTED: dict[str, str] = {
     "processing/test_data_processor.py::test_load_torch_audio[None]": "skipped",
     "processing/test_data_processor.py::test_load_torch_audio[zstd]": "skipped",
     "processing/test_data_processor.py::test_load_torch_audio_from_wav_file[None]": "skipped",
-    "processing/test_functions.py::test_walk": "walk's order: breadth first, sorted (os.walk: depth first)",
+    "processing/test_functions.py::test_walk": "walk sorts the names in each tuple (os.walk: the directory's order)",
     "processing/test_functions.py::test_optimize_append_overwrite": OVERWRITE,
     "processing/test_functions.py::test_optimize_checkpoint_in_none_and_append_mode": OVERWRITE,
     "processing/test_functions.py::test_optimize_race_condition": ANY + "downloads from a public bucket (network)",

@@ -34,7 +34,8 @@ def status_report(output_dir: str, storage_options: dict | None = None) -> dict:
 
     Args:
         output_dir: a local directory, ``s3://``, ``gs://`` or ``az://`` URL.
-        storage_options: the backend's options (boto3 client arguments for S3; docs/clouds.md).
+        storage_options: the backend's options (boto3 client arguments for s3://, the SDKs' names
+            for gs:// and az://: docs/clouds.md).
 
     Returns:
         :meth:`shardwright.protocol.status.RunStatus.to_json`.
