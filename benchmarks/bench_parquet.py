@@ -14,6 +14,9 @@ reading a row group and turning its rows into dicts in the workers, not pickling
 Both loaders start their workers with ``spawn`` (litdata refuses ``fork`` with its
 ParquetLoader: polars' threads deadlock); the worker start-up is in the timing of both.
 
+Before timing, an untimed check: a shuffled 2-worker epoch stopped half-way and resumed from
+its ``state_dict()`` yields exactly the rest of the uninterrupted epoch (every row once).
+
 Reported: rows/s of each (median of ``--repeats``), the ratio shardwright / litdata (> 1:
 shardwright faster), and the load average before and after (2 cores shared: compare ratios,
 not absolute figures). litdata's ParquetLoader needs polars.
@@ -60,6 +63,38 @@ def run_ours(folder: str, shuffle: bool, workers: int, batch: int, context: str)
     return time.perf_counter() - start, n
 
 
+def _ids(batch) -> list[int]:
+    return [row["id"] for row in batch]
+
+
+def check_resume(folder: str, workers: int, batch: int, context: str) -> str:
+    """Untimed: a shuffled 2-worker epoch stopped mid-way, its state_dict() loaded into a new
+    loader, must end with exactly the uninterrupted epoch's rows in its order (so every row
+    exactly once). The figure is only worth printing if this holds."""
+    from shardwright import ParquetLoader, StreamingDataLoader, StreamingDataset
+
+    def loader():
+        ds = StreamingDataset(folder, item_loader=ParquetLoader(columns=["id"]), shuffle=True, seed=7)
+        return StreamingDataLoader(
+            ds, batch_size=batch, num_workers=workers, collate_fn=_ids, multiprocessing_context=context
+        )
+
+    whole = [i for ids in loader() for i in ids]
+    first, seen = loader(), []
+    stop = len(whole) // batch // 2
+    for n, ids in enumerate(first):
+        seen.extend(ids)
+        if n + 1 == stop:
+            state = first.state_dict()
+            break
+    resumed = loader()
+    resumed.load_state_dict(state)
+    rest = [i for ids in resumed for i in ids]
+    if seen + rest != whole or len(set(whole)) != len(whole):
+        raise SystemExit(f"mid-epoch resume is not exact: {len(seen):,} + {len(rest):,} rows vs {len(whole):,}")
+    return f"exact mid-epoch resume: {len(seen):,} rows before the state_dict, {len(rest):,} after, each once"
+
+
 def run_litdata(folder: str, shuffle: bool, workers: int, batch: int, context: str) -> tuple[float, int]:
     import litdata
     from litdata.streaming.item_loader import ParquetLoader
@@ -90,6 +125,7 @@ def main() -> None:
 
         index_parquet_dataset(folder)
         print(f"{args.rows:,} rows in {args.files} files, row groups of {args.row_group:,}; {args.workers} workers")
+        print(check_resume(folder, args.workers, args.batch, args.ours_context))
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         results: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.repeats):

@@ -1,9 +1,12 @@
-"""Parquet folders in place on a real S3 server (SeaweedFS on loopback): ranged reads of the
-footers and row groups, the index written on first use kept in cache_dir, shuffled 2-worker
-reads and an exact mid-epoch resume."""
+"""Parquet folders in place on a real S3 server (SeaweedFS on loopback): footers read with
+ranged reads, the index written on first use kept in cache_dir, each file downloaded whole
+into the chunk cache once and reused by every later reader (the same inode: never fetched
+again), a damaged cached copy fetched again, shuffled 2-worker reads, two ranks' disjoint
+shares and an exact mid-epoch resume."""
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import os
@@ -28,7 +31,8 @@ def folder(s3_server):
     for f in range(FILES):
         ids = list(range(f * ROWS, (f + 1) * ROWS))
         sink = io.BytesIO()
-        pq.write_table(pa.table({"id": ids, "text": [f"row {i}" for i in ids]}), sink, row_group_size=64)
+        table = pa.table({"id": ids, "text": [f"row {i}" for i in ids]})
+        pq.write_table(table, sink, row_group_size=64, write_page_checksum=True)
         store.write_bytes(f"part-{f}.parquet", sink.getvalue())
     yield url
     try:
@@ -66,3 +70,63 @@ def test_s3_parquet_in_place(folder, s3_server, tmp_path):
     resumed = loader()
     resumed.load_state_dict(state)
     assert seen + _ids(resumed) == whole
+
+
+def _cached_files(cache: str) -> dict[str, int]:
+    """The cached copies of the parquet files under the cache root, by name, with their inodes."""
+    found = glob.glob(os.path.join(cache, "*", "part-*.parquet"))
+    return {os.path.basename(p): os.stat(p).st_ino for p in found}
+
+
+def test_s3_parquet_files_cached_once_and_reused(folder, s3_server, tmp_path):
+    options = s3_server.storage_options
+    cache = str(tmp_path / "cache")
+
+    def rows(**kwargs) -> list[int]:
+        ds = StreamingDataset(folder, item_loader=ParquetLoader(), storage_options=options, cache_dir=cache, **kwargs)
+        return [row["id"] for row in ds]
+
+    assert _cached_files(cache) == {}
+    assert rows() == list(range(FILES * ROWS))
+    first = _cached_files(cache)
+    assert sorted(first) == [f"part-{f}.parquet" for f in range(FILES)]
+    store = open_storage(folder, options)
+    for name in first:  # the copies are the store's bytes
+        with open(glob.glob(os.path.join(cache, "*", name))[0], "rb") as f:
+            assert f.read() == store.read_bytes(name)
+    # a new reader (shuffled, 2 workers) reads the copies: none downloaded again (same inodes)
+    loader = StreamingDataLoader(
+        StreamingDataset(
+            folder, item_loader=ParquetLoader(), storage_options=options, cache_dir=cache, shuffle=True, seed=4
+        ),
+        batch_size=32,
+        num_workers=2,
+    )
+    assert sorted(_ids(loader)) == list(range(FILES * ROWS))
+    assert _cached_files(cache) == first
+
+    # a cached copy damaged in place (same size, one byte of a page flipped): its page CRC fails,
+    # the copy is deleted and fetched again, and the rows come out right
+    damaged = glob.glob(os.path.join(cache, "*", "part-1.parquet"))[0]
+    data = bytearray(open(damaged, "rb").read())
+    at = data.find(b"row 3")
+    data[at] ^= 0x01
+    with open(damaged, "wb") as f:
+        f.write(bytes(data))
+    assert rows() == list(range(FILES * ROWS))
+    again = _cached_files(cache)
+    assert again["part-1.parquet"] != first["part-1.parquet"] and again["part-0.parquet"] == first["part-0.parquet"]
+
+
+def test_s3_parquet_ranks_take_disjoint_shares(folder, s3_server, tmp_path, monkeypatch):
+    options = s3_server.storage_options
+    shares = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        ds = StreamingDataset(
+            folder, item_loader=ParquetLoader(), storage_options=options, cache_dir=str(tmp_path), shuffle=True
+        )
+        shares.append(_ids(StreamingDataLoader(ds, batch_size=16, num_workers=2)))
+    assert shares[0] and shares[1] and not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == list(range(FILES * ROWS))

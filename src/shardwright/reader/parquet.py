@@ -33,7 +33,8 @@ from ..protocol.layout import INDEX_KEY
 from ..sources import ParquetSource, parquet
 from ..sources.hub import hf_folder
 from ..storage import open_storage, parse_location
-from .cache import default_cache_root
+from .cache import DEFAULT_MAX_CACHE_BYTES, default_cache_root
+from .parquet_cache import CachedParquetFiles
 from .source import ChunkSource
 
 __all__ = [
@@ -219,6 +220,7 @@ class ParquetChunkSource(ChunkSource):
         cache_dir: Any,
         keep_chunks: int,
         check_checksums: bool,
+        max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES,
     ):
         # Not ChunkSource.__init__: there are no chunk files, no cache of them and no
         # prefetcher; the attributes the reader reads are set here.
@@ -276,6 +278,20 @@ class ParquetChunkSource(ChunkSource):
         config_json = {"chunks": [], "config": config}
         self.config = parse_dataset_index(json.dumps(config_json).encode(), self.index_source).config
         self.largest_chunk = max((entry.chunk_bytes for entry in self.chunks), default=0)
+        self._cached: CachedParquetFiles | None = None
+        if self.remote:  # whole files through the chunk cache, as litdata reads a remote folder
+            self._cached = CachedParquetFiles(
+                open_storage(base, storage_options).input_view(),
+                names,
+                sizes,
+                [str(item.info.version) for item in self.files.files],
+                self.index_bytes,
+                loader.columns,
+                cache_dir,
+                max_cache_bytes,
+                check_checksums,
+            )
+            self.cache = self._cached.cache
         self._proc_state = None
         self._rows: OrderedDict[int, RowChunk] = OrderedDict()
         self._lock = threading.Lock()
@@ -312,7 +328,10 @@ class ParquetChunkSource(ChunkSource):
                 return rows
         unit, group = self._where[k]
         try:
-            rows = RowChunk(self.files.read_row_group(unit, group, verify=self.check_checksums))
+            if self._cached is not None:
+                rows = RowChunk(self._cached.read_row_group(unit, group))
+            else:
+                rows = RowChunk(self.files.read_row_group(unit, group, verify=self.check_checksums))
         except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
             raise CorruptStateError(
                 f"{self.files.files[unit].name} row group {group} cannot be read ({type(exc).__name__}: "
@@ -342,6 +361,8 @@ class ParquetChunkSource(ChunkSource):
 
     def close(self) -> None:
         self._rows = OrderedDict()
+        if self._cached is not None:
+            self._cached.close()
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -390,5 +411,11 @@ def parquet_source(opts: Any, keep_chunks: int) -> ParquetChunkSource | None:
             )
         return None
     return ParquetChunkSource(
-        opts.location, loader, opts.storage_options, opts.cache_dir, keep_chunks, opts.check_checksums
+        opts.location,
+        loader,
+        opts.storage_options,
+        opts.cache_dir,
+        keep_chunks,
+        opts.check_checksums,
+        opts.cache_limit,
     )
