@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from .tally import COUNTERS_DIR_ENV, CounterFile
+
 __all__ = ["InFlight", "Telemetry", "configure", "enabled_by_environment", "get", "reset"]
 
 log = logging.getLogger("shardwright")
@@ -103,6 +105,9 @@ class Telemetry:
 
     def cache_hit(self, rank: int, worker: int) -> None:
         """A chunk was found in the cache (no download)."""
+
+    def flush(self) -> None:
+        """Write the counter file now (shardwright.tally): before a job process reports its end."""
 
     # -- traces ----------------------------------------------------------------------------
     def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
@@ -251,6 +256,72 @@ class _Live(Telemetry):
         return nullcontext() if self._tracer is None else self._handed()
 
 
+class _Tallied(Telemetry):
+    """The run counters also kept in a counter file (shardwright.tally) for the jobs service,
+    on top of ``inner`` (OpenTelemetry, or nothing)."""
+
+    enabled = True
+
+    def __init__(self, inner: Telemetry, counters: Any):
+        self.inner, self.counters = inner, counters
+
+    def items(self, n: int) -> None:
+        self.inner.items(n)
+        self.counters.add("items", n)
+
+    def inputs_done(self, n: int) -> None:
+        self.inner.inputs_done(n)
+        self.counters.add("inputs_done", n)
+
+    def failed(self, n: int = 1) -> None:
+        self.inner.failed(n)
+        self.counters.add("failed", n)
+
+    def retry(self, cause: str) -> None:
+        self.inner.retry(cause)
+        self.counters.add("retries", 1, cause)
+
+    def throttled(self, verb: str) -> None:
+        self.inner.throttled(verb)
+        self.counters.add("throttled", 1, verb)
+
+    def calls_in_flight(self, delta: int) -> None:
+        self.inner.calls_in_flight(delta)
+
+    def chunks_committed(self, chunks: int, seconds: float) -> None:
+        self.inner.chunks_committed(chunks, seconds)
+        self.counters.add("chunks_committed", chunks)
+
+    def store_request(self, verb: str, outcome: str) -> None:
+        self.inner.store_request(verb, outcome)
+        self.counters.add("store_requests", 1, verb, outcome)
+
+    def bytes_written(self, n: int) -> None:
+        self.inner.bytes_written(n)
+        self.counters.add("bytes_written", n)
+
+    def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
+        self.inner.batch(rank, worker, items, wait_seconds)
+
+    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
+        self.inner.bytes_read(rank, worker, nbytes)
+
+    def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
+        self.inner.chunk_download(rank, worker, nbytes)
+
+    def cache_hit(self, rank: int, worker: int) -> None:
+        self.inner.cache_hit(rank, worker)
+
+    def flush(self) -> None:
+        self.counters.write_now()
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+        return self.inner.span(name, **attributes)
+
+    def handed_to_children(self) -> AbstractContextManager[Any]:
+        return self.inner.handed_to_children()
+
+
 _lock = threading.Lock()
 _current: tuple[int, Telemetry] | None = None  # (pid, telemetry): a forked child builds its own
 _explicit: Telemetry | None = None
@@ -278,6 +349,9 @@ def _build() -> Telemetry:
                 telemetry = _from_environment()
             except Exception as exc:  # telemetry must never stop a run
                 log.warning("OpenTelemetry is enabled by OTEL_* variables but could not start: %s", exc)
+        counters_dir = os.environ.get(COUNTERS_DIR_ENV)
+        if counters_dir:  # the jobs service's run counters (shardwright.tally)
+            telemetry = _Tallied(telemetry, CounterFile(counters_dir))
         _current = (pid, telemetry)
         return telemetry
 

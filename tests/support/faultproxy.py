@@ -148,6 +148,11 @@ class FaultProxy:
 
     # -- configuration --------------------------------------------------------------------
 
+    # ``stats`` counts: ``requests`` (and ``requests METHOD``) every request seen; ``FAULT`` and
+    # ``FAULT METHOD`` the faults injected; ``upstream METHOD`` the requests sent on to the server
+    # (so what it applied: a ``reset_after`` is sent, its answer withheld); ``forwarded`` the
+    # answers relayed whole.
+
     def clear(self) -> None:
         """No faults (plain forwarding)."""
         with self._lock:
@@ -211,6 +216,7 @@ class FaultProxy:
         self._reload_control()
         with self._lock:
             self.stats["requests"] += 1
+            self.stats[f"requests {method}"] += 1
             if self.methods is not None and method not in self.methods:
                 return None
             if self.next_faults:
@@ -307,7 +313,9 @@ class FaultProxy:
             if delay:
                 self._stop.wait(delay)
             if fault:
-                self.stats[fault] += 1
+                with self._lock:
+                    self.stats[fault] += 1
+                    self.stats[f"{fault} {method}"] += 1
             if fault in _REFUSALS:
                 status, error = _REFUSALS[fault]
                 client.sendall(
@@ -337,6 +345,8 @@ class FaultProxy:
             headers.append(("Connection", "close"))
             upstream = socket.create_connection(self.upstream, timeout=120)
             upstream.sendall(_build_head(first, headers) + bytes(body))
+            with self._lock:
+                self.stats[f"upstream {method}"] += 1  # what the S3 server was sent
 
             rbuf = bytearray()
             rend = _recv_until(upstream, rbuf, b"\r\n\r\n")

@@ -30,3 +30,23 @@ def gated(item, config: GateConfig):
 
 def echo(i):
     return {"i": i}
+
+
+class AfterConfig(BaseModel):
+    """Each job process runs ``free`` inputs, then waits on a file before each of the others."""
+
+    gate: str = Field(..., description="inputs after the first ``free`` wait until this file exists (120 s at most)")
+    free: int = Field(..., ge=0, description="inputs each process runs before it waits")
+
+
+_run_here = [0]  # inputs this process has run
+
+
+def gated_after(i: int, config: AfterConfig):
+    """{"i": i}: at once for the process's first ``free`` inputs, after the gate opens for the rest."""
+    _run_here[0] += 1
+    if _run_here[0] > config.free:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(config.gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return {"i": i}

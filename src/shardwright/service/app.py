@@ -35,7 +35,7 @@ def create_app(
         title="shardwright jobs", version="1", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.service = Service(config, pipelines, scheduler, token)
-    app.state.metrics = ServiceMetrics(scheduler.store) if metrics_available() else None
+    app.state.metrics = ServiceMetrics(scheduler.store, scheduler.files.counters) if metrics_available() else None
     if app.state.metrics is not None:
         found = app.state.metrics
 

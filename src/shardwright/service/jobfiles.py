@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ..secrets import redact, secret_values
+from ..tally import RunCounts, read_counters
 from .config import ServiceConfig
 from .model import RunnerReport
-from .runner import read_status, status_path
+from .runner import counters_path, read_status, status_path
 from .store import JobRecord, StoreFullError, is_disk_full
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # .../src
@@ -42,6 +43,10 @@ class JobFiles:
 
     def report(self, job_id: str, attempt: int) -> RunnerReport | None:
         return read_status(status_path(self.job_dir(job_id), attempt))
+
+    def counters(self, job_id: str, attempt: int) -> RunCounts:
+        """What the attempt's processes counted (store requests, retries, bytes: shardwright.tally)."""
+        return read_counters(counters_path(self.job_dir(job_id), attempt))
 
     @contextmanager
     def new_job_dir(self, job: JobRecord) -> Iterator[str]:

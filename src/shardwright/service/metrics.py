@@ -8,19 +8,25 @@ job's series ends, which keeps the label set bounded) and summed over every job.
 this process since it started (Prometheus handles the reset of a restart): API request
 latency by route template, method and status, as a histogram.
 
-What a run does inside its job process (store requests, bytes written, calls in flight) is
-not here: those processes are the run's, and report through the run's own telemetry.
+What the runs of the jobs did inside their processes (store requests by verb and outcome,
+retries by cause, 429s, chunks and bytes committed) is summed from the counter files each
+attempt's processes keep (shardwright.tally): an ended attempt's are read once and kept.
+Calls in flight and latencies stay in the run's own OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .model import JobState
-from .store import JobStore
+from ..tally import RunCounts
+from .model import AttemptOutcome, JobState
+from .store import JobRecord, JobStore
+
+#: what an attempt's processes counted, by job id and attempt number
+CountersOf = Callable[[str, int], RunCounts]
 
 __all__ = ["CONTENT_TYPE", "ServiceMetrics", "metrics_available"]
 
@@ -41,11 +47,11 @@ def metrics_available() -> bool:
 class ServiceMetrics:
     """One service's registry: the store collector and the request histogram."""
 
-    def __init__(self, store: JobStore):
+    def __init__(self, store: JobStore, counters_of: CountersOf | None = None):
         from prometheus_client import CollectorRegistry, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_StoreCollector(store))
+        self.registry.register(_StoreCollector(store, _RunCounters(counters_of) if counters_of else None))
         self.requests = Histogram(
             "shardwright_api_request_seconds",
             "Time to answer an API request, by route template, method and status",
@@ -63,9 +69,31 @@ class ServiceMetrics:
         return generate_latest(self.registry)
 
 
+class _RunCounters:
+    """The run counters of every attempt in the store; an ended attempt's files no longer
+    change, so they are read once (the cache holds one small record per ended attempt)."""
+
+    def __init__(self, counters_of: CountersOf):
+        self.counters_of = counters_of
+        self.ended: dict[tuple[str, int], RunCounts] = {}
+
+    def total(self, jobs: list[JobRecord]) -> RunCounts:
+        total = RunCounts()
+        for job in jobs:
+            for attempt in job.attempts:
+                key = (job.id, attempt.number)
+                counts = self.ended.get(key)
+                if counts is None:
+                    counts = self.counters_of(job.id, attempt.number)
+                    if attempt.outcome is not AttemptOutcome.RUNNING:
+                        self.ended[key] = counts
+                total = total.plus(counts)
+        return total
+
+
 class _StoreCollector:
-    def __init__(self, store: JobStore):
-        self.store = store
+    def __init__(self, store: JobStore, runs: _RunCounters | None):
+        self.store, self.runs = store, runs
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -116,6 +144,40 @@ class _StoreCollector:
         done = CounterMetricFamily("shardwright_inputs_done", "Inputs done by every job in the store")
         done.add_metric([], sum(job.progress.inputs_done for job in jobs))
         yield done
+        if self.runs is not None:
+            yield from _run_families(self.runs.total(jobs))
+
+
+def _run_families(counts: RunCounts) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily
+
+    requests = CounterMetricFamily(
+        "shardwright_store_requests",
+        "Object-store requests of every job's runs, by verb and outcome (ok, missing, or the failure kind)",
+        labels=["verb", "outcome"],
+    )
+    for (verb, outcome), n in sorted(counts.store_requests.items()):
+        requests.add_metric([verb, outcome], n)
+    yield requests
+    retries = CounterMetricFamily(
+        "shardwright_run_retries",
+        "Retries inside every job's runs, by cause (fn, store transient, ...)",
+        labels=["cause"],
+    )
+    for cause, n in sorted(counts.retries.items()):
+        retries.add_metric([cause], n)
+    yield retries
+    throttled = CounterMetricFamily("shardwright_store_throttled", "429s the stores answered, by verb", labels=["verb"])
+    for verb, n in sorted(counts.throttled.items()):
+        throttled.add_metric([verb], n)
+    yield throttled
+    for name, help_text, value in (
+        ("shardwright_chunks_committed", "Chunks committed by every job's runs", counts.chunks_committed),
+        ("shardwright_bytes_written", "Bytes of chunk files committed by every job's runs", counts.bytes_written),
+    ):
+        family = CounterMetricFamily(name, help_text)
+        family.add_metric([], value)
+        yield family
 
 
 def route_template(request: Any, prefix: str) -> str:

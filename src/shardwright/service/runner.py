@@ -25,11 +25,13 @@ import time
 import traceback
 from dataclasses import replace
 
+from .. import telemetry
 from ..errors import CorruptStateError, UsageError
 from ..process import die_with_parent
 from ..secrets import redact, secret_values
 from ..storage.options import parse_storage_options
 from ..storage.pin import pin_directory
+from ..tally import COUNTERS_DIR_ENV
 from .locations import check_output_location
 from .model import JobError, Progress, ReportState, RunnerReport, RunResult
 from .progress import read_progress
@@ -37,6 +39,12 @@ from .progress import read_progress
 
 def status_path(job_dir: str, attempt: int, task: str | None = None) -> str:
     return os.path.join(job_dir, f"attempt-{attempt}.json" if task is None else f"attempt-{attempt}-task-{task}.json")
+
+
+def counters_path(job_dir: str, attempt: int) -> str:
+    """Where the attempt's processes keep their run counters (shardwright.tally; a Slurm
+    array's tasks too: the files are named by host and pid)."""
+    return os.path.join(job_dir, f"attempt-{attempt}-counters")
 
 
 MAX_STATUS_BYTES = 1_000_000
@@ -60,6 +68,8 @@ class StatusFile:
         self.report = RunnerReport(attempt=attempt, pid=os.getpid(), started_at=time.time())
 
     def write(self, **fields) -> None:
+        if fields.get("state", ReportState.RUNNING) is not ReportState.RUNNING:
+            telemetry.get().flush()  # the counters are complete before the server reads the end
         with self.lock:
             self.report = replace(self.report, **fields, updated_at=time.time())
             tmp = f"{self.path}.{os.getpid()}.tmp"
@@ -120,6 +130,8 @@ def run(job_dir: str, attempt: int, storage_options: dict | None, task: str | No
     inputs = spec["inputs"]
     total = len(inputs) if isinstance(inputs, list) else 0  # a source: counted once it is built
     status.write(progress=Progress(0, total, 0))
+    os.environ[COUNTERS_DIR_ENV] = counters_path(job_dir, attempt)  # for GET /metrics; workers inherit it
+    telemetry.reset()
     print(
         f"[shardwright-service] job {spec['job_id']} attempt {attempt}"
         f"{f' task {task}' if task is not None else ''}: pid {os.getpid()}, pipeline {spec['pipeline']}, "
