@@ -32,8 +32,6 @@ import io
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +39,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "stand_in"))  # torchvision stand-in, for mosaicml-streaming
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
+
+from benchsteps import cell, fresh_step, load_average, median_rate, mosaic_python, ratio  # noqa: E402
 
 WORKERS = 2
 BATCH = 64
@@ -193,19 +194,8 @@ def run_step(step: str, folder: str, out: str) -> dict:
 
 
 def fresh(step: str, folder: str, out: str, log) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--step", step, "--folder", folder, "--out", out]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
-    if done.returncode != 0:
-        return {"failed": True}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def mosaic_installed() -> bool:
-    try:
-        import streaming  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    python = mosaic_python() if step.endswith(":mosaic") else None  # its own venv (numpy < 2.2)
+    return fresh_step(__file__, ["--step", step, "--folder", folder, "--out", out], log, python)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,12 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_step(args.step, args.folder, args.out)))
         return 0
     n, repeats = (300, 1) if args.quick else (args.images, args.repeats)
-    libs = ["shardwright", "litdata"] + (["mosaic"] if mosaic_installed() else [])
-    if "mosaic" not in libs:
-        print("mosaicml-streaming is not installed: its columns are skipped (benchmarks/requirements.txt)")
+    mosaic = mosaic_python()
+    libs = ["shardwright", "litdata"] + (["mosaic"] if mosaic else [])
+    if mosaic is None:
+        print("mosaicml-streaming is not installed (here or in MOSAIC_PYTHON's venv): its columns are skipped")
+    else:
+        print(f"mosaicml-streaming runs under {mosaic}")
     root = args.root or tempfile.mkdtemp(prefix="bench-images-")
     folder = os.path.join(root, "images")
-    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}", flush=True)
+    print(f"load average {load_average()}", flush=True)
     started = time.perf_counter()
     total = make_folder(folder, n)
     print(
@@ -259,21 +252,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.root:
             shutil.rmtree(root, ignore_errors=True)
     print_table(times, n, libs)
-    print(f"load average after {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print(f"load average after {load_average()}")
     return 1 if failures else 0
 
 
 def print_table(times: dict[str, list[float]], n: int, libs: list[str]) -> None:
     def rate(step: str) -> float | None:
-        return n / statistics.median(times[step]) if times.get(step) else None
+        return median_rate(times, step, n)
 
-    def cell(step: str) -> str:
-        if not times.get(step):
-            return "failed" if step in times else "-"
-        return f"{rate(step):,.0f} (min {min(times[step]):.2f} s)"
-
-    def ratio(a: float | None, b: float | None) -> str:
-        return f"{a / b:.2f}" if a and b else "-"
+    def cell_of(step: str) -> str:
+        return cell(times, step, rate(step))
 
     print(
         "\n| step | " + " | ".join(f"{lib} images/s" for lib in libs) + " | raw read | decode-only | "
@@ -286,8 +274,8 @@ def print_table(times: dict[str, list[float]], n: int, libs: list[str]) -> None:
         mosaic = rate(f"{phase}:mosaic") if "mosaic" in libs else None
         print(
             f"| {phase} | "
-            + " | ".join(cell(f"{phase}:{lib}") for lib in libs)
-            + f" | {cell('raw:')} | {cell('decode:')} | {ratio(sw, rate(f'{phase}:litdata'))} | {ratio(sw, mosaic)} | "
+            + " | ".join(cell_of(f"{phase}:{lib}") for lib in libs)
+            + f" | {cell_of('raw:')} | {cell_of('decode:')} | {ratio(sw, rate(f'{phase}:litdata'))} | {ratio(sw, mosaic)} | "
             f"{ratio(sw, raw)} | {ratio(sw, decode) if phase == 'read' else '-'} |"
         )
 

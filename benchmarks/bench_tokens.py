@@ -32,14 +32,15 @@ import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
+sys.path.insert(0, HERE)
+
+from benchsteps import cell, fresh_step, load_average, median_rate, ratio  # noqa: E402
 
 WORKERS = 2
 BATCH = 64
@@ -171,11 +172,7 @@ def run_step(step: str, n_inputs: int, out: str) -> dict:
 
 
 def fresh(step: str, n_inputs: int, out: str, log) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--step", step, "--inputs", str(n_inputs), "--out", out]
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
-    if done.returncode != 0:
-        return {"failed": True}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return fresh_step(__file__, ["--step", step, "--inputs", str(n_inputs), "--out", out], log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{free / 1e9:.1f} GB free under {root}: {total * 4 * 3 / 1e9:.1f} GB needed; use --tokens", file=sys.stderr
         )
         return 2
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(f"load average {load_average()}", flush=True)
     print(f"{total:,} tokens ({total * 4 / 1e9:.2f} GB of int32 per copy), {n_inputs} inputs", flush=True)
     libs = ["shardwright", "litdata", "raw"]
     times: dict[str, list[float]] = {}
@@ -236,31 +233,24 @@ def main(argv: list[str] | None = None) -> int:
         if not args.root:
             shutil.rmtree(root, ignore_errors=True)
     print_table(times, tokens_read, total)
-    print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"load average after {load_average()}")
     return 1 if failures else 0
 
 
 def print_table(times: dict[str, list[float]], blocks: dict[str, int], total: int) -> None:
     def rate(step: str) -> float | None:
-        if not times.get(step):
-            return None
-        tokens = total if step.startswith("write:") else blocks[step] * BLOCK
-        return tokens / statistics.median(times[step])
+        return median_rate(times, step, total if step.startswith("write:") else blocks.get(step, 0) * BLOCK)
 
-    def cell(step: str) -> str:
-        if not times.get(step):
-            return "failed" if step in times else "-"
-        return f"{rate(step) / 1e6:,.1f}M (median {statistics.median(times[step]):.2f} s, min {min(times[step]):.2f} s)"
-
-    def ratio(a: float | None, b: float | None) -> str:
-        return f"{a / b:.2f}" if a and b else "-"
+    def cell_of(step: str) -> str:
+        found = rate(step)
+        return cell(times, step, found / 1e6 if found else None, "{:,.1f}M")
 
     print("\n| step | shardwright tokens/s | litdata tokens/s | raw floor tokens/s | sw/litdata | sw/floor |")
     print("|---|---|---|---|---|---|")
     for phase in ("write", "read"):
         sw, ld, raw = (rate(f"{phase}:{lib}") for lib in ("shardwright", "litdata", "raw"))
         print(
-            f"| {phase} | {cell(f'{phase}:shardwright')} | {cell(f'{phase}:litdata')} | {cell(f'{phase}:raw')} | "
+            f"| {phase} | {cell_of(f'{phase}:shardwright')} | {cell_of(f'{phase}:litdata')} | {cell_of(f'{phase}:raw')} | "
             f"{ratio(sw, ld)} | {ratio(sw, raw)} |"
         )
 

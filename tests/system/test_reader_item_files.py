@@ -64,17 +64,28 @@ def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
     next(it)
     assert len(mapped_chunks(out)) == 1  # small items: one mapping per chunk, no call per item
     big_out = write(tmp_path / "big", big)
-    ds = StreamingDataset(big_out)  # checksums on: the first read checks every byte (mapped)
-    it = iter(ds)
-    check(next(it), 0)
-    assert len(mapped_chunks(big_out)) == 1
-    for i, item in enumerate(it, start=1):
+    ds = StreamingDataset(big_out)  # checksums on: each chunk is checked, then read item by item
+    for i, item in enumerate(ds):
         check(item, i)
-    second = iter(ds)  # checked already in this process: read item by item
-    check(next(second), 0)
-    assert ds._source.chunks[0].filename not in mapped_chunks(big_out)
-    for i, item in enumerate(second, start=1):
-        check(item, i)
+        assert mapped_chunks(big_out) == set()  # the check's map is gone before an item is read
+    assert ds._source.state().checks.ahead_checked == len(ds._source.chunks) - 1  # all but the first, ahead
+
+
+def test_a_damaged_chunk_checked_ahead_is_refused_before_any_of_its_items(tmp_path):
+    out = write(tmp_path / "big", big)
+    ds = StreamingDataset(out)
+    third = os.path.join(out, ds._source.chunks[2].filename)
+    with open(third, "r+b") as f:  # one byte inside an item: the size and offsets still agree
+        f.seek(os.path.getsize(third) - 10)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    seen = []
+    with pytest.raises(CorruptStateError, match=r"is damaged: its bytes have xxh3_128 checksum"):
+        for item in ds:
+            seen.append(item["i"])
+    before = sum(entry.chunk_size for entry in ds._source.chunks[:2])
+    assert seen == list(range(before))  # every item of chunks 0 and 1, nothing of chunk 2
 
 
 def test_shuffled_and_subsampled_reads_give_the_same_items(tmp_path):

@@ -84,7 +84,15 @@ Where we choose differently from litdata's writer (the bytes stay readable by li
   keys may come in another order and are stored in the first sample's order.
 """
 
-from .checksum import CHECKSUM_ALGORITHM, ChecksumMismatch, can_check, check_checksum, chunk_checksum, parts_checksum
+from .checksum import (
+    CHECKSUM_ALGORITHM,
+    ChecksumMismatch,
+    can_check,
+    check_checksum,
+    check_file_checksum,
+    chunk_checksum,
+    parts_checksum,
+)
 from .chunk import (
     build_chunk,
     chunk_header,
@@ -159,6 +167,7 @@ __all__ = [
     "chunk_header",
     "can_check",
     "check_checksum",
+    "check_file_checksum",
     "chunk_checksum",
     "parts_checksum",
     "chunk_item",

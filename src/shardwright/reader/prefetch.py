@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 from ..format import ChunkEntry
 from .cache import ChunkCache, Pin
+from .checkahead import CheckAhead
 from .checks import release_buffer
 
 __all__ = ["Loaded", "Prefetcher", "ProcState"]
@@ -131,6 +132,7 @@ class ProcState:
         self.last_loaded: int | None = None
         self.prefetcher: Prefetcher | None = None
         self.verified: set[str] = set()  # local chunks whose checksum this process has checked
+        self.checks = CheckAhead()  # local chunks read item by item: checked one ahead
 
     def prefetch(self, cache: ChunkCache, upcoming: list[tuple[int, ChunkEntry]], depth: int) -> None:
         if depth <= 0:
@@ -142,6 +144,7 @@ class ProcState:
     def close(self) -> None:
         if self.prefetcher is not None:
             self.prefetcher.close()
+        self.checks.close()
         with self.lock:
             while self.lru:
                 _, old = self.lru.popitem()

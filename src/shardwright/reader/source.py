@@ -313,24 +313,39 @@ class ChunkSource:
         finally:
             os.close(fd)
 
-    def item_file(self, k: int) -> ItemFile | None:
-        """Chunk ``k`` opened to be read one item at a time (reader.itemfile says why), or
-        None when its bytes must be loaded whole: remote, compressed, in another layout, of
-        small items, or with a checksum this process has not checked yet (checking reads
-        every byte before any item is used)."""
-        entry = self.chunks[k]
-        if (
+    def _reads_item_by_item(self, entry: ChunkEntry) -> bool:
+        """Whether a chunk can be read one item at a time (see :meth:`item_file`)."""
+        return not (
             self.cache is not None
             or self.config.compression is not None
             or self.config.compression_level is not None
             or not entry.chunk_size
             or entry.chunk_bytes < ITEM_READ_BYTES * entry.chunk_size
-            or (self.check_checksums and entry.checksum and entry.filename not in self.state().verified)
-        ):
+        )
+
+    def _to_check(self, entry: ChunkEntry) -> str | None:
+        """The checksum this process has still to check for a local chunk (None: nothing to check)."""
+        if self.check_checksums and entry.checksum and entry.filename not in self.state().verified:
+            return entry.checksum
+        return None
+
+    def item_file(self, k: int) -> ItemFile | None:
+        """Chunk ``k`` opened to be read one item at a time (reader.itemfile says why), or
+        None when its bytes must be loaded whole: remote, compressed, in another layout or
+        of small items. A checksum this process has not checked yet is checked first, over
+        the descriptor the items are then read from (reader.checkahead)."""
+        entry = self.chunks[k]
+        if not self._reads_item_by_item(entry):
             return None
         path = os.path.join(self.output_dir, entry.filename)
         try:
-            fd, size = self._open_chunk(entry, path)
+            checksum = self._to_check(entry)
+            if checksum is None:
+                fd, size = self._open_chunk(entry, path)
+            else:
+                state = self.state()
+                fd, size = state.checks.take(entry.filename, lambda: self._open_chunk(entry, path), checksum, path)
+                state.verified.add(entry.filename)
             return ItemFile.open(fd, size, entry, path)
         except (CorruptStateError, FileNotFoundError) as exc:
             if self._replaced():
@@ -338,6 +353,17 @@ class ChunkSource:
             if isinstance(exc, FileNotFoundError):
                 raise self._missing_error(entry) from None
             raise
+
+    def check_ahead(self, k: int) -> None:
+        """Start checking chunk ``k``'s checksum in the background, when it will be read item by
+        item and is still to be checked: a reader reading in order is about to need it."""
+        if k >= len(self.chunks):
+            return
+        entry = self.chunks[k]
+        checksum = self._to_check(entry)
+        if checksum is not None and self._reads_item_by_item(entry):
+            path = os.path.join(self.output_dir, entry.filename)
+            self.state().checks.ahead(entry.filename, lambda: self._open_chunk(entry, path), checksum, path)
 
     def _missing_error(self, entry: ChunkEntry) -> CorruptStateError:
         return CorruptStateError(

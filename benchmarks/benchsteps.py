@@ -1,0 +1,59 @@
+"""What the side-by-side benchmarks share: a timed step in a fresh process (optionally another
+venv's interpreter: mosaicml-streaming pins numpy < 2.2, so it lives in a venv of its own),
+and the median / min / ratio cells of their tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+__all__ = ["cell", "fresh_step", "load_average", "median_rate", "ratio"]
+
+# The interpreter of the venv mosaicml-streaming is installed in (benchmarks/README.md):
+# python3 -m venv /tmp/mds-venv && /tmp/mds-venv/bin/pip install mosaicml-streaming==0.13.0 pillow
+MOSAIC_PYTHON = os.environ.get("MOSAIC_PYTHON", "/tmp/mds-venv/bin/python")
+
+
+def mosaic_python() -> str | None:
+    """The interpreter that runs mosaicml-streaming's steps: this one when it imports
+    ``streaming``, else MOSAIC_PYTHON when that exists; None: not installed anywhere."""
+    try:
+        import streaming  # noqa: F401
+
+        return sys.executable
+    except ImportError:
+        pass
+    return MOSAIC_PYTHON if os.access(MOSAIC_PYTHON, os.X_OK) else None
+
+
+def fresh_step(script: str, args: list[str], log, python: str | None = None) -> dict:
+    """Run ``script --step ...`` in a fresh process; its last stdout line is the step's JSON
+    result ({"failed": True} when it exits non-zero; its stderr goes to ``log``)."""
+    cmd = [python or sys.executable, os.path.abspath(script), *args]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
+    if done.returncode != 0 or not done.stdout.strip():
+        return {"failed": True}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median_rate(times: dict[str, list[float]], step: str, amount: float) -> float | None:
+    """``amount`` (items, tokens) per second at the median time of ``step``; None: not run or failed."""
+    return amount / statistics.median(times[step]) if times.get(step) else None
+
+
+def cell(times: dict[str, list[float]], step: str, rate: float | None, fmt: str = "{:,.0f}") -> str:
+    """A table cell: the median rate and the min time beside it ("failed" / "-" when none)."""
+    if not times.get(step) or rate is None:
+        return "failed" if step in times else "-"
+    return f"{fmt.format(rate)} (median {statistics.median(times[step]):.2f} s, min {min(times[step]):.2f} s)"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
