@@ -184,6 +184,20 @@ def random_ids(length: int) -> list[int]:
     return ids[:RANDOM_IDS]
 
 
+TOUCH = [False]  # --touch: in-process loops sum every array's bytes (a loop that uses what it reads)
+
+
+def used(item) -> int:
+    """1 for an item; with --touch its arrays' bytes are summed first (every byte read by the CPU)."""
+    if TOUCH[0] and isinstance(item, dict):
+        for value in item.values():
+            if isinstance(value, np.ndarray):
+                value.sum(dtype=np.uint64)
+    elif TOUCH[0] and isinstance(item, np.ndarray):
+        item.sum(dtype=np.uint64)
+    return 1
+
+
 def read_random(ds) -> int:
     """``ds[i]`` for random_ids: what a map-style sampler asks of a dataset."""
     got = 0
@@ -204,7 +218,7 @@ def read_shardwright(src: str, workload: str, way: str, options: dict | None, ca
     if way == "random":
         return read_random(ds)
     if way == "inproc":
-        return sum(1 for _ in ds)
+        return sum(used(x) for x in ds)
     return sum(StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
 
 
@@ -218,7 +232,7 @@ def read_litdata(src: str, workload: str, way: str, options: dict | None, cache:
     if way == "random":
         return read_random(ds)
     if way == "inproc":
-        return sum(1 for _ in ds)
+        return sum(used(x) for x in ds)
     return sum(litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=count))
 
 
@@ -255,7 +269,10 @@ def read_raw(src: str, options: dict | None, client=None) -> int:
         return sum(c["chunk_size"] for c in index["chunks"])
     for c in index["chunks"]:
         with open(os.path.join(src, c["filename"]), "rb") as f:
-            total += len(f.read())
+            data = f.read()
+            total += len(data)
+            if TOUCH[0]:
+                np.frombuffer(data, dtype=np.uint8).sum(dtype=np.uint64)
     return sum(c["chunk_size"] for c in index["chunks"])
 
 
@@ -361,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="")
     parser.add_argument("--items", default="", help="sizes, e.g. small=200000,arrays=2000")
     parser.add_argument("--libs", default="", help="readers to run, e.g. shardwright,unchecked (checksum cost only)")
+    parser.add_argument("--touch", action="store_true", help="in-process loops sum every array's bytes")
     args = parser.parse_args(argv)
+    TOUCH[0] = args.touch
     repeats = 1 if args.quick else args.repeats
     places_of, ways_of = dict(PLACES), dict(WAYS)
     if args.quick:  # a smoke run, well under a minute: S3 only for s3small, no shuffled rows
