@@ -65,9 +65,12 @@ def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
     assert len(mapped_chunks(out)) == 1  # small items: one mapping per chunk, no call per item
     big_out = write(tmp_path / "big", big)
     ds = StreamingDataset(big_out)  # checksums on: each chunk is checked, then read item by item
+    names = [entry.filename for entry in ds._source.chunks]
     for i, item in enumerate(ds):
         check(item, i)
-        assert mapped_chunks(big_out) == set()  # the check's map is gone before an item is read
+        # the check's map of this item's chunk is gone before its items are read; the next
+        # chunk may be mapped for a moment by the check running ahead on its own thread
+        assert mapped_chunks(big_out) <= set(names[i // 4 + 1 : i // 4 + 2])
     assert ds._source.state().checks.ahead_checked == len(ds._source.chunks) - 1  # all but the first, ahead
 
 
