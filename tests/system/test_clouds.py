@@ -25,7 +25,7 @@ from shardwright.storage import open_storage
 from support.cloudemulators import AZURITE_ACCOUNT, AZURITE_KEY
 from support.crash_child import expected, generator, plain
 from support.faultproxy import FaultProxy
-from support.fencing import check_round, pause_and_take_over
+from support.fencing import check_round, held, pause_and_take_over
 from support.helpers import assert_exactly_once, chunks_named_but_missing, finish, kill_loop
 
 CLOUDS = [pytest.param("gcs", marks=pytest.mark.gcs), pytest.param("azure", marks=pytest.mark.azure)]
@@ -152,7 +152,7 @@ def test_random_sigkill_loop(cloud):
 
 
 @pytest.mark.slow
-def test_paused_writer_is_fenced(cloud):
+def test_paused_writer_is_fenced(cloud, tmp_path):
     """SIGSTOP past the lease TTL, a takeover, SIGCONT: the store's own conditional writes
     (ifGenerationMatch / If-Match) keep the paused writer from damaging what B publishes."""
     rng = random.Random(f"fencing-{cloud.name}")
@@ -165,6 +165,7 @@ def test_paused_writer_is_fenced(cloud):
         "output_dir": cloud.url,
         "storage_options": cloud.options,
     }
+    config = held(config, tmp_path / "gate")
     check_round(config, cloud.options, pause_and_take_over(config, rng, cloud.options))
 
 
