@@ -98,7 +98,9 @@ def test_map_survives_sigkill_of_the_whole_run(tmp_path):
         child = run_child(config, MAP_GATE=str(tmp_path / f"gate-{round_}"), MAP_HOLD_FROM=str(hold_from))
         before = committed_records(str(out / MAP_DIR)) if (out / MAP_DIR).exists() else 0
         try:
-            assert wait_for(lambda: child.poll() is not None or committed_records(str(out / MAP_DIR)) > before, 120)
+            assert wait_for(
+                lambda c=child, b=before: c.poll() is not None or committed_records(str(out / MAP_DIR)) > b, 120
+            )
             assert child.poll() is None, f"run {round_} ended with {child.returncode} before it was killed"
             time.sleep(rng.uniform(0.0, 0.5))  # a worker may be mid-write (nothing is asserted on it)
         finally:
