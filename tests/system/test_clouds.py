@@ -252,7 +252,7 @@ def test_persistent_failure_is_one_clear_error(cloud, proxy):
     started = time.monotonic()
     with pytest.raises(StorageError) as info:
         s.write_bytes("k", b"x")
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 25  # retry_timeout=2; the default budget is 60 s
     message = str(info.value)
     assert "kept failing" in message and proxy.endpoint in message and "rerun the same call" in message, message
 
@@ -461,7 +461,7 @@ def test_azure_mistakes_are_one_line(azure_server, azure_container):
     started = time.monotonic()
     with pytest.raises(StorageError, match="cannot reach the Azure endpoint"):
         open_storage(f"az://{azure_container}/p", dead).check()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # half the default 60 s retry budget: at any load
 
 
 @pytest.mark.gcs
@@ -472,7 +472,7 @@ def test_gcs_missing_bucket_and_dead_endpoint(gcs_server):
     started = time.monotonic()
     with pytest.raises(StorageError, match="cannot reach the GCS endpoint"):
         open_storage("gs://somebucket/p", {"api_endpoint": f"http://127.0.0.1:{port}"}).check()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # half the default 60 s retry budget: at any load
 
 
 # --- inputs read where they live ----------------------------------------------------------------------

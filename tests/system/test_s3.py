@@ -268,7 +268,7 @@ def test_bad_credentials_clear_error(s3_server, s3_bucket, s3_url):
     started = time.monotonic()
     with pytest.raises(StorageError) as err:
         optimize(plain, list(range(10)), s3_url, chunk_size=5, storage_options=opts, verbose=False)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # half the default 60 s retry budget: at any load
     message = str(err.value)
     assert "credentials rejected" in message and s3_bucket in message and s3_server.endpoint in message, message
     assert secret not in message and s3_server.secret_key not in message
@@ -292,11 +292,11 @@ def test_unreachable_endpoint_fails_in_seconds(s3_server, s3_url):
     started = time.monotonic()
     with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
         optimize(plain, list(range(10)), s3_url, chunk_size=5, storage_options=opts, verbose=False)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # half the default 60 s retry budget: at any load
     started = time.monotonic()
     with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
         StreamingDataset(s3_url, storage_options=opts)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30
 
 
 # --- two runs on one prefix ----------------------------------------------------------------------

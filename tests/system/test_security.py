@@ -187,7 +187,7 @@ def test_huge_num_shards_fails_fast(tmp_path, capsys):
     assert main(["merge", str(out)]) == 2
     with pytest.raises(CorruptStateError, match="num_shards|inputs fingerprint|out of range"):
         optimize(square, list(range(20)), out, chunk_size=2, num_workers=2, num_shards=2, verbose=False)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # not 10**8 shards planned or allocated, at any load
 
 
 @pytest.mark.parametrize("field,value", [("seq", 10**30), ("next_input", -5), ("epoch", "x"), ("stored_bytes", 2**60)])
