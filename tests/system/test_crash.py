@@ -121,7 +121,7 @@ def test_second_ctrl_c_aborts_at_once(tmp_path):
     # input 150 sleeps 60 s and a stopping run waits 100 s for a stuck fn: only an abort ends
     # the run in less than a minute, at any load
     proc = start_child(config, CRASH_SLEEP_AT="150", SHARDWRIGHT_STOP_GRACE="100")
-    assert wait_for(lambda: committed_records(config["output_dir"]) >= 2, 30)
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 2, 120)
     kill_group(proc, signal.SIGINT)
     time.sleep(0.5)
     kill_group(proc, signal.SIGINT)

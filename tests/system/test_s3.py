@@ -383,7 +383,7 @@ def test_optimize_to_s3_leaves_no_local_files(s3_url, s3_storage_options, tmp_pa
         )
 
     proc = start()
-    assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 3, 30)
+    assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 3, 120)
     kill_group(proc)
     proc.communicate()
     assert wait_for(lambda: not group_pids(proc.pid), 5)
@@ -699,7 +699,7 @@ def test_reader_zstd_validates_decompressed_size(s3_url, s3_storage_options, tmp
         fresh[80]
 
 
-def test_reader_missing_index_is_incomplete(s3_url, s3_storage_options):
+def test_reader_missing_index_is_incomplete(s3_url, s3_storage_options, tmp_path):
     config = {
         "kind": "plain",
         "n": 4000,
@@ -708,10 +708,16 @@ def test_reader_missing_index_is_incomplete(s3_url, s3_storage_options):
         "output_dir": s3_url,
         "storage_options": s3_storage_options,
         "num_workers": 2,
+        # inputs from 1000 on wait for a gate that never opens: the run cannot publish before
+        # the kill, at any load
+        "gate": str(tmp_path / "gate"),
+        "gate_period": 4000,
+        "gate_after": 1000,
     }
     proc = start_child(config)
     try:
-        assert wait_for(lambda: committed_records(s3_url, s3_storage_options) >= 2, 30)
+        assert wait_for(lambda: proc.poll() is not None or committed_records(s3_url, s3_storage_options) >= 2, 120)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
     finally:
         kill_group(proc)
         proc.wait()
