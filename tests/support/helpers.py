@@ -169,7 +169,7 @@ def kill_loop(
         if not early_kill:
             wait_for(
                 lambda: proc.poll() is not None or committed_records(url, options) > before + 1,  # noqa: B023
-                30,
+                120,  # a bound for a run that cannot commit, not a guess at how fast one starts
                 0.02,
             )  # called right here, in this iteration
         try:

@@ -15,7 +15,10 @@ What the tests look at, written under ``--report-dir``:
 * ``publish.log``: one line per call of ``protocol.publish.publish`` (writing index.json), so a
   test can assert the dataset was published exactly once.
 
-Test hooks (all in the main process, where publishing happens):
+Test hooks (all in the main process, where publishing happens, but the first):
+
+* ``SW_TEST_GATE=PATH SW_TEST_HOLD_FROM=K`` in the environment: inputs from K on wait in fn
+  until PATH exists.
 
 * ``--barrier-dir D --barrier-count N``: every task waits at the start of
   ``publish_if_complete`` until N tasks got there, so they publish at the same moment.
@@ -48,7 +51,21 @@ FAIL: set[int] = set()
 FIXED_IF: str | None = None
 
 
+def _held(i: int) -> None:
+    """With ``SW_TEST_GATE`` (a path) and ``SW_TEST_HOLD_FROM`` in the environment (not in fn's
+    globals: fn stays the same call for a process started without them), input
+    ``i >= SW_TEST_HOLD_FROM`` waits until that file exists (polled, 600 s at most): the
+    process is certainly still running when a test acts on it, at any load."""
+    gate = os.environ.get("SW_TEST_GATE")
+    deadline = time.monotonic() + 600
+    while gate and i >= int(os.environ["SW_TEST_HOLD_FROM"]) and not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+
+
 def make_sample(i):
+    _held(i)
     if SLEEP:
         time.sleep(SLEEP)
     if i in FAIL and not (FIXED_IF and os.path.exists(FIXED_IF)):

@@ -73,9 +73,7 @@ def test_one_worker_sigkilled(tmp_path):
     assert workers, "no worker processes found"
     os.kill(workers[0], signal.SIGKILL)
     release(config)  # the other worker goes on to its next input, where it sees the stop
-    started = time.monotonic()
-    _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - started < 15, "a dead worker must not make the run hang"
+    _, err = proc.communicate(timeout=120)  # a run a dead worker made hang would never end
     assert proc.returncode not in (0, None)
     assert "WorkerDiedError" in err and "SIGKILL" in err and "while processing input" in err, err[-2000:]
     assert wait_for(lambda: not group_pids(proc.pid), 5)
@@ -110,10 +108,8 @@ def test_sigint_sigterm_stop_cleanly(tmp_path, sig, code, to_group):
     else:
         os.kill(proc.pid, sig)  # what a scheduler's SIGTERM to the job does
     release(config)  # the held workers go on to their next input, where they see the stop
-    started = time.monotonic()
-    _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - started < 8
-    assert proc.returncode == code, err[-2000:]
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]  # a run that missed the signal would end with 0
     assert "Interrupted:" in err and "Rerun the same call to resume." in err
     assert wait_for(lambda: not group_pids(proc.pid), 5)
     finish(config)
@@ -122,14 +118,16 @@ def test_sigint_sigterm_stop_cleanly(tmp_path, sig, code, to_group):
 
 def test_second_ctrl_c_aborts_at_once(tmp_path):
     config = {"kind": "plain", "n": 400, "chunk_size": 5, "sleep": 0.002, "output_dir": str(tmp_path / "out")}
-    proc = start_child(config, CRASH_SLEEP_AT="150")
-    assert wait_for(lambda: committed_records(config["output_dir"]) >= 2, 30)
+    # input 150 sleeps 60 s and a stopping run waits 100 s for a stuck fn: only an abort ends
+    # the run in less than a minute, at any load
+    proc = start_child(config, CRASH_SLEEP_AT="150", SHARDWRIGHT_STOP_GRACE="100")
+    assert wait_for(lambda: committed_records(config["output_dir"]) >= 2, 120)
     kill_group(proc, signal.SIGINT)
     time.sleep(0.5)
     kill_group(proc, signal.SIGINT)
     started = time.monotonic()
-    proc.communicate(timeout=30)
-    assert time.monotonic() - started < 3
+    proc.communicate(timeout=120)
+    assert time.monotonic() - started < 30, "the second Ctrl-C did not abort at once"
     assert proc.returncode != 0
     assert wait_for(lambda: not group_pids(proc.pid), 5)
     finish(config)

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from support.fencing import check_round, pause_and_take_over
+from support.fencing import check_round, held, pause_and_take_over
 
 
 @pytest.mark.slow
@@ -26,12 +26,13 @@ def test_paused_writer_cannot_corrupt_local(tmp_path):
             "num_workers": 2,
             "output_dir": str(tmp_path / f"out-{trial}"),
         }
+        config = held(config, tmp_path / f"gate-{trial}")
         check_round(config, None, pause_and_take_over(config, rng, None))
 
 
 @pytest.mark.s3
 @pytest.mark.slow
-def test_paused_writer_cannot_corrupt_s3(s3_url, s3_storage_options):
+def test_paused_writer_cannot_corrupt_s3(s3_url, s3_storage_options, tmp_path):
     rng = random.Random("fencing-s3")
     for trial in range(2):
         config = {
@@ -43,6 +44,7 @@ def test_paused_writer_cannot_corrupt_s3(s3_url, s3_storage_options):
             "output_dir": f"{s3_url}-{trial}",
             "storage_options": s3_storage_options,
         }
+        config = held(config, tmp_path / f"gate-{trial}")
         check_round(config, s3_storage_options, pause_and_take_over(config, rng, s3_storage_options))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from shardwright.errors import FnError, UsageError
 CHILD = Path(__file__).resolve().parents[1] / "support" / "map_child.py"
 
 
-def run_child(config: dict) -> subprocess.Popen:
+def run_child(config: dict, **extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHILD.parents[2] / "src"), str(CHILD.parents[1])])}
+    env.update(extra)
     return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], env=env, start_new_session=True)
 
 
@@ -84,25 +86,33 @@ def test_map_on_error_and_refusals(tmp_path):
 
 @pytest.mark.slow
 def test_map_survives_sigkill_of_the_whole_run(tmp_path):
+    from support.helpers import committed_records, wait_for
+
     n, out, log = 40, tmp_path / "out", tmp_path / "log"
     log.mkdir()
     config = {"n": n, "out": str(out), "log": str(log), "sleep": 0.5, "workers": 2}  # about 10 s undisturbed
-    kills = 0
-    for delay in (1.5, 2.5, 3.0):
-        child = run_child(config)
-        time.sleep(delay)
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)  # the map process and its workers, mid-write
-            kills += 1
-        child.wait()
-        assert visible(out) == {} or (out / MAP_DIR / "index.json").exists()  # nothing before the publish
+    rng = random.Random(5)
+    for round_, hold_from in enumerate((10, 20, 30)):
+        # inputs from hold_from on wait for a gate that never opens: each run commits more
+        # inputs than the last, then is certainly still running when it is killed, at any load
+        child = run_child(config, MAP_GATE=str(tmp_path / f"gate-{round_}"), MAP_HOLD_FROM=str(hold_from))
+        before = committed_records(str(out / MAP_DIR)) if (out / MAP_DIR).exists() else 0
+        try:
+            assert wait_for(
+                lambda c=child, b=before: c.poll() is not None or committed_records(str(out / MAP_DIR)) > b, 120
+            )
+            assert child.poll() is None, f"run {round_} ended with {child.returncode} before it was killed"
+            time.sleep(rng.uniform(0.0, 0.5))  # a worker may be mid-write (nothing is asserted on it)
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)  # the map process and its workers
+            child.wait()
+        assert visible(out) == {}  # nothing before the publish
     child = run_child(config)
     assert child.wait(timeout=300) == 0
-    assert kills >= 2
     assert visible(out) == expected(n)  # every file, complete, once
     done_before_last_run = calls(log)
     # Committed inputs are not redone: some input ran only once across all the runs.
-    assert min(done_before_last_run.values()) == 1 and sum(done_before_last_run.values()) < n * (kills + 1)
+    assert min(done_before_last_run.values()) == 1 and sum(done_before_last_run.values()) < n * 4
 
 
 @pytest.mark.parametrize(

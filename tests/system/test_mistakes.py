@@ -252,7 +252,7 @@ def test_timeout_turns_a_stuck_fn_into_a_failure_of_that_input(tmp_path):
     started = time.monotonic()
     with pytest.raises(FnError) as info:
         optimize(stuck_at_3, list(range(8)), tmp_path / "a", num_workers=2, verbose=False, timeout=1)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 120  # the stuck input sleeps an hour
     assert info.value.input_index == 3 and "timeout=1" in str(info.value)
     result = optimize(
         stuck_at_3, list(range(8)), tmp_path / "b", num_workers=2, verbose=False, timeout=1, on_error="skip"

@@ -27,9 +27,13 @@ def test_two_nodes_one_after_the_other_publish_once(tmp_path):
 def test_a_node_with_another_node_count_is_refused_while_a_peer_runs(tmp_path):
     out = str(tmp_path / "out")
     config = {"kind": "plain", "n": 3000, "chunk_size": 5, "sleep": 0.003, "output_dir": out, "num_workers": 1}
+    # the peer's inputs from 500 on wait for a gate that never opens: it is still running when
+    # the other node comes, at any load
+    config |= {"gate": str(tmp_path / "gate"), "gate_period": 3000, "gate_after": 500}
     peer = start_child(config, DATA_OPTIMIZER_NODE_RANK="0", DATA_OPTIMIZER_NUM_NODES="2")
     try:
-        assert wait_for(lambda: committed_records(out) >= 1, 30)
+        assert wait_for(lambda: peer.poll() is not None or committed_records(out) >= 1, 120)
+        assert peer.poll() is None, peer.communicate()[1][-3000:]
         with pytest.raises(ConcurrentRunError, match="same number of nodes"):
             optimize(_square, list(range(3000)), out, chunk_size=5, num_nodes=3, node_rank=1, verbose=False)
     finally:

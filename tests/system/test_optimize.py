@@ -1151,10 +1151,13 @@ def test_concurrent_run_is_refused_and_a_killed_run_is_taken_over_at_once(tmp_pa
     # A long lease TTL: the takeover below must come from the holder's pid being gone, not expiry.
     monkeypatch.setenv("SHARDWRIGHT_LEASE_TTL", "300")
     config = {"kind": "plain", "n": n, "chunk_size": 25, "sleep": 0.005, "output_dir": out, "num_workers": 2}
+    # the child's inputs from 500 on wait for a gate that never opens: it is still running when
+    # the second call comes, at any load (the calls in this process have no gate)
+    config |= {"gate": str(tmp_path / "gate"), "gate_period": n, "gate_after": 500}
     proc = start_child(config, SHARDWRIGHT_LEASE_TTL="300")
     try:
-        assert wait_for(lambda: committed_records(out) >= 2, 30), "the first run never committed"
-        assert proc.poll() is None, "the first run finished too early for this test"
+        assert wait_for(lambda: proc.poll() is not None or committed_records(out) >= 2, 120), "no commit"
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
         with pytest.raises(ConcurrentRunError) as info:
             optimize(child_plain, list(range(n)), out, chunk_size=25, num_workers=2, verbose=False)
         message = str(info.value)
@@ -1168,7 +1171,8 @@ def test_concurrent_run_is_refused_and_a_killed_run_is_taken_over_at_once(tmp_pa
     before = committed_items(out)
     started = time.monotonic()
     result = optimize(child_plain, list(range(n)), out, chunk_size=25, num_workers=2, verbose=False)
-    assert time.monotonic() - started < 20, "the dead run's lease was not taken over at once"
+    # half the TTL: a run that waited the lease out would take 300 s, at any load
+    assert time.monotonic() - started < 150, "the dead run's lease was not taken over at once"
     assert result.resumed and result.items == n - before
     got = items(out)
     assert [(x["i"], 0) for x in got] == child_expected("plain", n)

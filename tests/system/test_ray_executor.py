@@ -13,7 +13,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -103,7 +102,6 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
     # file: the run is still going while the test looks at it and removes a node, at any load.
     gate = tmp_path / "gate"
     config = ray_config(str(tmp_path / "out"), 1500, sleep=0.01, gate=str(gate), gate_period=125, gate_after=60)
-    started = time.monotonic()
     driver = start_driver(ray_cluster, config)
     try:
         assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 3, 90)
@@ -123,12 +121,13 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
         assert wait_for(status_names_a_ray_node, 20, interval=0.5), shown
         ray_cluster.remove_worker_node()
         gate.write_text("")  # the held steps go on; the dead node's tasks are retried elsewhere
-        out, err = driver.communicate(timeout=110)
+        # the dead node's claims waited out would take the fixture's lease TTL (600 s): longer
+        # than this wait, at any load
+        out, err = driver.communicate(timeout=240)
     finally:
         kill_group(driver)
         ray_cluster.restore()
     assert driver.returncode == 0, err[-4000:]
-    assert time.monotonic() - started < 110, "the dead node's claims were waited out, not taken over"
     check_exactly_once(config)
 
 
@@ -144,11 +143,11 @@ def test_driver_sigkilled_then_the_same_call_resumes(ray_cluster, tmp_path):
         kill_group(driver, signal.SIGKILL)
         driver.communicate()
     gate.write_text("")
-    started = time.monotonic()
-    code, out, err = run_driver(ray_cluster, config, timeout=110)
+    # the killed job's claims waited out would take the fixture's lease TTL (600 s): longer than
+    # this run may take, at any load
+    code, out, err = run_driver(ray_cluster, config, timeout=240)
     assert code == 0, err[-4000:]
     assert json.loads(out.strip().splitlines()[-1])["resumed"] is True
-    assert time.monotonic() - started < 100, "the killed job's claims were waited out, not taken over"
     check_exactly_once(config)
 
 

@@ -22,6 +22,7 @@ from support.inflight_child import expected
 from support.teacher import Teacher
 
 CHILD = str(HERE / "inflight_child.py")
+HOLD_AFTER = 10  # teacher calls answered before the rest are held until the kill
 
 
 def run_child(out: str, url: str, mode: str, *edited: str) -> subprocess.Popen:
@@ -48,14 +49,17 @@ def mid_document(out: str) -> list:
     return found
 
 
-def kill_mid_document(out: str, url: str, mode: str) -> None:
-    proc = run_child(out, url, mode)
+def kill_mid_document(out: str, teacher: Teacher, mode: str) -> None:
+    """Run until the teacher holds its calls past ``HOLD_AFTER`` (10 answers of 4-page documents:
+    one is certainly mid-way, at any load) and a snapshot shows it; SIGKILL; release the teacher."""
+    proc = run_child(out, teacher.url, mode)
     try:
         assert wait_for(lambda: mid_document(out) or proc.poll() is not None, 120), "no document was mid-way"
         assert proc.poll() is None, proc.communicate()[1][-3000:]
     finally:
         kill_group(proc)  # SIGKILL, the main process and its workers at once
         proc.communicate(timeout=60)
+        teacher.release()  # the next runs' calls are answered
     assert mid_document(out), "the kill found no document mid-way"
 
 
@@ -68,8 +72,8 @@ def read_pages(out: str) -> list[tuple[int, int]]:
 
 def test_an_edited_fn_resumes_documents_killed_mid_way_from_their_resume_points(tmp_path):
     out = str(tmp_path / "out")
-    with Teacher(latency=0.3) as teacher:
-        kill_mid_document(out, teacher.url, "asyncgen")
+    with Teacher(latency=0.3, hold_after=HOLD_AFTER) as teacher:
+        kill_mid_document(out, teacher, "asyncgen")
         assert all(s.point is not None and s.point_outputs == s.base + len(s.items) for s in mid_document(out))
         proc = run_child(out, teacher.url, "asyncgen", "edited")
         _, stderr = proc.communicate(timeout=180)
@@ -79,8 +83,8 @@ def test_an_edited_fn_resumes_documents_killed_mid_way_from_their_resume_points(
 
 def test_an_edited_fn_is_refused_where_a_document_would_resume_by_position(tmp_path):
     out = str(tmp_path / "out")
-    with Teacher(latency=0.3) as teacher:
-        kill_mid_document(out, teacher.url, "nopoints")
+    with Teacher(latency=0.3, hold_after=HOLD_AFTER) as teacher:
+        kill_mid_document(out, teacher, "nopoints")
         before = sorted(os.listdir(out))
         proc = run_child(out, teacher.url, "nopoints", "edited")
         _, stderr = proc.communicate(timeout=180)

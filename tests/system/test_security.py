@@ -187,7 +187,7 @@ def test_huge_num_shards_fails_fast(tmp_path, capsys):
     assert main(["merge", str(out)]) == 2
     with pytest.raises(CorruptStateError, match="num_shards|inputs fingerprint|out of range"):
         optimize(square, list(range(20)), out, chunk_size=2, num_workers=2, num_shards=2, verbose=False)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # not 10**8 shards planned or allocated, at any load
 
 
 @pytest.mark.parametrize("field,value", [("seq", 10**30), ("next_input", -5), ("epoch", "x"), ("stored_bytes", 2**60)])
@@ -272,9 +272,12 @@ def test_abandon_a_failed_append_keeps_the_dataset(tmp_path):
 def test_abandon_refuses_a_live_run(tmp_path):
     out = tmp_path / "out"
     config = {"kind": "plain", "n": 3000, "chunk_size": 5, "sleep": 0.01, "num_workers": 1, "output_dir": str(out)}
+    # inputs from 500 on wait for a gate that never opens: the run is live when abandoned, at any load
+    config |= {"gate": str(tmp_path / "gate"), "gate_period": 3000, "gate_after": 500}
     proc = start_child(config)
     try:
-        assert wait_for(lambda: committed_records(str(out)) >= 2, 30)
+        assert wait_for(lambda: proc.poll() is not None or committed_records(str(out)) >= 2, 120)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
         with pytest.raises(ConcurrentRunError):
             abandon(str(out))
         assert main(["clean", str(out)]) == 2

@@ -96,6 +96,9 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
 
     srv = Server(tmp_path).start()
     n, out = 50, tmp_path / "out"
+    # inputs 4 on wait for the first gate, 20 on for the second too: the progress is read before
+    # and after the first opens, and the job is still running when it is canceled, at any load
+    gates = [tmp_path / "gate1", tmp_path / "gate2"]
     try:
         with srv.client() as c:
             bad = srv.submit(
@@ -130,12 +133,13 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
                 pipeline="square",
                 inputs=list(range(n)),
                 output_dir=str(out),
-                config={"sleep": 0.15},
+                config={"sleep": 0.15, "holds": {4: str(gates[0]), 20: str(gates[1])}},
                 options={"chunk_size": 2, "num_workers": 1},
             )
         _wait(lambda: _cell(browser, job["id"], ".state") == "RUNNING", 30, "RUNNING", browser)
         # the progress bar and text move while it runs
         first = _cell(browser, job["id"], ".progress-text")
+        gates[0].write_text("")
         _wait(
             lambda: (
                 _cell(browser, job["id"], ".progress-text") != first
@@ -148,11 +152,12 @@ def test_dashboard_signs_in_shows_progress_and_cancels_and_retries(tmp_path, bro
         width = browser.find_element(By.CSS_SELECTOR, f"#job-{job['id']} .bar > div").get_attribute("style")
         assert "width" in width and "width: 0%" not in width
 
-        _click(browser, job["id"], "cancel")
+        _click(browser, job["id"], "cancel")  # the held worker is stopped after the engine's stop grace
         _wait(lambda: _cell(browser, job["id"], ".state") == "CANCELED", 30, "CANCELED", browser)
         assert _cell(browser, job["id"], ".attempts") == "1"
         with srv.client() as c:
             assert srv.job(c, job["id"])["state"] == "CANCELED"
+        gates[1].write_text("")  # for the retry
         _click(browser, job["id"], "retry")
         _wait(lambda: _cell(browser, job["id"], ".state") == "SUCCEEDED", 60, "SUCCEEDED", browser)
         assert _cell(browser, job["id"], ".progress-text") == f"{n} / {n} inputs, {n} items"

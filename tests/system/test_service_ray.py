@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def test_a_ray_job_runs_on_the_cluster_cancels_retries_and_writes_every_input_once(ray_cluster, tmp_path):
     srv = Server(tmp_path, "--ray-address", ray_cluster.address, "--retry-backoff", "0.2", env=ray_cluster.env)
     srv.start()
-    n, out = 60, tmp_path / "out"
+    n, out, gate = 60, tmp_path / "out", tmp_path / "gate"
     try:
         with srv.client() as c:
             r = c.post(
@@ -32,7 +32,8 @@ def test_a_ray_job_runs_on_the_cluster_cancels_retries_and_writes_every_input_on
                 pipeline="square",
                 inputs=list(range(n)),
                 output_dir=str(out),
-                config={"sleep": 0.2},
+                # inputs 30 on wait for the gate: the job is still running when it is canceled, at any load
+                config={"sleep": 0.2, "holds": {30: str(gate)}},
                 options={"chunk_size": 2, "num_workers": 1},
                 executor={"kind": "ray", "shared_output": True},
             )
@@ -40,6 +41,7 @@ def test_a_ray_job_runs_on_the_cluster_cancels_retries_and_writes_every_input_on
             assert c.post(f"/jobs/{job['id']}/cancel").status_code == 200
             canceled = srv.wait_state(c, job["id"], "CANCELED", "FAILED", "SUCCEEDED", timeout=90)
             assert canceled["state"] == "CANCELED", canceled
+            gate.write_text("")  # for the retry
             assert c.post(f"/jobs/{job['id']}/retry").status_code == 200
             done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", timeout=180)
             assert done["state"] == "SUCCEEDED", done

@@ -149,7 +149,7 @@ def test_server_sigkilled_twice_mid_job_resumes_and_finishes_exactly_once(tmp_pa
 def test_server_stopped_gracefully_commits_and_resumes_the_job_on_start(tmp_path):
     srv = Server(tmp_path)
     srv.start()
-    n, out = 40, tmp_path / "out"
+    n, out, gate = 40, tmp_path / "out", tmp_path / "gate"
     try:
         with srv.client() as c:
             job = srv.submit(
@@ -157,12 +157,16 @@ def test_server_stopped_gracefully_commits_and_resumes_the_job_on_start(tmp_path
                 pipeline="square",
                 inputs=list(range(n)),
                 output_dir=str(out),
-                config={"sleep": 0.1},
+                # inputs 20 on wait for the gate: the job is still running when the server stops, at any load
+                config={"sleep": 0.1, "holds": {20: str(gate)}},
                 options={"chunk_size": 2, "num_workers": 2},
             )
             srv.wait(c, job["id"], lambda j: j["progress"]["inputs_done"] >= 6, what="some progress")
-        srv.stop()  # SIGTERM: uvicorn shuts down, the job gets SIGTERM, commits and goes back to PENDING
+        # SIGTERM: uvicorn shuts down, the job gets SIGTERM, commits and goes back to PENDING (its
+        # workers held on the gate are stopped after the engine's stop grace)
+        srv.stop()
         assert srv.proc.returncode in (0, -15), srv.log.read_text()  # uvicorn re-raises SIGTERM after shutdown
+        gate.write_text("")
         srv.start()
         with srv.client() as c:
             done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", timeout=60)

@@ -24,13 +24,16 @@ def slurm_server(slurm_cluster, tmp_path):
 def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_cluster, slurm_server, tmp_path):
     srv = slurm_server
     n, out = 60, tmp_path / "out"
+    # inputs 30 on wait for the first gate, 45 on for the second too: the first attempt is still
+    # running when it is canceled, the retry when the server is killed, at any load
+    gates = [tmp_path / "gate1", tmp_path / "gate2"]
     with srv.client() as c:
         job = srv.submit(
             c,
             pipeline="square",
             inputs=list(range(n)),
             output_dir=str(out),
-            config={"sleep": 0.1},
+            config={"sleep": 0.1, "holds": {30: str(gates[0]), 45: str(gates[1])}},
             options={"chunk_size": 2, "num_workers": 1},
             executor={"kind": "slurm", "array": 2},
         )
@@ -55,6 +58,7 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
         assert all(t.state == "CANCELLED" for t in slurm_cluster.job_states(slurm_ids[0]).values())
         assert canceled["progress"]["inputs_done"] < n and not (out / "index.json").exists()
 
+        gates[0].write_text("")
         c.post(f"/jobs/{job['id']}/retry")
         srv.wait(
             c,
@@ -66,6 +70,7 @@ def test_slurm_array_job_runs_cancels_retries_and_writes_every_input_once(slurm_
     # the server is killed while Slurm runs the job: the restarted server follows the same Slurm job
     srv.kill()
     srv.start()
+    gates[1].write_text("")
     with srv.client() as c:
         done = srv.wait_state(c, job["id"], "SUCCEEDED", "FAILED", timeout=120)
         assert done["state"] == "SUCCEEDED", done

@@ -16,7 +16,6 @@ def _lines(path):
 def test_array_spreads_over_nodes_and_completes(slurm_cluster, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    t0 = time.monotonic()
     job = slurm_cluster.sbatch(
         f'echo "$SLURM_ARRAY_TASK_ID $SLURMD_NODENAME" > {out}/task_$SLURM_ARRAY_TASK_ID.txt\nsleep 1\n',
         "--array=0-3",
@@ -24,7 +23,6 @@ def test_array_spreads_over_nodes_and_completes(slurm_cluster, tmp_path):
         f"{out}/slurm-%A_%a.log",
     )
     tasks = slurm_cluster.wait_job(job, timeout=60)
-    assert time.monotonic() - t0 < 60
     assert sorted(tasks) == [0, 1, 2, 3]
     assert all(t.state == "COMPLETED" and t.exit_code == 0 for t in tasks.values()), tasks
     nodes = {}

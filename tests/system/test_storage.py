@@ -197,7 +197,7 @@ def test_s3_bad_credentials(s3_server, s3_bucket):
         t = time.monotonic()
         with pytest.raises(StorageError) as ei:
             call()
-        assert time.monotonic() - t < 10
+        assert time.monotonic() - t < 30  # half the default 60 s retry budget: at any load
         msg = str(ei.value)
         assert "credentials rejected" in msg and s3_bucket in msg and s3_server.endpoint in msg, msg
         assert secret not in msg and s3_server.secret_key not in msg
@@ -226,7 +226,7 @@ def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
         t = time.monotonic()
         with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
             call()
-        assert time.monotonic() - t < 10
+        assert time.monotonic() - t < 30  # half the default 60 s retry budget: at any load
 
 
 @pytest.mark.s3
@@ -309,7 +309,7 @@ def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_
     t = time.monotonic()
     with pytest.raises(StorageError) as ei:
         s.write_bytes("k", b"x")
-    assert time.monotonic() - t < 15
+    assert time.monotonic() - t < 25  # retry_timeout=2; the default budget is 60 s
     msg = str(ei.value)
     assert "SlowDown" in msg and s3_bucket in msg and fault_proxy.endpoint in msg and "rerun" in msg, msg
 

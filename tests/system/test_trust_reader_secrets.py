@@ -70,7 +70,7 @@ def test_item_reads_iteration_and_loader_of_a_broken_dataset_are_redacted(remote
         ds[25]
     elapsed = time.monotonic() - started
     # the one retry budget bounds the whole read (botocore's own nested retries took 33 s)
-    assert elapsed < 15, f"retry_timeout=2 took {elapsed:.0f} s"
+    assert elapsed < 25, f"retry_timeout=2 took {elapsed:.0f} s"
     _assert_clean(info.value)
     with pytest.raises(Exception) as info:
         list(iter(ds))

@@ -4,7 +4,7 @@ at once, on one asyncio loop per worker process.
 fn is awaited (``async def``: one sample or None), iterated (an async generator: many
 samples and ResumePoints), or run in ``concurrency`` daemon threads (a plain function or
 generator, which must then be thread-safe). Inputs finish out of order; each one's outputs
-wait in its :class:`Slot` and reach the shard's writer in input order (the reorder buffer:
+wait in its :class:`~.inflight_slot.Slot` and reach the shard's writer in input order (the reorder buffer:
 :meth:`InflightShard.deliver`), so the dataset and the commit records are exactly those of
 one input at a time. At most ``REORDER_WINDOW`` x concurrency inputs are started past the
 oldest unfinished one, which bounds the outputs waiting in memory.
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import queue
-import threading
 import time
 import traceback
 import types
@@ -37,12 +35,14 @@ from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_s
 from ..sources import BadRow
 from . import call_count
 from .calls import AttemptHistory
+from .fn_threads import FnThreads
+from .inflight_slot import Slot
 from .resume import ASYNC, ASYNC_GEN, ResumePoint
 from .shard_writer import ShardWriter
 from .stops import FnFailed, InputTimeout, StopRequested, watch_stops
 from .tasks import ShardTask
 
-__all__ = ["InflightRunner", "Slot"]
+__all__ = ["InflightRunner"]
 
 REORDER_WINDOW = 4  # inputs started past the oldest unfinished one: at most this x concurrency
 WAKE_INTERVAL = 0.05  # seconds between looks at the stop event while every input is waiting
@@ -57,94 +57,6 @@ NOT_RESUMABLE = (
 )
 
 
-class Slot:
-    """One input of the shard from its start until its outputs reach the writer.
-
-    ``base``: outputs of the input committed before this run (a record cut inside it);
-    ``items``: its encoded outputs since, numbered ``base`` on; ``point``: the JSON text of
-    the last ResumePoint (None: none yet) and ``point_outputs`` the outputs before it: an
-    attempt resumed there yields output number ``point_outputs`` first, and outputs below
-    ``produced`` are skipped (already here). ``failures``: failed attempts since progress."""
-
-    __slots__ = (
-        "attempts",
-        "base",
-        "calls",
-        "done",
-        "history",
-        "failed",
-        "failures",
-        "fatal",
-        "input_id",
-        "items",
-        "point",
-        "point_outputs",
-        "position",
-        "value",
-    )
-
-    def __init__(self, position: int, input_id: int, value: object, base: int):
-        self.position = position
-        self.input_id = input_id
-        self.value = value
-        self.base = base
-        self.items: list[bytes] = []
-        self.point: str | None = None
-        self.point_outputs = 0
-        self.done = False
-        self.failed = False  # on_error="skip" gave up on it: no outputs, a failure record
-        self.failures = 0
-        self.attempts = 0
-        self.history: AttemptHistory | None = None  # every failed attempt (engine.calls), from the first failure
-        self.fatal: BaseException | None = None  # our own error (a sample that cannot be encoded): stops the run
-        self.calls = call_count.InputCalls()  # its calls in flight under a Limiter (status)
-
-    @property
-    def produced(self) -> int:
-        return self.base + len(self.items)
-
-    def resume_kwargs(self) -> tuple[dict, int]:
-        """fn's keyword arguments for the next attempt, and the number of its first output."""
-        if self.point is None:
-            return {}, 0
-        return {"resume": json.loads(self.point)}, self.point_outputs
-
-
-class _Threads:
-    """``size`` daemon threads running calls for the loop (a stuck fn never holds up the
-    process's exit, as a ThreadPoolExecutor's threads would at interpreter shutdown)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, size: int):
-        self.loop = loop
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for k in range(size):
-            threading.Thread(target=self._serve, name=f"shardwright-fn-{k}", daemon=True).start()
-
-    def run(self, call: Callable[[], Any]) -> asyncio.Future:
-        future = self.loop.create_future()
-        self.jobs.put((call, future))
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            call, future = self.jobs.get()
-            try:
-                result = call()
-            except BaseException as exc:
-                self.loop.call_soon_threadsafe(_settle, future, None, exc)
-            else:
-                self.loop.call_soon_threadsafe(_settle, future, result, None)
-
-
-def _settle(future: asyncio.Future, result: object, exc: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
-
-
 class InflightRunner:
     """The in-flight machinery of one worker process: its loop, its threads, and the hooks
     into the worker (fn, the format gate, stops, progress, failure records)."""
@@ -155,7 +67,7 @@ class InflightRunner:
         self.options = worker.cfg.inflight
         self.kind = self.options.kind
         self.loop = asyncio.new_event_loop()
-        self.threads = _Threads(self.loop, self.options.concurrency) if not self.kind.is_async else None
+        self.threads = FnThreads(self.loop, self.options.concurrency) if not self.kind.is_async else None
         self.stopping = False  # read by fn's threads at each ResumePoint
         watch_stops(lambda: self.stopping or self.worker.should_stop())  # fn's stop_requested()
 

@@ -463,13 +463,6 @@ class AzureStorage(CloudStorage):
 
         self.run("DELETE", key, once)
 
-    def delete_prefix(self, prefix: str) -> None:
-        import concurrent.futures
-
-        keys = [info.key for info in self.list_info(prefix)]
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            list(pool.map(self.delete, keys))
-
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
 
