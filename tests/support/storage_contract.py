@@ -368,6 +368,16 @@ class StorageContract:
         with pytest.raises(ValueError):
             storage.read_range("d/blob.bin", 0, -5)
 
+    def test_read_at_most_bounds_what_it_reads(self, storage):
+        storage.write_bytes("d/state.json", b"x" * 1000)
+        storage.write_bytes("d/empty.json", b"")
+        assert storage.read_at_most("d/state.json", 1000) == b"x" * 1000
+        assert storage.read_at_most("d/state.json", 5000) == b"x" * 1000
+        assert storage.read_at_most("d/state.json", 10) == b"x" * 11  # one more: the caller refuses it
+        assert storage.read_at_most("d/empty.json", 10) == b""
+        with pytest.raises(FileNotFoundError):
+            storage.read_at_most("d/missing.json", 10)
+
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo
 

@@ -262,6 +262,13 @@ class Storage(abc.ABC):
 
     # -- defaults a backend may override -------------------------------------------------
 
+    def read_at_most(self, key: str, limit: int) -> bytes:
+        """The content of ``key`` when it holds at most ``limit`` bytes; else its first
+        ``limit + 1`` bytes, which tell the caller to refuse it. Never more than that in
+        memory, whatever the object's size (a state file planted or damaged to be huge).
+        FileNotFoundError if it is missing."""
+        return self.read_range(key, 0, limit + 1)
+
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.
 
