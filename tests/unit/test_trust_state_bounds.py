@@ -36,7 +36,7 @@ def refused_within_bound(call, key: str, bound: int) -> str:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert key in str(info.value) and "was not read" in str(info.value), info.value
+    assert key in str(info.value) and "not read" in str(info.value), info.value
     assert peak < bound + (64 << 20), f"{peak:,} bytes allocated for a refused file"
     return str(info.value)
 
@@ -61,3 +61,17 @@ def test_the_bound_is_inclusive(tmp_path):
     storage = open_storage(str(tmp_path))
     plant(tmp_path, ".shardwright/leases/node-0.json", 1 << 20)
     assert live_leases(storage) == []  # read (all zeros: not a lease), not refused for its size
+
+
+def test_a_huge_index_is_refused_by_every_reader_before_it_is_read(tmp_path):
+    """index.json over format.limits' decoded-bytes limit: the reader, verify and diff refuse it
+    with nothing of it in memory (3 GiB were read, a MemoryError under a memory cap)."""
+    from shardwright import StreamingDataset
+    from shardwright.reader.diff import diff
+    from shardwright.reader.verify import verify
+
+    plant(tmp_path / "d", "index.json")
+    for call in (lambda: StreamingDataset(str(tmp_path / "d")), lambda: verify(str(tmp_path / "d"))):
+        text = refused_within_bound(call, "index.json", 0)
+        assert "SHARDWRIGHT_MAX_DECODED_BYTES" in text
+    refused_within_bound(lambda: diff(str(tmp_path / "d"), str(tmp_path / "d")), "index.json", 0)

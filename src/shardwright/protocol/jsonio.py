@@ -18,7 +18,7 @@ def read_state(storage: Storage, key: str, what: str, limit: int = MAX_STATE_BYT
     than ``limit`` (shardwright never writes that much there: the file was damaged, edited or
     planted). FileNotFoundError when it is missing."""
     data = storage.read_at_most(key, limit)
-    if len(data) > limit:
+    if data is None:
         raise CorruptStateError(
             f"{what} {storage.url}/{key} holds more than {limit:,} bytes, more than shardwright ever writes "
             f"there: it was damaged, edited by hand or put there by someone else; it was not read. {START_OVER}"
