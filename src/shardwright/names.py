@@ -18,7 +18,7 @@ from typing import Any
 from .errors import short_repr
 from .secrets import redact, url_credentials
 
-__all__ = ["MAX_NAME", "display_name", "input_name", "row_name"]
+__all__ = ["MAX_NAME", "display_name", "input_name", "printable", "row_name"]
 
 MAX_NAME = 200  # characters of one input's name (a long path keeps its end: the file name)
 
@@ -28,6 +28,19 @@ def _bounded(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return "..." + text[-(limit - 3) :]
+
+
+# Control characters (C0, DEL, C1) and the invisible/bidirectional format characters: a file
+# name or an input may carry them, and printed raw in `shardwright status`, a log or the
+# dashboard they would move the cursor, clear the screen, recolour or reorder the text.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control or invisible format character shown as an escape (``\\x1b``)."""
+    return _UNPRINTABLE.sub(
+        lambda m: repr(m.group(0))[1:-1] if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", text
+    )
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
@@ -54,11 +67,12 @@ def display_name(obj: object, limit: int = MAX_NAME) -> str:
     try:
         ref = _file_ref_class()
         if ref is not None and isinstance(obj, ref):
-            return _bounded(_clean(str(obj.path)), limit)  # type: ignore[attr-defined]
+            return _bounded(printable(_clean(str(obj.path))), limit)  # type: ignore[attr-defined]
         if isinstance(obj, os.PathLike):
-            return _bounded(_clean(os.fspath(obj)) if not isinstance(os.fspath(obj), bytes) else repr(obj), limit)
+            text = os.fspath(obj)
+            return _bounded(printable(_clean(text)) if not isinstance(text, bytes) else repr(obj), limit)
         if isinstance(obj, str) and ("/" in obj or "://" in obj) and "\n" not in obj:
-            return _bounded(_clean(obj), limit)
+            return _bounded(printable(_clean(obj)), limit)
         return _clean(short_repr(obj, limit))
     except Exception:
         return f"<{type(obj).__name__}>"
@@ -77,7 +91,7 @@ def row_name(source: Any, position: int, limit: int = MAX_NAME) -> str | None:
         return None
     if unit is None:
         return None
-    name = _clean(str(unit.name))
+    name = printable(_clean(str(unit.name)))
     whole = getattr(unit, "rows", 1) == 1 and unit.first == 0 and _rows_of(source, unit.name) == 1
     text = name if whole else f"{name} row {unit.first}"
     return _bounded(text, limit)

@@ -368,6 +368,18 @@ class StorageContract:
         with pytest.raises(ValueError):
             storage.read_range("d/blob.bin", 0, -5)
 
+    def test_read_at_most_bounds_what_it_reads(self, storage):
+        storage.write_bytes("d/state.json", b"x" * 1000)
+        storage.write_bytes("d/empty.json", b"")
+        assert storage.read_at_most("d/state.json", 1000) == b"x" * 1000
+        assert storage.read_at_most("d/state.json", 5000) == b"x" * 1000
+        assert storage.read_at_most("d/state.json", 999) is None  # too large: the caller refuses it
+        storage.write_bytes("d/big.bin", b"y" * (65 << 20))  # past the size a HEAD is asked for first
+        assert storage.read_at_most("d/big.bin", 64 << 20) is None
+        assert storage.read_at_most("d/empty.json", 10) == b""
+        with pytest.raises(FileNotFoundError):
+            storage.read_at_most("d/missing.json", 10)
+
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo
 

@@ -70,8 +70,15 @@ def test_shared_budget_is_shared_through_the_file_and_pickles(tmp_path):
 
 def test_shared_budget_resets_a_stale_or_foreign_file(tmp_path):
     path = tmp_path / "b"
-    path.write_bytes(b"garbage" * 20)
+    path.write_bytes((b"garbage" * 20)[:64])
+    os.chmod(path, 0o600)
     assert SharedBudget("1/s", path=str(path)).reserve() == 0.0
+    other = tmp_path / "notes.json"  # path= naming some other file by mistake: never overwritten
+    other.write_bytes(b"garbage" * 20)
+    os.chmod(other, 0o600)
+    with pytest.raises(UsageError, match="holds 140 bytes, not 64"):
+        SharedBudget("1/s", path=str(other))
+    assert other.read_bytes() == b"garbage" * 20
 
 
 def test_shared_budget_needs_one_place():

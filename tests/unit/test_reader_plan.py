@@ -174,7 +174,7 @@ def test_bad_options_are_clear():
         OrderSpec("zigzag", 1, 1)
     with pytest.raises(ValueError, match="seed must be a non-negative int"):
         OrderSpec("none", -1, 1)
-    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be an int from 1 to"):
         Layout(batch_size=0)
     with pytest.raises(ValueError, match="cannot both be set"):
         Layout(drop_last=True, pad=True)

@@ -89,14 +89,14 @@ def test_combined_positions_are_checked_per_dataset():
 def test_a_worker_state_resumes_its_own_stream_only():
     identity = {"dataset": {"items": 10}, "order": [False, 42, 4]}
     state = {**identity, "epoch": 2, "stream": 1, "streams": 2, "yielded": 3}
-    epoch, point = worker_resume_point(state, identity, lambda n: Layout(num_workers=n))
+    epoch, point = worker_resume_point(state, identity, lambda n: Layout(num_workers=n), 10)
     assert epoch == 2 and point is not None and point.consumed == (0, 3)
-    assert worker_resume_point({**state, "stream": None}, identity, Layout) == (2, None)
+    assert worker_resume_point({**state, "stream": None}, identity, Layout, 10) == (2, None)
     for bad, message in (
         ({**state, "dataset": {"items": 11}}, "another dataset"),
         ({**state, "order": [True, 42, 4]}, "other shuffle"),
-        ({**state, "epoch": -1}, "not a non-negative int"),
+        ({**state, "epoch": -1}, "not an int from 0"),
         ({**state, "stream": 2}, "damaged"),
     ):
         with pytest.raises(ResumeStateError, match=message):
-            worker_resume_point(bad, identity, Layout)
+            worker_resume_point(bad, identity, Layout, 10)

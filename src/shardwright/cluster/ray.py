@@ -42,7 +42,7 @@ from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, Usage
 from ..process import HOST_ID_VAR, host_identity
 from ..protocol.lease import HolderFields, LeaseHolder, lease_ttl
 from ..protocol.manifest import Manifest, read_manifest
-from ..protocol.records import load_progress
+from ..protocol.records import ShardProgress, load_progress
 from ..storage import open_storage
 from .ray_probe import probe_ray_address
 
@@ -177,7 +177,6 @@ class _Driver:
     tasks: int
     counts: Counts = field(default_factory=Counts)
     done_inputs: int = 0  # inputs committed when the last look at the records was taken
-    committed: dict = field(default_factory=dict)  # the progress board's last totals
 
     @property
     def call(self) -> ExecutorCall:
@@ -188,10 +187,22 @@ class _Driver:
         return self.run.manifest
 
     def unfinished(self) -> list[int]:
-        storage = open_storage(self.call.output_dir, self.call.options.storage_options)
-        progress = load_progress(storage, self.manifest.shard_bounds(), self.manifest.run_id)
+        progress = self._progress()
         self.done_inputs = sum(p.inputs_done for p in progress.values())
         return sorted(s for s, p in progress.items() if not p.done)
+
+    def _progress(self) -> dict[int, ShardProgress]:
+        storage = open_storage(self.call.output_dir, self.call.options.storage_options)
+        return load_progress(storage, self.manifest.shard_bounds(), self.manifest.run_id)
+
+    def _counts_from_records(self, before: dict[int, ShardProgress]) -> None:
+        """What this call committed, from the records (the ground truth): a task that died with
+        its node never returned its counts, yet its commits are in the dataset. Records that
+        were there before this call (an earlier attempt's) are not this call's."""
+        after, earlier = self._progress(), _committed(before, set(before))
+        for name, value in _committed(after, set(before)).items():
+            setattr(self.counts, name, max(0, value - earlier[name]))
+        self.counts.failed = sum(len(after[s].failed) for s in before if s in after)
 
     def run_all(self) -> Counts:
         ray = self.ray
@@ -203,6 +214,7 @@ class _Driver:
         deadline = None
         try:
             pending = self.unfinished()
+            before = {s: p for s, p in self._progress().items() if s in pending}
             if bar is not None:
                 bar.n = self.done_inputs
             while pending:
@@ -226,8 +238,7 @@ class _Driver:
         finally:
             if bar is not None:
                 bar.close()
-        for name, value in self.committed.items():
-            setattr(self.counts, name, max(getattr(self.counts, name), value))
+        self._counts_from_records(before)
         return self.counts
 
     def _share_call(self, board: Any, share: _Share) -> ShareCall:
@@ -287,11 +298,19 @@ class _Driver:
             totals = self.ray.get(board.totals.remote(self.manifest.run_id), timeout=2)
         except Exception:
             return  # the board's node is gone: the bar pauses, the run goes on
-        # the board also counts what tasks that died had committed, which they never returned
-        self.committed = {name: int(totals.get(name, 0)) for name in ("items", "chunks", "bytes")}
         if bar is not None:
             bar.n = min(self.manifest.num_inputs, base + totals.get("inputs", 0))
             bar.refresh()
+
+
+def _committed(progress: dict[int, ShardProgress], shards: set[int]) -> dict[str, int]:
+    """Items, chunks and stored bytes the records of ``shards`` name."""
+    chunks = [r for s in shards if s in progress for r in progress[s].records if r.chunk is not None]
+    return {
+        "items": sum(r.chunk.chunk_size for r in chunks if r.chunk is not None),
+        "chunks": len(chunks),
+        "bytes": sum(r.stored_bytes for r in chunks),
+    }
 
 
 def _cause(exc: Any) -> BaseException:

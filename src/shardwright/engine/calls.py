@@ -39,6 +39,7 @@ TRANSIENT_STATUSES = frozenset({408, 425, 429, *range(500, 600)})
 #: The longest Retry-After honoured, in seconds: a server asking for an hour is treated as
 #: asking for this long, so one bad header cannot park an input for the rest of the run.
 MAX_RETRY_AFTER = 300.0
+LONGEST_RETRY_AFTER = 86400.0  # the most max_retry_after may be set to
 
 #: Timeout and connection errors of the client libraries users bring, by (top-level module,
 #: class name) anywhere in the exception's MRO, so that none of them has to be imported.
@@ -190,7 +191,8 @@ def backoff(
     source: Any = rng if rng is not None else random  # the module's shared generator by default
     ceiling = min(cap, base * 2.0 ** min(attempt - 1, 60))
     delay = source.uniform(0.0, ceiling)
-    if retry_after is not None and retry_after > 0:
+    if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+        retry_after = min(retry_after, LONGEST_RETRY_AFTER)  # whoever parsed it: never a wait sleep refuses
         delay = max(delay, retry_after * (1.0 + 0.1 * source.random()))
     return delay
 
@@ -236,7 +238,7 @@ class RetryPolicy:
         cap = _check_number("max_delay", self.max_delay, 0.0, 3600.0)
         if cap < base:
             raise UsageError(f"RetryPolicy max_delay ({cap:g} s) must be at least base_delay ({base:g} s)")
-        most = _check_number("max_retry_after", self.max_retry_after, 0.0, 86400.0)
+        most = _check_number("max_retry_after", self.max_retry_after, 0.0, LONGEST_RETRY_AFTER)
         transient = self.transient
         if isinstance(transient, type):
             transient = (transient,)  # one type given bare: the obvious meaning

@@ -24,7 +24,7 @@ from ..protocol.fn_identity import FnIdentity, describe_changes
 from ..protocol.layout import lease_key
 from ..protocol.lease import HolderFields, Lease, live_leases
 from ..protocol.manifest import Manifest
-from ..protocol.publish import publish_if_complete
+from ..protocol.publish import finished_by_another, publish_if_complete
 from ..protocol.run_record import read_run_record
 from ..storage import Storage
 from .attempts import AttemptLog
@@ -80,6 +80,7 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
     lease.acquire(storage.url)
     attempt = AttemptLog(storage, node, options.mode, options.storage_options)
     store_answered = True
+    run_id: str | None = None  # the run this call opened or resumed, once known
     try:
         _check_peers_agree(storage, lease, node)
         notes: list[str] = []
@@ -101,6 +102,7 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
                 print(f"shardwright: {result}", file=sys.stderr)
             return result
         manifest, resumed = opened
+        run_id = manifest.run_id
         run = OpenedRun(call, storage, manifest, resumed, node, lease, attempt)
         counters = telemetry.get()
         with counters.span("shardwright.attempt", mode=manifest.mode, resumed=resumed, node=node.rank):
@@ -111,9 +113,13 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
         if options.verbose:
             print(f"shardwright: {result}", file=sys.stderr)
         return result
-    except BaseException as exc:  # recorded in the run's history, then raised unchanged
+    except BaseException as exc:  # recorded in the run's history, then raised (explained when superseded)
         if not isinstance(exc, ConcurrentRunError):  # another run owns the output: not ours to write
             store_answered = attempt.close_for(exc) is not None
+        if isinstance(exc, (LeaseLostError, IncompleteRunError)) and run_id is not None:
+            finished = finished_by_another(storage, run_id)
+            if finished is not None:
+                raise LeaseLostError(f"stopped: {finished}") from None
         raise
     finally:
         lease.release(ask_storage=store_answered)  # no history written (an outage): let it expire

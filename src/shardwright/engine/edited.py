@@ -24,6 +24,7 @@ from ..names import display_name
 from ..process import host_identity
 from ..protocol.fingerprint import InputFiles
 from ..protocol.hints import start_over_hint
+from ..protocol.jsonio import read_state
 from ..protocol.layout import source_state_key
 from ..protocol.manifest import Manifest
 from ..protocol.records import load_progress
@@ -41,7 +42,7 @@ def _accepted_key(run_id: str) -> str:
 def _recorded(storage: Storage, manifest: Manifest) -> tuple[InputFiles | None, str | None]:
     """The files as the run last accepted them (an earlier resume's), else as the manifest has them."""
     try:
-        data = json.loads(storage.read_bytes(_accepted_key(manifest.run_id)))
+        data = json.loads(read_state(storage, _accepted_key(manifest.run_id), "accepted input files"))
         if isinstance(data, dict) and data.get("run_id") == manifest.run_id:
             return InputFiles.from_json(data), data.get("host")
     except (FileNotFoundError, ValueError):

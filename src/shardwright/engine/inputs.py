@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+from ..errors import CorruptStateError
 from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
 from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
+from ..protocol.jsonio import read_state
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
 from ..protocol.recorded import subtract, write_selection, write_units
@@ -196,8 +198,11 @@ class SourceInputs(RunInputs):
         if name is None:
             return False
         try:
-            data = storage.read_bytes(source_state_key(name))
+            data = read_state(storage, source_state_key(name), "source line index")
         except FileNotFoundError:
+            return False
+        except CorruptStateError as exc:  # a cache: rebuilt by one pass over the files
+            log.warning("%s; it is rebuilt", exc)
             return False
         return self.values.load_state(data)
 
@@ -211,7 +216,7 @@ class SourceInputs(RunInputs):
         if manifest is None:
             return
         try:
-            data = storage.read_bytes(units_key(manifest.generation))
+            data = read_state(storage, units_key(manifest.generation), "input identities")
         except FileNotFoundError:
             return
         recorded = IdentityTable.from_bytes(data, f"{storage.url}/{units_key(manifest.generation)}")

@@ -20,11 +20,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import hashlib
+import math
 import mmap
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -121,7 +124,41 @@ def default_budget_path(name: str) -> str:
             f"a budget name must be 1-128 letters, digits, '.', '_' or '-'; got {short_repr(name)} (a run id, a teacher's name)"
         )
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
-    return os.path.join(base, f"shardwright-budget-{name}")
+    # the user id in the name: two users' budgets of the same name never meet (each user's
+    # runs share theirs; another user's file is refused by _open_budget_file, never shared)
+    return os.path.join(base, f"shardwright-budget-{os.geteuid()}-{name}")
+
+
+def _open_budget_file(path: str) -> int:
+    """The budget file's descriptor, opened (created 0600 if missing) without following a link
+    and checked to be this user's own 64-byte file: /dev/shm is shared by every local user,
+    so whatever is at the path may have been planted there by another one."""
+    fix = (
+        "a file there that this user's runs did not make is not used; delete it if it is yours, "
+        "or pass Limiter(path=...) a file in a directory only you can write"
+    )
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)  # O_NONBLOCK: a planted FIFO must not block the open
+    except OSError as exc:
+        what = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
+        raise UsageError(f"the rate budget file {path} {what}: {fix}") from None
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "is not a regular file"
+    elif st.st_uid != os.geteuid():
+        problem = f"belongs to another user (uid {st.st_uid}); sharing it would share a budget across users"
+    elif st.st_mode & 0o022:
+        problem = f"can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    elif st.st_nlink != 1:
+        problem = f"has {st.st_nlink} hard links (another name could change it)"
+    elif st.st_size not in (0, _FILE_SIZE):
+        problem = f"holds {st.st_size:,} bytes, not {_FILE_SIZE}"
+    if problem is not None:
+        os.close(fd)
+        raise UsageError(f"the rate budget file {path} {problem}: {fix}")
+    return fd
 
 
 class SharedBudget:
@@ -145,6 +182,7 @@ class SharedBudget:
         self._map: mmap.mmap | None = None
         self._lock = threading.Lock()
         self._boot = _boot_id()
+        self._open()  # a refused file is one line now, before any run starts (see _open_budget_file)
 
     def __reduce__(self) -> Any:
         return (_rebuild_budget, (self.rate, self.path, self.burst))
@@ -153,7 +191,7 @@ class SharedBudget:
         # After fork the inherited descriptor shares its flock with the parent: reopen per process.
         if self._pid != os.getpid() or self._map is None:
             self._lock = threading.Lock()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = _open_budget_file(self.path)
             if os.fstat(fd).st_size < _FILE_SIZE:
                 os.ftruncate(fd, _FILE_SIZE)  # zero-filled: no magic yet, read as a fresh budget
             self._fd, self._map, self._pid = fd, mmap.mmap(fd, _FILE_SIZE), os.getpid()
@@ -169,7 +207,13 @@ class SharedBudget:
             try:
                 now = time.monotonic() if now is None else now
                 magic, version, boot, tat = _LAYOUT.unpack_from(shared, 0)
-                if magic != _MAGIC or version != _VERSION or boot != self._boot or tat - now > _MAX_AHEAD:
+                if (
+                    magic != _MAGIC
+                    or version != _VERSION
+                    or boot != self._boot
+                    or not math.isfinite(tat)  # a NaN would never be "ahead": no call would ever wait
+                    or tat - now > _MAX_AHEAD
+                ):
                     tat = now
                 start = max(tat - tolerance, now)
                 _LAYOUT.pack_into(shared, 0, _MAGIC, _VERSION, self._boot, max(tat, now) + interval)

@@ -33,6 +33,15 @@ def resume_state_json(state: object) -> str:
         raise UsageError(
             f"ResumePoint(state): state must be JSON (dict, list, str, int, float, bool, None); {exc}"
         ) from None
+    except RecursionError:  # the limit of the encoder's recursion, far past MAX_RESUME_STATE_BYTES anyway
+        raise UsageError(
+            "ResumePoint(state): state is nested too deeply to be JSON; keep it small and flat (e.g. {'page': 17})"
+        ) from None
+    if len(text) > MAX_RESUME_STATE_BYTES:  # before it is parsed back: its size is the first thing wrong
+        raise UsageError(
+            f"ResumePoint(state): state is more than {MAX_RESUME_STATE_BYTES:,} bytes of JSON; keep it small (where to "
+            "resume, e.g. {'page': 17}), not the data itself"
+        )
     if json.loads(text) != state:  # e.g. a tuple (JSON has only lists) or a dict with int keys
         raise UsageError(
             "ResumePoint(state): state must be plain JSON that reads back equal (lists, not tuples; str dict "

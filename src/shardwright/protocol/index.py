@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..errors import CorruptStateError
 from ..format import ChunkEntry, IndexConfig, parse_index
+from ..format.limits import DECODED_BYTES_ENV, max_decoded_bytes
 from ..storage import Storage
 from .layout import INDEX_KEY
 
@@ -25,8 +27,17 @@ def index_source(where: str) -> str:
 
 def read_index_bytes(storage: Storage) -> bytes:
     """``index.json``'s bytes; FileNotFoundError when it is not published (the storage's own
-    errors otherwise: IsADirectoryError, StorageError)."""
-    return storage.read_bytes(INDEX_KEY)
+    errors otherwise: IsADirectoryError, StorageError). One larger than the decoded-bytes limit
+    (format.limits, 1 GiB: some 8 million chunks) is refused before it is read into memory."""
+    limit = max_decoded_bytes()
+    data = storage.read_at_most(INDEX_KEY, limit)
+    if data is None:
+        raise CorruptStateError(
+            f"{index_source(storage.url)} is larger than {limit:,} bytes, far more than an index of a dataset "
+            "needs: it is damaged or hostile, and was not read. If the dataset is trusted, raise the limit "
+            f"(shardwright.format.limits.set_limits(max_decoded_bytes=...) or {DECODED_BYTES_ENV})"
+        )
+    return data
 
 
 def parse_dataset_index(data: bytes, source: str) -> DatasetIndex:

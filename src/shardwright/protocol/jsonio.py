@@ -8,6 +8,23 @@ from ..errors import CorruptStateError
 from ..storage import Storage
 from .hints import START_OVER
 
+MAX_STATE_BYTES = 1 << 30  # manifest, run.json, input selections and tables, a source's line index
+MAX_RECORD_FILE_BYTES = 64 << 20  # one commit round's records of one shard
+MAX_LEASE_BYTES = 1 << 20  # a lease or claim holder: a few hundred bytes
+
+
+def read_state(storage: Storage, key: str, what: str, limit: int = MAX_STATE_BYTES) -> bytes:
+    """The bytes of a state file, refused before they are read into memory when there are more
+    than ``limit`` (shardwright never writes that much there: the file was damaged, edited or
+    planted). FileNotFoundError when it is missing."""
+    data = storage.read_at_most(key, limit)
+    if data is None:
+        raise CorruptStateError(
+            f"{what} {storage.url}/{key} holds more than {limit:,} bytes, more than shardwright ever writes "
+            f"there: it was damaged, edited by hand or put there by someone else; it was not read. {START_OVER}"
+        )
+    return data
+
 
 def dumps(data: dict) -> bytes:
     # compact: with indent, json falls back to its pure-Python encoder (10x slower per record)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..process import host_identity, pid_alive, slurm_identity
 from ..storage import Storage
-from .jsonio import dumps
+from .jsonio import MAX_LEASE_BYTES, dumps, read_state
 from .layout import LEASES_PREFIX, lease_key, lease_name
 
 # Owners of the leases this process holds right now. A lease record with this host and pid
@@ -202,7 +202,7 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
     """Raise LeaseLostError unless the lease ``key`` still names ``owner``: called before
     each commit-record write, so a writer that was paused past its TTL stops there."""
     try:
-        holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+        holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
     except FileNotFoundError:
         holder = None
     if holder is None or holder.owner != owner:
@@ -215,7 +215,7 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
 def lease_owner(storage: Storage, key: str) -> str | None:
     """The owner the lease ``key`` names now (None: no readable lease)."""
     try:
-        holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+        holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
     except FileNotFoundError:
         return None
     return holder.owner if holder is not None else None
@@ -457,7 +457,7 @@ def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, LeaseHold
     found = []
     for key in storage.list(LEASES_PREFIX + prefix):
         try:
-            holder = LeaseHolder.parse(storage.read_bytes(key), f"{storage.url}/{key}")
+            holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
         except FileNotFoundError:
             continue
         if holder is not None:

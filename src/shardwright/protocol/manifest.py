@@ -13,7 +13,7 @@ from ..format import ChunkEntry, IndexConfig
 from ..storage import Storage
 from .fn_identity import FnIdentity
 from .hints import START_OVER
-from .jsonio import dumps, loads_object, require_field
+from .jsonio import dumps, loads_object, read_state, require_field
 from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, chunk_generation
 from .shards import MAX_NUM_SHARDS, clamp_num_shards, shard_bounds
 
@@ -236,7 +236,7 @@ def ranges_valid(ranges: object, total: int, count: int) -> bool:
 
 def read_manifest(storage: Storage) -> Manifest | None:
     try:
-        data = storage.read_bytes(MANIFEST_KEY)
+        data = read_state(storage, MANIFEST_KEY, "run manifest")
     except FileNotFoundError:
         return None
     return Manifest.from_json(

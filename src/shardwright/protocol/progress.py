@@ -27,6 +27,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..storage import Storage
+from .jsonio import read_state
 from .layout import MAX_EPOCH, progress_key, progress_prefix
 
 __all__ = [
@@ -42,6 +43,9 @@ __all__ = [
 MAGIC = b"SWPROG1\n"
 _HEADER_LENGTH = struct.Struct("<Q")
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a header is a few hundred bytes per input in flight
+# A whole snapshot: the writer keeps none larger (the records alone are the commit), so a
+# larger file was damaged or planted and is refused before it is read.
+MAX_SNAPSHOT_BYTES = 1 << 30
 MAX_NUMBER = 2**53
 MAX_RESUME_STATE_BYTES = 4096  # a ResumePoint's state as JSON (UTF-8); its one home (engine.resume refuses more)
 
@@ -231,8 +235,13 @@ def _decode(data: bytes) -> ProgressSnapshot:
 
 
 def write_snapshot(storage: Storage, snapshot: ProgressSnapshot, data: bytes | None = None) -> None:
-    """Replace the writer's snapshot (durable when it returns: it is what a SIGKILL keeps)."""
-    storage.write_bytes(progress_key(snapshot.shard, snapshot.epoch), data or encode_snapshot(snapshot))
+    """Replace the writer's snapshot (durable when it returns: it is what a SIGKILL keeps).
+    One over MAX_SNAPSHOT_BYTES is not written: the older one stops matching the chain's tip
+    at the next record, and a resume redoes the work past the records (always correct)."""
+    data = data or encode_snapshot(snapshot)
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        return
+    storage.write_bytes(progress_key(snapshot.shard, snapshot.epoch), data)
 
 
 def read_snapshot(
@@ -243,7 +252,7 @@ def read_snapshot(
     found: list[ProgressSnapshot] = []
     for key in storage.list(progress_prefix(shard)):
         try:
-            snapshot = decode_snapshot(storage.read_bytes(key))
+            snapshot = decode_snapshot(read_state(storage, key, "progress snapshot", MAX_SNAPSHOT_BYTES))
         except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue  # torn by a power cut, another version's, deleted meanwhile: the records stand
         if snapshot.extends(run_id, shard, seq, tip_epoch, committed):

@@ -202,6 +202,28 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
     return current is None or current.run_id != manifest.run_id
 
 
+def finished_by_another(storage: Storage, run_id: str) -> str | None:
+    """Why a run that stopped (its lease taken over while it was paused or cut off) has
+    nothing left to do: another run finished the dataset since; None when it did not.
+    Finished means published: index.json is there and the manifest of ``run_id`` is gone
+    (the publisher deletes it last); a newer run under way counts only when run.json says
+    ours was published first."""
+    try:
+        current = read_manifest(storage)
+        if current is not None:  # ours still open, or a newer run under way: not finished
+            last = read_run_record(storage)
+            if current.run_id == run_id or last is None or last.run_id != run_id:
+                return None
+        items = sum(chunk.chunk_size for chunk in read_index(storage).chunks)
+    except (FileNotFoundError, CorruptStateError, OSError):
+        return None  # no dataset (or a damaged one): the original error says more
+    return (
+        f"another run finished and published {storage.url} ({items:,} items) while this one was paused "
+        f"or cut off past the lease TTL; the dataset is complete and nothing needs doing "
+        f"(`shardwright status {storage.url}` shows it; a rerun of the same call is a no-op)"
+    )
+
+
 def publish_if_complete(
     storage: Storage, manifest: Manifest, known: dict[int, ShardProgress], finisher: FnIdentity | None = None
 ) -> tuple[bool, list[int]]:

@@ -37,6 +37,7 @@ from ..errors import CorruptStateError
 from ..storage import Storage
 from .hints import START_OVER
 from .identity import IdentityTable
+from .jsonio import read_state
 from .layout import INPUTS_PREFIX, selection_key, units_key
 from .manifest import Manifest
 
@@ -129,7 +130,7 @@ def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], 
     FileNotFoundError when it has none, CorruptStateError when it is not what write_selection
     writes."""
     key = selection_key(generation)
-    raw = storage.read_bytes(key)
+    raw = read_state(storage, key, "input selection")
     try:
         selection = json.loads(raw)
         ranges = selection["selected"]
@@ -160,7 +161,7 @@ def read_recorded(storage: Storage, up_to: int) -> Recorded:
         if s_key not in present or u_key not in present:
             continue
         ranges, partial = read_selection(storage, generation)
-        table = IdentityTable.from_bytes(storage.read_bytes(u_key), f"{storage.url}/{u_key}")
+        table = IdentityTable.from_bytes(read_state(storage, u_key, "input identities"), f"{storage.url}/{u_key}")
         if ranges and ranges[-1][1] > table.count:
             raise CorruptStateError(
                 f"input selection {storage.url}/{s_key} names inputs its unit table lacks; {START_OVER}"

@@ -9,7 +9,7 @@ from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
 from .hints import START_OVER
-from .jsonio import dumps, loads_object, require_field
+from .jsonio import MAX_RECORD_FILE_BYTES, dumps, loads_object, read_state, require_field
 from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
 
 MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact integers)
@@ -313,7 +313,7 @@ def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRec
 def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
     """The records of one record file; None when it is torn (a power cut) or unreadable.
     FileNotFoundError when it is gone (a publisher cleaning up)."""
-    data = storage.read_bytes(key)
+    data = read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
     if is_torn(data):
         return None
     try:
@@ -341,7 +341,7 @@ def load_progress(
     def read(item: tuple[int, str]) -> tuple[int, str, bytes | None]:
         shard, key = item
         try:
-            return shard, key, storage.read_bytes(key)
+            return shard, key, read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
         except FileNotFoundError:
             if repair:  # only we delete our shards' records while we hold their lease
                 raise

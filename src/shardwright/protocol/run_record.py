@@ -12,7 +12,7 @@ from ..process import host_identity
 from ..storage import Storage
 from .fingerprint import InputsFingerprint
 from .fn_identity import FnIdentity
-from .jsonio import dumps, loads_object
+from .jsonio import dumps, loads_object, read_state
 from .layout import RUN_RECORD_KEY, chunk_generation
 from .manifest import MAX_INPUTS, Manifest
 
@@ -160,7 +160,7 @@ def _optional_str(value: object) -> str | None:
 def read_run_record(storage: Storage) -> RunRecord | None:
     """run.json of the last finished run, checked: it decides what a rerun retries."""
     try:
-        data = storage.read_bytes(RUN_RECORD_KEY)
+        data = read_state(storage, RUN_RECORD_KEY, "run record")
     except FileNotFoundError:
         return None
     where = f"{storage.url}/{RUN_RECORD_KEY}"

@@ -8,6 +8,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..names import printable
 from ..storage import Storage
 from .history import Attempt, read_history
 from .layout import FAILED_PREFIX, INDEX_KEY
@@ -82,10 +83,13 @@ class InputInProgress:
 
     def describe(self) -> str:
         """``doc007.txt: page 17, 3 calls in flight``."""
-        parts = [_state_text(self.state)] if self.state else []
+        # printable: names and states come from inputs and fn's ResumePoints (an LLM's reply, a
+        # file name) by way of a lease file anyone who can write the output could have edited
+        parts = [printable(_state_text(self.state))] if self.state else []
         if self.calls:
             parts.append(f"{self.calls} call{'s' if self.calls != 1 else ''} in flight")
-        return f"{self.name}: {', '.join(parts)}" if parts else self.name
+        name = printable(self.name)
+        return f"{name}: {', '.join(parts)}" if parts else name
 
 
 def _state_text(state: str) -> str:

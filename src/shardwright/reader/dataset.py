@@ -519,7 +519,7 @@ class StreamingDataset(RegionSelection, _DatasetBase):
         if litdata_state.is_litdata_state(state):
             epoch, point = litdata_state.litdata_resume(state, self, None)
         else:
-            epoch, point = resume.worker_resume_point(state, identity, self.layout)
+            epoch, point = resume.worker_resume_point(state, identity, self.layout, self.plan_size)
         self.set_epoch(epoch)
         if point is not None:
             self.resume_at(point)

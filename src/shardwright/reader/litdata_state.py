@@ -23,13 +23,15 @@ import os
 from typing import Any
 
 from ..errors import ResumeStateError
-from .partition import Layout
+from .partition import MAX_BATCH, MAX_WORKERS, MAX_WORLD_SIZE, Layout
 from .state import ResumePoint
 
 __all__ = [
     "dataset_state", "is_litdata_loader_state", "is_litdata_state", "litdata_resume", "litdata_worker_runs",
     "read_ranges",
 ]  # fmt: skip
+
+_MAX_READERS = 1 << 20  # ranks x workers of one state: a count each is allocated
 
 _SHUFFLE_REFUSED = (
     "this litdata state was saved with shuffle=True: litdata's shuffled order (its chunk permutation and "
@@ -81,9 +83,13 @@ def _replay(num_samples_yielded: int, batch_size: int, num_workers: int) -> list
 
 def read_ranges(state: dict, num_items: int) -> list[tuple[int, int]]:
     """The item ranges ``[lo, hi)`` litdata had read when it saved ``state`` (unshuffled)."""
-    world, workers, batch = (_int(state, k, 1) for k in ("world_size", "num_workers", "batch_size"))
+    world = _int(state, "world_size", 1, MAX_WORLD_SIZE)
+    workers = _int(state, "num_workers", 1, MAX_WORKERS)
+    batch = _int(state, "batch_size", 1, MAX_BATCH)
+    if world * workers > _MAX_READERS:  # one count per reader is allocated below
+        raise ResumeStateError(f"litdata state names {world:,} ranks of {workers:,} workers: more than any run has")
     yielded = _int(state, "num_samples_yielded", 0)
-    counts = litdata_worker_runs(num_items, world, workers, batch, bool(state.get("drop_last")))
+    counts = litdata_worker_runs(num_items, world, workers, batch, _flag(state, "drop_last"))
     out, start = [], 0
     for rank in range(world):
         for w, taken in enumerate(_replay(yielded, batch, workers)):
@@ -94,11 +100,19 @@ def read_ranges(state: dict, num_items: int) -> list[tuple[int, int]]:
     return out
 
 
-def _int(state: dict, key: str, least: int) -> int:
+def _int(state: dict, key: str, least: int, most: int = 1 << 40) -> int:
     value = state.get(key)
-    if type(value) is not int or value < least or value > 1 << 40:
-        raise ResumeStateError(f"litdata state field {key!r} is {value!r:.40}, not an int >= {least}")
+    if type(value) is not int or not least <= value <= most:
+        raise ResumeStateError(f"litdata state field {key!r} is {value!r:.40}, not an int from {least} to {most:,}")
     return value
+
+
+def _flag(state: dict, key: str) -> bool:
+    """A boolean field (missing: False); a str "false" is truthy, so never read as a flag."""
+    value = state.get(key, False)
+    if type(value) is not bool and value is not None:
+        raise ResumeStateError(f"litdata state field {key!r} is {value!r:.40}, not true or false")
+    return bool(value)
 
 
 def _check_same_dataset(state: dict, dataset: Any) -> int:
@@ -106,6 +120,12 @@ def _check_same_dataset(state: dict, dataset: Any) -> int:
     names = [e.filename for e in dataset.chunks]
     sizes = [e.chunk_size for e in dataset.chunks]
     files, roi = state.get("subsampled_files"), state.get("region_of_interest")
+    if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+        raise ResumeStateError(f"litdata state field 'subsampled_files' is {files!r:.40}, not a list of file names")
+    if roi is not None and not (
+        isinstance(roi, list) and all(isinstance(r, list) and all(type(v) is int for v in r) for r in roi)
+    ):
+        raise ResumeStateError(f"litdata state field 'region_of_interest' is {roi!r:.40}, not a list of [start, end]")
     if files is not None and list(files) != names:
         raise ResumeStateError(
             f"this litdata state lists other chunk files ({len(files)} from {state.get('input_dir_path')!r:.100}) "
@@ -123,7 +143,7 @@ def litdata_resume(state: dict, dataset: Any, layout: Layout | None) -> tuple[in
     """(epoch, resume point) of a litdata dataset-level state on ``dataset`` read with
     ``layout`` (None: one stream; another layout cuts the rest anew); the point is None when
     the epoch starts afresh. Raises ResumeStateError, one line."""
-    if state.get("shuffle"):
+    if _flag(state, "shuffle"):
         raise ResumeStateError(_SHUFFLE_REFUSED)
     if dataset.shuffle:
         raise ResumeStateError(

@@ -14,7 +14,7 @@ from .collate import litdata_collate
 from .dataset import StreamingDataset
 from .litdata_state import is_litdata_loader_state, litdata_resume
 from .metrics import timed_batches
-from .receipts import EpochReport, check_digest, report_of, state_receipt
+from .receipts import EpochReport, check_digest, check_receipt, report_of, state_receipt
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -206,7 +206,11 @@ class StreamingDataLoader(DataLoader):
                 "mixing and cycling follow litdata's worker split; shardwright resumes litdata states of a "
                 "StreamingDataset only: restart the epoch under shardwright"
             )
-        if not isinstance(state, dict) or state.get("shardwright_loader") != STATE_VERSION:
+        if (
+            not isinstance(state, dict)
+            or type(state.get("shardwright_loader")) is not int
+            or state.get("shardwright_loader") != STATE_VERSION
+        ):
             raise ResumeStateError(
                 "not a StreamingDataLoader state (no 'shardwright_loader': 1); pass what "
                 "StreamingDataLoader.state_dict() returned"
@@ -220,6 +224,7 @@ class StreamingDataLoader(DataLoader):
             )
         position = state.get("position")
         self._pending_epoch = self._view.check_position(position)
+        check_receipt(state, self._view, position)
         self._pending = position
         self._started = False
 

@@ -31,6 +31,11 @@ __all__ = [
 ]
 
 
+MAX_WORLD_SIZE = 1 << 20  # ranks
+MAX_WORKERS = 1 << 12  # DataLoader workers per rank
+MAX_BATCH = 1 << 31  # items per batch
+
+
 @dataclass(frozen=True)
 class Layout:
     """How many readers share an epoch.
@@ -50,10 +55,14 @@ class Layout:
     pad: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("world_size", "num_workers", "batch_size"):
+        for name, most in (("world_size", MAX_WORLD_SIZE), ("num_workers", MAX_WORKERS), ("batch_size", MAX_BATCH)):
             value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise UsageError(f"{name} must be an int >= 1, got {value!r}")
+            if type(value) is not int or not 1 <= value <= most:
+                raise UsageError(f"{name} must be an int from 1 to {most:,}, got {value!r:.40}")
+        for name in ("drop_last", "pad"):
+            value = getattr(self, name)
+            if type(value) is not bool:  # a state's "false" is a str, and truthy: never read as a flag
+                raise UsageError(f"{name} must be True or False, got {value!r:.40} ({type(value).__name__})")
         if self.drop_last and self.pad:
             raise UsageError("drop_last and pad cannot both be set: pad=True keeps every item (and repeats a few)")
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,8 @@ from .torch_bases import IterableBase as _IterableBase
 from .torch_bases import worker_info as _worker_info
 
 __all__ = ["FileMetadata", "StreamingRawDataset"]
+
+log = logging.getLogger("shardwright")
 
 _ITEM_TYPES = ("bytes", "path")
 _LITDATA_INDEX = "index.json.zstd"  # litdata's listing of the folder, which it may write into it
@@ -153,14 +157,27 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
             listed = sorted(self._storage.list_info(), key=lambda o: o.key)
             return [FileMetadata(f"{base}/{o.key}", o.size) for o in listed if o.key != _LITDATA_INDEX]
         root = os.path.abspath(self.input_dir.removeprefix("file://"))
-        out = []
+        out, skipped = [], []
         for folder, dirs, names in os.walk(root):
             dirs.sort()
             for name in sorted(names):
                 if folder == root and name == _LITDATA_INDEX:
                     continue
                 path = os.path.join(folder, name)
-                out.append(FileMetadata(path, os.path.getsize(path)))
+                st = _inside(root, path)
+                if st is None:
+                    skipped.append(path)
+                    continue
+                out.append(FileMetadata(path, st.st_size))
+        if skipped:
+            log.warning(
+                "StreamingRawDataset skips %d entr%s of %s that are not regular files (a FIFO, a socket, a device, a "
+                "dangling link), which a read could block on: %s",
+                len(skipped),
+                "y" if len(skipped) == 1 else "ies",
+                root,
+                ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""),
+            )
         return sorted(out, key=lambda f: f.path)
 
     def setup(self, files: list[FileMetadata]) -> list:
@@ -175,7 +192,14 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
         if self._storage is None:
             if self.item_type == "path":
                 return f.path
-            with open(f.path, "rb") as fh:
+            root = os.path.abspath(self.input_dir.removeprefix("file://"))
+            if _inside(root, f.path) is None:  # checked again: the file may have been swapped since
+                raise UsageError(f"{f.path} is no longer a regular file of {root}; list the folder again")
+            real = os.path.realpath(f.path)
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise UsageError(f"{f.path} is no longer a regular file of {root}; list the folder again")
                 return fh.read()
         key = f.path[len(self.input_dir.rstrip("/")) + 1 :]
         if self._cache is None:
@@ -260,6 +284,25 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
             # an ordinary pickle carries the epoch number
             state["_epoch_shared"], state["_epoch"] = None, int(shared.value)
         return state
+
+
+def _inside(root: str, path: str) -> os.stat_result | None:
+    """The stat of ``path``, a regular file of the folder ``root``; None for anything else that
+    is skipped (a FIFO, socket or device, which a read would block on or stream forever, or a
+    dangling link). A link to a file out of the folder is refused: the folder is what the user
+    named, and a dataset someone else prepared must not read the reader's other files."""
+    try:
+        st = os.stat(path)  # follows a link: what a read would open
+    except OSError:
+        return None
+    if os.path.islink(path):
+        real, top = os.path.realpath(path), os.path.realpath(root)
+        if os.path.commonpath([real, top]) != top:
+            raise UsageError(
+                f"{path} is a symbolic link out of {root} (to {real}): StreamingRawDataset reads only the files inside "
+                "its folder; remove the link, or copy the file in"
+            )
+    return st if stat.S_ISREG(st.st_mode) else None
 
 
 def _shared_int():

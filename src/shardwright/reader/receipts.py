@@ -207,6 +207,33 @@ def state_receipt(view: Any, position: dict) -> dict:
     return out
 
 
+def check_receipt(state: dict, view: Any, position: Any) -> None:
+    """Refuse a state whose receipt disagrees with its position: the receipt is what
+    state_dict() derived from the position when it saved it, so a mismatch means one of them
+    was edited or damaged since (a consumed count lowered by hand would read samples twice).
+    A state without a receipt's counts (a combined dataset's, an older version's) passes."""
+    saved = state.get("receipt")
+    if saved is None:
+        return
+    if not isinstance(saved, dict):
+        raise ResumeStateError(f"the state's receipt is a {type(saved).__name__}, not a dict: the state is damaged")
+    counted = {k: saved[k] for k in ("epoch", "samples", "consumed", "ranks") if k in saved}
+    if not counted:
+        return
+    now = state_receipt(view, position)
+    expected = {k: now.get(k) for k in counted}
+    if counted != expected:
+        differ = ", ".join(
+            f"{k} {counted[k]!r:.80} (the position gives {expected[k]!r:.80})"
+            for k in counted
+            if counted[k] != expected[k]
+        )
+        raise ResumeStateError(
+            f"the state's receipt does not match its position: {differ}; the state was edited or damaged "
+            "after it was saved. Resume from an intact state, or start the epoch afresh without load_state_dict"
+        )
+
+
 def report_of(view: Any, position: dict) -> EpochReport:
     """:func:`epoch_report` of a loader's position (one StreamingDataset only)."""
     sequence = getattr(view, "epoch_sequence", None)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .order import Segment
-from .partition import Layout, next_worker
+from .partition import MAX_WORKERS, MAX_WORLD_SIZE, Layout, next_worker
 from .plan import length, remaining, stream_plans
-from .state import ResumePoint, ResumeStateError, consumed_from_batches, distributed_env
+from .state import MAX_EPOCH, ResumePoint, ResumeStateError, consumed_from_batches, distributed_env
 
 __all__ = [
     "EpochStart", "Resumable", "combined_position", "epoch_start", "fresh_point", "items_left", "parse_combined",
@@ -177,7 +177,12 @@ def parse_combined(position: object, totals: list[int]) -> tuple[list[ResumePoin
             "the state has no 'combined' position; pass what StreamingDataLoader.state_dict() returned"
         )
     points, generation = position["combined"], position.get("generation")
-    if not isinstance(points, list) or len(points) != len(totals) or type(generation) is not int or generation < 0:
+    if (
+        not isinstance(points, list)
+        or len(points) != len(totals)
+        or type(generation) is not int
+        or not 0 <= generation <= MAX_EPOCH
+    ):
         raise ResumeStateError("the combined position does not match this CombinedStreamingDataset")
     parsed = [ResumePoint.from_json(p, total) for p, total in zip(points, totals)]
     if len({p.epoch for p in parsed}) != 1:
@@ -185,22 +190,26 @@ def parse_combined(position: object, totals: list[int]) -> tuple[list[ResumePoin
     return parsed, generation
 
 
-def worker_resume_point(state: object, identity: dict, layout_for: Any) -> tuple[int, ResumePoint | None]:
+def worker_resume_point(state: object, identity: dict, layout_for: Any, total: int) -> tuple[int, ResumePoint | None]:
     """(epoch, resume point) of one process's stream, from what ``StreamingDataset.state_dict``
     returned (torchdata's StatefulDataLoader: same layout only). ``identity`` is
     ``{"dataset": fingerprint, "order": [shuffle, seed, window]}``; ``layout_for(num_workers)``
-    is the dataset's layout. Raises ResumeStateError."""
+    is the dataset's layout; ``total`` the items of its epoch plan. Raises ResumeStateError."""
     if not isinstance(state, dict) or state.get("dataset") != identity["dataset"]:
         raise ResumeStateError("this state belongs to another dataset; resume with the dataset it was saved from")
     if state.get("order") != identity["order"]:
         raise ResumeStateError("this state was saved with other shuffle / seed / shuffle_window options")
     epoch, stream, streams, yielded = (state.get(k) for k in ("epoch", "stream", "streams", "yielded"))
-    if type(epoch) is not int or epoch < 0:
-        raise ResumeStateError(f"state epoch {epoch!r} is not a non-negative int")
+    if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+        raise ResumeStateError(f"state epoch {epoch!r:.40} is not an int from 0 to {MAX_EPOCH:,}")
     if stream is None:  # saved before any iteration started
         return epoch, None
     if not (
-        type(streams) is int and type(stream) is int and 0 <= stream < streams and type(yielded) is int and yielded >= 0
+        type(streams) is int
+        and type(stream) is int
+        and 0 <= stream < streams <= MAX_WORLD_SIZE * MAX_WORKERS
+        and type(yielded) is int
+        and yielded >= 0
     ):
         raise ResumeStateError("the state's stream position is damaged")
     _rank, world = distributed_env()
@@ -212,4 +221,6 @@ def worker_resume_point(state: object, identity: dict, layout_for: Any) -> tuple
     layout = layout_for(streams // world)
     consumed = [0] * layout.streams
     consumed[stream] = yielded
-    return epoch, ResumePoint(epoch, None, layout, tuple(consumed))
+    # through the checked parser: a count past the stream's end is refused, not an empty epoch
+    point = ResumePoint(epoch, None, layout, tuple(consumed))
+    return epoch, ResumePoint.from_json(point.to_json(), total)

@@ -150,8 +150,7 @@ class ChunkSource:
                 f"{self.output_dir} is a file, not a dataset directory; pass the directory optimize() wrote"
             )
         try:
-            with open(self.index_source, "rb") as f:
-                return f.read()
+            return read_index_bytes(LocalStorage(self.output_dir))  # bounded: format.limits
         except FileNotFoundError:
             pending = count_committed_chunks(LocalStorage(self.output_dir))
             raise IncompleteDatasetError(incomplete_message(self.output_dir, pending)) from None

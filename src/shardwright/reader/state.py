@@ -26,6 +26,7 @@ __all__ = [
 STATE_VERSION = 1
 _MAX_STREAMS = 1 << 20  # bounds what a state read back may ask us to allocate
 _MAX_SEGMENTS = 1 << 22
+MAX_EPOCH = 1 << 40  # a million epochs a second for 12 days: more is a damaged or hostile state
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class ResumePoint:
             rotation = data.get("rotation", 0)
         except (KeyError, TypeError, ValueError) as exc:
             raise ResumeStateError(f"loader state is damaged ({exc!r}); pass a state saved by state_dict()") from None
-        if type(epoch) is not int or epoch < 0:
-            raise ResumeStateError(f"loader state epoch {epoch!r} is not a non-negative int")
+        if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+            raise ResumeStateError(f"loader state epoch {epoch!r:.40} is not an int from 0 to {MAX_EPOCH:,}")
         if type(rotation) is not int or not 0 <= rotation < layout.num_workers:
             raise ResumeStateError(f"loader state rotation {rotation!r} is not a worker number")
         if layout.streams > _MAX_STREAMS or len(consumed) != layout.streams:

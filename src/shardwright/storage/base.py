@@ -62,6 +62,9 @@ WRITE_OPERATIONS = (
 )
 
 
+_ASK_SIZE_FROM = 64 << 20  # read_at_most: a HEAD before a GET that could be this large
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One listed object: its key (relative to the root), size in bytes, and a version token
@@ -261,6 +264,17 @@ class Storage(abc.ABC):
         """What :meth:`list` lists, with each object's size and version, sorted by key."""
 
     # -- defaults a backend may override -------------------------------------------------
+
+    def read_at_most(self, key: str, limit: int) -> bytes | None:
+        """The content of ``key`` when it holds at most ``limit`` bytes, else None (the caller
+        refuses it): never more than ``limit + 1`` bytes in memory, whatever the object's size
+        (a state file planted or damaged to be huge). FileNotFoundError if it is missing.
+        Small limits cost one ranged GET; large ones ask the size first, so a huge object is
+        refused without being downloaded."""
+        if limit >= _ASK_SIZE_FROM and self.size(key) > limit:
+            return None
+        data = self.read_range(key, 0, limit + 1)
+        return data if len(data) <= limit else None
 
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.

@@ -323,6 +323,10 @@ class MemoryStorage(Storage):
         _raise(after)
         return keys
 
+    def read_at_most(self, key: str, limit: int) -> bytes | None:
+        data = self.read_bytes(key)  # held in memory already; faults as read_bytes
+        return data if len(data) <= limit else None
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
         obj = self._get("read_range", key)

@@ -1,0 +1,48 @@
+"""Trust round 5: names of inputs and ResumePoint states reach a terminal (`shardwright status`,
+messages, logs). A file name, an input or an LLM's reply holding control characters, ANSI
+escapes or bidirectional overrides is shown escaped, never acted on by the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shardwright.names import display_name, printable
+from shardwright.protocol.status import InputInProgress
+
+HOSTILE = [
+    "data/\x1b[2J\x1b[31mred",  # clear the screen, recolour
+    "data/\x1b]0;owned\x07title",  # set the terminal's title
+    "data/ok\rfake line",  # overwrite the line
+    "data/\u202etxt.exe",  # right-to-left override ("Trojan Source")
+    "data/\x9b31m",  # C1 CSI
+    "data/nul\x00",
+]
+
+
+def visible(text: str) -> bool:
+    return not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u2066\u200b" for c in text)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_input_names_are_printable(name):
+    for value in (name, Path(name)):
+        shown = display_name(value)
+        assert visible(shown), repr(shown)
+        assert shown.startswith("data/")
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_status_lines_are_printable(name):
+    state = json.dumps({"title": name})  # an LLM's reply kept in a ResumePoint
+    entry = InputInProgress(3, name, 0, "host", state=state, calls=2)
+    line = entry.describe()
+    assert visible(line), repr(line)
+    assert "2 calls in flight" in line
+
+
+def test_plain_names_are_unchanged():
+    assert printable("données/été 2024.jsonl") == "données/été 2024.jsonl"
+    assert display_name("a/b c.txt") == "a/b c.txt"

@@ -1,0 +1,77 @@
+"""Trust round 5 (issue 33, 1c): every state file read from disk is bounded before it is read.
+A file planted or damaged to be huge (here sparse: 4 GiB on disk in no blocks) is one
+CorruptStateError naming the file, raised with at most the bound in memory."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import pytest
+
+from shardwright.errors import CorruptStateError
+from shardwright.protocol.jsonio import MAX_STATE_BYTES
+from shardwright.protocol.lease import live_leases
+from shardwright.protocol.manifest import read_manifest
+from shardwright.protocol.progress import MAX_SNAPSHOT_BYTES, read_snapshot
+from shardwright.protocol.records import load_progress
+from shardwright.protocol.run_record import read_run_record
+from shardwright.storage import open_storage
+
+HUGE = 4 << 30  # past every bound
+
+
+def plant(root, key: str, size: int = HUGE) -> None:
+    path = os.path.join(root, *key.split("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(size)  # sparse: no disk, no memory, the size a reader would believe
+
+
+def refused_within_bound(call, key: str, bound: int) -> str:
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptStateError) as info:
+            call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert key in str(info.value) and "not read" in str(info.value), info.value
+    assert peak < bound + (64 << 20), f"{peak:,} bytes allocated for a refused file"
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "call", "bound"),
+    [
+        (".shardwright/manifest.json", read_manifest, MAX_STATE_BYTES),
+        (".shardwright/run.json", read_run_record, MAX_STATE_BYTES),
+        (".shardwright/leases/node-0.json", lambda s: live_leases(s), 1 << 20),
+        (".shardwright/shards/00000-000000-1.json", lambda s: load_progress(s, {0: (0, 10)}), 64 << 20),
+        (".shardwright/progress/00000-1.bin", lambda s: read_snapshot(s, "r", 0, 0, None, (0, 0)), MAX_SNAPSHOT_BYTES),
+    ],
+)
+def test_a_huge_state_file_is_refused_before_it_is_read(tmp_path, key, call, bound):
+    storage = open_storage(str(tmp_path))
+    plant(tmp_path, key)
+    refused_within_bound(lambda: call(storage), key, bound)
+
+
+def test_the_bound_is_inclusive(tmp_path):
+    storage = open_storage(str(tmp_path))
+    plant(tmp_path, ".shardwright/leases/node-0.json", 1 << 20)
+    assert live_leases(storage) == []  # read (all zeros: not a lease), not refused for its size
+
+
+def test_a_huge_index_is_refused_by_every_reader_before_it_is_read(tmp_path):
+    """index.json over format.limits' decoded-bytes limit: the reader, verify and diff refuse it
+    with nothing of it in memory (3 GiB were read, a MemoryError under a memory cap)."""
+    from shardwright import StreamingDataset
+    from shardwright.reader.diff import diff
+    from shardwright.reader.verify import verify
+
+    plant(tmp_path / "d", "index.json")
+    for call in (lambda: StreamingDataset(str(tmp_path / "d")), lambda: verify(str(tmp_path / "d"))):
+        text = refused_within_bound(call, "index.json", 0)
+        assert "SHARDWRIGHT_MAX_DECODED_BYTES" in text
+    refused_within_bound(lambda: diff(str(tmp_path / "d"), str(tmp_path / "d")), "index.json", 0)
