@@ -47,9 +47,11 @@ def test_argument_checks():
         litdata_args(others={"bogus": 1})
     with pytest.raises(ArgumentTypeError, match="batch_size"):
         litdata_args(batch_size="4", others={})
-    with pytest.raises(UsageError, match="align_chunking=True needs chunk_size"):
+    with pytest.raises(UsageError, match="align_chunking=True: `chunk_size` needs to be defined"):
         litdata_args(align_chunking=True, others={})
-    litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=False, reorder_files=False, others={})
+    with pytest.raises(UsageError, match="align_chunking requires keep_data_ordered=True"):
+        litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=False, others={})
+    litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=True, reorder_files=False, others={})
     with pytest.raises(UsageError, match="compression_level='batch' is refused"):
         litdata_args(compression_level="batch", others={})
     litdata_args(compression_level="chunk", others={})

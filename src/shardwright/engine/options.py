@@ -419,7 +419,12 @@ def litdata_args(
         # Either way the dataset keeps the inputs' order: shards are contiguous and committed in order.
     _require_bool("align_chunking", align_chunking)
     if align_chunking and chunk_size is None:
-        raise UsageError("align_chunking=True needs chunk_size= (as in litdata): chunks of that many items")
+        raise UsageError(
+            "align_chunking=True: `chunk_size` needs to be defined (as in litdata): chunks of that many items"
+        )
+    if align_chunking and keep_data_ordered is False:
+        # our order is kept either way, but litdata refuses the pair: a script that runs here must run there
+        raise UsageError("align_chunking requires keep_data_ordered=True (as in litdata): drop keep_data_ordered=False")
     if compression_level not in (None, "chunk"):
         raise UsageError(
             f"compression_level={compression_level!r} is refused: it writes litdata 0.2.76's zstd frames inside "
