@@ -57,7 +57,7 @@ def _all(reason: str, *tests: str | dict[str, str]) -> dict[str, str]:
 DP, FN = "processing/test_data_processor.py::", "processing/test_functions.py::"
 COMBINED, LOADER = "streaming/test_combined.py::", "streaming/test_dataloader.py::"
 
-# litdata v0.2.45 (vendored: litdata_suite/vendor): 100 tests, 19 public-name ones run
+# litdata v0.2.45 (vendored: litdata_suite/vendor): 100 tests, 21 public-name ones run
 EXPECTED_V0_2_45: dict[str, str] = {
     **_all(
         MAP_FOLDER,
@@ -86,14 +86,16 @@ EXPECTED_V0_2_45: dict[str, str] = {
         COMBINED + "test_combined_dataset_iterate_over_all_4_datasets",
         COMBINED + "test_combined_dataset_num_samples_yield_iterate_over_all",
         COMBINED + "test_combined_dataset_state_dict",
+        COMBINED + "test_combined_dataset",
+        COMBINED + "test_combined_dataset_with_dataloader_and_one_worker",
         LOADER + "test_streaming_dataloader",
     ),
 }
 
 ELASTIC, PARALLEL = "streaming/test_elastic.py::", "streaming/test_parallel.py::"
 
-# litdata v0.2.71 (its tests/ folder at tag v0.2.71, given at test time): 681 tests, 71
-# public-name ones run (95 with their parameters)
+# litdata v0.2.71 (its tests/ folder at tag v0.2.71, given at test time): 681 tests, 76
+# public-name ones run (128 with their parameters). A name listed without parameters covers all.
 EXPECTED_V0_2_71: dict[str, str] = {
     **_all(
         MAP_FOLDER,
@@ -145,6 +147,11 @@ EXPECTED_V0_2_71: dict[str, str] = {
         ),
         PARALLEL + "test_parallel_dataset_state_dict",
         PARALLEL + "test_parallel_transform_errors",
+        PARALLEL + "test_parallel_dataset_rng",
+        PARALLEL + "test_parallel_dataset_with_dataloader_and_one_worker",
+        COMBINED + "test_combined_dataset",
+        COMBINED + "test_combined_dataset_per_dataset_batch_size",
+        COMBINED + "test_combined_dataset_with_dataloader_and_one_worker",
     ),
     **_all(ALIGN_SHUFFLE, _params(LOADER + "test_dataloader_with_align_chunking", "1", "2")),
     **_all(

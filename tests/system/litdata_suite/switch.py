@@ -58,6 +58,10 @@ def _imported(tree: ast.Module) -> dict[str, str]:
     return kinds
 
 
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
 def _reached(node: ast.AST, kinds: dict[str, str], defs: dict[str, ast.AST], seen: set[str]) -> set[str]:
     """Kinds of litdata names reached from one function, through module helpers."""
     found: set[str] = set()
@@ -66,7 +70,8 @@ def _reached(node: ast.AST, kinds: dict[str, str], defs: dict[str, ast.AST], see
             found.add("internal")
         elif isinstance(sub, ast.Attribute) and (
             sub.attr in INTERNAL_ATTRS
-            or (sub.attr.startswith("_") and not sub.attr.startswith("__"))
+            # a stand-in's own self._x is the test's, not litdata's
+            or (sub.attr.startswith("_") and not sub.attr.startswith("__") and not _is_self(sub.value))
             or (sub.attr == "object" and isinstance(sub.value, ast.Name) and sub.value.id in ("patch", "mock"))
         ):
             found.add("internal")
