@@ -105,3 +105,11 @@ def test_item_loader_by_name():
     assert item_loader_of(PyTreeLoader()) is None
     with pytest.raises(UsageError, match="item_loader=TemporalArrayLoader"):
         item_loader_of(ld.TemporalArrayLoader.__new__(ld.TemporalArrayLoader))
+
+
+def test_an_unknown_mode_is_named_in_litdatas_words(tmp_path):
+    import shardwright as sw
+
+    with pytest.raises(UsageError, match="The provided `mode` should be either `append` or `overwrite`"):
+        sw.optimize(fn=str, inputs=[1], output_dir=str(tmp_path / "out"), mode="some-random-mode")
+    assert not (tmp_path / "out").exists()  # refused before anything is written

@@ -15,7 +15,7 @@ PLATFORM = "optimize_dns= refused: a Lightning AI platform setting"
 IS_LAST = "fn(is_last=) refused: workers take shards as they free up, no worker's last input"
 KEY_FN = "optimize(key_fn=) refused: no keys/ sidecar, dataset[key] is not offered"
 STAND_IN = "stand-in dataset implementing litdata's internal dataset protocol, not a StreamingDataset"
-OVERWRITE = "an existing output is refused with shardwright's one-line message (litdata's HINT text)"
+FN_FAILED = "fn's failure is an FnError naming the input, not litdata's 'We found the following error' text"
 UNORDERED = "keep_data_ordered=False changes nothing: the order is kept, so checkpoints work"
 NODE_ENV = "litdata's DATA_OPTIMIZER_NUM_NODES/NODE_RANK are not read: nodes come from num_nodes=/Slurm"
 ALIGN_SHUFFLE = "shuffle=True mixes the items of a window of chunks: a batch spans chunks"
@@ -32,7 +32,7 @@ SIGN: dict[str, tuple[str, ...]] = {
     IS_LAST: ("fn takes is_last",),
     KEY_FN: ("key_fn=...) is refused",),
     STAND_IN: ("CombinedStreamingDataset mixes StreamingDataset objects", "zips StreamingDataset objects"),
-    OVERWRITE: ("Regex pattern did not match",),
+    FN_FAILED: ("Regex pattern did not match",),
     UNORDERED: ("DID NOT RAISE ValueError",),
     NODE_ENV: ("0-index.json",),
     ALIGN_SHUFFLE: ("contains elements from multiple chunks",),
@@ -78,7 +78,7 @@ EXPECTED_V0_2_45: dict[str, str] = {
         _params(DP + "test_load_torch_audio", "None", "zstd"),
         DP + "test_load_torch_audio_from_wav_file[None]",
     ),
-    **_all(OVERWRITE, FN + "test_optimize_append_overwrite", FN + "test_optimize_checkpoint_in_none_and_append_mode"),
+    FN + "test_optimize_checkpoint_in_none_and_append_mode": FN_FAILED,
     FN + "test_optimize_race_condition": ANY + "downloads from a public bucket (network)",
     "streaming/test_dataset.py::test_dataset_with_mosaic_mds_data": ANY + "needs mosaicml-streaming",
     **_all(
@@ -126,7 +126,7 @@ EXPECTED_V0_2_71: dict[str, str] = {
         ANY + "needs soundfile (fails the same way on litdata without it)",
         _params(DP + "test_load_audio_bytes_optimize_and_stream", "None", "zstd"),
     ),
-    **_all(OVERWRITE, FN + "test_optimize_append_overwrite", FN + "test_optimize_checkpoint_in_none_and_append_mode"),
+    FN + "test_optimize_checkpoint_in_none_and_append_mode": FN_FAILED,
     FN + "test_optimize_race_condition": ANY + "downloads from a public bucket (network)",
     "streaming/test_dataset.py::test_dataset_with_mosaic_mds_data": ANY + "needs mosaicml-streaming",
     **_all(
