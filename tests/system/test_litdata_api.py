@@ -186,4 +186,9 @@ def test_walk(tmp_path):
         (str(tmp_path / "a"), ["b"], ["x.txt"]),
         (str(tmp_path / "a" / "b"), [], []),
     ]
-    assert sorted((p, sorted(d), sorted(f)) for p, d, f in os.walk(tmp_path)) == sorted(got)
+    assert sorted(os.walk(tmp_path)) == sorted(got)
+    for i in range(12):  # names in the directory's order, as os.walk (and litdata's walk) list them
+        (tmp_path / f"d{i}").mkdir()
+        (tmp_path / f"d{i}" / f"f{i}.txt").write_text("z")
+        (tmp_path / f"f{i}.txt").write_text("z")
+    assert sorted(os.walk(tmp_path)) == sorted(sw.walk(str(tmp_path)))

@@ -1,15 +1,21 @@
 """litdata's own tests, switched to shardwright's names, as a litdata user switching would.
 
-The vendored tests (litdata v0.2.45, Apache-2.0: litdata_suite/vendor/NOTICE) are copied into a
-temporary folder with every public litdata name taken from shardwright and every internal left
-as litdata's (litdata_suite/switch.py). The tests that reach only public names shardwright has
-are run in one pytest subprocess; every outcome must be the one listed here: "passed", or the
-reason of a documented difference (docs/litdata-compat.md, "litdata's own tests"). A test that
-starts passing, or fails for an unlisted reason, fails this test.
+litdata's tests are copied into a temporary folder with every public litdata name taken from
+shardwright and every internal left as litdata's (litdata_suite/switch.py). The tests that reach
+only public names shardwright has are run in one pytest subprocess; every outcome must be the
+one listed in litdata_suite/suite_expected.py: "passed", or the reason of a documented difference
+(docs/litdata-compat.md, "litdata's own tests"). A test that starts passing, or fails for an
+unlisted reason, fails this test.
+
+Two versions of litdata's tests: v0.2.45, vendored (litdata_suite/vendor, Apache-2.0, NOTICE),
+and v0.2.71, read at test time from a litdata checkout's tests/ folder named by
+SHARDWRIGHT_LITDATA_TESTS (litdata's sdist carries no tests, and the newer ones are not
+vendored here), checked against the digest of tag v0.2.71's tests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,79 +30,11 @@ pytest.importorskip("torch")
 HERE = Path(__file__).parent / "litdata_suite"
 sys.path.insert(0, str(HERE))
 import switch  # noqa: E402
+from suite_expected import ANY, EXPECTED_V0_2_45, EXPECTED_V0_2_71, SIGN  # noqa: E402
 
-MAP_FOLDER = "map keeps its run state in OUTPUT/.shardwright/ (listed by os.listdir)"
-WEIGHTS = "optimize(weights=) refused: workers take contiguous shards as they free up"
-PLATFORM = "optimize_dns= refused: a Lightning AI platform setting"
-IS_LAST = "fn(is_last=) refused: workers take shards as they free up, no worker's last input"
-STAND_IN = "stand-in dataset implementing litdata's internal dataset protocol, not a StreamingDataset"
-OVERWRITE = "an existing output is refused with shardwright's one-line message (litdata's HINT text)"
-ANY = "environment: "  # outcome depends on the machine (network, optional packages)
-# the failure message each documented difference shows (so a test failing otherwise is caught)
-SIGN = {
-    MAP_FOLDER: ".shardwright",
-    WEIGHTS: "weights=...) is refused",
-    PLATFORM: "optimize_dns=...) is refused",
-    IS_LAST: "fn takes is_last",
-    STAND_IN: "CombinedStreamingDataset mixes StreamingDataset objects",
-    OVERWRITE: "Regex pattern did not match",
-}
-# outcome of each public-name test: "passed", or why it differs (each on docs/litdata-compat.md)
-EXPECTED: dict[str, str] = {
-    "processing/test_data_processor.py::test_data_processing_map_non_absolute_path": MAP_FOLDER,
-    "processing/test_data_processor.py::test_data_processing_map_without_input_dir_and_folder": MAP_FOLDER,
-    "processing/test_data_processor.py::test_map_batch_size": MAP_FOLDER,
-    "processing/test_data_processor.py::test_data_processing_optimize_yield": MAP_FOLDER,
-    "processing/test_data_processor.py::test_data_processing_map_weights_mismatch": WEIGHTS,
-    "processing/test_data_processor.py::test_data_processing_map_without_input_dir_local": WEIGHTS,
-    "processing/test_data_processor.py::test_empty_optimize[inputs0]": PLATFORM,
-    "processing/test_data_processor.py::test_empty_optimize[inputs1]": PLATFORM,
-    "processing/test_data_processor.py::test_empty_optimize[inputs2]": PLATFORM,
-    "processing/test_data_processor.py::test_map_is_last[1-expected0]": IS_LAST,
-    "processing/test_data_processor.py::test_map_is_last[2-expected1]": IS_LAST,
-    "processing/test_data_processor.py::test_load_torch_audio[None]": "skipped",
-    "processing/test_data_processor.py::test_load_torch_audio[zstd]": "skipped",
-    "processing/test_data_processor.py::test_load_torch_audio_from_wav_file[None]": "skipped",
-    "processing/test_functions.py::test_walk": "walk sorts the names in each tuple (os.walk: the directory's order)",
-    "processing/test_functions.py::test_optimize_append_overwrite": OVERWRITE,
-    "processing/test_functions.py::test_optimize_checkpoint_in_none_and_append_mode": OVERWRITE,
-    "processing/test_functions.py::test_optimize_race_condition": ANY + "downloads from a public bucket (network)",
-    "processing/test_functions.py::test_optimize_with_jpeg_array": "reads dataset.cache, a litdata internal",
-    "streaming/test_dataset.py::test_dataset_with_mosaic_mds_data": ANY + "needs mosaicml-streaming",
-    **{
-        f"streaming/test_combined.py::{name}": STAND_IN
-        for name in [
-            "test_combined_dataset",
-            "test_combined_dataset_iterate_over_all_4_datasets",
-            "test_combined_dataset_num_samples_yield",
-            "test_combined_dataset_num_samples_yield_iterate_over_all",
-            "test_combined_dataset_state_dict",
-            "test_combined_dataset_with_dataloader_and_one_worker[1]",
-            "test_combined_dataset_with_dataloader_and_one_worker[2]",
-            "test_drop_last_and_shuffle",
-            *(
-                f"test_combined_dataset_normalizes_weights[{p}]"
-                for p in (
-                    "weights0-expected0",
-                    "weights1-expected1",
-                    "weights2-expected2",
-                    "weights3-expected3",
-                    "weights4-expected4",
-                    "None-expected5",
-                )
-            ),
-        ]
-    },
-    **{
-        f"streaming/test_dataloader.py::{name}": STAND_IN
-        for name in [
-            "test_streaming_dataloader",
-            "test_dataloader_shuffle",
-            "test_custom_collate",
-            "test_custom_collate_multiworker",
-        ]
-    },
-}
+TESTS_ENV = "SHARDWRIGHT_LITDATA_TESTS"
+# sha256 over (path, bytes) of every *.py under tests/ at litdata's tag v0.2.71 (a847d57e)
+V0_2_71_DIGEST = "d53e0eda68a122d3841665dbe4d5645802509c2231dc832bc0847cb163146d6a"
 
 
 def _outcomes(report: Path) -> dict[str, tuple[str, str]]:
@@ -111,11 +49,19 @@ def _outcomes(report: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def test_litdata_suite_switched(tmp_path: Path) -> None:
-    classes = switch.switch_tree(HERE / "vendor", tmp_path / "tests")
+def _tree_digest(tests: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(tests.rglob("*.py")):
+        rel = path.relative_to(tests).as_posix()
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _run_switched(src: Path, tmp_path: Path, expected: dict[str, str], counts: tuple[int, int]) -> None:
+    classes = switch.switch_tree(src, tmp_path / "tests")
     public = sorted(test for test, kind in classes.items() if kind == "public")
     # every test is classified; the public ones are the ones run (internal ones counted)
-    assert len(classes) == 100 and len(public) == 28, (len(classes), len(public))
+    assert (len(classes), len(public)) == counts
     report = tmp_path / "report.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     subprocess.run(
@@ -141,13 +87,41 @@ def test_litdata_suite_switched(tmp_path: Path) -> None:
     got = _outcomes(report)
     unexpected = {}
     for test, (outcome, message) in got.items():
-        want = EXPECTED.get(test, "passed")
+        want = _expected(expected, test)
         if want.startswith(ANY):
             continue
         wanted = want if want in ("passed", "skipped") else "failed"
-        if outcome != wanted or SIGN.get(want, "") not in message:
+        signs = SIGN.get(want, ("",))
+        if outcome != wanted or not any(sign in message for sign in signs):
             unexpected[test] = (outcome, message[:200], want)
     assert not unexpected, unexpected
-    assert set(got) >= set(EXPECTED)
+    missing = [name for name in expected if not any(t == name or t.startswith(name + "[") for t in got)]
+    assert not missing, missing
     passed = sum(outcome == "passed" for outcome, _ in got.values())
-    assert passed == sum(want == "passed" for want in (EXPECTED.get(t, "passed") for t in got))
+    assert passed == sum(_expected(expected, t) == "passed" for t in got)
+
+
+def _expected(expected: dict[str, str], test: str) -> str:
+    """The listed outcome of a test id; a name listed without parameters covers all of them."""
+    return expected.get(test) or expected.get(test.split("[")[0], "passed")
+
+
+def test_litdata_suite_switched(tmp_path: Path) -> None:
+    """litdata v0.2.45's tests (vendored): 100 tests, 21 reach only public names."""
+    _run_switched(HERE / "vendor", tmp_path, EXPECTED_V0_2_45, (100, 21))
+
+
+def test_litdata_v0_2_71_suite_switched(tmp_path: Path) -> None:
+    """litdata v0.2.71's tests, from the checkout SHARDWRIGHT_LITDATA_TESTS names: 681 tests, 76
+    reach only public names (128 runs with their parameters)."""
+    given = os.environ.get(TESTS_ENV)
+    if not given:
+        pytest.skip(
+            f"{TESTS_ENV} is not set: point it at litdata's tests/ folder at tag v0.2.71 "
+            "(git clone --depth 1 --branch v0.2.71 https://github.com/Lightning-AI/litData)"
+        )
+    tests = Path(given)
+    assert (tests / "conftest.py").is_file(), f"{TESTS_ENV}={given} holds no conftest.py: name litdata's tests/ folder"
+    digest = _tree_digest(tests)
+    assert digest == V0_2_71_DIGEST, f"{TESTS_ENV}={given} is not litdata v0.2.71's tests/ (digest {digest[:12]})"
+    _run_switched(tests, tmp_path, EXPECTED_V0_2_71, (681, 76))

@@ -847,3 +847,14 @@ def test_chunk_offsets_name_the_damage(n, damage, match):
         chunk_offsets(bytes(raw), len(raw))
     with pytest.raises(CorruptStateError):
         chunk_offsets(b"\x01\x00", 2)  # shorter than any header
+
+
+def test_a_sample_unlike_the_existing_dataset_uses_litdatas_words():
+    first = ItemEncoder()
+    first.encode((1, 2), 0)
+    appended = ItemEncoder(first.data_format, first.data_spec)
+    appended.format_input_index = -1  # fixed by the existing dataset: an append
+    with pytest.raises(SampleFormatError, match="input 3 .*The config isn't consistent between chunks: the format was"):
+        appended.encode((1, 2, 3), 3)
+    with pytest.raises(SampleFormatError, match=r"input 3 .*\. The format was fixed by input 0"):
+        first.encode((1, 2, 3), 3)

@@ -271,3 +271,12 @@ def test_identity_table_file_layout_is_fixed_and_round_trips(sources):
     back = IdentityTable.from_bytes(data, "test")
     assert all((a == b).all() for a, b in zip([back.keys, back.versions], [keys, versions]))
     assert (back.rows is not None) == sources
+
+
+def test_another_call_on_a_finished_dataset_gets_litdatas_hint(storage):
+    from shardwright.errors import DatasetExistsError
+
+    drive(storage, OLD, None)
+    # code written for litdata matches its "HINT: ..." words (litdata's own test_optimize_append_overwrite)
+    with pytest.raises(DatasetExistsError, match="HINT: If you want to append/overwrite to the existing dataset"):
+        drive(storage, ["x", "y"], None)

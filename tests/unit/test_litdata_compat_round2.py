@@ -130,3 +130,8 @@ def test_a_subclass_transform_method_is_applied_as_in_litdata(two):
     assert [x["i"] for x in ds][:3] == [0, 2, 4]
     given = Doubled(two[0], transform=lambda item: {"i": item["i"] + 1})
     assert given[3] == {"i": 4}, "transform= wins over the method, as in litdata"
+
+
+def test_a_str_index_says_there_are_no_keys(two):
+    with pytest.raises(KeyError, match="keys/"):
+        StreamingDataset(two[0])["item-0"]

@@ -47,9 +47,11 @@ def test_argument_checks():
         litdata_args(others={"bogus": 1})
     with pytest.raises(ArgumentTypeError, match="batch_size"):
         litdata_args(batch_size="4", others={})
-    with pytest.raises(UsageError, match="align_chunking=True needs chunk_size"):
+    with pytest.raises(UsageError, match="align_chunking=True: `chunk_size` needs to be defined"):
         litdata_args(align_chunking=True, others={})
-    litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=False, reorder_files=False, others={})
+    with pytest.raises(UsageError, match="align_chunking requires keep_data_ordered=True"):
+        litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=False, others={})
+    litdata_args(align_chunking=True, chunk_size=8, keep_data_ordered=True, reorder_files=False, others={})
     with pytest.raises(UsageError, match="compression_level='batch' is refused"):
         litdata_args(compression_level="batch", others={})
     litdata_args(compression_level="chunk", others={})
@@ -103,3 +105,11 @@ def test_item_loader_by_name():
     assert item_loader_of(PyTreeLoader()) is None
     with pytest.raises(UsageError, match="item_loader=TemporalArrayLoader"):
         item_loader_of(ld.TemporalArrayLoader.__new__(ld.TemporalArrayLoader))
+
+
+def test_an_unknown_mode_is_named_in_litdatas_words(tmp_path):
+    import shardwright as sw
+
+    with pytest.raises(UsageError, match="The provided `mode` should be either `append` or `overwrite`"):
+        sw.optimize(fn=str, inputs=[1], output_dir=str(tmp_path / "out"), mode="some-random-mode")
+    assert not (tmp_path / "out").exists()  # refused before anything is written

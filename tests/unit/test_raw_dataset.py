@@ -94,3 +94,33 @@ def test_persistent_workers_see_the_next_epoch(folder):
     loader = sw.StreamingDataLoader(ds, batch_size=4, num_workers=1, persistent_workers=True, collate_fn=first_bytes)
     one, two = ([x for b in loader for x in b] for _ in range(2))
     assert sorted(one) == sorted(two) == list(range(23)) and one != two
+
+
+def test_an_empty_folder_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="No files found in"):
+        sw.StreamingRawDataset(str(tmp_path))
+
+
+def test_setup_mistakes_and_indices_get_litdata_errors(folder):
+    class NotAList(sw.StreamingRawDataset):
+        def setup(self, files):
+            return files[0]
+
+    class NotFiles(sw.StreamingRawDataset):
+        def setup(self, files):
+            return [123]
+
+    with pytest.raises(TypeError, match="The setup method must return a list"):
+        NotAList(str(folder))
+    with pytest.raises(TypeError, match="Dataset items must be of type FileMetadata"):
+        NotFiles(str(folder))[0]
+    ds = sw.StreamingRawDataset(str(folder))
+    with pytest.raises(IndexError, match="Index 23 out of range"):
+        ds[23]
+    assert ds[-1] == ds[22]
+    assert ds.__getitems__([1, 0]) == [ds[1], ds[0]]
+    with pytest.raises(TypeError, match="list of indices"):
+        ds.__getitems__(0)
+    with pytest.raises(IndexError, match="out of range"):
+        ds.__getitems__([0, 99])
+    assert (ds.max_prefetch, ds.prefetch_cache_size) == (16, 32)  # litdata's defaults, readable

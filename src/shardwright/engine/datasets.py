@@ -115,10 +115,11 @@ def merge_datasets(
 
 def walk(folder: str, max_workers: int | None = os.cpu_count()) -> Iterator[tuple[str, list[str], list[str]]]:
     """``(folder, subfolders, files)`` of ``folder`` and every folder under it: the tuples of
-    litdata's walk and ``os.walk``, in one deterministic order, breadth first (every folder of
-    one depth before any deeper one), names sorted (``os.walk`` goes depth first, litdata in
-    the order its threads finish). Directories are listed by a pool of ``max_workers`` threads.
-    Symbolic links to folders are listed as files, not followed."""
+    litdata's walk and ``os.walk``, each with ``os.walk``'s lists (names in the directory's own
+    order, as litdata's), the folders breadth first (every folder of one depth before any
+    deeper one; ``os.walk`` goes depth first, litdata in the order its threads finish).
+    Directories are listed by a pool of ``max_workers`` threads. Symbolic links to folders
+    are listed as files, not followed."""
     pending = [os.fspath(folder)]
 
     def listing(path: str) -> tuple[str, list[str], list[str]]:
@@ -127,7 +128,7 @@ def walk(folder: str, max_workers: int | None = os.cpu_count()) -> Iterator[tupl
         with os.scandir(path) as entries:
             for entry in entries:
                 (folders if entry.is_dir(follow_symlinks=False) else files).append(entry.name)
-        return path, sorted(folders), sorted(files)
+        return path, folders, files  # os.walk's (and litdata's) lists: the directory's order
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, max_workers or 1)) as pool:
         while pending:

@@ -99,6 +99,15 @@ def _require_bool(name: str, value: object) -> bool:
     return bool(require_bool(name, value))
 
 
+def _require_mode(mode: object) -> Any:
+    if mode not in MODES or (mode is not None and not isinstance(mode, str)):
+        # litdata's words first, so code matching litdata's message still matches
+        raise UsageError(
+            f"The provided `mode` should be either `append` or `overwrite` (or `incremental`, or None); got {mode!r}"
+        )
+    return mode
+
+
 def _require_choice(name: str, value: object, choices: tuple) -> Any:
     if value not in choices or (value is not None and not isinstance(value, str)):
         listed = ", ".join(repr(c) for c in choices)
@@ -292,7 +301,7 @@ class OptimizeOptions:
             chunk_bytes=chunk_bytes_int,
             compression=_require_choice("compression", compression, COMPRESSIONS),
             num_workers=workers,
-            mode=_require_choice("mode", mode, MODES),
+            mode=_require_mode(mode),
             use_checkpoint=_require_bool("use_checkpoint", use_checkpoint),
             start_method=_require_choice("start_method", method, START_METHODS),
             storage_options=storage_options,
@@ -419,7 +428,12 @@ def litdata_args(
         # Either way the dataset keeps the inputs' order: shards are contiguous and committed in order.
     _require_bool("align_chunking", align_chunking)
     if align_chunking and chunk_size is None:
-        raise UsageError("align_chunking=True needs chunk_size= (as in litdata): chunks of that many items")
+        raise UsageError(
+            "align_chunking=True: `chunk_size` needs to be defined (as in litdata): chunks of that many items"
+        )
+    if align_chunking and keep_data_ordered is False:
+        # our order is kept either way, but litdata refuses the pair: a script that runs here must run there
+        raise UsageError("align_chunking requires keep_data_ordered=True (as in litdata): drop keep_data_ordered=False")
     if compression_level not in (None, "chunk"):
         raise UsageError(
             f"compression_level={compression_level!r} is refused: it writes litdata 0.2.76's zstd frames inside "

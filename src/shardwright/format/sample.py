@@ -205,9 +205,11 @@ class ItemEncoder:
             got = unflatten_sample([leaf_format(leaf) for leaf in got_leaves], got_spec)
         except (SampleFormatError, CorruptStateError, RecursionError):
             got = type(sample).__name__
+        # appending to a dataset: litdata's words for this mistake, so code matching them still matches
+        lead = "The config isn't consistent between chunks: t" if (self.format_input_index or 0) < 0 else "T"
         return (
             f"{self._where(input_index, mis.path)}: expected {mis.expected}, got {mis.got}. "
-            f"The format was fixed by {self._origin()}: expected {_short(expected)}, got {_short(got)}. {_FIX_HINT}"
+            f"{lead}he format was fixed by {self._origin()}: expected {_short(expected)}, got {_short(got)}. {_FIX_HINT}"
         )
 
     def _checked(self, blob: bytes, position: int, input_index: int) -> bytes:

@@ -262,8 +262,10 @@ def _exists_message(seen: Observed, request: Request, index: tuple[ChunkEntry, .
                 "mode='overwrite'"
             )
     return (
-        f"{seen.url} already holds a finished dataset ({items:,} items) made by another call; pass "
-        "mode='incremental' to add only the inputs not in it yet, mode='append' with inputs it does not hold "
+        # litdata's "HINT: ..." words kept, so code matching litdata's message still matches
+        f"{seen.url} already holds a finished dataset ({items:,} items) made by another call. HINT: If you want "
+        "to append/overwrite to the existing dataset, pass mode='incremental' to add only the inputs not in it "
+        "yet, mode='append' with inputs it does not hold "
         "(inputs already in it would be there twice), or mode='overwrite' to replace it"
     )
 

@@ -317,6 +317,12 @@ class StreamingDataset(RegionSelection, _DatasetBase):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._length))]
+        if isinstance(index, str):
+            # litdata looks a str up in the keys/ sidecar optimize(key_fn=) writes; we write none
+            raise KeyError(
+                f"dataset[{index!r:.60}]: look-up by key needs litdata's keys/ sidecar (optimize(key_fn=)), which "
+                "shardwright does not write: store the key as a field of each sample and index by position"
+            )
         i = operator.index(index)  # TypeError for floats, strings, ...
         if i < 0:
             i += self._length

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import operator
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -123,13 +124,20 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
         if not self.remote and not os.path.isdir(self.input_dir.removeprefix("file://")):
             raise UsageError(f"input_dir {self.input_dir!r} is not a folder; pass the folder that holds the files")
         self.cache_files, self.item_type, self.transform = cache_files, item_type, transform
+        # litdata's look-ahead settings, kept readable as litdata's attributes (no effect here)
+        self.max_prefetch = max_prefetch
+        self.prefetch_cache_size = prefetch_cache_size if prefetch_cache_size is not None else 2 * max_prefetch
         self.shuffle, self.seed, self.storage_options = shuffle, seed, storage_options or {}
         self._storage = open_storage(self.input_dir, self.storage_options) if self.remote else None
         self.files: list[FileMetadata] = self._list()
+        if not self.files:
+            # as litdata: an empty folder or prefix is a mistake (a typo in the path), not an empty epoch
+            raise UsageError(f"No files found in {self.input_dir!r}: pass the folder or prefix that holds the files")
         items = self.setup(self.files)
         if not isinstance(items, list):
             raise ArgumentTypeError(
-                f"setup() must return a list of files or of lists of files, got {type(items).__name__}"
+                "The setup method must return a list of FileMetadata or of lists of FileMetadata, "
+                f"got {type(items).__name__}"
             )
         self.items: list = items
         listing = hashlib.sha256("".join(f"{f.path}\0{f.size}\n" for f in self.files).encode()).hexdigest()[:16]
@@ -213,9 +221,26 @@ class StreamingRawDataset(PositionalResumable, _DatasetBase):
             pin.close()
 
     def __getitem__(self, index: int) -> Any:
-        item = self.items[index]
-        data = [self._read(f) for f in item] if isinstance(item, list) else self._read(item)
+        i = operator.index(index)  # TypeError for floats, strings, ...
+        if not -len(self.items) <= i < len(self.items):
+            raise IndexError(f"Index {index} out of range for a dataset of {len(self.items)} items")
+        item = self.items[i]
+        files = item if isinstance(item, list) else [item]
+        for f in files:
+            # setup() may return anything; say what it should have returned, not an AttributeError
+            if not isinstance(f, FileMetadata):
+                raise ArgumentTypeError(
+                    f"Dataset items must be of type FileMetadata or a list of FileMetadata (from setup()), "
+                    f"got {type(f).__name__}"
+                )
+        data = [self._read(f) for f in files] if isinstance(item, list) else self._read(item)
         return self.transform(data) if self.transform is not None else data
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        """Several items at once (torch's DataLoader asks a batch this way, as litdata's)."""
+        if not isinstance(indices, list):
+            raise ArgumentTypeError(f"__getitems__ takes a list of indices, got {type(indices).__name__}")
+        return [self[i] for i in indices]
 
     # --- epochs: what StreamingDataLoader uses (the rest in PositionalResumable) -----------
 

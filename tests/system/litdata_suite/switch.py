@@ -5,7 +5,9 @@ whatever module the test imported it from; every internal stays litdata's. Each 
 is classified by the names it reaches (its body, the module helpers it calls, the fixtures it
 takes): "public" when it reaches only public names shardwright has, "missing" when it reaches a
 public name shardwright does not have, "internal" when it reaches a litdata internal (an
-internal import, a ``litdata.x`` string or attribute, a ``Cache``-built fixture, ...).
+internal import, a ``litdata.x`` string or attribute, a ``Cache``-built fixture, a mock patched
+into an object, an underscore attribute or litdata's ``cache``/``cache_manager`` of a public
+object, ...).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ import shardwright
 
 PUBLIC = set(litdata.__all__)
 OURS = {name for name in PUBLIC if hasattr(shardwright, name)}
+# mocks patched into objects stand for litdata's internals (test_drop_last_and_shuffle's MagicMock
+# datasets, patch.object(dataset, "_download_batch")): the test reaches what they replace
+# (a patch of a builtin, as mock.patch("builtins.print"), is not one)
+MOCKS = {"MagicMock", "Mock"}
+# attributes of public objects that are litdata's internals (its chunk cache and raw downloader)
+INTERNAL_ATTRS = {"cache", "cache_manager"}
 
 
 @dataclass
@@ -50,11 +58,24 @@ def _imported(tree: ast.Module) -> dict[str, str]:
     return kinds
 
 
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
 def _reached(node: ast.AST, kinds: dict[str, str], defs: dict[str, ast.AST], seen: set[str]) -> set[str]:
     """Kinds of litdata names reached from one function, through module helpers."""
     found: set[str] = set()
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
+        if isinstance(sub, ast.Name) and sub.id in MOCKS:
+            found.add("internal")
+        elif isinstance(sub, ast.Attribute) and (
+            sub.attr in INTERNAL_ATTRS
+            # a stand-in's own self._x is the test's, not litdata's
+            or (sub.attr.startswith("_") and not sub.attr.startswith("__") and not _is_self(sub.value))
+            or (sub.attr == "object" and isinstance(sub.value, ast.Name) and sub.value.id in ("patch", "mock"))
+        ):
+            found.add("internal")
+        elif isinstance(sub, ast.Name):
             if sub.id in kinds and kinds[sub.id] not in ("module", "neutral"):
                 found.add(kinds[sub.id])
             elif sub.id in defs and sub.id not in seen:
@@ -136,11 +157,15 @@ def rewrite(source: str, ours: bool = True) -> str:
 
 
 def switch_tree(src: Path, dst: Path, ours: bool = True) -> dict[str, str]:
-    """Copy litdata's tests under src into dst switched; test id -> class, for every test."""
-    conftest = (src / "conftest.py.txt").read_text()
+    """Copy litdata's tests under src into dst switched; test id -> class, for every test.
+
+    src holds them vendored as NAME.py.txt, or as a litdata checkout's tests/ folder (NAME.py).
+    """
+    suffix = ".py.txt" if (src / "conftest.py.txt").is_file() else ".py"
+    conftest = (src / f"conftest{suffix}").read_text()
     classes: dict[str, str] = {}
-    for path in sorted(src.rglob("*.py.txt")):
-        rel = path.relative_to(src).with_suffix("")  # vendored as NAME.py.txt
+    for path in sorted(src.rglob(f"*{suffix}")):
+        rel = path.relative_to(src).with_suffix("").with_suffix(".py")
         text = path.read_text()
         out = dst / rel
         out.parent.mkdir(parents=True, exist_ok=True)
