@@ -57,41 +57,6 @@ def _all(reason: str, *tests: str | dict[str, str]) -> dict[str, str]:
 DP, FN = "processing/test_data_processor.py::", "processing/test_functions.py::"
 COMBINED, LOADER = "streaming/test_combined.py::", "streaming/test_dataloader.py::"
 
-# litdata v0.2.45 (vendored: litdata_suite/vendor): 100 tests, 21 public-name ones run
-EXPECTED_V0_2_45: dict[str, str] = {
-    **_all(
-        MAP_FOLDER,
-        DP + "test_data_processing_map_non_absolute_path",
-        DP + "test_data_processing_map_without_input_dir_and_folder",
-        DP + "test_map_batch_size",
-        DP + "test_data_processing_optimize_yield",
-    ),
-    **_all(
-        WEIGHTS,
-        DP + "test_data_processing_map_weights_mismatch",
-        DP + "test_data_processing_map_without_input_dir_local",
-    ),
-    **_all(PLATFORM, _params(DP + "test_empty_optimize", "inputs0", "inputs1", "inputs2")),
-    **_all(IS_LAST, _params(DP + "test_map_is_last", "1-expected0", "2-expected1")),
-    **_all(
-        "skipped",
-        _params(DP + "test_load_torch_audio", "None", "zstd"),
-        DP + "test_load_torch_audio_from_wav_file[None]",
-    ),
-    FN + "test_optimize_checkpoint_in_none_and_append_mode": FN_FAILED,
-    FN + "test_optimize_race_condition": ANY + "downloads from a public bucket (network)",
-    "streaming/test_dataset.py::test_dataset_with_mosaic_mds_data": ANY + "needs mosaicml-streaming",
-    **_all(
-        STAND_IN,
-        COMBINED + "test_combined_dataset_iterate_over_all_4_datasets",
-        COMBINED + "test_combined_dataset_num_samples_yield_iterate_over_all",
-        COMBINED + "test_combined_dataset_state_dict",
-        COMBINED + "test_combined_dataset",
-        COMBINED + "test_combined_dataset_with_dataloader_and_one_worker",
-        LOADER + "test_streaming_dataloader",
-    ),
-}
-
 ELASTIC, PARALLEL = "streaming/test_elastic.py::", "streaming/test_parallel.py::"
 
 # litdata v0.2.71 (its tests/ folder at tag v0.2.71, given at test time): 681 tests, 76

@@ -157,15 +157,12 @@ def rewrite(source: str, ours: bool = True) -> str:
 
 
 def switch_tree(src: Path, dst: Path, ours: bool = True) -> dict[str, str]:
-    """Copy litdata's tests under src into dst switched; test id -> class, for every test.
-
-    src holds them vendored as NAME.py.txt, or as a litdata checkout's tests/ folder (NAME.py).
-    """
-    suffix = ".py.txt" if (src / "conftest.py.txt").is_file() else ".py"
-    conftest = (src / f"conftest{suffix}").read_text()
+    """Copy litdata's tests under src (a litdata checkout's tests/ folder) into dst switched;
+    test id -> class, for every test."""
+    conftest = (src / "conftest.py").read_text()
     classes: dict[str, str] = {}
-    for path in sorted(src.rglob(f"*{suffix}")):
-        rel = path.relative_to(src).with_suffix("").with_suffix(".py")
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src)
         text = path.read_text()
         out = dst / rel
         out.parent.mkdir(parents=True, exist_ok=True)
