@@ -303,7 +303,9 @@ def test_transient_failures_are_retried_after_retry_after_and_a_user_error_is_no
     )
     run(worker, task_of(2))
     assert outputs(worker) == [repr(0).encode()]
-    assert len(seen[0]) == 3 and all(b - a >= 0.2 for a, b in zip(seen[0], seen[0][1:], strict=False))
+    # Retry-After 0.2 s is the floor of each wait (asyncio may wake a timer up to its clock's
+    # resolution early, hence the small allowance)
+    assert len(seen[0]) == 3 and all(b - a >= 0.19 for a, b in zip(seen[0], seen[0][1:], strict=False))
     assert len(seen[1]) == 1  # not transient, max_retries=0: not retried
     assert worker.failures == [(1, 1)]
 
