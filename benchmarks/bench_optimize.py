@@ -162,9 +162,9 @@ def quick_variants(variants: list[Variant], keep_litdata: bool) -> list[Variant]
     return [v for v in variants if keep_litdata or v.run is not run_litdata]
 
 
-def workloads(quick: bool) -> list[Workload]:
+def workloads(quick: bool, arrays: int | None = None) -> list[Workload]:
     small = 20_000 if quick else 200_000
-    arrays = 100 if quick else 2_000
+    arrays = arrays or (100 if quick else 2_000)
     gen_inputs = 50 if quick else 500
     chunk100 = 10_000 if quick else 200_000
     million = 200_000 if quick else 2_000_000
@@ -588,6 +588,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--show-output", action="store_true", help="let the runs print to the terminal")
     parser.add_argument("--no-litdata", action="store_true", help="shardwright and the floors only")
+    parser.add_argument(
+        "--arrays", type=int, default=None, help="items of workload 2 (default 2,000; 100 with --quick)"
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
 
@@ -596,7 +599,7 @@ def main(argv=None) -> int:
 
     import shardwright
 
-    selected = [w for w in workloads(args.quick) if not args.only or w.wid in args.only.split(",")]
+    selected = [w for w in workloads(args.quick, args.arrays) if not args.only or w.wid in args.only.split(",")]
     if args.quick or args.no_litdata:
         for w in selected:
             w.variants = quick_variants(w.variants, keep_litdata=w.wid == "1" and not args.no_litdata)

@@ -180,6 +180,32 @@ class StorageContract:
         if self.fsync_barrier:
             assert syncfs_calls == [] and len(synced) == 3 + 1
 
+    def test_deferred_create_and_delete(self, storage, monkeypatch):
+        """create_exclusive and delete with durable=False: exclusive and visible at once, no
+        flush of their own (local disk: no fsync), made durable by the next barrier (the
+        deletion's directory once, not once per deleted file)."""
+        synced: list[int] = []
+        real_fsync = os.fsync
+        monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+        assert storage.create_exclusive("leases/a.json", b"one", durable=False)
+        assert not storage.create_exclusive("leases/a.json", b"two", durable=False)
+        assert not storage.create_exclusive("leases/a.json", b"three")
+        assert storage.read_bytes("leases/a.json") == b"one"
+        storage.create_exclusive("leases/b.json", b"b", durable=False)
+        storage.delete("leases/a.json", durable=False)
+        storage.delete("leases/b.json", durable=False)
+        storage.delete("leases/missing.json", durable=False)
+        assert storage.list("leases/") == []
+        assert storage.create_exclusive("leases/a.json", b"again", durable=False)
+        assert synced == []  # nothing flushed yet
+        storage.barrier()
+        if self.fsync_barrier:
+            assert len(synced) == 2  # the one file left, and the directory once
+        synced.clear()
+        storage.barrier()
+        assert synced == []
+        assert storage.read_bytes("leases/a.json") == b"again"
+
     def test_download_to_is_atomic_copy(self, storage, tmp_path):
         data = os.urandom(3 * MiB + 7)
         storage.write_bytes("x/blob", data)

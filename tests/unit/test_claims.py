@@ -6,6 +6,7 @@ the next claimant finds."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -322,3 +323,38 @@ def test_holder_fields_are_typed_and_read_back_without_overwriting_the_scheduler
     )
     assert holder.task == task_identity() and holder.current_inputs == (4, -1)
     lease.release()
+
+
+def test_a_claim_lost_to_a_power_cut_is_free_and_fenced_by_a_later_epoch(storage):
+    """Claims are taken and released without a flush (protocol.claims): a power cut may undo
+    either. Undone, the claim is free again (its holder died with the cut) and the next
+    claimant's epoch is still above it; a release undone leaves a claim its next claimant
+    takes over; the records committed under the first claim survive and are resumed."""
+    from shardwright.storage.memory import MemoryStorage
+
+    memory = storage
+    assert isinstance(memory, MemoryStorage)
+    node = open_storage(storage.url)  # the node's own handle: the workers' barriers are not its
+    a = ShardClaims(node)
+    assert a.claim(0) is None
+    first = a.ticket(0)
+    commit_round(storage, [chunk(a, 0, 0, None)], SETTINGS)
+    storage.barrier()
+    assert memory.crash() == [first.key]  # the claim was never flushed: the cut undoes it
+    assert not storage.exists(first.key)
+    while int(time.time() * 1000) <= first.epoch:  # a power cut and a restart take longer than 1 ms
+        time.sleep(0.001)
+    b = ShardClaims(node)
+    assert b.claim(0) is None
+    assert b.ticket(0).epoch > first.epoch
+    assert load_progress(storage, {0: (0, 3)}, "run", repair=True)[0].next_seq == 1
+    node.barrier()  # the claim made durable (as any later barrier of the node does) ...
+    b.release(0)
+    assert not storage.exists(first.key)
+    memory.crash()  # ... and its release undone by a cut: the dead holder's claim is back
+    holder = json.loads(storage.read_bytes(first.key))
+    storage.write_bytes(first.key, json.dumps({**holder, "pid": 2**22 + 12345}).encode())  # its pid is gone
+    c = ShardClaims(storage)
+    assert c.claim(0) is None, "the claim of a dead holder is taken over"
+    a.release_all()
+    c.release_all()

@@ -15,6 +15,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -81,6 +82,11 @@ class Worker:
             FailedDir(cfg.failed_dir, cfg.storage_options, cfg.output_dir, cfg.round.run_id) if cfg.failed_dir else None
         )
         self.inflight = InflightRunner(self) if cfg.inflight.in_flight else None
+        # The hot loop's clock: a thread sets look[0] every STOP_CHECK_INTERVAL, so the loop
+        # reads a list item per input instead of calling time.monotonic() (~55 ns of a small
+        # item's ~450 ns of loop, issue 36). A daemon: it ends with the worker process.
+        self.look = [True]
+        threading.Thread(target=_tick, args=(self.look,), name="shardwright-tick", daemon=True).start()
 
     def _on_commit(self, record: CommitRecord) -> None:
         self.result_q.put(Committed(self.wid, record))
@@ -157,7 +163,8 @@ class Worker:
         append = batch.append
         first = start  # the input whose sample is batch[0]
         batch_bytes = 0
-        next_check = 0.0
+        look = self.look
+        look[0] = True  # the first input looks at once
         i = counted = start  # inputs start..counted-1 are in self._pending_progress
 
         def flush(upto: int) -> None:
@@ -172,9 +179,9 @@ class Worker:
                 # One store into shared memory (~25 ns): a worker that dies inside fn
                 # (os._exit, a native crash) is reported at the input it died on.
                 current[wid] = i
-                now = monotonic()
-                if now >= next_check:
-                    next_check = now + STOP_CHECK_INTERVAL
+                if look[0]:
+                    look[0] = False
+                    now = monotonic()
                     flush(i)
                     self._pending_progress += i - counted
                     counted = i
@@ -376,6 +383,12 @@ def _failure(
         redact(bounded_text(tb, MAX_STORED_TEXT), secrets),
         pickled,
     )
+
+
+def _tick(look: list[bool]) -> None:
+    while True:
+        time.sleep(STOP_CHECK_INTERVAL)
+        look[0] = True
 
 
 def _picklable_exception(exc: BaseException) -> bytes | None:

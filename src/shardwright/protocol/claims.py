@@ -6,6 +6,15 @@ once its ``done`` record is committed. Its epoch is the one the shard's chunk an
 names carry, and the committer checks it before each record write of that shard. So the
 unit of fencing is the shard, and a shard can move to another node (a lost Ray node's
 shards resume on the others) without waiting for the node that held it.
+
+Claims are taken and released with ``durable=False`` (no fsync on local disk: two fsyncs a
+claim and one a release were most of a small run's serial path, issue 36). A claim only
+matters while its holder lives, and every live process sees it at once; a power cut, which
+could undo it, also ends every holder. What it may leave is harmless: a claim file lost
+(the shard is free, and its next holder's epoch is above the old one by the clock, as
+after any takeover), one whose bytes were lost (unreadable: taken over, ``Lease``), or a
+released claim back again (its holder is gone: stale). Renewals and takeovers stay
+durable.
 """
 
 from __future__ import annotations
@@ -54,7 +63,14 @@ class ShardClaims:
         holder's record (another process works on the shard)."""
         if shard in self.held:
             return None
-        lease = Lease(self.storage, claim_name(shard), f"shard {shard}", replace(self.fields, shard=shard), self.judge)
+        lease = Lease(
+            self.storage,
+            claim_name(shard),
+            f"shard {shard}",
+            replace(self.fields, shard=shard),
+            self.judge,
+            durable=False,
+        )
         holder = lease.try_acquire()
         if holder is not None:
             return holder

@@ -275,9 +275,14 @@ class Lease:
         what: str,
         fields: HolderFields | None = None,
         judge: HolderJudge | None = None,
+        *,
+        durable: bool = True,
     ):
         self.storage = storage
         self.judge = judge
+        # False: taken and released without waiting for the disk (a shard claim, see
+        # protocol.claims); renewals and takeovers stay durable
+        self.durable = durable
         self.key = lease_key(name)
         self.fields = fields or HolderFields()
         self.what = what
@@ -339,7 +344,7 @@ class Lease:
         """Take the lease; None on success, else the live holder's record."""
         while True:
             self.epoch = self._next_epoch(None)
-            if self.storage.create_exclusive(self.key, self._body()):
+            if self.storage.create_exclusive(self.key, self._body(), durable=self.durable):
                 self._version = self._current_version()
                 if self._version is None:
                     continue  # taken over at once (we were paused): try again, from the start
@@ -445,7 +450,7 @@ class Lease:
                 current = storage.read_versioned(self.key)
                 holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
                 if holder is not None and holder.owner == self.owner:
-                    storage.delete(self.key)
+                    storage.delete(self.key, durable=self.durable)
             except Exception:
                 answered = False  # the lease expires on its own
         self._version = None  # released: a second call does nothing

@@ -92,28 +92,32 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     files of its generation not in ``keep`` (unpublished ones), its records and format claim,
     and the manifest last: until the manifest is gone, a rerun finds the run and finishes
     this cleanup."""
+    # Every deletion but the manifest's is made durable by one barrier before it (not an
+    # fsync of its directory each): the manifest still goes last, so a power cut before it
+    # leaves a run whose cleanup a rerun finishes.
     for key in storage.list("chunk-"):
         if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
-            storage.delete(key)
+            storage.delete(key, durable=False)
     # shard claims left by killed processes (a done shard is never claimed again, so nobody
     # else would take them over); a holder still running somewhere loses its claim and stops
     # at its next record write
     for key in storage.list(LEASES_PREFIX + CLAIM_PREFIX):
-        storage.delete(key)
+        storage.delete(key, durable=False)
     records = storage.list(SHARDS_PREFIX)
     if all(is_state_key(key) for key in records):
         storage.delete_prefix(SHARDS_PREFIX)  # one batch request on S3
     else:  # a foreign file under shards/ is not ours to delete
         for key in records:
             if is_state_key(key):
-                storage.delete(key)
+                storage.delete(key, durable=False)
     for key in storage.list(SOURCES_PREFIX):  # a source's run state (a JSONL line index)
         if is_state_key(key):
-            storage.delete(key)
+            storage.delete(key, durable=False)
     for key in storage.list(PROGRESS_PREFIX):  # progress snapshots (protocol.progress): work past a record
         if is_state_key(key):
-            storage.delete(key)
-    storage.delete(FORMAT_KEY)
+            storage.delete(key, durable=False)
+    storage.delete(FORMAT_KEY, durable=False)
+    storage.barrier()
     storage.delete(MANIFEST_KEY)  # last
 
 

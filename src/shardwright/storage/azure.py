@@ -378,7 +378,8 @@ class AzureStorage(CloudStorage):
         full, body = self._key(key), bytes(data)
         self.run("PUT", key, lambda _a: self._upload(full, body, None))
 
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
+        # durable is moot: a stored object is durable once the request returns
         full, body = self._key(key), bytes(data)
         return self.conditional_write("PUT If-None-Match: *", key, body, lambda: self._upload(full, body, "*"))
 
@@ -449,7 +450,7 @@ class AzureStorage(CloudStorage):
 
         return sorted(self.run("LIST", None, once), key=lambda info: info.key)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         full = self._key(key)
 
         def once(_attempt: int) -> None:

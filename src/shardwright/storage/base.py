@@ -179,8 +179,12 @@ class Storage(abc.ABC):
         self.write_bytes(key, b"".join(parts), durable=durable)
 
     @abc.abstractmethod
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
         """Create ``key`` with ``data`` (durably) only if it does not exist yet.
+
+        ``durable=False`` may leave the new key (and its bytes) to the next :meth:`barrier`,
+        as for a write: for objects whose loss at a power cut is harmless (a shard claim, see
+        :mod:`shardwright.protocol.claims`). Exclusivity between live callers holds either way.
 
         Returns True if this call created it, False if the key already existed. Of
         concurrent callers (threads, processes, machines) passing different ``data``,
@@ -229,8 +233,10 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    def delete(self, key: str) -> None:
-        """Delete ``key`` (durably); a missing key is fine."""
+    def delete(self, key: str, *, durable: bool = True) -> None:
+        """Delete ``key`` (durably); a missing key is fine. ``durable=False``: the deletion
+        may be undone by a power cut until the next :meth:`barrier` (live readers see it at
+        once)."""
 
     @abc.abstractmethod
     def delete_prefix(self, prefix: str) -> None:

@@ -375,7 +375,8 @@ class GCSStorage(CloudStorage):
         full, body = self._key(key), bytes(data)
         self.run("PUT", key, lambda _a: self._upload(full, body))
 
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
+        # durable is moot: a stored object is durable once the request returns
         full, body = self._key(key), bytes(data)
         return self.conditional_write(
             "PUT ifGenerationMatch=0", key, body, lambda: self._conditional_upload(full, body, 0)
@@ -442,7 +443,7 @@ class GCSStorage(CloudStorage):
 
         return sorted(self.run("LIST", None, once), key=lambda info: info.key)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         full = self._key(key)
 
         def once(_attempt: int) -> None:

@@ -78,7 +78,7 @@ class LocalStorage(Storage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_pending_pid", "_pending", "_pending_lock"):
+        for k in ("_pending_pid", "_pending", "_pending_lock", "_pending_dirs"):
             state.pop(k, None)
         state["_pending_pid"] = None
         return state
@@ -88,8 +88,20 @@ class LocalStorage(Storage):
         if self._pending_pid != os.getpid():
             self._pending_lock = threading.Lock()
             self._pending: set[str] = set()
+            self._pending_dirs: set[str] = set()  # directories of durable=False deletes
             self._pending_pid = os.getpid()
         return self._pending_lock, self._pending
+
+    def _deleted(self, path: str, durable: bool) -> None:
+        """``path`` was unlinked: nothing of it to fsync any more; its directory entry is
+        made durable now, or by the next barrier."""
+        lock, pending = self._pending_set()
+        with lock:
+            pending.discard(path)
+            if not durable:
+                self._pending_dirs.add(os.path.dirname(path))
+        if durable:
+            fsync_dir(os.path.dirname(path))
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -211,7 +223,8 @@ class LocalStorage(Storage):
         with lock:
             paths = sorted(pending)
             pending.clear()
-        if not paths:
+            deleted_in, self._pending_dirs = self._pending_dirs, set()
+        if not paths and not deleted_in:
             return
         try:
             if len(paths) > SYNCFS_MIN_FILES and syncfs(self.root):
@@ -219,8 +232,9 @@ class LocalStorage(Storage):
         except OSError as e:
             with lock:  # not durable: a later barrier must try again
                 pending.update(paths)
+                self._pending_dirs.update(deleted_in)
             self._raise_os_error(e, self.root)
-        dirs = set()
+        dirs = {d for d in deleted_in if os.path.isdir(d)}
         i, path = 0, self.root
         try:
             for i, path in enumerate(paths):  # noqa: B007 - i names the failed path afterwards
@@ -238,16 +252,18 @@ class LocalStorage(Storage):
         except OSError as e:
             with lock:  # not durable: a later barrier must try again
                 pending.update(paths[i:])
+                self._pending_dirs.update(deleted_in)
             self._raise_os_error(e, path)
 
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
         # Write the full content first, then hard-link it into place: link() fails with
         # EEXIST if the name exists, atomically, so exactly one racer wins and the winner's
-        # file is complete from the moment it becomes visible.
+        # file is complete from the moment it becomes visible (to every live process: the
+        # page cache is shared, so durable=False changes only what a power cut may undo).
         path = self._path(key)
         if os.path.lexists(path):
             return False
-        tmp = self._write_tmp(path, data)
+        tmp = self._write_tmp(path, data, fsync=durable)
         try:
             try:
                 os.link(tmp, path)
@@ -261,7 +277,12 @@ class LocalStorage(Storage):
                     if os.path.lexists(path):
                         return False
                     os.replace(tmp, path)
-            fsync_dir(os.path.dirname(path))
+            if durable:
+                fsync_dir(os.path.dirname(path))
+            else:
+                lock, pending = self._pending_set()
+                with lock:
+                    pending.add(path)
             return True
         finally:
             unlink_quiet(tmp)
@@ -382,7 +403,7 @@ class LocalStorage(Storage):
             infos.append(ObjectInfo(key, st.st_size, local_version(st), st.st_mtime))
         return sorted(infos, key=lambda info: info.key)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         path = self._path(key)
         try:
             os.unlink(path)
@@ -390,7 +411,7 @@ class LocalStorage(Storage):
             return
         except OSError as e:
             self._raise_os_error(e, path)
-        fsync_dir(os.path.dirname(path))
+        self._deleted(path, durable)
 
     def delete_prefix(self, prefix: str) -> None:
         # Also removes our scratch files (crash leftovers) and then empty directories, but

@@ -11,9 +11,9 @@ Guarantees, as the other backends give them:
 * ``write_bytes`` replaces atomically (an object is one ``bytes`` value swapped under a lock);
 * ``create_exclusive`` and ``replace_if_version`` are decided under the store's lock, so of
   racing threads exactly one wins; versions are never reused, not even after a crash;
-* ``list`` is sorted; deletes are durable;
-* durability is modelled: a ``durable=False`` write is *pending* until a :meth:`barrier` of
-  the handle that wrote it; :meth:`crash` (a simulated power cut) reverts every pending key
+* ``list`` is sorted;
+* durability is modelled: a ``durable=False`` write, create or delete is *pending* until a
+  :meth:`barrier` of the handle that made it; :meth:`crash` (a simulated power cut) reverts every pending key
   to its last durable content (or removes it if it had none).
 
 Fault hooks: :meth:`fail_next` (the next N calls of one operation raise, before or after
@@ -91,7 +91,8 @@ class _Store:
         self.lock = threading.Lock()
         self.objects: dict[str, _Object] = {}
         self.durable: dict[str, _Object] = {}  # the state a crash() falls back to
-        self.pending: dict[str, tuple[int, _Object]] = {}  # key -> (writing handle, object)
+        # key -> (writing handle, object; None: deleted)
+        self.pending: dict[str, tuple[int, _Object | None]] = {}
         self.versions = itertools.count(1)
         self.faults: list[_Fault] = []
         self.predicates: list[FaultPredicate] = []
@@ -254,12 +255,15 @@ class MemoryStorage(Storage):
             mine = [k for k, (handle, _obj) in store.pending.items() if handle == self._handle]
             for key in mine:
                 _handle, obj = store.pending.pop(key)
-                if store.objects.get(key) is obj:
+                if obj is None:
+                    if key not in store.objects:
+                        store.durable.pop(key, None)
+                elif store.objects.get(key) is obj:
                     store.durable[key] = obj
             store.applied.append(("barrier", None))
         _raise(after)
 
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
         self.checked_key(key)
         store, after = self._fault("create_exclusive", key)
         with store.lock:
@@ -267,7 +271,12 @@ class MemoryStorage(Storage):
                 created = False
             else:
                 obj = store.new_object(data)
-                store.objects[key] = store.durable[key] = obj
+                store.objects[key] = obj
+                if durable:
+                    store.durable[key] = obj
+                    store.pending.pop(key, None)
+                else:
+                    store.pending[key] = (self._handle, obj)
                 store.applied.append(("create_exclusive", key))
                 created = True
         _raise(after)
@@ -341,11 +350,15 @@ class MemoryStorage(Storage):
         _raise(after)
         return sorted(infos, key=lambda info: info.key)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         self.checked_key(key)
         store, after = self._fault("delete", key)
         with store.lock:
-            self._forget(store, [key])
+            if durable:
+                self._forget(store, [key])
+            elif key in store.objects:
+                store.objects.pop(key)
+                store.pending[key] = (self._handle, None)
             store.applied.append(("delete", key))
         _raise(after)
 
@@ -358,7 +371,7 @@ class MemoryStorage(Storage):
 
     @staticmethod
     def _forget(store: _Store, keys: Iterable[str]) -> None:
-        for key in keys:  # deletes are durable, as on disk (fsync of the directory) and S3
+        for key in keys:  # durable deletes, as on disk (fsync of the directory) and S3
             store.objects.pop(key, None)
             store.durable.pop(key, None)
             store.pending.pop(key, None)

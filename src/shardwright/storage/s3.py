@@ -351,7 +351,8 @@ class S3Storage(CloudStorage):
 
         self.run("multipart PUT", key, upload)
 
-    def create_exclusive(self, key: str, data: bytes) -> bool:
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
+        # durable is moot: a stored object is durable once the request returns
         return self._conditional_put("PUT If-None-Match", key, data, IfNoneMatch="*")
 
     def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
@@ -420,7 +421,7 @@ class S3Storage(CloudStorage):
         body = got[0]
         return bytes(body[start : start + length] if len(body) > length else body)  # a server may ignore Range
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, durable: bool = True) -> None:
         full = self._key(key)
         self.run("DELETE", key, lambda _a: self.client().delete_object(Bucket=self.bucket, Key=full))
 
