@@ -460,8 +460,10 @@ def test_a_resume_without_num_shards_keeps_the_recorded_count(tmp_path):
     assert json.loads((out / MANIFEST_KEY).read_text())["num_shards"] == 40
     result = optimize(square, list(range(n)), out, num_workers=3, verbose=False)
     assert result.resumed is True
-    # the recorded 40 shards (one chunk each, plus the one the failure flushed), not the default 16
-    assert len(chunk_files(out)) in (40, 41)
+    # the recorded 40 shards (one chunk each), not the default 16, plus at most one partial chunk
+    # per worker of the failed run (the failing worker's, and the other's if the stop reached it
+    # mid-shard: which depends on timing)
+    assert 40 <= len(chunk_files(out)) <= 42
     assert items(out) == [square(i) for i in range(n)]
     assert_clean_finish(out)
 
