@@ -66,3 +66,11 @@ def test_an_index_naming_a_chunk_with_escapes_is_refused_shown_escaped(tmp_path)
     assert visible(str(info.value)) and "control characters" in str(info.value)
     report = verify(str(tmp_path / "d"))
     assert not report.ok and visible(str(report))
+
+
+def test_a_null_digest_is_no_digest():
+    from shardwright.format.digest import parse_digest
+
+    assert parse_digest({"digest": None, "chunks": []}) is None  # refused before, like a damaged one
+    with pytest.raises(ValueError):
+        parse_digest({"digest": 123})
