@@ -46,3 +46,31 @@ def test_status_lines_are_printable(name):
 def test_plain_names_are_unchanged():
     assert printable("données/été 2024.jsonl") == "données/été 2024.jsonl"
     assert display_name("a/b c.txt") == "a/b c.txt"
+
+
+def test_an_index_naming_a_chunk_with_escapes_is_refused_shown_escaped(tmp_path):
+    """A hostile index.json's chunk name reached the terminal raw through verify's report and
+    the reader's 'chunk file ... is missing' error."""
+    from shardwright import StreamingDataset
+    from shardwright.errors import CorruptStateError
+    from shardwright.reader.verify import verify
+    from support.datasets import write_dataset
+
+    write_dataset(tmp_path / "d", [{"i": i} for i in range(8)], chunk_size=4)
+    index = json.loads((tmp_path / "d" / "index.json").read_text())
+    index["chunks"][0]["filename"] = "chunk-\x1b[2J\x1b]0;pwn\x07.bin"
+    index.pop("digest", None)
+    (tmp_path / "d" / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CorruptStateError) as info:
+        StreamingDataset(str(tmp_path / "d"))
+    assert visible(str(info.value)) and "control characters" in str(info.value)
+    report = verify(str(tmp_path / "d"))
+    assert not report.ok and visible(str(report))
+
+
+def test_a_null_digest_is_no_digest():
+    from shardwright.format.digest import parse_digest
+
+    assert parse_digest({"digest": None, "chunks": []}) is None  # refused before, like a damaged one
+    with pytest.raises(ValueError):
+        parse_digest({"digest": 123})

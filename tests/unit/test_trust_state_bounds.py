@@ -75,3 +75,21 @@ def test_a_huge_index_is_refused_by_every_reader_before_it_is_read(tmp_path):
         text = refused_within_bound(call, "index.json", 0)
         assert "SHARDWRIGHT_MAX_DECODED_BYTES" in text
     refused_within_bound(lambda: diff(str(tmp_path / "d"), str(tmp_path / "d")), "index.json", 0)
+
+
+def test_finished_by_another_needs_run_json_to_name_the_run(tmp_path):
+    """A paused run is told another run finished only when run.json names its run: an
+    abandoned run (manifest gone) over an older dataset is not 'finished'."""
+    import json
+
+    from shardwright.protocol.publish import finished_by_another
+    from support.datasets import write_dataset
+
+    write_dataset(tmp_path / "d", [{"i": i} for i in range(8)], chunk_size=4)
+    storage = open_storage(str(tmp_path / "d"))
+    assert finished_by_another(storage, "run-a") is None  # no run.json: nothing says who published
+    record = {"run_id": "run-a", "inputs": {"count": 8}, "failed_inputs": [], "items_added": 8}
+    storage.write_bytes(".shardwright/run.json", json.dumps(record).encode())
+    said = finished_by_another(storage, "run-a")
+    assert said is not None and "8 items" in said and "nothing needs doing" in said
+    assert finished_by_another(storage, "run-b") is None  # an older run's dataset: run-b was abandoned

@@ -83,6 +83,8 @@ def parse_digest(document: object) -> str | None:
     if not isinstance(document, dict) or DIGEST_KEY not in document:
         return None
     value = document[DIGEST_KEY]
+    if value is None:  # written as null (a tool copying the key): none recorded, as when it is absent
+        return None
     if not isinstance(value, str) or not _DIGEST_RE.match(value):
         raise ValueError(f"its {DIGEST_KEY!r} is not a {DIGEST_SCHEME} digest: {value!r:.80}")
     return value

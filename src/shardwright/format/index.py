@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptStateError, UnsupportedFormatError
+from ..names import printable
 from .checksum import parse_checksum
 from .digest import DIGEST_KEY, dataset_digest, parse_digest
 from .pytree import parse_spec
@@ -69,7 +70,10 @@ class ChunkEntry:
                 raise ValueError(f"chunk entry has no {key!r}")
         filename, size, nbytes, dim = data["filename"], data["chunk_size"], data["chunk_bytes"], data.get("dim")
         if not isinstance(filename, str) or not _safe_filename(filename):
-            raise ValueError(f"chunk filename {filename!r} is not a relative path inside the dataset")
+            raise ValueError(
+                f"chunk filename {filename!r} is not a plain relative path inside the dataset (no '..', no control "
+                "characters)"
+            )
         for key, value in (("chunk_size", size), ("chunk_bytes", nbytes)):
             if type(value) is not int or value < 0:
                 raise ValueError(f"chunk {filename!r} has {key} {value!r}, not a non-negative int")
@@ -89,9 +93,16 @@ class ChunkEntry:
 
 
 def _safe_filename(name: str) -> bool:
-    # Filenames are joined to the dataset dir: never let one point outside it.
+    # Filenames are joined to the dataset dir: never let one point outside it. Nor hold a
+    # control or invisible character: every message naming a chunk would carry it to a terminal.
     parts = name.replace("\\", "/").split("/")
-    return bool(name) and not name.startswith(("/", "\\")) and ".." not in parts and "" not in parts
+    return (
+        bool(name)
+        and not name.startswith(("/", "\\"))
+        and ".." not in parts
+        and "" not in parts
+        and printable(name) == name
+    )
 
 
 @dataclass(frozen=True)

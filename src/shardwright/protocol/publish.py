@@ -209,15 +209,14 @@ def _published_by_another(storage: Storage, manifest: Manifest) -> bool:
 def finished_by_another(storage: Storage, run_id: str) -> str | None:
     """Why a run that stopped (its lease taken over while it was paused or cut off) has
     nothing left to do: another run finished the dataset since; None when it did not.
-    Finished means published: index.json is there and the manifest of ``run_id`` is gone
-    (the publisher deletes it last); a newer run under way counts only when run.json says
-    ours was published first."""
+    Finished means published: run.json names ``run_id`` (a publisher writes it right after
+    index.json, before its cleanup), as :func:`_published_by_another` judges. A manifest
+    merely gone says nothing: an abandoned run (``shardwright clean``) leaves an older
+    index.json behind."""
     try:
-        current = read_manifest(storage)
-        if current is not None:  # ours still open, or a newer run under way: not finished
-            last = read_run_record(storage)
-            if current.run_id == run_id or last is None or last.run_id != run_id:
-                return None
+        last = read_run_record(storage)
+        if last is None or last.run_id != run_id:
+            return None
         items = sum(chunk.chunk_size for chunk in read_index(storage).chunks)
     except (FileNotFoundError, CorruptStateError, OSError):
         return None  # no dataset (or a damaged one): the original error says more

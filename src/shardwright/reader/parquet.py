@@ -332,6 +332,8 @@ class ParquetChunkSource(ChunkSource):
                 rows = RowChunk(self._cached.read_row_group(unit, group))
             else:
                 rows = RowChunk(self.files.read_row_group(unit, group, verify=self.check_checksums))
+        except CorruptStateError:  # refused before decoding (sources.parquet.check_row_group): it says why
+            raise
         except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
             raise CorruptStateError(
                 f"{self.files.files[unit].name} row group {group} cannot be read ({type(exc).__name__}: "

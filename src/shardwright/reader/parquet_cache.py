@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
+from ..sources.parquet import check_row_group
 from .cache import ChunkCache, Pin, cache_name, default_cache_root
 
 __all__ = ["CachedParquetFiles"]
@@ -118,6 +119,7 @@ class CachedParquetFiles:
         with ``verify``, fails a page CRC) is deleted and fetched once more before the error."""
         for attempt in range(2):
             opened = self._parquet_file(unit)
+            check_row_group(opened, group, f"{self.url}/{self.entries[unit].filename}", self.columns, as_dicts=True)
             try:
                 return opened.read_row_group(group, columns=self.columns).to_pylist()
             except Exception:  # pyarrow's OSError/ArrowInvalid for a damaged page

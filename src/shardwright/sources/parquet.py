@@ -15,7 +15,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputsError
+from ..errors import CorruptStateError, InputsError
+from ..format.limits import DECODED_BYTES_ENV, max_decoded_bytes
 from .base import BadRow, Source
 from .locate import Located, RangedFile, locate
 
@@ -32,6 +33,41 @@ def _open(item: Located, verify: bool = False) -> Any:
     if fd is not None:  # opened without following a link, checked to be the listed file
         return pq.ParquetFile(os.fdopen(fd, "rb"), page_checksum_verification=verify)
     return pq.ParquetFile(RangedFile(item.root, item.info.key, item.info.size), page_checksum_verification=verify)
+
+
+# Bytes Arrow holds per value at the least, by parquet physical type (BYTE_ARRAY: its offset;
+# FIXED_LEN_BYTE_ARRAY: its declared length, read from the column).
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
+
+
+# What a row costs at the least once it is a Python dict (the dict, plus a reference and a small
+# object per column): an 87 KB file of 20 million int64 zeros became 4 GB of dicts.
+_DICT_ROW, _DICT_COLUMN = 64, 32
+
+
+def check_row_group(reader: Any, index: int, name: str, columns: list[str] | None, as_dicts: bool = False) -> None:
+    """Refuse row group ``index`` before pyarrow decodes it whole when its rows times the least
+    bytes Arrow holds per row (the footer's row count, the columns' types) pass the decoded-bytes
+    limit (format.limits): a few KB of run-length-encoded pages can stand for gigabytes.
+    ``as_dicts``: the whole group then becomes Python dicts, which count too."""
+    meta = reader.metadata
+    rows = meta.row_group(index).num_rows
+    schema = meta.schema
+    width = _DICT_ROW if as_dicts else 0
+    for i in range(len(schema)):
+        column = schema.column(i)
+        if columns is None or column.path.split(".", 1)[0] in columns:
+            kind = column.physical_type
+            width += column.length if kind == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(kind, 8)
+            width += _DICT_COLUMN if as_dicts else 0
+    limit = max_decoded_bytes()
+    if rows < 0 or rows * max(width, 1) > limit:
+        raise CorruptStateError(
+            f"{name} row group {index} holds {rows:,} rows of at least {width} bytes each decoded, more than "
+            f"{limit:,} bytes: it was refused before decoding. If the file is trusted, raise the limit "
+            f"(shardwright.format.limits.set_limits(max_decoded_bytes=...) or {DECODED_BYTES_ENV}), or write "
+            "it with smaller row groups"
+        )
 
 
 class ParquetSource(Source):
@@ -64,6 +100,13 @@ class ParquetSource(Source):
             self._reader = (unit, _open(self._files[unit]))
         cached = self.__dict__.get("_group")
         if cached is None or cached[:2] != (unit, index):
+            where = f"{self._files[unit].name} row group {index} (rows {first:,}-{first + groups[index] - 1:,})"
+            try:
+                check_row_group(self._reader[1], index, self._files[unit].name, self._columns)
+            except CorruptStateError as exc:  # too large to decode: its rows fail, named, and the run goes on
+                said = str(exc).removeprefix(f"{self._files[unit].name} row group {index} ").split(": it was", 1)[0]
+                fix = f"if the file is trusted, raise the limit ({DECODED_BYTES_ENV}), or write it with smaller row groups"
+                return first, [BadRow(where, f"{said}: refused before decoding", fix=fix)] * groups[index]
             try:
                 table = self._reader[1].read_row_group(index, columns=self._columns)
             except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
@@ -104,6 +147,7 @@ class ParquetSource(Source):
         The file stays open in this process for the next group."""
         if self._reader is None or self._reader[0] != unit:
             self._reader = (unit, _open(self._files[unit], verify))
+        check_row_group(self._reader[1], index, self._files[unit].name, self._columns, as_dicts=True)
         return self._reader[1].read_row_group(index, columns=self._columns).to_pylist()
 
     def _view(self, start: int, stop: int) -> Source:
