@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 
-__all__ = ["cell", "fresh_step", "load_average", "median_rate", "ratio"]
+__all__ = ["cell", "fresh_step", "load_average", "median_rate", "ratio", "tree_cpu_seconds"]
 
 # The interpreter of the venv mosaicml-streaming is installed in (benchmarks/README.md):
 # python3 -m venv /tmp/mds-venv && /tmp/mds-venv/bin/pip install mosaicml-streaming==0.13.0 pillow
@@ -57,3 +57,28 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and every live descendant, plus what their
+    reaped children used: Linux /proc, so no extra dependency. Servers a benchmark starts
+    (Ray's daemons, the cloud emulators) are descendants of its process, so they count."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(name)] = int(fields[1])
+        times[int(name)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo.extend(p for p, parent in parents.items() if parent == pid and p not in mine)
+    return sum(times.get(p, 0.0) for p in mine)
