@@ -171,7 +171,7 @@ def test_paused_writer_is_fenced(cloud):
 # --- the store through a flaky network ------------------------------------------------------------
 
 
-def test_flaky_network_completes_with_correct_bytes(cloud, proxy):
+def test_flaky_network_completes_with_correct_bytes(cloud, proxy, tmp_path):
     options = dict(cloud.proxied_options(proxy), retry_timeout=60)
     s = open_storage(cloud.url, options)
     s.check()
@@ -183,6 +183,13 @@ def test_flaky_network_completes_with_correct_bytes(cloud, proxy):
         assert s.create_exclusive(k + ".claim", k.encode()) is True
         assert s.create_exclusive(k + ".claim", b"other") is False
         assert s.read_bytes(k) == v
+        fetched = tmp_path / k.replace("/", "_")
+        s.download_to(k, str(fetched))  # the reader's way in: its own GET on GCS, checked by CRC32C
+        assert fetched.read_bytes() == v
+    proxy.configure(next_faults=["truncate", "reset", "503"])  # one download through each, in turn
+    cut = tmp_path / "cut"
+    s.download_to("d/k1", str(cut))
+    assert cut.read_bytes() == blobs["d/k1"]
     _, version = s.read_versioned("d/k0")
     assert s.replace_if_version("d/k0", b"new", version) is True
     assert s.replace_if_version("d/k0", b"newer", version) is False
