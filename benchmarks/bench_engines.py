@@ -22,6 +22,12 @@ inputs, the CPU Ray's daemons burn per second while idle (paid by local runs too
 cluster is up), and ``optimize`` of 10 inputs with each executor (the executor's fixed cost
 per call: task dispatch, the share task's set-up, the driver's reads of the records).
 
+Ray starts its worker processes at niceness 15 (``RAY_worker_niceness``, so that its own
+daemons stay responsive), and the pools a share task forks inherit it: on a machine shared
+with other work they get a small fraction of a core whenever anything at niceness 0 wants it,
+which a quiet machine never shows. ``--ray-worker-niceness 0`` runs the same comparison with
+Ray's workers at the local engine's priority.
+
 Part 1 runs local and Ray in pairs (order alternating: ABBA), so load changes hit both alike,
 and prints the median of the paired ratios beside the ratio of the medians, and the CPU
 seconds of the whole process tree (this process, its pools, Ray's daemons and workers) per
@@ -53,7 +59,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on l
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import numpy as np  # noqa: E402
-from benchsteps import tree_cpu_seconds  # noqa: E402
+from benchsteps import cpu_seconds_between, tree_cpu_by_pid, tree_cpu_seconds  # noqa: E402
 
 SORT_SIZE = 20000
 
@@ -148,10 +154,10 @@ def ray_fixed_costs(temp: str, fixed_repeats: int) -> dict:
 
     @ray.remote(num_cpus=2)
     def empty() -> int:
-        return os.getpid()
+        return os.nice(0)  # the niceness Ray's workers run at (and the pools they fork)
 
     started = time.perf_counter()
-    ray.get(empty.remote())
+    niceness = ray.get(empty.remote())
     first_task = time.perf_counter() - started
     warm = []
     for _ in range(30):
@@ -163,9 +169,9 @@ def ray_fixed_costs(temp: str, fixed_repeats: int) -> dict:
         started = time.perf_counter()
         ray.put(list(range(3000)))
         puts.append(time.perf_counter() - started)
-    cpu_before, started = tree_cpu_seconds(), time.perf_counter()
+    cpu_before, started = tree_cpu_by_pid(), time.perf_counter()
     time.sleep(3.0)
-    idle_share = (tree_cpu_seconds() - cpu_before) / (time.perf_counter() - started)
+    idle_share = cpu_seconds_between(cpu_before, tree_cpu_by_pid()) / (time.perf_counter() - started)
     timed_run(temp, 50, **RAY_ARGS)  # the share task's imports in the warm worker
     small_local, small_ray = [], []
     for i in range(fixed_repeats):
@@ -174,6 +180,7 @@ def ray_fixed_costs(temp: str, fixed_repeats: int) -> dict:
             (small_local if name == "local" else small_ray).append(timed_run(temp, 10, **kwargs))
     found = {
         "first_task_s": first_task,
+        "worker_niceness": niceness,
         "warm_empty_task_ms": median(warm) * 1000,
         "put_3000_ints_ms": median(puts) * 1000,
         "idle_cpu_share": idle_share,
@@ -181,7 +188,8 @@ def ray_fixed_costs(temp: str, fixed_repeats: int) -> dict:
         "optimize_10_ray_s": median(small_ray),
     }
     print(
-        f"part 0, Ray's fixed costs: first task on a fresh cluster {first_task:.2f} s (a worker starts; warmed "
+        f"part 0, Ray's workers run at niceness {niceness} (this process at {os.nice(0)}); "
+        f"Ray's fixed costs: first task on a fresh cluster {first_task:.2f} s (a worker starts; warmed "
         f"before part 1), a warm empty task {found['warm_empty_task_ms']:.1f} ms, ray.put of 3,000 ints "
         f"{found['put_3000_ints_ms']:.2f} ms, Ray's daemons idle {idle_share * 100:.1f} % of a core; "
         f"optimize of 10 inputs: local {found['optimize_10_local_s']:.3f} s, ray {found['optimize_10_ray_s']:.3f} s "
@@ -196,8 +204,16 @@ def main() -> None:
     ap.add_argument("--inputs", type=int)
     ap.add_argument("--repeats", type=int, help="pairs of runs in part 1 (and runs per node count in part 2)")
     ap.add_argument("--no-nodes", action="store_true", help="skip part 2")
+    ap.add_argument(
+        "--ray-worker-niceness",
+        type=int,
+        help="start the clusters with RAY_worker_niceness=N (Ray's default is 15: its workers, and the pools "
+        "they fork, yield to every process at niceness 0, which on a shared machine is the whole difference)",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.ray_worker_niceness is not None:
+        os.environ["RAY_worker_niceness"] = str(args.ray_worker_niceness)  # read by the raylet at start
     n = args.inputs or (600 if args.quick else 2000)
     repeats = args.repeats or (1 if args.quick else 3)
     print(f"calibrated sort size {calibrate()} (~2 ms per input); {n} inputs; median of {repeats}")

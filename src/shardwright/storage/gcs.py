@@ -17,9 +17,9 @@ Every guarantee of the interface maps onto one GCS feature:
 * checksums: every upload sends its CRC32C in the multipart metadata, which GCS verifies; we
   also compare the CRC32C the service reports for the stored object with ours and rewrite on a
   mismatch (fake-gcs-server does not verify what is sent, but does report what it stored: that
-  comparison is what the tests cover). Downloads are checked against the service's CRC32C
-  (``x-goog-hash``): by the SDK for small reads, by us for ``download_to``, whose GET is our own
-  request read in 1 MiB pieces (the SDK reads 8 KiB at a time).
+  comparison is what the tests cover). Whole-object downloads are checked against the
+  service's CRC32C (``x-goog-hash``): each is our own GET read in 1 MiB pieces (the SDK reads
+  8 KiB at a time); ranges are not checked (GCS sends no checksum of a part).
 * retries: the SDK's retry policies are off; one loop (``retry_timeout``, default 60 s,
   exponential backoff with jitter) retries 408/429/5xx, timeouts, connection resets and bodies
   cut short. A conditional write whose reply was lost counts as ours when the object holds
@@ -293,18 +293,16 @@ class GCSStorage(CloudStorage):
     # -- single attempts ---------------------------------------------------------------------
 
     def get_versioned(self, full_key: str) -> tuple[bytes, str] | None:
-        from google.api_core import exceptions as gexc
+        import io
 
-        blob = self._blob(full_key)
-        try:
-            data = blob.download_as_bytes(retry=None, timeout=_TIMEOUT, checksum="crc32c")
-        except gexc.NotFound:
+        buffer = io.BytesIO()
+        got = self._fetch(full_key, buffer)
+        if got is None:
             return None
-        if blob.generation is None:  # headers cut short: retry
-            raise TruncatedBody("download without x-goog-generation")
-        if blob.size is not None and len(data) != blob.size:
-            raise TruncatedBody(f"got {len(data)} of {blob.size} bytes")
-        return data, str(blob.generation)
+        data = buffer.getvalue()
+        if len(data) != got[0]:
+            raise TruncatedBody(f"got {len(data)} of {got[0]} bytes")
+        return data, got[1]
 
     @staticmethod
     def _check_stored(stored_crc32c: str | None, ours: str) -> None:
@@ -461,10 +459,15 @@ class GCSStorage(CloudStorage):
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
-        self.download_into(key, local_path, durable, lambda f: self._fetch_into(full, f))
 
-    def _fetch_into(self, full_key: str, f: Any) -> int | None:
-        """One GET of ``full_key`` written into ``f``: the object's size, None when missing.
+        def fetch(f: Any) -> int | None:
+            got = self._fetch(full, f)
+            return None if got is None else got[0]
+
+        self.download_into(key, local_path, durable, fetch)
+
+    def _fetch(self, full_key: str, f: Any) -> tuple[int, str] | None:
+        """One GET of ``full_key`` written into ``f``: (its size, its generation), None when missing.
 
         Our own request on the client's session (as :meth:`_upload`), read in
         1 MiB pieces: the SDK's download reads and checksums the body 8 KiB at a time, a
@@ -490,10 +493,11 @@ class GCSStorage(CloudStorage):
             if response.status_code >= 300:
                 raise gexc.from_http_response(response)
             headers = response.headers
-            if headers.get("x-goog-generation") is None:  # headers cut short: retry
+            generation = headers.get("x-goog-generation")
+            if generation is None:  # headers cut short: retry
                 raise TruncatedBody("download without x-goog-generation")
             if headers.get("x-goog-stored-content-encoding", "identity") != "identity":
-                return self._sdk_fetch_into(full_key, f)  # a gzip-encoded object (not ours): the SDK decodes it
+                return self._sdk_fetch(full_key, f)  # a gzip-encoded object (not ours): the SDK decodes it
             announced = headers.get("Content-Length")
             hashes = dict(
                 part.strip().split("=", 1) for part in headers.get("x-goog-hash", "").split(",") if "=" in part
@@ -510,9 +514,9 @@ class GCSStorage(CloudStorage):
         sent = hashes.get("crc32c")
         if sent is not None and base64.b64encode(crc.digest()).decode() != sent:
             raise TruncatedBody(f"downloaded CRC32C does not match the service's {sent}: fetching again")
-        return int(announced) if announced is not None else f.tell()
+        return (int(announced) if announced is not None else f.tell()), str(generation)
 
-    def _sdk_fetch_into(self, full_key: str, f: Any) -> int | None:
+    def _sdk_fetch(self, full_key: str, f: Any) -> tuple[int, str] | None:
         from google.api_core import exceptions as gexc
 
         blob = self._blob(full_key)
@@ -520,7 +524,9 @@ class GCSStorage(CloudStorage):
             blob.download_to_file(f, retry=None, timeout=_TIMEOUT, checksum="crc32c")
         except gexc.NotFound:
             return None
-        return int(blob.size) if blob.size is not None else f.tell()
+        if blob.generation is None:  # headers cut short: retry
+            raise TruncatedBody("download without x-goog-generation")
+        return (int(blob.size) if blob.size is not None else f.tell()), str(blob.generation)
 
     def check(self) -> None:
         """One cheap listing (at most one object) at run start: a wrong bucket, endpoint or
