@@ -10,7 +10,16 @@ import statistics
 import subprocess
 import sys
 
-__all__ = ["cell", "fresh_step", "load_average", "median_rate", "ratio"]
+__all__ = [
+    "cell",
+    "fresh_step",
+    "load_average",
+    "median_rate",
+    "ratio",
+    "tree_cpu_by_pid",
+    "tree_cpu_seconds",
+    "cpu_seconds_between",
+]
 
 # The interpreter of the venv mosaicml-streaming is installed in (benchmarks/README.md):
 # python3 -m venv /tmp/mds-venv && /tmp/mds-venv/bin/pip install mosaicml-streaming==0.13.0 pillow
@@ -57,3 +66,41 @@ def ratio(a: float | None, b: float | None) -> str:
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def tree_cpu_by_pid() -> dict[int, float]:
+    """CPU seconds (user + system, plus what their reaped children used) of this process and of
+    every live descendant, by pid: Linux /proc, so no extra dependency. Servers a benchmark
+    starts (Ray's daemons, the cloud emulators) are descendants of its process, so they count."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(name)] = int(fields[1])
+        times[int(name)] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        mine.add(pid)
+        todo.extend(p for p, parent in parents.items() if parent == pid and p not in mine)
+    return {pid: times[pid] for pid in mine if pid in times}
+
+
+def tree_cpu_seconds() -> float:
+    """The sum of :func:`tree_cpu_by_pid`. A descendant that exits unreaped by its parent
+    between two readings takes its CPU time with it: compare readings of runs whose processes
+    are waited for (pools, emulators), or use :func:`cpu_seconds_between`."""
+    return sum(tree_cpu_by_pid().values())
+
+
+def cpu_seconds_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds spent between two :func:`tree_cpu_by_pid` readings by the processes alive
+    at both (never negative when a process ends in between)."""
+    return sum(max(0.0, after[pid] - before[pid]) for pid in before.keys() & after.keys())

@@ -72,7 +72,7 @@ class TestS3Storage(_CloudContract):
 
 
 class TestGCSStorage(_CloudContract):
-    part_options = {}  # its SDK picks: multipart up to 8 MiB, one resumable request above
+    part_options = {}  # every write is one multipart request, at any size
 
     @pytest.fixture
     def make_storage(self, request, gcs_server):

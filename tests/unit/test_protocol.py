@@ -263,6 +263,28 @@ def test_a_record_that_names_a_deleted_chunk_refuses_to_publish(storage):
     assert not storage.exists(INDEX_KEY)
 
 
+def test_a_chunk_changed_by_hand_refuses_to_publish(storage):
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    victim = storage.list("chunk-")[0]
+    storage.write_bytes(victim, storage.read_bytes(victim) + b"x")
+    with pytest.raises(CorruptStateError, match=f"{victim}.* holds .* bytes, its record says"):
+        publish_if_complete(storage, manifest, {})
+    assert not storage.exists(INDEX_KEY)
+
+
+def test_publish_checks_every_chunk_with_one_listing_not_a_request_per_chunk(storage):
+    """On an object store each size() is a request: the chunks' sizes come from the listing
+    (issue 36 counted one HEAD per chunk at the end of every run)."""
+    manifest = new_run(storage)
+    finish_every_shard(storage, manifest)
+    asked: list[tuple[str, str | None]] = []
+    storage.fail_when(lambda op, key: asked.append((op, key)))  # records every call, fails none
+    assert publish_if_complete(storage, manifest, {}) == (True, [])
+    assert [call for call in asked if call[0] in ("size", "exists") and str(call[1]).startswith("chunk-")] == []
+    assert [call for call in asked if call[0] in ("list", "list_info") and call[1] == "chunk-"] != []
+
+
 def test_the_manifest_is_created_once_whoever_races(storage):
     winners = {new_run(storage).run_id for _ in range(5)}
     assert len(winners) == 1 and read_manifest(storage).run_id in winners
