@@ -9,6 +9,7 @@ from typing import Any
 
 from ..cluster.kubernetes import JobSpec, job_manifest
 from ..errors import UsageError
+from .options import command_after_dashes
 
 
 def add_k8s_command(subparsers: Any) -> None:
@@ -44,9 +45,7 @@ def add_k8s_command(subparsers: Any) -> None:
 
 
 def run_manifest_command(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = command_after_dashes(args.command)
     env = {}
     for item in args.env:
         key, sep, value = item.partition("=")

@@ -17,6 +17,7 @@ from ..cluster.slurm import (
     write_sbatch_script,
 )
 from ..errors import UsageError
+from .options import command_after_dashes
 
 
 def add_slurm_command(subparsers: Any) -> None:
@@ -94,9 +95,7 @@ def add_slurm_command(subparsers: Any) -> None:
 
 
 def run_slurm_command(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = command_after_dashes(args.command)
     if not command:
         raise UsageError(
             "give the command each task runs after `--`, e.g. shardwright slurm --array 4 -- python prepare.py"
