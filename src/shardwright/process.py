@@ -50,6 +50,14 @@ def slurm_task(env: Mapping[str, str] | None = None) -> str | None:
     return f"{job}_{env.get('SLURM_ARRAY_TASK_ID', '')}" if job else None
 
 
+def slurm_restart_count(env: Mapping[str, str] | None = None) -> int:
+    """How often Slurm has requeued this task (``SLURM_RESTART_COUNT``; 0 when unset or not a
+    number): tells a requeued incarnation from the one before it, which share an identity."""
+    env = os.environ if env is None else env
+    value = env.get("SLURM_RESTART_COUNT", "0")
+    return int(value) if value.isdigit() and len(value) < 10 else 0
+
+
 def slurm_identity(env: Mapping[str, str] | None = None) -> str | None:
     """The Slurm task and step process (``SLURM_PROCID``) this process is, None outside Slurm."""
     env = os.environ if env is None else env

@@ -194,6 +194,30 @@ def test_same_kubernetes_index_takes_its_own_claim_over(storage, monkeypatch):
     new.release_all()
 
 
+def test_a_requeued_slurm_task_takes_its_earlier_incarnations_claim_but_never_back(storage, monkeypatch):
+    """A requeued Slurm task has the same identity as the incarnation before it, which may still
+    run (its node cut off): only the later restart count takes a claim over (the earlier one
+    taking the later one's claims back failed the requeued attempt under load)."""
+    monkeypatch.delenv("SHARDWRIGHT_HOST_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    first = Lease(storage, claim_name(3), "shard 3")
+    assert first.try_acquire() is None
+    storage.write_bytes(first.key, json.dumps({**json.loads(storage.read_bytes(first.key)), "pid": 1}).encode())
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    requeued = ShardClaims(storage)
+    assert requeued.claim(3) is None  # the later incarnation takes it over at once
+    body = json.loads(storage.read_bytes(first.key))
+    storage.write_bytes(first.key, json.dumps({**body, "pid": 1}).encode())  # as seen from another process
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    earlier = ShardClaims(storage)
+    assert earlier.claim(3) is not None  # the earlier one, still running, leaves it alone
+    legacy = {k: v for k, v in json.loads(storage.read_bytes(first.key)).items() if k != "slurm_restart"}
+    storage.write_bytes(first.key, json.dumps(legacy).encode())
+    assert ShardClaims(storage).claim(3) is None  # a claim written before the count was recorded: as before
+
+
 def test_host_identity_precedence(monkeypatch):
     env = {"SHARDWRIGHT_HOST_ID": "emulated-1", "JOB_COMPLETION_INDEX": "0", "SHARDWRIGHT_JOB_NAME": "j"}
     assert host_identity(env) == "emulated-1"

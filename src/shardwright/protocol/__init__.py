@@ -111,7 +111,8 @@ A lease or claim is *stale*, and is taken over by compare-and-swap with a higher
 its heartbeat is older than its TTL (any holder, by the clock assumption); its holder has
 this process's host identity (``shardwright.process.host_identity``) and its pid is gone (a
 SIGKILLed run is resumed at once); it was held by this same scheduler task before a restart
-(a requeued Slurm array task, a pod restarted with the same Indexed Job index); or the
+(a requeued Slurm array task, whose ``SLURM_RESTART_COUNT`` is higher than the holder's, never
+the other way round; a pod restarted with the same Indexed Job index); or the
 caller's judge says its holder is gone (a Ray task: the holder's Ray node is dead, or the
 Ray job that started it ended). The last three may be wrong about a holder that still runs
 cut off (a partitioned Ray node): that is what fencing is for, so a takeover never waits a

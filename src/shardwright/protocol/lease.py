@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..errors import ConcurrentRunError, LeaseLostError
-from ..process import host_identity, pid_alive, slurm_identity
+from ..process import host_identity, pid_alive, slurm_identity, slurm_restart_count
 from ..storage import Storage
 from .jsonio import MAX_LEASE_BYTES, dumps, read_state
 from .layout import LEASES_PREFIX, lease_key, lease_name
@@ -102,6 +102,7 @@ class LeaseHolder:
     host: str | None = None
     pid: int | None = None
     slurm: str | None = None  # the Slurm task that held it (slurm_identity())
+    slurm_restart: int | None = None  # its SLURM_RESTART_COUNT (None: written before it was recorded)
     task: str | None = None  # the scheduler task that held it (task_identity(): Slurm or a Kubernetes index)
     heartbeat: float = 0.0  # time.time() of its last renewal
     ttl: float | None = None  # None: this process's lease_ttl()
@@ -135,6 +136,7 @@ class LeaseHolder:
             host=_optional_str(data, "host"),
             pid=_optional_int(data, "pid"),
             slurm=_optional_str(data, "slurm"),
+            slurm_restart=_optional_int(data, "slurm_restart"),
             task=_optional_str(data, "task"),
             heartbeat=number(data, "heartbeat", 0.0),
             ttl=None if ttl == math.inf else ttl,
@@ -221,6 +223,15 @@ def lease_owner(storage: Storage, key: str) -> str | None:
     return holder.owner if holder is not None else None
 
 
+def _requeued_since(holder: LeaseHolder) -> bool:
+    """Whether this process is a later Slurm incarnation of the task that wrote ``holder``. Both
+    incarnations share the task's identity, and the earlier one may still run for a while (its
+    node cut off, not yet aware its node lease was taken): it must never take the later one's
+    leases back, so only a higher restart count takes over. A lease written before the count was
+    recorded is taken over as before."""
+    return holder.slurm_restart is None or holder.slurm_restart < slurm_restart_count()
+
+
 def task_identity() -> str | None:
     """The scheduler's task this process is, if its scheduler restarts a task only after the
     previous incarnation is gone: a Slurm array task (requeue), or a Kubernetes Indexed Job's
@@ -247,10 +258,10 @@ def stale_reason(holder: LeaseHolder, judge: HolderJudge | None = None) -> str |
     if holder.host == host_identity() and holder.pid == os.getpid():
         return "it is this process's own (an earlier call that did not release it)"
     slurm = slurm_identity()
-    if slurm is not None and holder.slurm == slurm:
+    if slurm is not None and holder.slurm == slurm and _requeued_since(holder):
         return "it belongs to this same Slurm task before its requeue"
     task = task_identity()
-    if task is not None and holder.task == task:
+    if task is not None and holder.task == task and (slurm is None or _requeued_since(holder)):
         return f"it belongs to this same task ({task}) before its restart"
     if judge is not None:
         return judge(holder)
@@ -301,6 +312,7 @@ class Lease:
                 "host": host_identity(),
                 "pid": os.getpid(),
                 "slurm": slurm_identity(),
+                "slurm_restart": slurm_restart_count(),
                 "task": task_identity(),
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
