@@ -4,25 +4,17 @@ names still carry each run's fencing epoch, so names are compared up to that tai
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import re
 from pathlib import Path
 
 import pytest
 
 from shardwright.cli.main import main
+from support.digests import contents, every_file
 from support.helpers import assert_exactly_once, finish, kill_loop
 
 pytestmark = pytest.mark.slow
-
-
-def contents(out: Path) -> tuple[str, list[str]]:
-    """(digest, the sha256 of every chunk in index order)."""
-    document = json.loads((out / "index.json").read_bytes())
-    hashes = [hashlib.sha256((out / c["filename"]).read_bytes()).hexdigest() for c in document["chunks"]]
-    return document["digest"], hashes
 
 
 def test_same_digest_and_chunk_bytes_for_1_2_4_workers_and_after_sigkills(tmp_path, capsys):
@@ -44,25 +36,6 @@ def test_same_digest_and_chunk_bytes_for_1_2_4_workers_and_after_sigkills(tmp_pa
     assert main(["verify", killed["output_dir"]]) == 0
     assert runs[1][0] in capsys.readouterr().out
     assert main(["diff", str(tmp_path / "w1"), killed["output_dir"]]) == 0
-
-
-CHUNK_TAIL = re.compile(r"-\d+((?:\.zstd)?\.bin)$")  # the fencing epoch a chunk name carries
-
-
-def every_file(out: Path, names: bool) -> tuple[dict[str, str], dict]:
-    """(name -> sha256 of every file the dataset holds, index.json minus updated_at). With
-    ``names=False`` a chunk name's epoch tail is dropped (names and index then compared up to it)."""
-
-    def name(n: str) -> str:
-        return n if names else CHUNK_TAIL.sub(r"\1", n)
-
-    files = {name(p.name): hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()}
-    document = json.loads((out / "index.json").read_bytes())
-    del document["updated_at"]
-    for chunk in document["chunks"]:
-        chunk["filename"] = name(chunk["filename"])
-    files.pop("index.json")
-    return files, document
 
 
 def default_shard_runs(tmp_path: Path) -> dict[object, Path]:

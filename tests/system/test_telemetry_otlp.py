@@ -17,9 +17,8 @@ pytest.importorskip(
     reason="OTEL_*_EXPORTER=otlp needs opentelemetry-exporter-otlp-proto-http (requirements-test.txt)",
 )
 
-from tests.support.otlp_receiver import OtlpReceiver
-
 from shardwright import StreamingDataset
+from support.otlp_receiver import OtlpReceiver
 
 SCRIPT = """
 import sys
