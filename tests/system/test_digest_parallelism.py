@@ -1,6 +1,6 @@
 """The same dataset bytes and digest whatever the parallelism and the crash schedule (issue 35),
 with a fixed num_shards and with the default one (which comes from the inputs alone). Chunk
-names still carry each run's fencing epoch, so names are compared up to that tail."""
+names come from their content (protocol 6), so every file name is compared too."""
 
 from __future__ import annotations
 
@@ -58,6 +58,6 @@ def default_shard_runs(tmp_path: Path) -> dict[object, Path]:
 
 
 def test_default_num_shards_same_files_and_index_for_1_2_4_workers_and_after_sigkills(tmp_path):
-    runs = {k: every_file(out, names=False) for k, out in default_shard_runs(tmp_path).items()}
+    runs = {k: every_file(out) for k, out in default_shard_runs(tmp_path).items()}
     assert len(runs[1][1]["chunks"]) > 4  # not one chunk per worker: the default cut, 16 shards
     assert len({json.dumps(r, sort_keys=True) for r in runs.values()}) == 1, {k: sorted(v[0]) for k, v in runs.items()}

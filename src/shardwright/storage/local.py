@@ -34,6 +34,7 @@ from .files import (
     unlink_quiet,
     write_all,
 )
+from .keep_same import place_keeping_same
 from .pin import Pin, check_pinned, open_pinned_dir, pin_for
 from .registry import register_backend
 
@@ -201,6 +202,55 @@ class LocalStorage(Storage):
 
     def write_parts(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
         self._write(key, parts, durable)  # writev: no joined copy of a chunk of large items
+
+    def write_content_named(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
+        """Never replaces a complete copy of these bytes (storage.keep_same says why)."""
+        path = self._path(key)
+        try:
+            if self._pin is not None:
+                directory = open_pinned_dir(self._pin, os.path.dirname(path))
+            else:
+                try:
+                    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+                except FileNotFoundError:  # first write into this directory
+                    self._mkdirs(os.path.dirname(path))
+                    directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as e:
+            self._raise_os_error(e, path)
+        name, tmp = os.path.basename(path), os.path.basename(tmp_name(path))
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+                try:
+                    write_all(fd, parts)
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                kept = place_keeping_same(directory, tmp, name, parts, lambda fn: self._locked(path, fn))
+                if kept and durable:  # the copy kept may be a killed writer's, never flushed
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as e:
+                self._raise_os_error(e, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=directory)
+            if durable:
+                os.fsync(directory)
+        finally:
+            os.close(directory)
+        if not durable:  # the barrier fsyncs whatever file is at the path: ours or the one kept
+            lock, pending = self._pending_set()
+            with lock:
+                pending.add(path)
+
+    def _locked(self, path: str, fn: Any) -> Any:
+        with self._cas_lock(path):
+            return fn()
 
     def barrier(self) -> None:
         """fsync every file written with ``durable=False`` since the last barrier, then their

@@ -1,0 +1,73 @@
+"""Placing a file whose name is derived from its content (a chunk named by its checksum) on
+local disk without ever replacing a complete copy already there.
+
+Why not a plain rename: the copy there may be the one a durable commit record names (written
+and flushed by the writer that holds the shard's claim). A fenced writer that wakes up late
+writes the same name with the same bytes; a rename would swap the flushed inode for its fresh,
+unflushed one, and a power cut before its next barrier would leave the recorded chunk torn.
+link(2) never replaces, so the flushed copy stays. A copy there that does *not* hold our bytes
+can only be the torn leftover of a crash (names follow content; a torn file is one whose
+barrier never completed, so no durable record names it): that one is replaced.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+
+__all__ = ["place_keeping_same", "holds"]
+
+# link(2) errors of file systems without hard links (some FUSE and network mounts)
+NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV)
+_READ = 1 << 20
+
+
+def holds(directory: int, name: str, parts: Sequence[bytes]) -> bool:
+    """Whether ``name`` (in ``directory``, not followed if a link) holds exactly ``parts``.
+    Reads at most the expected size, a block at a time: a huge leftover costs one fstat."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+    except OSError:
+        return False
+    try:
+        expected = sum(len(p) for p in parts)
+        if os.fstat(fd).st_size != expected:
+            return False
+        for part in parts:
+            view, offset = memoryview(part).cast("B"), 0
+            while offset < len(view):
+                block = os.read(fd, min(_READ, len(view) - offset))
+                if not block or block != view[offset : offset + len(block)]:
+                    return False
+                offset += len(block)
+        return True
+    finally:
+        os.close(fd)
+
+
+def place_keeping_same(directory: int, tmp: str, name: str, parts: Sequence[bytes], replace_locked) -> bool:
+    """Put the written temp file ``tmp`` at ``name`` (both in ``directory``) unless ``name``
+    already holds exactly ``parts``; returns True when the existing copy was kept. The caller
+    removes ``tmp`` afterwards either way. ``replace_locked(fn)`` runs ``fn`` under the key's
+    side lock: the fallback where the file system has no hard links."""
+    try:
+        os.link(tmp, name, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
+        return False
+    except FileExistsError:
+        pass
+    except OSError as e:
+        if e.errno not in NO_HARD_LINKS:
+            raise
+
+        def check_then_replace() -> bool:
+            if holds(directory, name, parts):
+                return True
+            os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+            return False
+
+        return bool(replace_locked(check_then_replace))
+    if holds(directory, name, parts):
+        return True
+    os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)  # a torn leftover, named by no record
+    return False
