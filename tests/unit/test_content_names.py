@@ -43,7 +43,17 @@ def test_two_writers_of_the_same_chunk_write_one_name_whatever_their_epochs(tmp_
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted({first, other})
 
 
-def test_local_disk_keeps_a_complete_copy_and_replaces_a_torn_one(tmp_path):
+@pytest.mark.parametrize("pinned", [False, True], ids=["by-path", "pinned"])
+def test_local_disk_keeps_a_complete_copy_and_replaces_a_torn_one(tmp_path, monkeypatch, pinned):
+    if pinned:  # a service job's held output: written through the directory's descriptor
+        from shardwright.storage.pin import PIN_ENV, pin_directory
+
+        monkeypatch.delenv(PIN_ENV, raising=False)
+        pin_directory(os.path.realpath(tmp_path))
+        monkeypatch.setenv(PIN_ENV, os.environ[PIN_ENV])  # undone after the test
+    from shardwright.storage.pin import pin_for
+
+    assert (pin_for(os.path.realpath(tmp_path)) is not None) is pinned  # which path this test takes
     storage = open_storage(str(tmp_path), create=True)
     data = build_chunk([b"x" * 100, b"y" * 50])
     name = chunk_filename(0, 0, 0, None, content=chunk_checksum(data).partition(":")[2])

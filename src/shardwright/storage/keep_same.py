@@ -12,18 +12,21 @@ barrier never completed, so no durable record names it): that one is replaced.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Sequence
 
-__all__ = ["place_keeping_same", "holds"]
+from .files import write_all
+
+__all__ = ["holds", "place_keeping_same", "write_temp_at"]
 
 # link(2) errors of file systems without hard links (some FUSE and network mounts)
 NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV)
 _READ = 1 << 20
 
 
-def holds(directory: int, name: str, parts: Sequence[bytes]) -> bool:
+def holds(directory: int | None, name: str, parts: Sequence[bytes]) -> bool:
     """Whether ``name`` (in ``directory``, not followed if a link) holds exactly ``parts``.
     Reads at most the expected size, a block at a time: a huge leftover costs one fstat."""
     try:
@@ -46,9 +49,10 @@ def holds(directory: int, name: str, parts: Sequence[bytes]) -> bool:
         os.close(fd)
 
 
-def place_keeping_same(directory: int, tmp: str, name: str, parts: Sequence[bytes], replace_locked) -> bool:
+def place_keeping_same(directory: int | None, tmp: str, name: str, parts: Sequence[bytes], replace_locked) -> bool:
     """Put the written temp file ``tmp`` at ``name`` (both in ``directory``) unless ``name``
-    already holds exactly ``parts``; returns True when the existing copy was kept. The caller
+    already holds exactly ``parts``; returns True when the existing copy was kept. With
+    ``directory`` None the names are paths. The caller
     removes ``tmp`` afterwards either way. ``replace_locked(fn)`` runs ``fn`` under the key's
     side lock: the fallback where the file system has no hard links."""
     try:
@@ -71,3 +75,20 @@ def place_keeping_same(directory: int, tmp: str, name: str, parts: Sequence[byte
         return True
     os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)  # a torn leftover, named by no record
     return False
+
+
+def write_temp_at(directory: int, tmp: str, parts: Sequence[bytes], durable: bool) -> None:
+    """Write a fresh temp file ``tmp`` in ``directory`` (a pinned output's descriptor: never
+    through a link), fsync-ed when ``durable``; removed again if the write fails."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory)
+    try:
+        try:
+            write_all(fd, parts)
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=directory)
+        raise
