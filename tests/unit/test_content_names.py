@@ -78,3 +78,20 @@ def test_the_object_store_default_replaces_with_identical_bytes():
     storage.write_content_named("chunk-0-00000-000000-" + DIGEST + ".bin", [b"ab", b"c"], durable=False)
     storage.write_content_named("chunk-0-00000-000000-" + DIGEST + ".bin", [b"abc"], durable=False)
     assert storage.read_bytes("chunk-0-00000-000000-" + DIGEST + ".bin") == b"abc"
+
+
+def test_cleanup_removes_the_temp_files_of_killed_chunk_writers(tmp_path):
+    """A writer SIGKILLed between creating its temp file and placing it leaves a hidden file in
+    the dataset's folder; the run's cleanup (after publishing) removes those of its generation."""
+    from shardwright.protocol.publish import discard_run_state
+
+    storage = open_storage(str(tmp_path), create=True)
+    leftovers = [
+        f".chunk-0-00001-000135-{DIGEST}.bin.tmp-32725-140294534198976-d9868e8d9e",
+        ".chunk-0-00002-000000.bin.tmp-1-2-00000000ab",
+    ]
+    kept = [f".chunk-10-00000-000000-{DIGEST}.bin.tmp-5-6-00000000cd", ".notes.tmp-1-2-00000000ab", ".hidden"]
+    for name in leftovers + kept:
+        (tmp_path / name).write_bytes(b"")
+    discard_run_state(storage, 0)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(kept)

@@ -55,6 +55,7 @@ WRITE_OPERATIONS = (
     "write_bytes",
     "write_parts",
     "write_content_named",
+    "remove_leftover_temps",
     "create_exclusive",
     "replace_if_version",
     "delete",
@@ -190,6 +191,13 @@ class Storage(abc.ABC):
             self.write_bytes(key, parts[0], durable=durable)
         else:
             self.write_parts(key, parts, durable=durable)
+
+    def remove_leftover_temps(self, prefix: str) -> int:
+        """Remove the temp files a writer killed between creating and placing a top-level key
+        starting with ``prefix`` left behind; returns how many. Only call it when no writer
+        may still be placing such a key (a published run's chunks). The default has none to
+        remove: an object store's write is one request."""
+        return 0
 
     @abc.abstractmethod
     def create_exclusive(self, key: str, data: bytes) -> bool:

@@ -17,9 +17,9 @@ import errno
 import os
 from collections.abc import Sequence
 
-from .files import write_all
+from .files import TMP_NAME_RE, fsync_dir, unlink_quiet, write_all
 
-__all__ = ["holds", "place_keeping_same", "write_temp_at"]
+__all__ = ["holds", "place_keeping_same", "remove_leftover_temps", "write_temp_at"]
 
 # link(2) errors of file systems without hard links (some FUSE and network mounts)
 NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV)
@@ -92,3 +92,23 @@ def write_temp_at(directory: int, tmp: str, parts: Sequence[bytes], durable: boo
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=directory)
         raise
+
+
+def remove_leftover_temps(root: str, prefix: str) -> int:
+    """Temp files (``storage.files.tmp_name``) directly in ``root`` for names starting with
+    ``prefix``: what writers SIGKILLed between creating and placing a file left. Hidden from
+    listings and never read, but they are files in the dataset's folder, so two datasets of
+    the same call would not hold the same files (issue 35)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        match = TMP_NAME_RE.match(name)
+        if match and match["name"].startswith(prefix):
+            unlink_quiet(os.path.join(root, name))
+            removed += 1
+    if removed:
+        fsync_dir(root)
+    return removed

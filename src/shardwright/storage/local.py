@@ -34,7 +34,7 @@ from .files import (
     unlink_quiet,
     write_all,
 )
-from .keep_same import place_keeping_same, write_temp_at
+from .keep_same import place_keeping_same, remove_leftover_temps, write_temp_at
 from .pin import Pin, check_pinned, open_pinned_dir, pin_for
 from .registry import register_backend
 
@@ -251,6 +251,11 @@ class LocalStorage(Storage):
             lock, pending = self._pending_set()
             with lock:
                 pending.add(path)
+
+    def remove_leftover_temps(self, prefix: str) -> int:
+        if self._pin is not None:
+            check_pinned(self._pin, self.root)
+        return remove_leftover_temps(self.root, prefix)
 
     def _locked(self, path: str, fn: Any) -> Any:
         with self._cas_lock(path):
