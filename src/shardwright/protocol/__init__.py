@@ -129,7 +129,7 @@ Crash points
 crash                state                                  the rerun
 ===================  =====================================  ==========================================
 before 1             a lease (and claims) at most           takes them over (see above), fresh
-during 2             a temp file                            temp files are never read; chunk redone
+during 2             a temp file                            never read, redone; removed at cleanup
 between 2 and 3      an orphan chunk                        recomputed; same bytes kept, else replaced
 during 3             a temp record file                     the record does not exist; as above
 after 3              the record                             resumes after it: nothing repeated
