@@ -54,7 +54,15 @@ def place_keeping_same(directory: int | None, tmp: str, name: str, parts: Sequen
     already holds exactly ``parts``; returns True when the existing copy was kept. With
     ``directory`` None the names are paths. The caller
     removes ``tmp`` afterwards either way. ``replace_locked(fn)`` runs ``fn`` under the key's
-    side lock: the fallback where the file system has no hard links."""
+    side lock: every replace of an existing name goes through it (a torn leftover, or any
+    write where the file system has no hard links)."""
+
+    def check_then_replace() -> bool:
+        if holds(directory, name, parts):
+            return True
+        os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        return False
+
     try:
         os.link(tmp, name, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
         return False
@@ -63,18 +71,13 @@ def place_keeping_same(directory: int | None, tmp: str, name: str, parts: Sequen
     except OSError as e:
         if e.errno not in NO_HARD_LINKS:
             raise
-
-        def check_then_replace() -> bool:
-            if holds(directory, name, parts):
-                return True
-            os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
-            return False
-
         return bool(replace_locked(check_then_replace))
     if holds(directory, name, parts):
         return True
-    os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)  # a torn leftover, named by no record
-    return False
+    # A torn leftover, named by no durable record. Replaced under the key's lock, checked
+    # again there: two writers that both saw it torn must not both replace it, or the second
+    # could put its unflushed copy over the first's, already flushed and recorded.
+    return bool(replace_locked(check_then_replace))
 
 
 def write_temp_at(directory: int, tmp: str, parts: Sequence[bytes], durable: bool) -> None:
@@ -94,9 +97,10 @@ def write_temp_at(directory: int, tmp: str, parts: Sequence[bytes], durable: boo
         raise
 
 
-def remove_leftover_temps(root: str, prefix: str) -> int:
+def remove_leftover_temps(root: str, prefix: str, lock_suffix: str) -> int:
     """Temp files (``storage.files.tmp_name``) directly in ``root`` for names starting with
-    ``prefix``: what writers SIGKILLed between creating and placing a file left. Hidden from
+    ``prefix``: what writers SIGKILLed between creating and placing a file left; and the side
+    lock files (``.{name}{lock_suffix}``) that replacing a torn leftover took. Hidden from
     listings and never read, but they are files in the dataset's folder, so two datasets of
     the same call would not hold the same files (issue 35)."""
     try:
@@ -106,7 +110,9 @@ def remove_leftover_temps(root: str, prefix: str) -> int:
     removed = 0
     for name in names:
         match = TMP_NAME_RE.match(name)
-        if match and match["name"].startswith(prefix):
+        if (match and match["name"].startswith(prefix)) or (
+            name.startswith("." + prefix) and name.endswith(lock_suffix)
+        ):
             unlink_quiet(os.path.join(root, name))
             removed += 1
     if removed:

@@ -255,7 +255,7 @@ class LocalStorage(Storage):
     def remove_leftover_temps(self, prefix: str) -> int:
         if self._pin is not None:
             check_pinned(self._pin, self.root)
-        return remove_leftover_temps(self.root, prefix)
+        return remove_leftover_temps(self.root, prefix, _LOCK_SUFFIX)
 
     def _locked(self, path: str, fn: Any) -> Any:
         with self._cas_lock(path):
