@@ -207,9 +207,10 @@ in that window cannot change what B publishes:
   So a content-named file is placed with link(2), which never replaces: an existing
   complete copy is kept (A's temp file is dropped; A's barrier fsyncs the kept file), and
   only a copy that does not hold exactly those bytes -- a torn leftover of a power cut,
-  whose barrier never completed, so no durable record names it -- is replaced
-  (``storage.keep_same``; file systems without hard links do the same check-then-replace
-  under the key's side lock).
+  whose barrier never completed, so no durable record names it -- is replaced, under the
+  key's side lock and checked again there, so two writers that both found it torn cannot
+  both replace it (``storage.keep_same``; file systems without hard links do every
+  check-then-replace under that lock).
 - *A's late records lose.* Let B resume shard s after record m (the chain's tip when B
   read it, epoch e). B's record m+1 has ``prev_epoch`` e and epoch b > e. A late record of
   A numbered m+1 has epoch a < b (the epoch order: b > a because B took A's lease over by
