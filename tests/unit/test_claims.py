@@ -116,8 +116,11 @@ def test_judged_dead_holder_is_taken_over_at_once_and_fenced(storage, monkeypatc
     progress = load_progress(storage, {0: (0, 3)}, "run", repair=True)[0]
     assert progress.done
     assert [r.epoch for r in progress.records] == [a_epoch, b.ticket(0).epoch, b.ticket(0).epoch]
-    orphans = [k for k in storage.list("chunk-") if str(a_epoch) in k and "-000001-" in k]
-    assert orphans, "A's late chunk carries A's epoch: it can never replace B's"
+    # A's late chunk 1 held B's items: named by its content it has B's name and B's bytes
+    # (protocol 6), so every chunk file is one a record names, and reads back as recorded
+    named = sorted(r.chunk.filename for r in progress.records if r.chunk is not None)
+    assert sorted(storage.list("chunk-")) == named
+    assert all(storage.size(r.chunk.filename) == r.stored_bytes for r in progress.records if r.chunk is not None)
     b.release_all()
     a.release_all()
     assert storage.list(lease_key("shard-")) == [], "B released its claim; A's release must not delete B's"
@@ -248,9 +251,10 @@ def _manifest(protocol: int) -> dict:
 
 
 def test_a_protocol_4_run_still_resumes_and_older_ones_are_refused():
-    assert PROTOCOL_VERSION == 5
+    assert PROTOCOL_VERSION == 6
     assert Manifest.from_json(_manifest(4), "m").protocol == 4
-    assert Manifest.from_json(_manifest(5), "m").protocol == 5
+    assert Manifest.from_json(_manifest(5), "m").protocol == 5, "chunks named by epoch keep their names"
+    assert Manifest.from_json(_manifest(6), "m").protocol == 6
     with pytest.raises(CorruptStateError, match="protocol 3"):
         Manifest.from_json(_manifest(3), "m")
 

@@ -17,8 +17,9 @@ An *output* is a local directory or an S3, GCS or Azure Blob prefix, reached onl
 or overwrite. Its inputs are cut into ``num_shards`` contiguous *shards*; a shard is worked
 on by one worker at a time, in input order, and its chunks hold only its own inputs. The
 dataset is the shards' chunks in shard order. A run's chunk files carry its *generation*
-and the writer's lease *epoch* (``chunk-{gen}-{shard}-{seq}-{epoch}.bin``), so neither
-runs nor two holders of one run's lease ever write each other's names.
+and their own content's checksum (``chunk-{gen}-{shard}-{seq}-{xxh3_128 hex}.bin``, protocol
+6), so two writers of one name always write the same bytes, and two runs of the same call
+write the same files (protocols 4-5 put the writer's lease epoch there instead).
 
 Steps and the state on disk after each
 ======================================
@@ -50,8 +51,9 @@ Steps and the state on disk after each
    barrier and step 3 (its records are still written in round order, each after its own
    barrier); a barrier that flushes some of round k+1's files too only makes them durable
    early, since no record names them.
-   *After:* a chunk file no record names (an orphan): invisible, and rewritten under the
-   same name by the rerun (atomic replace); publishing deletes orphans of its generation.
+   *After:* a chunk file no record names (an orphan): invisible; a rerun that cuts the same
+   chunk writes the same name and keeps the orphan if it holds exactly those bytes (else
+   replaces it); publishing deletes orphans of its generation.
 3. **Record** (the commit point): the writer first checks that the shard's claim still
    names it (a fenced writer stops here); then one file per shard per round,
    ``.shardwright/shards/{shard}-{first seq}-{epoch}.json``, holds the round's consecutive
@@ -128,8 +130,8 @@ Crash points
 crash                state                                  the rerun
 ===================  =====================================  ==========================================
 before 1             a lease (and claims) at most           takes them over (see above), fresh
-during 2             a temp file                            temp files are never read; chunk redone
-between 2 and 3      an orphan chunk                        recomputed, same name replaced
+during 2             a temp file                            never read, redone; removed at cleanup
+between 2 and 3      an orphan chunk                        recomputed; same bytes kept, else replaced
 during 3             a temp record file                     the record does not exist; as above
 after 3              the record                             resumes after it: nothing repeated
 power cut in 3       a torn (NUL) or lost last record     dropped with the shard's later records
@@ -195,9 +197,21 @@ before it notices (``lease.lost``) and stops. Everything below is per shard, wit
 meaning the shard's claim (protocol 4 fenced by the node lease the same way). What A writes
 in that window cannot change what B publishes:
 
-- *No shared names.* A's chunk and record files carry A's epoch, B's carry B's, so no
-  write of A ever replaces a file of B's (the corruption of protocol 3: both wrote
-  ``chunk-g-s-k.bin``, cut at different places).
+- *No shared names with other bytes.* A's record files carry A's epoch, B's carry B's.
+  Chunk files are named by their content's checksum: if A's late chunk ``k`` holds other
+  items than B's (cut elsewhere, another fn output), it has another name; if it holds the
+  same, it has B's name and B's bytes (the corruption of protocol 3 -- both wrote
+  ``chunk-g-s-k.bin``, cut at different places -- cannot happen). On an object store A's
+  PUT then replaces B's object with identical bytes, atomically and durably. On local disk
+  a replace would not be harmless: B's file may be durable and named by B's durable record
+  while A's fresh copy is not flushed yet, so a power cut would tear the recorded chunk.
+  So a content-named file is placed with link(2), which never replaces: an existing
+  complete copy is kept (A's temp file is dropped; A's barrier fsyncs the kept file), and
+  only a copy that does not hold exactly those bytes -- a torn leftover of a power cut,
+  whose barrier never completed, so no durable record names it -- is replaced, under the
+  key's side lock and checked again there, so two writers that both found it torn cannot
+  both replace it (``storage.keep_same``; file systems without hard links do every
+  check-then-replace under that lock).
 - *A's late records lose.* Let B resume shard s after record m (the chain's tip when B
   read it, epoch e). B's record m+1 has ``prev_epoch`` e and epoch b > e. A late record of
   A numbered m+1 has epoch a < b (the epoch order: b > a because B took A's lease over by
@@ -211,9 +225,11 @@ in that window cannot change what B publishes:
   writes at most the records of the round during which it was paused; its main process
   renews the lease synchronously right before publishing and stops if it cannot.
 - *Publishing trusts storage, not memory.* The publisher re-reads every shard's chain and
-  checks each named chunk exists with the recorded size; A's orphan chunks (its epoch, on
-  no chain) are deleted with the rest of the run's orphans. A chunk A writes after that
-  cleanup is an unnamed leftover (invisible to readers, removed by ``mode="overwrite"``).
+  checks each named chunk exists with the recorded size; A's orphan chunks (other bytes,
+  so other names, on no chain) are deleted with the rest of the run's orphans. A chunk A
+  writes after that cleanup is an unnamed leftover (invisible to readers, removed by
+  ``mode="overwrite"``), or, if it holds a published chunk's bytes, that chunk's name,
+  which it leaves as it was.
 
 Assumptions
 ===========

@@ -68,8 +68,9 @@ def commit_round(storage: Storage, batch: list[PendingChunk], run: RoundSettings
        barrier; a worker's last round by none, see the package docstring): 2-4 are
        :func:`seal_round`.
     So a durable record never names a chunk that is not durable, and one barrier serves the
-    whole round instead of an fsync per file. Chunk and record names carry the epoch, so a
-    writer paused between 3 and 4 past its lease cannot overwrite the new holder's files.
+    whole round instead of an fsync per file. Record names carry the epoch and chunk names the
+    chunk's checksum, so a writer paused between 3 and 4 past its lease cannot overwrite the
+    new holder's files with other bytes (nor, on local disk, replace them at all).
 
     A worker's committer runs step 1 of round k+1 while round k is in steps 2-4 (the disk
     flushes one round while the next is copied into the page cache): nothing names a chunk
@@ -89,19 +90,21 @@ def write_chunks(storage: Storage, batch: list[PendingChunk], run: RoundSettings
         epoch = job.epoch if job.epoch is not None else run.epoch
         entry, stored = None, 0
         if job.items:
-            name = chunk_filename(run.generation, job.shard, job.seq, run.compression, epoch)
+            # the name comes from the bytes (protocol 6): the checksum first, then the write
             if run.compression is None and job.nbytes >= LARGE_ITEM_BYTES * len(job.items):
                 # large items: written as they are (no joined copy of the chunk), hashed in place
                 parts = [chunk_header(job.items), *job.items]
-                storage.write_parts(name, parts, durable=False)  # step 1: the chunk first
                 raw_size = stored = len(parts[0]) + job.nbytes
                 checksum = parts_checksum(parts)
             else:
                 raw = build_chunk(job.items)
-                data = compress(raw, run.compression)
-                storage.write_bytes(name, data, durable=False)  # step 1: the chunk first
-                raw_size, stored = len(raw), len(data)
-                checksum = chunk_checksum(data)  # over the bytes as stored, from memory: no second pass
+                parts = [compress(raw, run.compression)]
+                raw_size, stored = len(raw), len(parts[0])
+                checksum = chunk_checksum(parts[0])  # over the bytes as stored, from memory: no second pass
+            name = chunk_filename(
+                run.generation, job.shard, job.seq, run.compression, content=checksum.partition(":")[2]
+            )
+            storage.write_content_named(name, parts, durable=False)  # step 1: the chunk first
             entry = ChunkEntry(
                 filename=name,
                 chunk_size=len(job.items),

@@ -6,7 +6,7 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
 ::
 
     index.json                                  the published dataset (litdata's format)
-    chunk-{gen}-{shard:05d}-{seq:06d}-{epoch}.bin   chunk files (``.zstd.bin`` when compressed)
+    chunk-{gen}-{shard:05d}-{seq:06d}-{content}.bin   chunk files named by their checksum (``.zstd.bin`` when compressed)
     .shardwright/manifest.json                  the run in progress
     .shardwright/format.json                    the sample format claimed by the run's first sample
     .shardwright/shards/{shard:05d}-{seq:06d}-{epoch}.json   one commit round's records of one shard
@@ -34,6 +34,12 @@ whose epoch its chunk and record names carry, so a shard can move to another nod
 lost) while fencing stays per shard. A protocol-4 run still resumes under 5: its records chain
 as before and a new claim's epoch is above theirs (clock assumption); a protocol-4 process
 never resumes a protocol-5 manifest (it does not know claims).
+6 = chunks are named by their content (the hex of their xxh3_128 checksum) instead of the
+writer's epoch (issue 35: two runs of the same call write the same file names; a fenced
+writer can only write a name with the holder's very bytes, and on local disk it never replaces
+an existing complete copy: ``Storage.write_content_named``); record, progress and lease names
+keep the epoch. A protocol-5 run resumes under 6 (its chunks keep their names); a protocol-5
+process refuses a protocol-6 manifest (its cleanup would not know the new names as ours).
 ``progress/`` (issue 32) needs no bump either: it only saves work past a shard's last record,
 which a version that ignores it redoes from the records (a generator from its start, skipping
 the outputs committed), and an older cleanup leaves it behind harmlessly (a snapshot names its
@@ -46,10 +52,11 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 # manifests this version resumes: protocol 4 wrote under node-lease epochs, which a claim's
-# epoch (above them by the clock assumption) continues
-RESUMABLE_PROTOCOLS = (4, 5)
+# epoch (above them by the clock assumption) continues; 5's chunks named by epoch are kept
+# as their records name them, the chunks written after the resume are named by content
+RESUMABLE_PROTOCOLS = (4, 5, 6)
 
 INDEX_KEY = "index.json"
 STATE_DIR = ".shardwright"
@@ -81,15 +88,30 @@ def source_state_key(name: str) -> str:
     return f"{SOURCES_PREFIX}{name}"
 
 
-def chunk_filename(generation: int, shard: int, seq: int, compression: str | None, epoch: int | None = None) -> str:
-    """Name of chunk ``seq`` of ``shard`` written by run generation ``generation`` under the
-    lease epoch ``epoch`` (the protocol always passes one: a writer that lost its lease can
-    then never overwrite a chunk of the holder that took over; see the package docstring)."""
+def chunk_filename(
+    generation: int, shard: int, seq: int, compression: str | None, epoch: int | None = None, content: str | None = None
+) -> str:
+    """Name of chunk ``seq`` of ``shard`` written by run generation ``generation``.
+
+    The protocol (6) passes ``content``, the hex digest of the chunk's stored bytes: the name
+    then depends on nothing but what the chunk holds, so two runs of the same call write the
+    same names, and a writer fenced out of its claim can only ever write a name the holder
+    writes with the very same bytes (see the package docstring, Fencing). Protocols 4 and 5
+    named chunks by the writer's lease ``epoch`` (a millisecond stamp); their runs still resume
+    and their datasets still read, since records and index.json carry the names as written."""
     # litdata's reader finds the decompressed file by removing f".{compression}" from the name,
     # so a compressed chunk must be named *.zstd.bin while the index says "zstd".
     suffix = ".zstd.bin" if compression is not None and compression.startswith("zstd") else ".bin"
-    tail = "" if epoch is None else f"-{epoch}"
+    if content is not None:
+        if not _CONTENT.match(content):
+            raise ValueError(f"a chunk's content digest must be 16-64 lowercase hex digits, not {content!r}")
+        tail = f"-{content}"
+    else:
+        tail = "" if epoch is None else f"-{epoch}"
     return f"{CHUNK_PREFIX}{generation}-{shard:05d}-{seq:06d}{tail}{suffix}"
+
+
+_CONTENT = re.compile(r"^[0-9a-f]{16,64}$")
 
 
 def chunk_generation(filename: str) -> int | None:
@@ -103,7 +125,7 @@ def chunk_generation(filename: str) -> int | None:
     return None
 
 
-_OUR_CHUNK = re.compile(r"^chunk-\d+-\d{5,}-\d{6,}(-\d+)?(\.zstd)?\.bin$")
+_OUR_CHUNK = re.compile(r"^chunk-\d+-\d{5,}-\d{6,}(-\d+|-[0-9a-f]{16,64})?(\.zstd)?\.bin$")
 
 
 def is_our_chunk_name(key: str) -> bool:

@@ -98,6 +98,9 @@ def discard_run_state(storage: Storage, generation: int, keep: frozenset[str] | 
     for key in storage.list("chunk-"):
         if is_top_level_chunk(key) and chunk_generation(key) == generation and key not in keep:
             storage.delete(key, durable=False)
+    # temp files of chunks whose writer was SIGKILLed before placing them (local disk): every
+    # shard is done or the run abandoned, so no writer of this run may still be placing one
+    storage.remove_leftover_temps(f"{CHUNK_PREFIX}{generation}-")
     # shard claims left by killed processes (a done shard is never claimed again, so nobody
     # else would take them over); a holder still running somewhere loses its claim and stops
     # at its next record write

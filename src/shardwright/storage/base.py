@@ -54,6 +54,8 @@ __all__ = ["ObjectInfo", "Storage", "check_input_key", "check_key", "check_range
 WRITE_OPERATIONS = (
     "write_bytes",
     "write_parts",
+    "write_content_named",
+    "remove_leftover_temps",
     "create_exclusive",
     "replace_if_version",
     "delete",
@@ -177,6 +179,28 @@ class Storage(abc.ABC):
         A chunk of large items is its header and the items: a backend that can write them
         as they are (local disk: writev) skips a copy of the whole chunk. The default joins."""
         self.write_bytes(key, b"".join(parts), durable=durable)
+
+    def write_content_named(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
+        """:meth:`write_parts` of a key whose name is derived from its content (a chunk named
+        by its checksum): whoever writes ``key`` writes these very bytes, so a copy already
+        there is as good as ours.
+
+        The default replaces, which is harmless where a write is atomic and durable when it
+        returns (the object stores): a late writer replaces the object with identical bytes.
+        A backend whose fresh writes are durable only at :meth:`barrier` (local disk) must
+        instead keep an existing complete copy: replacing a durable file that a commit record
+        names with a not-yet-durable one would let a power cut tear it (docs/design.md)."""
+        if len(parts) == 1:  # no joined copy of a chunk already in one piece
+            self.write_bytes(key, parts[0], durable=durable)
+        else:
+            self.write_parts(key, parts, durable=durable)
+
+    def remove_leftover_temps(self, prefix: str) -> int:
+        """Remove the temp files a writer killed between creating and placing a top-level key
+        starting with ``prefix`` left behind; returns how many. Only call it when no writer
+        may still be placing such a key (a published run's chunks). The default has none to
+        remove: an object store's write is one request."""
+        return 0
 
     @abc.abstractmethod
     def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:

@@ -34,6 +34,7 @@ from .files import (
     unlink_quiet,
     write_all,
 )
+from .keep_same import place_keeping_same, remove_leftover_temps, write_temp_at
 from .pin import Pin, check_pinned, open_pinned_dir, pin_for
 from .registry import register_backend
 
@@ -213,6 +214,64 @@ class LocalStorage(Storage):
 
     def write_parts(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
         self._write(key, parts, durable)  # writev: no joined copy of a chunk of large items
+
+    def write_content_named(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
+        """Never replaces a complete copy of these bytes (storage.keep_same says why). Under
+        a pinned output through the directory's descriptor (storage.pin), else by path (no
+        descriptor to open per chunk)."""
+        path = self._path(key)
+        if self._pin is not None:
+            try:
+                pinned = open_pinned_dir(self._pin, os.path.dirname(path))
+            except OSError as e:
+                self._raise_os_error(e, path)
+            directory: int | None = pinned
+            name, tmp = os.path.basename(path), os.path.basename(tmp_name(path))
+            try:
+                write_temp_at(pinned, tmp, parts, durable)
+            except BaseException as e:
+                os.close(pinned)
+                if isinstance(e, OSError):
+                    self._raise_os_error(e, path)
+                raise
+        else:
+            directory, name = None, path
+            tmp = self._write_tmp(path, parts, fsync=durable)
+        try:
+            try:
+                kept = place_keeping_same(directory, tmp, name, parts, lambda fn: self._locked(path, fn))
+                if kept and durable:  # the copy kept may be a killed writer's, never flushed
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError as e:
+                self._raise_os_error(e, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=directory)
+            if durable:
+                if directory is None:
+                    fsync_dir(os.path.dirname(path))
+                else:
+                    os.fsync(directory)
+        finally:
+            if directory is not None:
+                os.close(directory)
+        if not durable:  # the barrier fsyncs whatever file is at the path: ours or the one kept
+            lock, pending = self._pending_set()
+            with lock:
+                pending.add(path)
+
+    def remove_leftover_temps(self, prefix: str) -> int:
+        if self._pin is not None:
+            check_pinned(self._pin, self.root)
+        return remove_leftover_temps(self.root, prefix, _LOCK_SUFFIX)
+
+    def _locked(self, path: str, fn: Any) -> Any:
+        with self._cas_lock(path):
+            return fn()
 
     def barrier(self) -> None:
         """fsync every file written with ``durable=False`` since the last barrier, then their
