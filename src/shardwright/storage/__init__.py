@@ -6,7 +6,7 @@ module                    its one job
 :mod:`.base`              the :class:`Storage` interface and its guarantees; ``check_key``
 :mod:`.files`             local-file helpers: temp names, fsync of dirs, syncfs, quiet unlink,
                           the one disk-full mapping (each caller gives its own fix)
-:mod:`.local`             :class:`LocalStorage`, a directory (and its CAS side-lock ``FileLock``)
+:mod:`.local`             :class:`LocalStorage`, a directory (its CAS side-lock: :mod:`.file_lock`)
 :mod:`.cloud`             the one base of every object store: retry loop, client per process,
                           lost-reply rule, atomic download, the error mapping
 :mod:`.failure`           the kinds of failure (:class:`~.failure.Failure`) and their one line

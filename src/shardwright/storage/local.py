@@ -4,7 +4,7 @@ Durability: every write goes to a unique temp file in the target's directory, is
 ``fsync``-ed, then renamed (or hard-linked, for create-if-absent) into place, and the
 directory is ``fsync``-ed so the new name itself survives a power loss. Rename and link within
 one directory are atomic on POSIX file systems, so readers never see a torn file.
-Compare-and-swap serialises on a side lock file (:class:`FileLock`).
+Compare-and-swap serialises on a side lock file (:class:`~.file_lock.FileLock`).
 
 Registers the ``file`` scheme (and plain paths) with :mod:`.registry`.
 """
@@ -22,6 +22,7 @@ from typing import IO, Any, NoReturn
 
 from ..errors import OutputDirError, OutputIsAFileError
 from .base import ObjectInfo, Storage, check_range
+from .file_lock import FileLock
 from .files import (
     NOT_WRITABLE_ERRNOS,
     TMP_NAME_RE,
@@ -506,51 +507,6 @@ class LocalStorage(Storage):
     def check(self) -> None:
         """Raise OutputDirError unless the root is a directory we can create files in."""
         check_local_dir(self.root, create=False)
-
-
-class FileLock:
-    """An exclusive lock on a side file; excludes other processes and other threads.
-
-    ``flock`` locks belong to the open file description, so two opens in one process also
-    exclude each other (unlike ``fcntl``/POSIX record locks).
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        self._fd: int | None = None
-        self._fallback: Any = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - non-POSIX
-            os.close(fd)
-            import filelock
-
-            self._fallback = filelock.FileLock(self.path + ".filelock")
-            self._fallback.acquire()
-            return
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-        elif self._fallback is not None:  # pragma: no cover
-            self._fallback.release()
-
-    def __enter__(self) -> FileLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def make_dirs(path: str, what: str) -> None:
