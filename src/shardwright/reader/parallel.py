@@ -17,16 +17,14 @@ or re-split epoch draws the same numbers for the same tuple.
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
-from ..errors import ArgumentTypeError, UsageError
-from .dataset import StreamingDataset, as_iterable
+from ..errors import ArgumentTypeError, ResumeStateError, UsageError
+from .dataset import StreamingDataset
+from .members import MemberZip, check_members, forward, member_lens, member_states, prepared, restore_members, rngs_for
+from .members import share as member_share
 from .order import EpochSequence, iter_segment
 from .partition import rank_range
 from .positional import PositionalResumable
@@ -76,11 +74,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         datasets = list(datasets)
         if not datasets:
             raise UsageError("ParallelStreamingDataset needs at least one dataset")
-        for d in datasets:
-            if not isinstance(d, StreamingDataset):
-                raise ArgumentTypeError(
-                    f"ParallelStreamingDataset zips StreamingDataset objects, got {type(d).__name__}"
-                )
+        ours = check_members(datasets, "ParallelStreamingDataset")
         if length == float("inf"):
             raise UsageError(
                 "length=float('inf') is refused: an endless epoch cannot be split into resumable shares; pass the "
@@ -106,8 +100,14 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
                 for p in inspect.signature(transform).parameters.values()
             )
             if nargs not in (1, 2):
-                raise UsageError(f"transform must take 1 argument (samples) or 2 (samples, rngs), it takes {nargs}")
-        self.datasets = [as_iterable(d) for d in datasets]
+                raise UsageError(
+                    f"transform function must take 1 or 2 arguments: (samples) or (samples, rngs); it takes {nargs}"
+                )
+        self.datasets = prepared(datasets)
+        # members other than StreamingDatasets: read as iterables, resumed by their own state
+        self._members = not ours
+        self.own_epoch = None if ours else 0
+        self._member_iter: MemberZip | None = None
         self.length, self.transform, self.seed = length, transform, seed
         self.resume, self.reset_rngs = resume, reset_rngs
         self._nargs = nargs
@@ -149,15 +149,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         return out
 
     def _rngs(self, epoch: int, position: int) -> dict:
-        import torch
-
-        key = (self.seed, position) if self.reset_rngs else (self.seed, epoch, position)
-        seed = int(hashlib.sha256(str(key).encode()).hexdigest(), 16) % (2**32 - 1)
-        return {
-            "random": random.Random(seed),  # not for secrets: reproducible augmentation
-            "numpy": np.random.default_rng(seed),
-            "torch": torch.Generator().manual_seed(seed),
-        }
+        return rngs_for((self.seed, position) if self.reset_rngs else (self.seed, epoch, position))
 
     def _read(self, epoch: int, lo: int, hi: int) -> Iterator[Any]:
         for start in range(lo, hi, _BLOCK):
@@ -176,12 +168,21 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def __len__(self) -> int:
         """This rank's tuples in an epoch."""
+        if self._members:
+            if self.length is not None:
+                return self.length
+            sizes, missing = member_lens(self.datasets)
+            if missing is not None:
+                raise TypeError(f"dataset {missing} of this ParallelStreamingDataset has no len()")
+            return min(sizes)
         start, end = rank_range(self.plan_size, self.layout(1), self.datasets[0].rank)
         return end - start
 
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self._members:
+            return self._iter_members(worker, workers)
         if info is None:
             self.set_epoch(self.epoch)  # refreshes rank / world size in this process
         epoch = self.epoch
@@ -189,12 +190,85 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         runs = self.stream_runs(epoch, workers, worker, rank, info is None)
         return (sample for lo, hi in runs for sample in self._read(epoch, lo, hi))
 
+    def _iter_members(self, worker: int, workers: int) -> Iterator[Any]:
+        epoch, seed = self.epoch, self.seed
+        base = epoch * self.length if self.length is not None and self.resume else 0
+
+        def rng_key(position: int) -> tuple:
+            # the worker too: a member that does not split among workers gives each the same items
+            return (seed, worker, base + position) if self.reset_rngs else (seed, epoch, worker, base + position)
+
+        members = [member_share(d, worker, workers) for d in self.datasets]
+        self._member_iter = MemberZip(members, self.length, self.transform, self._nargs, rng_key)
+        return self._member_iter
+
+    def state_dict(
+        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
+    ) -> dict:
+        """litdata's dataset-level state of members other than StreamingDatasets: each member's
+        own ``state_dict`` (``{}`` before the first iteration). A zip of StreamingDatasets is
+        saved by ``StreamingDataLoader.state_dict()`` (exact on any layout)."""
+        if not self._members:
+            raise UsageError(
+                "a ParallelStreamingDataset of StreamingDatasets is saved with StreamingDataLoader.state_dict() "
+                "(exact, on any num_workers): iterate it with a StreamingDataLoader"
+            )
+        counts = num_samples_yielded
+        if counts is None and self._member_iter is not None:
+            counts = self._member_iter.yielded
+        return member_states(self.datasets, counts, num_workers, batch_size)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hand each member its part of a :meth:`state_dict` (litdata's dataset-level protocol)."""
+        if not self._members:
+            raise UsageError(
+                "a ParallelStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
+            )
+        restore_members(self.datasets, state)
+
+    def _no_loader_state(self) -> None:
+        if self._members:
+            raise ResumeStateError(
+                "StreamingDataLoader saves and resumes a ParallelStreamingDataset of StreamingDatasets only; with "
+                "other members save the dataset's state_dict() (each member's own) and pass it to load_state_dict()"
+            )
+
+    def epoch_start(self, epoch: int, num_workers: int) -> Any:
+        if self._members:
+            forward(self.datasets, "set_num_workers", num_workers)
+            return None
+        return super().epoch_start(epoch, num_workers)
+
+    def position_after(self, epoch: int, start: Any, batches: int) -> dict:
+        self._no_loader_state()
+        return super().position_after(epoch, start, batches)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        self._no_loader_state()
+        return super().fresh_position(epoch, num_workers)
+
+    def check_position(self, position: object) -> int:
+        self._no_loader_state()
+        return super().check_position(position)
+
+    def clear_resume(self) -> None:
+        if not self._members:
+            super().clear_resume()
+
     # --- Resumable: StreamingDataLoader's save and resume (the rest in PositionalResumable) ---
 
     def identity(self) -> dict:
+        if self._members:
+            return {"parallel_members": [type(d).__name__ for d in self.datasets], "length": self.length}
         return {"parallel": [d.identity() for d in self.datasets], "length": self.length, "resume": self.resume}
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> ParallelStreamingDataset:
+        if self._members:  # litdata's protocol: the loader's options go to each member that takes them
+            if shuffle is not None:
+                forward(self.datasets, "set_shuffle", shuffle)
+            if drop_last is not None:
+                forward(self.datasets, "set_drop_last", drop_last)
+            return self
         if shuffle is None and drop_last is None:
             return self
         view = copy.copy(self)
@@ -203,5 +277,9 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
+        if self._members:
+            forward(self.datasets, "set_batch_size", batch_size)
+            forward(self.datasets, "set_drop_last", drop_last)
+            return
         for d in self.datasets:
             d.configure_loader(batch_size, drop_last)

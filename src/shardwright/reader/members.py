@@ -1,0 +1,215 @@
+"""Members of a CombinedStreamingDataset / ParallelStreamingDataset that are not (all)
+StreamingDatasets: iterable datasets following litdata's dataset protocol (``set_epoch``,
+``set_shuffle``, ``set_drop_last``, ``set_batch_size``, ``set_num_workers``, ``state_dict``,
+``load_state_dict``, each optional) and plain sized iterables (a ``range``, a list).
+
+Such a member is read by iterating it. Its order, shuffle and resume are its own (the setters
+are forwarded to it where it has them, as litdata does); only a plain sequence (a ``range``,
+list or tuple) is split among DataLoader workers here, by stride, so that each of its items
+is read once per epoch and not once per worker. The exact, layout-independent resume of
+StreamingDatasets needs every member to be one: with any other member the mix and the zip
+are resumed through the members' own ``state_dict`` (litdata's dataset-level protocol).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentTypeError
+from .dataset import StreamingDataset, as_iterable
+
+__all__ = [
+    "MemberMix",
+    "MemberZip",
+    "check_members",
+    "forward",
+    "member_lens",
+    "member_states",
+    "restore_members",
+    "share",
+]
+
+
+def check_members(datasets: list, owner: str) -> bool:
+    """True if every dataset is a StreamingDataset (the exact-resume path); otherwise check
+    that each one can be iterated, refusing what cannot, in one line naming the fix."""
+    for i, d in enumerate(datasets):
+        if isinstance(d, StreamingDataset):
+            continue
+        if isinstance(d, (str, bytes, dict)) or not callable(getattr(d, "__iter__", None)):
+            raise ArgumentTypeError(
+                f"{owner} reads StreamingDatasets, iterable datasets or sized iterables (a range, a list); element "
+                f"{i} is a {type(d).__name__}, which is not one: pass a list of its items or an IterableDataset"
+            )
+    return all(isinstance(d, StreamingDataset) for d in datasets)
+
+
+def prepared(datasets: list) -> list:
+    """The members as read: ours as iterable views, the others as given."""
+    return [as_iterable(d) if isinstance(d, StreamingDataset) else d for d in datasets]
+
+
+def forward(datasets: list, name: str, *args: Any) -> None:
+    """Call ``name(*args)`` on every member that has it (litdata's protocol: all optional)."""
+    for d in datasets:
+        method = getattr(d, name, None)
+        if callable(method):
+            method(*args)
+
+
+def member_len(d: Any) -> int | None:
+    try:
+        return len(d)
+    except TypeError:  # an iterable without a length
+        return None
+
+
+def member_lens(datasets: list, sizes_of_ours: bool = False) -> tuple[list[int], int | None]:
+    """The members' lengths and the index of the first without ``len()`` (None: all have one).
+    ``sizes_of_ours``: a StreamingDataset's whole size, not this rank's share."""
+    sizes = []
+    for i, d in enumerate(datasets):
+        n = d.plan_size if sizes_of_ours and isinstance(d, StreamingDataset) else member_len(d)
+        if n is None:
+            return [], i
+        sizes.append(n)
+    return sizes, None
+
+
+def share(d: Any, stream: int, streams: int) -> Any:
+    """What worker ``stream`` of ``streams`` reads of member ``d``: a stride of a plain
+    sequence, the member itself otherwise (it splits among workers itself, or not at all)."""
+    if streams > 1 and isinstance(d, Sequence) and not isinstance(d, (str, bytes)):
+        return d[stream::streams]
+    return d
+
+
+def member_states(datasets: list, counts: list[int] | None, num_workers: int, batch_size: int) -> dict:
+    """litdata's dataset-level state: ``{"i": member.state_dict(...)}`` for members that have one."""
+    if counts is None:
+        return {}
+    out = {}
+    for i, d in enumerate(datasets):
+        method = getattr(d, "state_dict", None)
+        if callable(method):
+            out[str(i)] = method(num_workers=num_workers, batch_size=batch_size, num_samples_yielded=counts[i])
+    return out
+
+
+def restore_members(datasets: list, state: dict) -> None:
+    """Hand each member its part of ``state`` (``{"dataset": {"i": ...}}`` or ``{"i": ...}``)."""
+    parts = state.get("dataset", state) if isinstance(state, dict) else None
+    if not isinstance(parts, dict):
+        raise ArgumentTypeError(f"load_state_dict takes a dict of member states, got {type(state).__name__}")
+    for i, d in enumerate(datasets):
+        method = getattr(d, "load_state_dict", None)
+        if str(i) in parts and callable(method):
+            method(parts[str(i)])
+
+
+class MemberMix:
+    """An iterator mixing members by weight: each step draws a member among those not
+    exhausted (``stop_at_first``: the stream ends with the first exhausted one), and takes
+    ``repeats[member]`` items in a row from it (1, or a batch with ``per_stream``)."""
+
+    def __init__(
+        self, members: list, weights: list[float], rng: np.random.Generator, stop_at_first: bool, repeats: list[int]
+    ):
+        self._iterators = [iter(d) for d in members]
+        self._weights = np.asarray(weights, dtype=np.float64)
+        self._active = [True] * len(members)
+        self._rng, self._stop_at_first, self._repeats = rng, stop_at_first, repeats
+        self._current, self._left = -1, 0
+        self.yielded = [0] * len(members)  # items taken from each member so far
+
+    def __iter__(self) -> MemberMix:
+        return self
+
+    def _draw(self) -> int:
+        active = np.flatnonzero(self._active)
+        if max(self._repeats) > 1 and len(active) > 1 and self._current in active:
+            # per_stream: another member after a batch, so a batch's run never joins the next one's
+            active = active[active != self._current]
+        if len(active) == 0:
+            raise StopIteration
+        w = self._weights[active]
+        if w.sum() <= 0:  # only zero-weight members left: they still hold items of the epoch
+            w = np.ones(len(active))
+        return int(active[min(int(np.searchsorted(np.cumsum(w), self._rng.random() * w.sum(), "right")), len(w) - 1)])
+
+    def __next__(self) -> Any:
+        while True:
+            if self._left <= 0 or not self._active[self._current]:
+                self._current = self._draw()
+                self._left = self._repeats[self._current]
+            d = self._current
+            try:
+                item = next(self._iterators[d])
+            except StopIteration:
+                self._active[d] = False
+                if self._stop_at_first:
+                    self._active = [False] * len(self._active)
+                    raise
+                continue
+            self._left -= 1
+            self.yielded[d] += 1
+            return item
+
+
+class MemberZip:
+    """An iterator of tuples, one item of each member; ``length`` None ends with the first
+    exhausted member, an int cycles the shorter ones (re-iterated) up to ``length`` tuples.
+    ``rng_key(position)`` seeds the generators of a 2-argument ``transform``."""
+
+    def __init__(self, members: list, length: int | None, transform: Any, nargs: int | None, rng_key: Any):
+        self._members = members
+        self._iterators = [iter(d) for d in members]
+        self._length, self._transform, self._nargs, self._rng_key = length, transform, nargs, rng_key
+        self.position = 0
+        self.yielded = [0] * len(members)  # items taken from each member in its current cycle
+        self.cycles = [0] * len(members)
+
+    def __iter__(self) -> MemberZip:
+        return self
+
+    def _next_of(self, d: int) -> Any:
+        try:
+            return next(self._iterators[d])
+        except StopIteration:
+            if self._length is None or self.yielded[d] == 0:  # an empty member cannot cycle
+                raise
+        self._iterators[d] = iter(self._members[d])
+        self.cycles[d] += 1
+        self.yielded[d] = 0
+        return next(self._iterators[d])
+
+    def __next__(self) -> Any:
+        if self._length is not None and self.position >= self._length:
+            raise StopIteration
+        samples = tuple([self._next_of(d) for d in range(len(self._members))])  # a list: StopIteration ends
+        for d in range(len(self._members)):
+            self.yielded[d] += 1
+        key = self._rng_key(self.position)
+        self.position += 1
+        if self._transform is None:
+            return samples
+        if self._nargs == 1:
+            return self._transform(samples)
+        return self._transform(samples, rngs_for(key))
+
+
+def rngs_for(key: tuple) -> dict:
+    """``{"random", "numpy", "torch"}`` generators seeded by ``key`` (reproducible augmentation)."""
+    import torch
+
+    seed = int(hashlib.sha256(str(key).encode()).hexdigest(), 16) % (2**32 - 1)
+    return {
+        "random": random.Random(seed),  # not for secrets: reproducible augmentation
+        "numpy": np.random.default_rng(seed),
+        "torch": torch.Generator().manual_seed(seed),
+    }
