@@ -230,9 +230,9 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             self._member_iter = MemberMix(
                 [share(d, worker, workers) for d in self.datasets],
                 self.weights,
-                _draws(self.seed, self.epoch, worker, 0),
+                self.seed,
                 self._mix.stop_at_first,
-                self._repeats if self.batching_method == "per_stream" else [1] * len(self.datasets),
+                self._repeats if self.batching_method == "per_stream" else None,
             )
             return self._member_iter
         epoch = self.epoch

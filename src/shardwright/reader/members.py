@@ -113,50 +113,65 @@ def restore_members(datasets: list, state: dict) -> None:
 
 
 class MemberMix:
-    """An iterator mixing members by weight: each step draws a member among those not
-    exhausted (``stop_at_first``: the stream ends with the first exhausted one), and takes
-    ``repeats[member]`` items in a row from it (1, or a batch with ``per_stream``)."""
+    """An iterator mixing members by weight as litdata draws them, so that a switched mix
+    interleaves as before: each step a weighted choice of ``random.Random(seed)`` among the
+    members not exhausted (their weights renormalised as members run out); no draw when one
+    member is left. ``stop_at_first``: the stream ends with the first exhausted member.
+    ``per_stream``: a drawn member gives ``repeats[member]`` items in a row, then draws are
+    repeated until another member comes up (when several are left)."""
 
-    def __init__(
-        self, members: list, weights: list[float], rng: np.random.Generator, stop_at_first: bool, repeats: list[int]
-    ):
+    def __init__(self, members: list, weights: list[float], seed: int, stop_at_first: bool, repeats: list[int] | None):
         self._iterators = [iter(d) for d in members]
-        self._weights = np.asarray(weights, dtype=np.float64)
+        total = sum(weights)
+        self._weights = [w / total for w in weights]
         self._active = [True] * len(members)
-        self._rng, self._stop_at_first, self._repeats = rng, stop_at_first, repeats
+        self._rng = random.Random(seed)  # not for secrets: litdata's draw sequence for this seed
+        self._stop_at_first, self._repeats = stop_at_first, repeats
         self._current, self._left = -1, 0
         self.yielded = [0] * len(members)  # items taken from each member so far
 
     def __iter__(self) -> MemberMix:
         return self
 
-    def _draw(self) -> int:
-        active = np.flatnonzero(self._active)
-        if max(self._repeats) > 1 and len(active) > 1 and self._current in active:
-            # per_stream: another member after a batch, so a batch's run never joins the next one's
-            active = active[active != self._current]
-        if len(active) == 0:
-            raise StopIteration
-        w = self._weights[active]
-        if w.sum() <= 0:  # only zero-weight members left: they still hold items of the epoch
-            w = np.ones(len(active))
-        return int(active[min(int(np.searchsorted(np.cumsum(w), self._rng.random() * w.sum(), "right")), len(w) - 1)])
+    def _choose(self) -> int:
+        active = [i for i, on in enumerate(self._active) if on]
+        weights = [self._weights[i] for i in active]
+        if sum(weights) <= 0:  # only zero-weight members left: they still hold items of the epoch
+            weights = [1.0] * len(active)
+        return self._rng.choices(active, weights=weights, k=1)[0]
+
+    def _pick(self) -> int:
+        if self._repeats is None:
+            return self._choose()
+        if self._current < 0 or not self._active[self._current]:
+            self._current, self._left = self._choose(), 0
+            self._left = self._repeats[self._current]
+        elif self._left <= 0:
+            if sum(self._active) > 1:
+                last = self._current
+                while self._current == last:
+                    self._current = self._choose()
+            self._left = self._repeats[self._current]
+        self._left -= 1
+        return self._current
 
     def __next__(self) -> Any:
         while True:
-            if self._left <= 0 or not self._active[self._current]:
-                self._current = self._draw()
-                self._left = self._repeats[self._current]
-            d = self._current
+            left = [i for i, on in enumerate(self._active) if on]
+            if not left:
+                raise StopIteration
+            d = left[0] if len(left) == 1 and not self._stop_at_first else self._pick()
             try:
                 item = next(self._iterators[d])
             except StopIteration:
-                self._active[d] = False
                 if self._stop_at_first:
                     self._active = [False] * len(self._active)
                     raise
+                self._active[d] = False
+                total = sum(w for i, w in enumerate(self._weights) if self._active[i])
+                if total > 0:
+                    self._weights = [w / total for w in self._weights]
                 continue
-            self._left -= 1
             self.yielded[d] += 1
             return item
 
