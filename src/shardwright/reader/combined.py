@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
-from .dataset import StreamingDataset
 from .members import MemberMix, check_members, forward, member_lens, member_states, prepared, restore_members, share
 from .resume import EpochStart, combined_position, fresh_point, parse_combined
 from .torch_bases import IterableBase as _IterableBase
@@ -141,10 +140,14 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
     weights set how the datasets are interleaved.
 
     Args (litdata's, in litdata's order):
-        datasets: the StreamingDataset objects (each keeps its own shuffle/seed options).
+        datasets: StreamingDataset objects (each keeps its own shuffle/seed options); or, as
+            litdata takes them, any iterable datasets (litdata's dataset protocol) and plain
+            iterables such as a range or a list: then each is iterated as it is, the mix is
+            drawn as litdata draws it, and the dataset's ``state_dict`` / ``load_state_dict``
+            delegate to the members' own (see :mod:`.members`).
         seed: a non-negative int, the same on every rank.
-        weights: one positive number per dataset; default: their lengths (a uniform mix
-            over items).
+        weights: one positive number per dataset (zeros allowed, not all, with other
+            members); default: their lengths (a uniform mix over items).
         iterate_over_all: True (default): the epoch ends when every dataset's share is used
             up; False: it ends as soon as one dataset's share is (litdata's stop-at-first
             mix; the loader has no length then, as in litdata). Both resume exactly.
@@ -152,14 +155,13 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             "per_stream" (each batch comes from one dataset, drawn by weight).
 
     Raises:
-        ArgumentTypeError (a TypeError): an element of datasets is not a StreamingDataset,
-            or an argument of the wrong type (e.g. weights given second, shardwright's old order).
+        ArgumentTypeError (a TypeError): an element of datasets cannot be iterated, or an argument of the wrong type (e.g. weights given second, shardwright's old order).
         UsageError (a ValueError): no datasets, or weights of the wrong length or not positive.
     """
 
     def __init__(
         self,
-        datasets: list[StreamingDataset],
+        datasets: list[Any],
         seed: int = 42,
         weights: list[float] | None = None,
         iterate_over_all: bool = True,

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
-from .dataset import StreamingDataset
 from .members import MemberZip, check_members, forward, member_lens, member_states, prepared, restore_members, rngs_for
 from .members import share as member_share
 from .order import EpochSequence, iter_segment
@@ -42,7 +41,9 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
     one sample of each (litdata's ``ParallelStreamingDataset``).
 
     Args:
-        datasets: the datasets (at least one).
+        datasets: the datasets (at least one): StreamingDatasets, or, as litdata takes them,
+            iterable datasets (litdata's protocol) and plain iterables (a range, a list),
+            iterated as they are (see :mod:`.members`).
         length: None: one pass, as long as the shortest dataset; an int: that many tuples per
             epoch, shorter datasets cycling (each cycle in a new order when they shuffle).
         force_override_state_dict: litdata's option; refused (a state always matches here).
@@ -55,7 +56,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         reset_rngs: True seeds the generators by position only (the same numbers every epoch).
 
     Raises:
-        ArgumentTypeError (a TypeError): an element is not a StreamingDataset, or a flag is not a bool.
+        ArgumentTypeError (a TypeError): an element cannot be iterated, or a flag is not a bool.
         UsageError (a ValueError): no datasets, ``length`` not None or an int >= 1 (an infinite
             epoch cannot be split into resumable shares: pass the number of samples to read),
             a transform of other than 1 or 2 arguments, or force_override_state_dict=True.
@@ -63,7 +64,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def __init__(
         self,
-        datasets: list[StreamingDataset],
+        datasets: list[Any],
         length: int | float | None = None,
         force_override_state_dict: bool = False,
         transform: Callable[..., Any] | None = None,
