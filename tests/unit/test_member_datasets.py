@@ -181,3 +181,23 @@ def test_parallel_members_states_resume_the_zip_and_transforms_draw_reproducibly
     assert [r for _, r in other] != [r for _, r in one]
     with pytest.raises(UsageError, match="transform function must take 1 or 2 arguments"):
         ParallelStreamingDataset([range(3)], transform=lambda a, b, c: a)
+
+
+@pytest.mark.parametrize("options", [{}, {"iterate_over_all": False}, {"batching_method": "per_stream"}])
+def test_a_mix_of_ranges_resumes_exactly_from_its_state(options):
+    def make():
+        mix = CombinedStreamingDataset([range(10), list(range(100, 104)), range(50, 60)], 3, [1, 2, 1], **options)
+        mix.set_batch_size([2, 1, 3])
+        return mix
+
+    whole = list(make())
+    for cut in sorted({0, 5, len(whole) // 2, len(whole) - 1, len(whole)}):
+        mix = make()
+        it = iter(mix)
+        head = [next(it) for _ in range(cut)]
+        state = mix.state_dict()
+        assert set(state) == {"0", "1", "2"} and sum(part["items_read"] for part in state.values()) == cut
+        again = make()
+        again.load_state_dict(state)  # the members skip what was read; the draws are replayed
+        assert head + list(again) == whole
+        assert list(again) == whole  # applied once: the next iteration starts the epoch afresh

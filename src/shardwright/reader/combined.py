@@ -18,7 +18,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
-from .members import MemberMix, check_members, forward, member_lens, member_states, prepared, restore_members, share
+from .members import (
+    MemberMix,
+    check_members,
+    forward,
+    member_lens,
+    member_states,
+    prepared,
+    restore_members,
+    share,
+    skipped,
+)
 from .resume import EpochStart, combined_position, fresh_point, parse_combined
 from .torch_bases import IterableBase as _IterableBase
 from .torch_bases import OverDatasets
@@ -197,6 +207,7 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         self.own_epoch = None if ours else 0
         self._repeats = [1] * len(datasets)  # per_stream: items per draw, per dataset
         self._member_iter: MemberMix | None = None
+        self._member_resume: tuple[dict[int, int], list[int] | None] | None = None  # (skips, draws made)
         self.weights, self.seed = weights, seed
         self.iterate_over_all, self.batching_method = iterate_over_all, batching_method
         self._mix = MixRule(stop_at_first=not iterate_over_all)
@@ -229,12 +240,15 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if self._members:
+            skips, replay = self._member_resume or ({}, None)
+            self._member_resume = None  # applied once: the next iteration starts afresh
             self._member_iter = MemberMix(
-                [share(d, worker, workers) for d in self.datasets],
+                [skipped(share(d, worker, workers), skips.get(i, 0)) for i, d in enumerate(self.datasets)],
                 self.weights,
                 self.seed,
                 self._mix.stop_at_first,
                 self._repeats if self.batching_method == "per_stream" else None,
+                replay,
             )
             return self._member_iter
         epoch = self.epoch
@@ -304,7 +318,7 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             raise UsageError(
                 "a CombinedStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
             )
-        restore_members(self.datasets, state)
+        self._member_resume = restore_members(self.datasets, state)
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> CombinedStreamingDataset:
         if self._members:  # litdata's protocol: the loader's options go to each member that takes them

@@ -32,6 +32,7 @@ __all__ = [
     "member_states",
     "restore_members",
     "share",
+    "skipped",
 ]
 
 
@@ -90,7 +91,8 @@ def share(d: Any, stream: int, streams: int) -> Any:
 
 
 def member_states(datasets: list, counts: list[int] | None, num_workers: int, batch_size: int) -> dict:
-    """litdata's dataset-level state: ``{"i": member.state_dict(...)}`` for members that have one."""
+    """litdata's dataset-level state: ``{"i": member.state_dict(...)}`` for members that have
+    one; ``{"i": {"items_read": n}}`` for the others (a range, a list: skipped on resume)."""
     if counts is None:
         return {}
     out = {}
@@ -98,18 +100,49 @@ def member_states(datasets: list, counts: list[int] | None, num_workers: int, ba
         method = getattr(d, "state_dict", None)
         if callable(method):
             out[str(i)] = method(num_workers=num_workers, batch_size=batch_size, num_samples_yielded=counts[i])
+        else:
+            out[str(i)] = {"items_read": counts[i]}
     return out
 
 
-def restore_members(datasets: list, state: dict) -> None:
-    """Hand each member its part of ``state`` (``{"dataset": {"i": ...}}`` or ``{"i": ...}``)."""
+def restore_members(datasets: list, state: dict) -> tuple[dict[int, int], list[int] | None]:
+    """Hand each member its part of ``state`` (``{"dataset": {"i": ...}}`` or ``{"i": ...}``).
+    Returns the items to skip of members without ``load_state_dict``, and the items each
+    member had given in this process (litdata's ``num_samples_yielded`` of worker 0, when the
+    state has it), from which a mix replays its draws."""
     parts = state.get("dataset", state) if isinstance(state, dict) else None
     if not isinstance(parts, dict):
         raise ArgumentTypeError(f"load_state_dict takes a dict of member states, got {type(state).__name__}")
+    skips: dict[int, int] = {}
     for i, d in enumerate(datasets):
+        part = parts.get(str(i))
         method = getattr(d, "load_state_dict", None)
-        if str(i) in parts and callable(method):
-            method(parts[str(i)])
+        if part is None:
+            continue
+        if callable(method):
+            method(part)
+        elif isinstance(part, dict) and type(part.get("items_read")) is int and part["items_read"] >= 0:
+            skips[i] = part["items_read"]
+        else:
+            raise ArgumentTypeError(f"member {i} has no load_state_dict and its state is not {{'items_read': n}}")
+    yielded = state.get("num_samples_yielded") if isinstance(state, dict) else None
+    counts = yielded.get(0, yielded.get("0")) if isinstance(yielded, dict) else None
+    if not (isinstance(counts, list) and len(counts) == len(datasets) and all(type(c) is int for c in counts)):
+        # without litdata's counts: those of a state every part of which is ours (items_read)
+        counts = [skips[i] for i in range(len(datasets))] if len(skips) == len(datasets) else None
+    return skips, counts
+
+
+def skipped(member: Any, n: int) -> Any:
+    """``member`` without its first ``n`` items (a slice of a sequence; else consumed)."""
+    if n <= 0:
+        return member
+    if isinstance(member, Sequence) and not isinstance(member, (str, bytes)):
+        return member[n:]
+    it = iter(member)
+    for _ in range(n):
+        next(it, None)
+    return it
 
 
 class MemberMix:
@@ -120,7 +153,15 @@ class MemberMix:
     ``per_stream``: a drawn member gives ``repeats[member]`` items in a row, then draws are
     repeated until another member comes up (when several are left)."""
 
-    def __init__(self, members: list, weights: list[float], seed: int, stop_at_first: bool, repeats: list[int] | None):
+    def __init__(
+        self,
+        members: list,
+        weights: list[float],
+        seed: int,
+        stop_at_first: bool,
+        repeats: list[int] | None,
+        replay: list[int] | None = None,
+    ):
         self._iterators = [iter(d) for d in members]
         total = sum(weights)
         self._weights = [w / total for w in weights]
@@ -129,6 +170,31 @@ class MemberMix:
         self._stop_at_first, self._repeats = stop_at_first, repeats
         self._current, self._left = -1, 0
         self.yielded = [0] * len(members)  # items taken from each member so far
+        if replay is not None:
+            self._replay(replay)
+            self.yielded = list(replay)
+
+    def _replay(self, counts: list[int]) -> None:
+        """Make the draws a run that gave ``counts`` items of each member made (litdata
+        replays them too): a draw of a member past its count is where it ran out."""
+        seen = [0] * len(counts)
+        while sum(seen) < sum(counts):
+            left = [i for i, on in enumerate(self._active) if on]
+            if not left:
+                return
+            d = left[0] if len(left) == 1 and not self._stop_at_first else self._pick()
+            if seen[d] >= counts[d]:
+                if self._stop_at_first:
+                    return
+                self._drop(d)
+                continue
+            seen[d] += 1
+
+    def _drop(self, d: int) -> None:
+        self._active[d] = False
+        total = sum(w for i, w in enumerate(self._weights) if self._active[i])
+        if total > 0:
+            self._weights = [w / total for w in self._weights]
 
     def __iter__(self) -> MemberMix:
         return self
@@ -167,10 +233,7 @@ class MemberMix:
                 if self._stop_at_first:
                     self._active = [False] * len(self._active)
                     raise
-                self._active[d] = False
-                total = sum(w for i, w in enumerate(self._weights) if self._active[i])
-                if total > 0:
-                    self._weights = [w / total for w in self._weights]
+                self._drop(d)
                 continue
             self.yielded[d] += 1
             return item

@@ -22,7 +22,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
-from .members import MemberZip, check_members, forward, member_lens, member_states, prepared, restore_members, rngs_for
+from .members import (
+    MemberZip,
+    check_members,
+    forward,
+    member_lens,
+    member_states,
+    prepared,
+    restore_members,
+    rngs_for,
+    skipped,
+)
 from .members import share as member_share
 from .order import EpochSequence, iter_segment
 from .partition import rank_range
@@ -109,6 +119,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         self._members = not ours
         self.own_epoch = None if ours else 0
         self._member_iter: MemberZip | None = None
+        self._member_skips: dict[int, int] = {}  # items to skip of members without load_state_dict
         self.length, self.transform, self.seed = length, transform, seed
         self.resume, self.reset_rngs = resume, reset_rngs
         self._nargs = nargs
@@ -199,7 +210,8 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
             # the worker too: a member that does not split among workers gives each the same items
             return (seed, worker, base + position) if self.reset_rngs else (seed, epoch, worker, base + position)
 
-        members = [member_share(d, worker, workers) for d in self.datasets]
+        skips, self._member_skips = self._member_skips, {}  # applied once: the next iteration starts afresh
+        members = [skipped(member_share(d, worker, workers), skips.get(i, 0)) for i, d in enumerate(self.datasets)]
         self._member_iter = MemberZip(members, self.length, self.transform, self._nargs, rng_key)
         return self._member_iter
 
@@ -225,7 +237,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
             raise UsageError(
                 "a ParallelStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
             )
-        restore_members(self.datasets, state)
+        self._member_skips = restore_members(self.datasets, state)[0]
 
     def _no_loader_state(self) -> None:
         if self._members:
