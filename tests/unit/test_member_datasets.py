@@ -201,3 +201,11 @@ def test_a_mix_of_ranges_resumes_exactly_from_its_state(options):
         again.load_state_dict(state)  # the members skip what was read; the draws are replayed
         assert head + list(again) == whole
         assert list(again) == whole  # applied once: the next iteration starts the epoch afresh
+
+
+def test_litdatas_profiler_options_are_refused_in_one_line():
+    for name in ("profile_batches", "profile_cprofile", "profile_dir"):
+        with pytest.raises(UsageError, match=rf"StreamingDataLoader\({name}=\) is refused: .*torch.profiler"):
+            StreamingDataLoader(CombinedStreamingDataset([range(3)]), **{name: True})
+    with pytest.raises(UsageError, match=r"\(profile_batches=, profile_cprofile=\) is refused"):
+        StreamingDataLoader(CombinedStreamingDataset([range(3)]), profile_cprofile=True, profile_batches=True)

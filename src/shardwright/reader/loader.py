@@ -77,6 +77,14 @@ class StreamingDataLoader(DataLoader):
                 f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
                 f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
+        profiler = [
+            k for k in ("profile_batches", "profile_cprofile", "profile_dir", "profile_skip_batches") if k in kwargs
+        ]
+        if profiler:
+            raise UsageError(
+                f"StreamingDataLoader({'=, '.join(profiler)}=) is refused: litdata's loader profiler is not offered; wrap "
+                "the loop in torch.profiler.profile() or cProfile instead"
+            )
         for refused in ("sampler", "batch_sampler"):
             if kwargs.get(refused) is not None:
                 raise UsageError(
