@@ -58,3 +58,26 @@ def test_zipped_ranges_in_two_workers_draw_distinct_reproducible_numbers():
     assert [a for a, _ in first] == [float(i) for i in range(12)]  # each tuple once across the workers
     assert len({r for _, r in first}) == 12
     assert run() == first
+
+
+def test_a_mix_of_ranges_saved_mid_epoch_by_two_workers_resumes_each_item_exactly_once():
+    def make():
+        return sw.CombinedStreamingDataset([range(40), list(range(100, 120)), range(500, 530)], 7, [1, 2, 1])
+
+    def loader():
+        return sw.StreamingDataLoader(make(), batch_size=4, num_workers=2)
+
+    whole = sorted(int(x) for b in loader() for x in b)
+    first = loader()
+    head: list[int] = []
+    for batch in first:  # a state taken while both workers have batches in flight
+        head += [int(x) for x in batch]
+        if len(head) >= 24:
+            break
+    state = first.state_dict()
+    assert sorted(state["num_samples_yielded"]) == [0, 1]  # litdata's keys: items taken, by worker
+    again = loader()
+    again.load_state_dict(state)
+    rest = [int(x) for b in again for x in b]
+    assert sorted(head + rest) == whole
+    assert sorted(int(x) for b in again for x in b) == whole  # the next epoch is whole again

@@ -130,9 +130,34 @@ def test_per_stream_takes_each_members_batch_size_in_a_row():
     assert all(len(r) == (3 if r[0] >= 1000 else 1) for r in runs[:-1])
 
 
-def test_the_loader_says_how_to_save_a_mix_with_other_members():
-    loader = StreamingDataLoader(CombinedStreamingDataset([range(4), range(4)]), batch_size=2)
-    assert sorted(x for b in loader for x in b.tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]
+def test_the_loader_saves_a_mix_of_other_members_in_litdatas_format_and_resumes_it_exactly():
+    def make():
+        return CombinedStreamingDataset([range(20), Counter(10, -1), list(range(100, 106))], 3, [1, 2, 1])
+
+    whole = [x for b in StreamingDataLoader(make(), batch_size=3) for x in b.tolist()]
+    for cut in (1, 4, len(whole) // 3):
+        loader = StreamingDataLoader(make(), batch_size=3)
+        head: list[int] = []
+        for batch in loader:
+            head += batch.tolist()
+            if len(head) >= 3 * cut:
+                break
+        state = loader.state_dict()
+        counts = state["num_samples_yielded"][0]
+        assert sum(counts) == len(head) and state["current_epoch"] == 1 and state["latest_worker_idx"] == 0
+        assert state["dataset"]["1"] == {"counter": counts[1], "seen": counts[1]}  # the member's own state
+        assert state["dataset"]["0"] == {"items_read": counts[0]}  # a range has none: ours
+        again = StreamingDataLoader(make(), batch_size=3)
+        again.load_state_dict(state)
+        assert again.current_epoch == 1
+        assert head + [x for b in again for x in b.tolist()] == whole  # the draws replayed, each item once
+    with pytest.raises(ResumeStateError, match="resumes from what this loader's state_dict"):
+        StreamingDataLoader(make(), batch_size=3).load_state_dict({"dataset": {}})
+
+
+def test_the_loader_still_refuses_to_save_a_zip_of_other_members():
+    loader = StreamingDataLoader(ParallelStreamingDataset([range(4), range(4)]), batch_size=2)
+    assert [[t.tolist() for t in b] for b in loader] == [[[0, 1], [0, 1]], [[2, 3], [2, 3]]]
     with pytest.raises(ResumeStateError, match="save the dataset's state_dict"):
         loader.state_dict()
 

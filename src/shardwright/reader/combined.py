@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
 from .members import (
     MemberMix,
+    Tagged,
     check_members,
     forward,
     member_lens,
@@ -207,7 +208,10 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         self.own_epoch = None if ours else 0
         self._repeats = [1] * len(datasets)  # per_stream: items per draw, per dataset
         self._member_iter: MemberMix | None = None
-        self._member_resume: tuple[dict[int, int], list[int] | None] | None = None  # (skips, draws made)
+        # (items_read skips, items given by each worker) of a loaded state, applied at the next iteration
+        self._member_resume: tuple[dict[int, int], dict[int, list[int]]] | None = None
+        self.saves_members = not ours  # StreamingDataLoader saves it in litdata's loader format
+        self._tag = False  # under a StreamingDataLoader: samples carry their worker's counts
         self.weights, self.seed = weights, seed
         self.iterate_over_all, self.batching_method = iterate_over_all, batching_method
         self._mix = MixRule(stop_at_first=not iterate_over_all)
@@ -240,17 +244,24 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if self._members:
-            skips, replay = self._member_resume or ({}, None)
+            skips, by_worker = self._member_resume or ({}, {})
             self._member_resume = None  # applied once: the next iteration starts afresh
-            self._member_iter = MemberMix(
-                [skipped(share(d, worker, workers), skips.get(i, 0)) for i, d in enumerate(self.datasets)],
+            replay = by_worker.get(worker)
+            # members without load_state_dict skip what this worker gave of them (none if it gave
+            # no batch before the state was taken)
+            counts = {i: (replay[i] if replay is not None else 0) for i in skips}
+            mix = MemberMix(
+                [skipped(share(d, worker, workers), counts.get(i, 0)) for i, d in enumerate(self.datasets)],
                 self.weights,
                 self.seed,
                 self._mix.stop_at_first,
                 self._repeats if self.batching_method == "per_stream" else None,
                 replay,
             )
-            return self._member_iter
+            self._member_iter = mix
+            if self._tag:
+                return (Tagged(x, worker, list(mix.yielded)) for x in mix)
+            return mix
         epoch = self.epoch
         lengths = []
         for d in self.datasets:
@@ -336,6 +347,7 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
         if self._members:
+            self._tag = True
             self.set_batch_size(batch_size)
             forward(self.datasets, "set_drop_last", drop_last)
             return
@@ -390,6 +402,7 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
 
     def clear_resume(self) -> None:
         if self._members:
+            self._member_resume = None
             return
         for d in self.datasets:
             d.clear_resume()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,9 @@ __all__ = [
     "restore_members",
     "share",
     "skipped",
+    "Tagged",
+    "TaggedBatch",
+    "collate_tagged",
 ]
 
 
@@ -105,11 +109,11 @@ def member_states(datasets: list, counts: list[int] | None, num_workers: int, ba
     return out
 
 
-def restore_members(datasets: list, state: dict) -> tuple[dict[int, int], list[int] | None]:
+def restore_members(datasets: list, state: dict) -> tuple[dict[int, int], dict[int, list[int]]]:
     """Hand each member its part of ``state`` (``{"dataset": {"i": ...}}`` or ``{"i": ...}``).
     Returns the items to skip of members without ``load_state_dict``, and the items each
-    member had given in this process (litdata's ``num_samples_yielded`` of worker 0, when the
-    state has it), from which a mix replays its draws."""
+    member had given in each reading process (litdata's ``num_samples_yielded``, by worker),
+    from which a mix replays its draws and such members skip what they gave."""
     parts = state.get("dataset", state) if isinstance(state, dict) else None
     if not isinstance(parts, dict):
         raise ArgumentTypeError(f"load_state_dict takes a dict of member states, got {type(state).__name__}")
@@ -126,11 +130,41 @@ def restore_members(datasets: list, state: dict) -> tuple[dict[int, int], list[i
         else:
             raise ArgumentTypeError(f"member {i} has no load_state_dict and its state is not {{'items_read': n}}")
     yielded = state.get("num_samples_yielded") if isinstance(state, dict) else None
-    counts = yielded.get(0, yielded.get("0")) if isinstance(yielded, dict) else None
-    if not (isinstance(counts, list) and len(counts) == len(datasets) and all(type(c) is int for c in counts)):
-        # without litdata's counts: those of a state every part of which is ours (items_read)
-        counts = [skips[i] for i in range(len(datasets))] if len(skips) == len(datasets) else None
-    return skips, counts
+    by_worker: dict[int, list[int]] = {}
+    for worker, counts in yielded.items() if isinstance(yielded, dict) else ():
+        if not (isinstance(counts, list) and len(counts) == len(datasets) and all(type(c) is int for c in counts)):
+            raise ArgumentTypeError(f"num_samples_yielded[{worker!r}] must be {len(datasets)} ints, one per dataset")
+        by_worker[int(worker)] = counts
+    if not by_worker and len(skips) == len(datasets):
+        # no litdata counts: a state every part of which is ours (items_read) gives them
+        by_worker[0] = [skips[i] for i in range(len(datasets))]
+    return skips, by_worker
+
+
+@dataclass
+class Tagged:
+    """A sample with where its reading process stands (for StreamingDataLoader's state)."""
+
+    sample: Any
+    worker: int
+    counts: list[int]
+
+
+@dataclass
+class TaggedBatch:
+    """A collated batch with where the process that made it stands after it."""
+
+    value: Any
+    worker: int
+    counts: list[int]
+
+
+def collate_tagged(collate: Any, samples: list) -> Any:
+    """``collate`` of the samples, keeping the last sample's standing (picklable for workers)."""
+    if samples and isinstance(samples[0], Tagged):
+        last = samples[-1]
+        return TaggedBatch(collate([s.sample for s in samples]), last.worker, last.counts)
+    return collate(samples)
 
 
 def skipped(member: Any, n: int) -> Any:
