@@ -380,8 +380,8 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
     def _no_loader_state(self) -> None:
         if self._members:
             raise ResumeStateError(
-                "StreamingDataLoader saves and resumes a CombinedStreamingDataset of StreamingDatasets only; with "
-                "other members save the dataset's state_dict() (each member's own) and pass it to load_state_dict()"
+                "epoch_report() and shardwright's compact state cover a CombinedStreamingDataset of StreamingDatasets "
+                "only; a mix of other members is saved by StreamingDataLoader.state_dict() in litdata's format"
             )
 
     def fresh_position(self, epoch: int, num_workers: int) -> dict:

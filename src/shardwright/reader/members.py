@@ -8,7 +8,8 @@ are forwarded to it where it has them, as litdata does); only a plain sequence (
 list or tuple) is split among DataLoader workers here, by stride, so that each of its items
 is read once per epoch and not once per worker. The exact, layout-independent resume of
 StreamingDatasets needs every member to be one: with any other member the mix and the zip
-are resumed through the members' own ``state_dict`` (litdata's dataset-level protocol).
+are resumed through the members' own ``state_dict`` (litdata's dataset-level protocol), and a
+mix also through StreamingDataLoader, in litdata's loader format (on the same worker count).
 """
 
 from __future__ import annotations
