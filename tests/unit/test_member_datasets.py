@@ -155,11 +155,27 @@ def test_the_loader_saves_a_mix_of_other_members_in_litdatas_format_and_resumes_
         StreamingDataLoader(make(), batch_size=3).load_state_dict({"dataset": {}})
 
 
-def test_the_loader_still_refuses_to_save_a_zip_of_other_members():
-    loader = StreamingDataLoader(ParallelStreamingDataset([range(4), range(4)]), batch_size=2)
-    assert [[t.tolist() for t in b] for b in loader] == [[[0, 1], [0, 1]], [[2, 3], [2, 3]]]
-    with pytest.raises(ResumeStateError, match="save the dataset's state_dict"):
-        loader.state_dict()
+@pytest.mark.parametrize("length", [None, 13, 25])
+def test_the_loader_saves_a_zip_of_other_members_with_its_cycles_and_resumes_it_exactly(length):
+    def tuples(loader) -> list[tuple[int, int]]:
+        return [(int(a), int(b)) for batch in loader for a, b in zip(*batch)]
+
+    def make():
+        return StreamingDataLoader(ParallelStreamingDataset([range(10), list(range(100, 107))], length=length), 2)
+
+    whole = tuples(make())
+    for cut in (1, 4, 8):
+        loader = make()
+        head: list[tuple[int, int]] = []
+        for batch in loader:
+            head += [(int(a), int(b)) for a, b in zip(*batch)]
+            if len(head) >= 2 * cut:
+                break
+        state = loader.state_dict()
+        assert set(state) == {"dataset", "current_epoch", "latest_worker_idx", "num_samples_yielded", "num_cycles"}
+        again = make()
+        again.load_state_dict(state)
+        assert head + tuples(again) == whole
 
 
 def test_a_streaming_dataset_mixes_with_a_range(tmp_path):

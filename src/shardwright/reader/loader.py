@@ -110,6 +110,7 @@ class StreamingDataLoader(DataLoader):
         if self._saves_members:
             kwargs["collate_fn"] = functools.partial(collate_tagged, kwargs["collate_fn"])
         self._member_counts: dict[int, list[int]] = {}
+        self._member_cycles: dict[int, list[int]] = {}  # a zip's cycles by worker
         self._latest_worker = 0
         self._member_resumed = False
         self._view = view
@@ -158,7 +159,7 @@ class StreamingDataLoader(DataLoader):
             view.set_epoch(view.epoch + 1)
         view.set_epoch(view.epoch)  # also refreshes rank / world size in this process
         if not self._member_resumed:
-            self._member_counts = {}
+            self._member_counts, self._member_cycles = {}, {}
         self._member_resumed = False
         self._started, self._finished, self._batches = True, False, 0
         self._epoch_start = view.epoch_start(view.epoch, self.num_workers)
@@ -170,6 +171,8 @@ class StreamingDataLoader(DataLoader):
         for batch in iterator:
             if isinstance(batch, TaggedBatch):
                 self._member_counts[batch.worker] = batch.counts
+                if batch.cycles is not None:
+                    self._member_cycles[batch.worker] = batch.cycles
                 self._latest_worker, batch = batch.worker, batch.value
             self._batches += 1
             if self._resumed_note is not None:
@@ -265,12 +268,15 @@ class StreamingDataLoader(DataLoader):
         counts = self._member_counts
         view = cast(Any, self._view)
         total = [sum(c[i] for c in counts.values()) for i in range(len(view.datasets))] if counts else None
-        return {
+        state = {
             "dataset": view.state_dict(self.num_workers, self.batch_size, total),
             "current_epoch": self.current_epoch,
             "latest_worker_idx": self._latest_worker,
             "num_samples_yielded": {w: list(c) for w, c in counts.items()},
         }
+        if self._member_cycles:  # a zip's (litdata's key)
+            state["num_cycles"] = {w: list(c) for w, c in self._member_cycles.items()}
+        return state
 
     def _load_members_state(self, state: dict) -> None:
         if not isinstance(state, dict) or not {"dataset", "current_epoch", "num_samples_yielded"} <= set(state):
@@ -284,6 +290,8 @@ class StreamingDataLoader(DataLoader):
         cast(Any, self._view).load_state_dict(state)
         self._view.set_epoch(max(0, epoch - 1))  # litdata counts the running epoch from 1
         self._member_counts = {int(w): list(c) for w, c in state["num_samples_yielded"].items()}
+        cycles = state.get("num_cycles")
+        self._member_cycles = {int(w): list(c) for w, c in cycles.items()} if isinstance(cycles, dict) else {}
         self._member_resumed = bool(self._member_counts)
         self._started = False
 

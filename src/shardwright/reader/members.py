@@ -38,6 +38,7 @@ __all__ = [
     "Tagged",
     "TaggedBatch",
     "collate_tagged",
+    "ZipStart",
 ]
 
 
@@ -149,6 +150,7 @@ class Tagged:
     sample: Any
     worker: int
     counts: list[int]
+    cycles: list[int] | None = None  # a zip's: how often each member was iterated again
 
 
 @dataclass
@@ -158,13 +160,14 @@ class TaggedBatch:
     value: Any
     worker: int
     counts: list[int]
+    cycles: list[int] | None = None
 
 
 def collate_tagged(collate: Any, samples: list) -> Any:
     """``collate`` of the samples, keeping the last sample's standing (picklable for workers)."""
     if samples and isinstance(samples[0], Tagged):
         last = samples[-1]
-        return TaggedBatch(collate([s.sample for s in samples]), last.worker, last.counts)
+        return TaggedBatch(collate([s.sample for s in samples]), last.worker, last.counts, last.cycles)
     return collate(samples)
 
 
@@ -274,18 +277,40 @@ class MemberMix:
             return item
 
 
+@dataclass(frozen=True)
+class ZipStart:
+    """Where a resumed zip starts: items to skip of members without load_state_dict, the
+    items taken of each member in its current cycle, its cycles, and the tuples given."""
+
+    skips: dict[int, int]
+    yielded: list[int]
+    cycles: list[int]
+    position: int
+
+
 class MemberZip:
     """An iterator of tuples, one item of each member; ``length`` None ends with the first
     exhausted member, an int cycles the shorter ones (re-iterated) up to ``length`` tuples.
     ``rng_key(position)`` seeds the generators of a 2-argument ``transform``."""
 
-    def __init__(self, members: list, length: int | None, transform: Any, nargs: int | None, rng_key: Any):
+    def __init__(
+        self,
+        members: list,
+        length: int | None,
+        transform: Any,
+        nargs: int | None,
+        rng_key: Any,
+        start: ZipStart | None = None,
+    ):
         self._members = members
-        self._iterators = [iter(d) for d in members]
+        skips = start.skips if start is not None else {}
+        # a resumed cycle skips what was read of it; the next cycles read the whole member
+        self._iterators = [iter(skipped(d, skips.get(i, 0))) for i, d in enumerate(members)]
         self._length, self._transform, self._nargs, self._rng_key = length, transform, nargs, rng_key
-        self.position = 0
-        self.yielded = [0] * len(members)  # items taken from each member in its current cycle
-        self.cycles = [0] * len(members)
+        self.position = start.position if start is not None else 0
+        # items taken from each member in its current cycle, and its cycles so far
+        self.yielded = list(start.yielded) if start is not None else [0] * len(members)
+        self.cycles = list(start.cycles) if start is not None else [0] * len(members)
 
     def __iter__(self) -> MemberZip:
         return self

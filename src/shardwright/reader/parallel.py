@@ -24,6 +24,8 @@ from typing import Any
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
 from .members import (
     MemberZip,
+    Tagged,
+    ZipStart,
     check_members,
     forward,
     member_lens,
@@ -31,7 +33,6 @@ from .members import (
     prepared,
     restore_members,
     rngs_for,
-    skipped,
 )
 from .members import share as member_share
 from .order import EpochSequence, iter_segment
@@ -44,6 +45,19 @@ from .torch_bases import worker_info as _worker_info
 __all__ = ["ParallelStreamingDataset"]
 
 _BLOCK = 1024  # tuple positions read per step
+
+
+def _tuples_given(members: list, counts: list[int], cycles: list[int]) -> int:
+    """Tuples a worker had given: the items of a member that never cycled, or of one whose
+    length is known, all its cycles counted."""
+    for d, n in enumerate(counts):
+        if cycles[d] == 0:
+            return n
+    for d, member in enumerate(members):
+        size = member_lens([member])[0]
+        if size:
+            return cycles[d] * size[0] + counts[d]
+    return counts[0]  # every member cycled and none has a length: the count starts again
 
 
 class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase):
@@ -119,7 +133,10 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         self._members = not ours
         self.own_epoch = None if ours else 0
         self._member_iter: MemberZip | None = None
-        self._member_skips: dict[int, int] = {}  # items to skip of members without load_state_dict
+        # (items_read skips, items given by each worker, cycles by worker) of a loaded state
+        self._member_resume: tuple[dict[int, int], dict[int, list[int]], dict[int, list[int]]] | None = None
+        self.saves_members = not ours  # StreamingDataLoader saves it in litdata's loader format
+        self._tag = False  # under a StreamingDataLoader: samples carry their worker's counts
         self.length, self.transform, self.seed = length, transform, seed
         self.resume, self.reset_rngs = resume, reset_rngs
         self._nargs = nargs
@@ -210,10 +227,22 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
             # the worker too: a member that does not split among workers gives each the same items
             return (seed, worker, base + position) if self.reset_rngs else (seed, epoch, worker, base + position)
 
-        skips, self._member_skips = self._member_skips, {}  # applied once: the next iteration starts afresh
-        members = [skipped(member_share(d, worker, workers), skips.get(i, 0)) for i, d in enumerate(self.datasets)]
-        self._member_iter = MemberZip(members, self.length, self.transform, self._nargs, rng_key)
-        return self._member_iter
+        members = [member_share(d, worker, workers) for d in self.datasets]
+        resume, self._member_resume = self._member_resume, None  # applied once: the next iteration starts afresh
+        start = None
+        if resume is not None:
+            skips, by_worker, cycles_by_worker = resume
+            counts = by_worker.get(worker)
+            if counts is not None:
+                cycles = cycles_by_worker.get(worker, [0] * len(members))
+                start = ZipStart({i: counts[i] for i in skips}, counts, cycles, _tuples_given(members, counts, cycles))
+            elif not by_worker:
+                start = ZipStart(skips, [0] * len(members), [0] * len(members), 0)
+        zipped = MemberZip(members, self.length, self.transform, self._nargs, rng_key, start)
+        self._member_iter = zipped
+        if self._tag:
+            return (Tagged(x, worker, list(zipped.yielded), list(zipped.cycles)) for x in zipped)
+        return zipped
 
     def state_dict(
         self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
@@ -237,13 +266,16 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
             raise UsageError(
                 "a ParallelStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
             )
-        self._member_skips = restore_members(self.datasets, state)[0]
+        skips, by_worker = restore_members(self.datasets, state)
+        cycles = state.get("num_cycles") if isinstance(state, dict) else None
+        by_worker_cycles = {int(w): list(c) for w, c in cycles.items()} if isinstance(cycles, dict) else {}
+        self._member_resume = (skips, by_worker, by_worker_cycles)
 
     def _no_loader_state(self) -> None:
         if self._members:
             raise ResumeStateError(
-                "StreamingDataLoader saves and resumes a ParallelStreamingDataset of StreamingDatasets only; with "
-                "other members save the dataset's state_dict() (each member's own) and pass it to load_state_dict()"
+                "epoch_report() and shardwright's compact state cover a ParallelStreamingDataset of StreamingDatasets "
+                "only; a zip of other members is saved by StreamingDataLoader.state_dict() in litdata's format"
             )
 
     def epoch_start(self, epoch: int, num_workers: int) -> Any:
@@ -291,6 +323,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
         if self._members:
+            self._tag = True
             forward(self.datasets, "set_batch_size", batch_size)
             forward(self.datasets, "set_drop_last", drop_last)
             return
