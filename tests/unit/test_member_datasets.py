@@ -250,3 +250,13 @@ def test_litdatas_profiler_options_are_refused_in_one_line():
             StreamingDataLoader(CombinedStreamingDataset([range(3)]), **{name: True})
     with pytest.raises(UsageError, match=r"\(profile_batches=, profile_cprofile=\) is refused"):
         StreamingDataLoader(CombinedStreamingDataset([range(3)]), profile_cprofile=True, profile_batches=True)
+
+
+def test_a_mix_read_by_a_loader_still_iterates_plainly_by_itself():
+    mix = CombinedStreamingDataset([range(3), range(10, 13)], weights=[1, 1])
+    loader = StreamingDataLoader(mix, batch_size=2)
+    assert sorted(x for b in loader for x in b.tolist()) == [0, 1, 2, 10, 11, 12]
+    assert sorted(mix) == [0, 1, 2, 10, 11, 12]  # plain items, not the loader's tagged ones
+    zipped = ParallelStreamingDataset([range(3), range(10, 13)])
+    StreamingDataLoader(zipped, batch_size=2)
+    assert list(zipped) == [(0, 10), (1, 11), (2, 12)]

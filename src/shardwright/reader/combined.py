@@ -11,6 +11,7 @@ items each stream had yielded: the per-dataset positions follow, and each datase
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -337,7 +338,8 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
                 forward(self.datasets, "set_shuffle", shuffle)
             if drop_last is not None:
                 forward(self.datasets, "set_drop_last", drop_last)
-            return self
+            # a copy sharing the members: the loader's one tags its samples, this object stays plain
+            return copy.copy(self)
         if shuffle is not None:
             raise UsageError(
                 "shuffle= overrides a StreamingDataset's; give it to each dataset of a CombinedStreamingDataset"

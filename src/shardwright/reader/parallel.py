@@ -313,7 +313,8 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
                 forward(self.datasets, "set_shuffle", shuffle)
             if drop_last is not None:
                 forward(self.datasets, "set_drop_last", drop_last)
-            return self
+            # a copy sharing the members: the loader's one tags its samples, this object stays plain
+            return copy.copy(self)
         if shuffle is None and drop_last is None:
             return self
         view = copy.copy(self)
