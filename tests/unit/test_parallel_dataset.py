@@ -90,7 +90,7 @@ def test_transform_gets_seeded_generators(dirs):
         ({"length": 0}, UsageError, "length must be None or an int"),
         ({"force_override_state_dict": True}, UsageError, "force_override_state_dict"),
         ({"resume": "yes"}, ArgumentTypeError, "resume must be True or False"),
-        ({"transform": lambda a, b, c: a}, UsageError, "transform must take 1 argument"),
+        ({"transform": lambda a, b, c: a}, UsageError, "transform function must take 1 or 2 arguments"),
     ],
 )
 def test_mistakes_get_one_line(dirs, kwargs, error, match):
@@ -98,6 +98,6 @@ def test_mistakes_get_one_line(dirs, kwargs, error, match):
         sw.ParallelStreamingDataset([sw.StreamingDataset(dirs[0])], **kwargs)
 
 
-def test_not_a_dataset_is_refused():
-    with pytest.raises(ArgumentTypeError, match="zips StreamingDataset objects"):
-        sw.ParallelStreamingDataset([[1, 2, 3]])
+def test_what_cannot_be_iterated_is_refused():
+    with pytest.raises(ArgumentTypeError, match="element 1 is a int, which is not one: pass a list of its items"):
+        sw.ParallelStreamingDataset([[1, 2, 3], 5])

@@ -11,14 +11,26 @@ items each stream had yielded: the per-dataset positions follow, and each datase
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, UsageError
-from .dataset import StreamingDataset, as_iterable
+from ..errors import ArgumentTypeError, ResumeStateError, UsageError
+from .members import (
+    MemberMix,
+    Tagged,
+    check_members,
+    forward,
+    member_lens,
+    member_states,
+    prepared,
+    restore_members,
+    share,
+    skipped,
+)
 from .resume import EpochStart, combined_position, fresh_point, parse_combined
 from .torch_bases import IterableBase as _IterableBase
 from .torch_bases import OverDatasets
@@ -106,9 +118,10 @@ class MixRule:
     repeat: int = 1
 
 
-def _check_weights(weights: Any, count: int) -> list[float]:
+def _check_weights(weights: Any, count: int, zero_ok: bool = False) -> list[float]:
     """``weights`` as floats: ``count`` positive finite numbers whose sum is finite too (the
-    mix draws from their cumulative sum; an infinite sum would pick one dataset forever)."""
+    mix draws from their cumulative sum; an infinite sum would pick one dataset forever).
+    ``zero_ok`` (members other than StreamingDatasets, as litdata): zeros too, not all of them."""
     given = list(weights)
     if len(given) != count or not all(
         isinstance(w, (int, float, np.number)) and not isinstance(w, bool) for w in given
@@ -118,7 +131,11 @@ def _check_weights(weights: Any, count: int) -> list[float]:
         floats = [float(w) for w in given]
     except OverflowError:
         floats = [float("inf")]
-    if not all(np.isfinite(w) and w > 0 for w in floats) or not np.isfinite(sum(floats)):
+    if (
+        not all(np.isfinite(w) and (w > 0 or (zero_ok and w == 0)) for w in floats)
+        or not np.isfinite(sum(floats))
+        or sum(floats) <= 0
+    ):
         raise UsageError(
             f"weights must be {count} positive finite numbers whose sum is finite (only their ratios "
             f"matter: scale them down); got {given!r:.200}"
@@ -135,10 +152,14 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
     weights set how the datasets are interleaved.
 
     Args (litdata's, in litdata's order):
-        datasets: the StreamingDataset objects (each keeps its own shuffle/seed options).
+        datasets: StreamingDataset objects (each keeps its own shuffle/seed options); or, as
+            litdata takes them, any iterable datasets (litdata's dataset protocol) and plain
+            iterables such as a range or a list: then each is iterated as it is, the mix is
+            drawn as litdata draws it, and the dataset's ``state_dict`` / ``load_state_dict``
+            delegate to the members' own (see :mod:`.members`).
         seed: a non-negative int, the same on every rank.
-        weights: one positive number per dataset; default: their lengths (a uniform mix
-            over items).
+        weights: one positive number per dataset (zeros allowed, not all, with other
+            members); default: their lengths (a uniform mix over items).
         iterate_over_all: True (default): the epoch ends when every dataset's share is used
             up; False: it ends as soon as one dataset's share is (litdata's stop-at-first
             mix; the loader has no length then, as in litdata). Both resume exactly.
@@ -146,14 +167,13 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             "per_stream" (each batch comes from one dataset, drawn by weight).
 
     Raises:
-        ArgumentTypeError (a TypeError): an element of datasets is not a StreamingDataset,
-            or an argument of the wrong type (e.g. weights given second, shardwright's old order).
+        ArgumentTypeError (a TypeError): an element of datasets cannot be iterated, or an argument of the wrong type (e.g. weights given second, shardwright's old order).
         UsageError (a ValueError): no datasets, or weights of the wrong length or not positive.
     """
 
     def __init__(
         self,
-        datasets: list[StreamingDataset],
+        datasets: list[Any],
         seed: int = 42,
         weights: list[float] | None = None,
         iterate_over_all: bool = True,
@@ -162,11 +182,7 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         datasets = list(datasets)
         if not datasets:
             raise UsageError("CombinedStreamingDataset needs at least one dataset")
-        for d in datasets:
-            if not isinstance(d, StreamingDataset):
-                raise ArgumentTypeError(
-                    f"CombinedStreamingDataset mixes StreamingDataset objects, got {type(d).__name__}"
-                )
+        ours = check_members(datasets, "CombinedStreamingDataset")
         if isinstance(seed, (list, tuple)):
             raise ArgumentTypeError(
                 "CombinedStreamingDataset's second argument is seed (litdata's order: datasets, seed, "
@@ -179,9 +195,24 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         if batching_method not in BATCHING_METHODS:
             raise UsageError(f"batching_method must be one of {BATCHING_METHODS}, got {batching_method!r:.100}")
         if weights is None:
-            weights = [float(d.plan_size) or 1.0 for d in datasets]
-        weights = _check_weights(weights, len(datasets))
-        self.datasets = [as_iterable(d) for d in datasets]
+            sizes, missing = member_lens(datasets, sizes_of_ours=True)
+            if missing is not None:
+                raise UsageError(
+                    f"dataset {missing} has no len(), so the default weights (the lengths) cannot be "
+                    "known: pass weights=[...], one per dataset"
+                )
+            weights = [float(n) or 1.0 for n in sizes]
+        weights = _check_weights(weights, len(datasets), zero_ok=not ours)
+        self.datasets = prepared(datasets)
+        # members other than StreamingDatasets: read as iterables, resumed by their own state
+        self._members = not ours
+        self.own_epoch = None if ours else 0
+        self._repeats = [1] * len(datasets)  # per_stream: items per draw, per dataset
+        self._member_iter: MemberMix | None = None
+        # (items_read skips, items given by each worker) of a loaded state, applied at the next iteration
+        self._member_resume: tuple[dict[int, int], dict[int, list[int]]] | None = None
+        self.saves_members = not ours  # StreamingDataLoader saves it in litdata's loader format
+        self._tag = False  # under a StreamingDataLoader: samples carry their worker's counts
         self.weights, self.seed = weights, seed
         self.iterate_over_all, self.batching_method = iterate_over_all, batching_method
         self._mix = MixRule(stop_at_first=not iterate_over_all)
@@ -191,6 +222,8 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
     # --- what StreamingDataLoader uses -----------------------------------------------------
 
     def identity(self) -> dict:
+        if self._members:
+            return {"combined_members": [type(d).__name__ for d in self.datasets], "seed": self.seed}
         mine: dict = {"combined": [d.identity() for d in self.datasets], "weights": self.weights, "seed": self.seed}
         if self._mix != MixRule():  # only then: states saved before these options still match
             mine["mix"] = {"iterate_over_all": self.iterate_over_all, "batching_method": self.batching_method}
@@ -201,11 +234,35 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             # litdata's get_len is None here too: where the first share runs out depends on
             # the worker split and the draws, known only once iterated
             raise TypeError("a CombinedStreamingDataset with iterate_over_all=False has no length before iteration")
+        if self._members:
+            sizes, missing = member_lens(self.datasets)
+            if missing is not None:
+                raise TypeError(f"dataset {missing} of this CombinedStreamingDataset has no len()")
+            return sum(sizes)
         return sum(len(d) for d in self.datasets)
 
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self._members:
+            skips, by_worker = self._member_resume or ({}, {})
+            self._member_resume = None  # applied once: the next iteration starts afresh
+            replay = by_worker.get(worker)
+            # members without load_state_dict skip what this worker gave of them (none if it gave
+            # no batch before the state was taken)
+            counts = {i: (replay[i] if replay is not None else 0) for i in skips}
+            mix = MemberMix(
+                [skipped(share(d, worker, workers), counts.get(i, 0)) for i, d in enumerate(self.datasets)],
+                self.weights,
+                self.seed,
+                self._mix.stop_at_first,
+                self._repeats if self.batching_method == "per_stream" else None,
+                replay,
+            )
+            self._member_iter = mix
+            if self._tag:
+                return (Tagged(x, worker, list(mix.yielded)) for x in mix)
+            return mix
         epoch = self.epoch
         lengths = []
         for d in self.datasets:
@@ -234,7 +291,55 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
 
     # --- Resumable: StreamingDataLoader's save and resume (see resume.py) ------------------
 
+    def set_batch_size(self, batch_size: int | list[int]) -> None:
+        """The batch size of each dataset (an int: all the same): with ``per_stream`` a draw
+        takes that many items of one dataset (litdata's ``set_batch_size``)."""
+        sizes = [batch_size] * len(self.datasets) if isinstance(batch_size, int) else list(batch_size)
+        if len(sizes) != len(self.datasets) or not all(type(b) is int and b >= 1 for b in sizes):
+            raise UsageError(f"batch_size must be an int >= 1 or one per dataset, got {batch_size!r:.100}")
+        if not self._members and len(set(sizes)) > 1:
+            raise UsageError(
+                "per-dataset batch sizes need datasets other than StreamingDatasets (whose mix is resumed from "
+                "whole batches): pass one int"
+            )
+        self._repeats = sizes
+        if self.batching_method == "per_stream":
+            self._mix = replace(self._mix, repeat=sizes[0])
+        for d, b in zip(self.datasets, sizes):
+            forward([d], "set_batch_size", b)
+
+    def state_dict(
+        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
+    ) -> dict:
+        """litdata's dataset-level state of members other than StreamingDatasets: each member's
+        own ``state_dict`` (``{}`` before the first iteration). A mix of StreamingDatasets is
+        saved by ``StreamingDataLoader.state_dict()`` (exact on any layout)."""
+        if not self._members:
+            raise UsageError(
+                "a CombinedStreamingDataset of StreamingDatasets is saved with StreamingDataLoader.state_dict() "
+                "(exact, on any num_workers): iterate it with a StreamingDataLoader"
+            )
+        counts = num_samples_yielded
+        if counts is None and self._member_iter is not None:
+            counts = self._member_iter.yielded
+        return member_states(self.datasets, counts, num_workers, batch_size)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hand each member its part of a :meth:`state_dict` (litdata's dataset-level protocol)."""
+        if not self._members:
+            raise UsageError(
+                "a CombinedStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
+            )
+        self._member_resume = restore_members(self.datasets, state)
+
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> CombinedStreamingDataset:
+        if self._members:  # litdata's protocol: the loader's options go to each member that takes them
+            if shuffle is not None:
+                forward(self.datasets, "set_shuffle", shuffle)
+            if drop_last is not None:
+                forward(self.datasets, "set_drop_last", drop_last)
+            # a copy sharing the members: the loader's one tags its samples, this object stays plain
+            return copy.copy(self)
         if shuffle is not None:
             raise UsageError(
                 "shuffle= overrides a StreamingDataset's; give it to each dataset of a CombinedStreamingDataset"
@@ -243,15 +348,24 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
+        if self._members:
+            self._tag = True
+            self.set_batch_size(batch_size)
+            forward(self.datasets, "set_drop_last", drop_last)
+            return
         if self.batching_method == "per_stream":
             self._mix = replace(self._mix, repeat=batch_size)
         for d in self.datasets:
             d.configure_loader(batch_size, drop_last)
 
     def epoch_start(self, epoch: int, num_workers: int) -> tuple[list[EpochStart], int]:
+        if self._members:
+            forward(self.datasets, "set_num_workers", num_workers)
+            return [], 0
         return [d.epoch_start(epoch, num_workers) for d in self.datasets], self.generation(epoch)
 
     def position_after(self, epoch: int, start: tuple[list[EpochStart], int], batches: int) -> dict:
+        self._no_loader_state()
         starts, generation = start
 
         def stream_mix(stream: int, lengths: list[int], steps: int) -> list[int]:
@@ -265,10 +379,19 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
             totals, epoch, starts, generation, self._loader_drop_last, batches, stream_mix, stream_length
         )
 
+    def _no_loader_state(self) -> None:
+        if self._members:
+            raise ResumeStateError(
+                "epoch_report() and shardwright's compact state cover a CombinedStreamingDataset of StreamingDatasets "
+                "only; a mix of other members is saved by StreamingDataLoader.state_dict() in litdata's format"
+            )
+
     def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        self._no_loader_state()
         return {"combined": [fresh_point(epoch, d.layout(num_workers)) for d in self.datasets], "generation": 0}
 
     def check_position(self, position: object) -> int:
+        self._no_loader_state()
         points, _generation = parse_combined(position, [d.plan_size for d in self.datasets])
         return points[0].epoch
 
@@ -280,6 +403,9 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         self.set_epoch(points[0].epoch)
 
     def clear_resume(self) -> None:
+        if self._members:
+            self._member_resume = None
+            return
         for d in self.datasets:
             d.clear_resume()
         self._mix_resume = None

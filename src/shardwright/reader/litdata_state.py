@@ -123,7 +123,7 @@ def _check_same_dataset(state: dict, dataset: Any) -> int:
     if files is not None and not (isinstance(files, list) and all(isinstance(f, str) for f in files)):
         raise ResumeStateError(f"litdata state field 'subsampled_files' is {files!r:.40}, not a list of file names")
     if roi is not None and not (
-        # litdata keeps (start, end) tuples in the state it returns; JSON gives lists
+        # litdata keeps (start, end) tuples in memory; JSON makes them lists: both are its states
         isinstance(roi, list) and all(isinstance(r, (list, tuple)) and all(type(v) is int for v in r) for r in roi)
     ):
         raise ResumeStateError(f"litdata state field 'region_of_interest' is {roi!r:.40}, not a list of [start, end]")

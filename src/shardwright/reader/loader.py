@@ -3,6 +3,7 @@ resume exactly there — in another process, with other num_workers or another w
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ from ..errors import UsageError, require_bool
 from .collate import litdata_collate
 from .dataset import StreamingDataset
 from .litdata_state import is_litdata_loader_state, litdata_resume
+from .members import TaggedBatch, collate_tagged
 from .metrics import timed_batches
 from .receipts import EpochReport, check_digest, check_receipt, report_of, state_receipt
 from .resume import Resumable
@@ -77,6 +79,14 @@ class StreamingDataLoader(DataLoader):
                 f"StreamingDataLoader reads a StreamingDataset or CombinedStreamingDataset, got "
                 f"{type(dataset).__name__}; use torch.utils.data.DataLoader for other datasets"
             )
+        profiler = [
+            k for k in ("profile_batches", "profile_cprofile", "profile_dir", "profile_skip_batches") if k in kwargs
+        ]
+        if profiler:
+            raise UsageError(
+                f"StreamingDataLoader({'=, '.join(profiler)}=) is refused: litdata's loader profiler is not offered; wrap "
+                "the loop in torch.profiler.profile() or cProfile instead"
+            )
         for refused in ("sampler", "batch_sampler"):
             if kwargs.get(refused) is not None:
                 raise UsageError(
@@ -94,6 +104,15 @@ class StreamingDataLoader(DataLoader):
         view: Resumable = dataset.loader_view(shuffle=shuffle, drop_last=drop_last)
         view.configure_loader(batch_size, bool(drop_last))
         kwargs["collate_fn"] = collate_fn if collate_fn is not None else litdata_collate
+        # a mix of members other than StreamingDatasets is saved in litdata's loader format:
+        # each batch brings back how many items its worker had taken of each member
+        self._saves_members = bool(getattr(view, "saves_members", False))
+        if self._saves_members:
+            kwargs["collate_fn"] = functools.partial(collate_tagged, kwargs["collate_fn"])
+        self._member_counts: dict[int, list[int]] = {}
+        self._member_cycles: dict[int, list[int]] = {}  # a zip's cycles by worker
+        self._latest_worker = 0
+        self._member_resumed = False
         self._view = view
         self._started = False
         self._finished = False
@@ -110,6 +129,8 @@ class StreamingDataLoader(DataLoader):
     def current_epoch(self) -> int:
         """litdata's count: 0 before the first iteration, 1 during (and after) the first epoch,
         2 during the second ... After :meth:`load_state_dict`, the epoch the state resumes."""
+        if self._member_resumed:  # a litdata loader state of a mix of other members: its epoch
+            return self._view.epoch + 1
         if self._pending is not None:  # a state taken mid-epoch counts that epoch as started
             fresh = self._pending == self._view.fresh_position(self._pending_epoch, self.num_workers)
             return self._pending_epoch + (0 if fresh else 1)
@@ -137,6 +158,9 @@ class StreamingDataLoader(DataLoader):
         elif self._started:
             view.set_epoch(view.epoch + 1)
         view.set_epoch(view.epoch)  # also refreshes rank / world size in this process
+        if not self._member_resumed:
+            self._member_counts, self._member_cycles = {}, {}
+        self._member_resumed = False
         self._started, self._finished, self._batches = True, False, 0
         self._epoch_start = view.epoch_start(view.epoch, self.num_workers)
         iterator: Any = super().__iter__()
@@ -145,6 +169,11 @@ class StreamingDataLoader(DataLoader):
             iterator = timed_batches(iterator, counters, self.num_workers)
         view.clear_resume()  # workers have their copies; this process's iterator already planned
         for batch in iterator:
+            if isinstance(batch, TaggedBatch):
+                self._member_counts[batch.worker] = batch.counts
+                if batch.cycles is not None:
+                    self._member_cycles[batch.worker] = batch.cycles
+                self._latest_worker, batch = batch.worker, batch.value
             self._batches += 1
             if self._resumed_note is not None:
                 log.info("%s", self._resumed_note)
@@ -167,6 +196,8 @@ class StreamingDataLoader(DataLoader):
         In DDP every rank's state is the same (ranks yield batches in lockstep); saving rank
         0's is enough.
         """
+        if self._saves_members:
+            return self._members_state()
         position = self._position()
         return {
             "shardwright_loader": STATE_VERSION,
@@ -198,6 +229,9 @@ class StreamingDataLoader(DataLoader):
                 order options (shuffle, seed, window, mixing weights), or is a litdata state
                 that cannot be mapped exactly (shuffle=True, token datasets, elastic resumes).
         """
+        if self._saves_members:
+            self._load_members_state(state)
+            return
         if is_litdata_loader_state(state):
             state = self._from_litdata(state["dataset"])
         elif isinstance(state, dict) and "latest_worker_idx" in state and "shardwright_loader" not in state:
@@ -226,6 +260,39 @@ class StreamingDataLoader(DataLoader):
         self._pending_epoch = self._view.check_position(position)
         check_receipt(state, self._view, position)
         self._pending = position
+        self._started = False
+
+    def _members_state(self) -> dict:
+        """litdata's loader state of a mix of other members: each member's own state (given the
+        items taken of it by every worker) and the items each worker had taken of each."""
+        counts = self._member_counts
+        view = cast(Any, self._view)
+        total = [sum(c[i] for c in counts.values()) for i in range(len(view.datasets))] if counts else None
+        state = {
+            "dataset": view.state_dict(self.num_workers, self.batch_size, total),
+            "current_epoch": self.current_epoch,
+            "latest_worker_idx": self._latest_worker,
+            "num_samples_yielded": {w: list(c) for w, c in counts.items()},
+        }
+        if self._member_cycles:  # a zip's (litdata's key)
+            state["num_cycles"] = {w: list(c) for w, c in self._member_cycles.items()}
+        return state
+
+    def _load_members_state(self, state: dict) -> None:
+        if not isinstance(state, dict) or not {"dataset", "current_epoch", "num_samples_yielded"} <= set(state):
+            raise ResumeStateError(
+                "a mix of datasets other than StreamingDatasets resumes from what this loader's state_dict() returned "
+                "(litdata's keys: dataset, current_epoch, num_samples_yielded); pass that"
+            )
+        epoch = state["current_epoch"]
+        if type(epoch) is not int or epoch < 0:
+            raise ResumeStateError(f"current_epoch must be an int >= 0, got {epoch!r:.60}")
+        cast(Any, self._view).load_state_dict(state)
+        self._view.set_epoch(max(0, epoch - 1))  # litdata counts the running epoch from 1
+        self._member_counts = {int(w): list(c) for w, c in state["num_samples_yielded"].items()}
+        cycles = state.get("num_cycles")
+        self._member_cycles = {int(w): list(c) for w, c in cycles.items()} if isinstance(cycles, dict) else {}
+        self._member_resumed = bool(self._member_counts)
         self._started = False
 
     def _from_litdata(self, litdata_state: dict) -> dict:

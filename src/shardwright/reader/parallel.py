@@ -17,16 +17,24 @@ or re-split epoch draws the same numbers for the same tuple.
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
-from ..errors import ArgumentTypeError, UsageError
-from .dataset import StreamingDataset, as_iterable
+from ..errors import ArgumentTypeError, ResumeStateError, UsageError
+from .members import (
+    MemberZip,
+    Tagged,
+    ZipStart,
+    check_members,
+    forward,
+    member_lens,
+    member_states,
+    prepared,
+    restore_members,
+    rngs_for,
+)
+from .members import share as member_share
 from .order import EpochSequence, iter_segment
 from .partition import rank_range
 from .positional import PositionalResumable
@@ -39,12 +47,27 @@ __all__ = ["ParallelStreamingDataset"]
 _BLOCK = 1024  # tuple positions read per step
 
 
+def _tuples_given(members: list, counts: list[int], cycles: list[int]) -> int:
+    """Tuples a worker had given: the items of a member that never cycled, or of one whose
+    length is known, all its cycles counted."""
+    for d, n in enumerate(counts):
+        if cycles[d] == 0:
+            return n
+    for d, member in enumerate(members):
+        size = member_lens([member])[0]
+        if size:
+            return cycles[d] * size[0] + counts[d]
+    return counts[0]  # every member cycled and none has a length: the count starts again
+
+
 class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase):
     """Several :class:`StreamingDataset` objects read in parallel: each sample is a tuple of
     one sample of each (litdata's ``ParallelStreamingDataset``).
 
     Args:
-        datasets: the datasets (at least one).
+        datasets: the datasets (at least one): StreamingDatasets, or, as litdata takes them,
+            iterable datasets (litdata's protocol) and plain iterables (a range, a list),
+            iterated as they are (see :mod:`.members`).
         length: None: one pass, as long as the shortest dataset; an int: that many tuples per
             epoch, shorter datasets cycling (each cycle in a new order when they shuffle).
         force_override_state_dict: litdata's option; refused (a state always matches here).
@@ -57,7 +80,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         reset_rngs: True seeds the generators by position only (the same numbers every epoch).
 
     Raises:
-        ArgumentTypeError (a TypeError): an element is not a StreamingDataset, or a flag is not a bool.
+        ArgumentTypeError (a TypeError): an element cannot be iterated, or a flag is not a bool.
         UsageError (a ValueError): no datasets, ``length`` not None or an int >= 1 (an infinite
             epoch cannot be split into resumable shares: pass the number of samples to read),
             a transform of other than 1 or 2 arguments, or force_override_state_dict=True.
@@ -65,7 +88,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def __init__(
         self,
-        datasets: list[StreamingDataset],
+        datasets: list[Any],
         length: int | float | None = None,
         force_override_state_dict: bool = False,
         transform: Callable[..., Any] | None = None,
@@ -76,11 +99,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         datasets = list(datasets)
         if not datasets:
             raise UsageError("ParallelStreamingDataset needs at least one dataset")
-        for d in datasets:
-            if not isinstance(d, StreamingDataset):
-                raise ArgumentTypeError(
-                    f"ParallelStreamingDataset zips StreamingDataset objects, got {type(d).__name__}"
-                )
+        ours = check_members(datasets, "ParallelStreamingDataset")
         if length == float("inf"):
             raise UsageError(
                 "length=float('inf') is refused: an endless epoch cannot be split into resumable shares; pass the "
@@ -106,8 +125,18 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
                 for p in inspect.signature(transform).parameters.values()
             )
             if nargs not in (1, 2):
-                raise UsageError(f"transform must take 1 argument (samples) or 2 (samples, rngs), it takes {nargs}")
-        self.datasets = [as_iterable(d) for d in datasets]
+                raise UsageError(
+                    f"transform function must take 1 or 2 arguments: (samples) or (samples, rngs); it takes {nargs}"
+                )
+        self.datasets = prepared(datasets)
+        # members other than StreamingDatasets: read as iterables, resumed by their own state
+        self._members = not ours
+        self.own_epoch = None if ours else 0
+        self._member_iter: MemberZip | None = None
+        # (items_read skips, items given by each worker, cycles by worker) of a loaded state
+        self._member_resume: tuple[dict[int, int], dict[int, list[int]], dict[int, list[int]]] | None = None
+        self.saves_members = not ours  # StreamingDataLoader saves it in litdata's loader format
+        self._tag = False  # under a StreamingDataLoader: samples carry their worker's counts
         self.length, self.transform, self.seed = length, transform, seed
         self.resume, self.reset_rngs = resume, reset_rngs
         self._nargs = nargs
@@ -149,15 +178,7 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         return out
 
     def _rngs(self, epoch: int, position: int) -> dict:
-        import torch
-
-        key = (self.seed, position) if self.reset_rngs else (self.seed, epoch, position)
-        seed = int(hashlib.sha256(str(key).encode()).hexdigest(), 16) % (2**32 - 1)
-        return {
-            "random": random.Random(seed),  # not for secrets: reproducible augmentation
-            "numpy": np.random.default_rng(seed),
-            "torch": torch.Generator().manual_seed(seed),
-        }
+        return rngs_for((self.seed, position) if self.reset_rngs else (self.seed, epoch, position))
 
     def _read(self, epoch: int, lo: int, hi: int) -> Iterator[Any]:
         for start in range(lo, hi, _BLOCK):
@@ -176,12 +197,21 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def __len__(self) -> int:
         """This rank's tuples in an epoch."""
+        if self._members:
+            if self.length is not None:
+                return self.length
+            sizes, missing = member_lens(self.datasets)
+            if missing is not None:
+                raise TypeError(f"dataset {missing} of this ParallelStreamingDataset has no len()")
+            return min(sizes)
         start, end = rank_range(self.plan_size, self.layout(1), self.datasets[0].rank)
         return end - start
 
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self._members:
+            return self._iter_members(worker, workers)
         if info is None:
             self.set_epoch(self.epoch)  # refreshes rank / world size in this process
         epoch = self.epoch
@@ -189,12 +219,102 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
         runs = self.stream_runs(epoch, workers, worker, rank, info is None)
         return (sample for lo, hi in runs for sample in self._read(epoch, lo, hi))
 
+    def _iter_members(self, worker: int, workers: int) -> Iterator[Any]:
+        epoch, seed = self.epoch, self.seed
+        base = epoch * self.length if self.length is not None and self.resume else 0
+
+        def rng_key(position: int) -> tuple:
+            # the worker too: a member that does not split among workers gives each the same items
+            return (seed, worker, base + position) if self.reset_rngs else (seed, epoch, worker, base + position)
+
+        members = [member_share(d, worker, workers) for d in self.datasets]
+        resume, self._member_resume = self._member_resume, None  # applied once: the next iteration starts afresh
+        start = None
+        if resume is not None:
+            skips, by_worker, cycles_by_worker = resume
+            counts = by_worker.get(worker)
+            if counts is not None:
+                cycles = cycles_by_worker.get(worker, [0] * len(members))
+                start = ZipStart({i: counts[i] for i in skips}, counts, cycles, _tuples_given(members, counts, cycles))
+            elif not by_worker:
+                start = ZipStart(skips, [0] * len(members), [0] * len(members), 0)
+        zipped = MemberZip(members, self.length, self.transform, self._nargs, rng_key, start)
+        self._member_iter = zipped
+        if self._tag:
+            return (Tagged(x, worker, list(zipped.yielded), list(zipped.cycles)) for x in zipped)
+        return zipped
+
+    def state_dict(
+        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
+    ) -> dict:
+        """litdata's dataset-level state of members other than StreamingDatasets: each member's
+        own ``state_dict`` (``{}`` before the first iteration). A zip of StreamingDatasets is
+        saved by ``StreamingDataLoader.state_dict()`` (exact on any layout)."""
+        if not self._members:
+            raise UsageError(
+                "a ParallelStreamingDataset of StreamingDatasets is saved with StreamingDataLoader.state_dict() "
+                "(exact, on any num_workers): iterate it with a StreamingDataLoader"
+            )
+        counts = num_samples_yielded
+        if counts is None and self._member_iter is not None:
+            counts = self._member_iter.yielded
+        return member_states(self.datasets, counts, num_workers, batch_size)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hand each member its part of a :meth:`state_dict` (litdata's dataset-level protocol)."""
+        if not self._members:
+            raise UsageError(
+                "a ParallelStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
+            )
+        skips, by_worker = restore_members(self.datasets, state)
+        cycles = state.get("num_cycles") if isinstance(state, dict) else None
+        by_worker_cycles = {int(w): list(c) for w, c in cycles.items()} if isinstance(cycles, dict) else {}
+        self._member_resume = (skips, by_worker, by_worker_cycles)
+
+    def _no_loader_state(self) -> None:
+        if self._members:
+            raise ResumeStateError(
+                "epoch_report() and shardwright's compact state cover a ParallelStreamingDataset of StreamingDatasets "
+                "only; a zip of other members is saved by StreamingDataLoader.state_dict() in litdata's format"
+            )
+
+    def epoch_start(self, epoch: int, num_workers: int) -> Any:
+        if self._members:
+            forward(self.datasets, "set_num_workers", num_workers)
+            return None
+        return super().epoch_start(epoch, num_workers)
+
+    def position_after(self, epoch: int, start: Any, batches: int) -> dict:
+        self._no_loader_state()
+        return super().position_after(epoch, start, batches)
+
+    def fresh_position(self, epoch: int, num_workers: int) -> dict:
+        self._no_loader_state()
+        return super().fresh_position(epoch, num_workers)
+
+    def check_position(self, position: object) -> int:
+        self._no_loader_state()
+        return super().check_position(position)
+
+    def clear_resume(self) -> None:
+        if not self._members:
+            super().clear_resume()
+
     # --- Resumable: StreamingDataLoader's save and resume (the rest in PositionalResumable) ---
 
     def identity(self) -> dict:
+        if self._members:
+            return {"parallel_members": [type(d).__name__ for d in self.datasets], "length": self.length}
         return {"parallel": [d.identity() for d in self.datasets], "length": self.length, "resume": self.resume}
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> ParallelStreamingDataset:
+        if self._members:  # litdata's protocol: the loader's options go to each member that takes them
+            if shuffle is not None:
+                forward(self.datasets, "set_shuffle", shuffle)
+            if drop_last is not None:
+                forward(self.datasets, "set_drop_last", drop_last)
+            # a copy sharing the members: the loader's one tags its samples, this object stays plain
+            return copy.copy(self)
         if shuffle is None and drop_last is None:
             return self
         view = copy.copy(self)
@@ -203,5 +323,10 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
 
     def configure_loader(self, batch_size: int, drop_last: bool) -> None:
         self._loader_drop_last = drop_last
+        if self._members:
+            self._tag = True
+            forward(self.datasets, "set_batch_size", batch_size)
+            forward(self.datasets, "set_drop_last", drop_last)
+            return
         for d in self.datasets:
             d.configure_loader(batch_size, drop_last)

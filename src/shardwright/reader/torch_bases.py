@@ -26,15 +26,22 @@ class OverDatasets:
     the first one's, set on all of them."""
 
     datasets: list
+    # an epoch count of its own when a member is not a StreamingDataset (a range has none)
+    own_epoch: int | None = None
 
     @property
     def epoch(self) -> int:
-        return self.datasets[0].epoch
+        return self.datasets[0].epoch if self.own_epoch is None else self.own_epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch`` for every dataset from the next iteration on (every rank the same number)."""
+        """Use epoch ``epoch`` for every dataset from the next iteration on (every rank the same
+        number); members without ``set_epoch`` (litdata's protocol makes it optional) are skipped."""
+        if self.own_epoch is not None:
+            self.own_epoch = epoch
         for d in self.datasets:
-            d.set_epoch(epoch)
+            setter = getattr(d, "set_epoch", None)
+            if callable(setter):
+                setter(epoch)
 
     def layout(self, num_workers: int):
         return self.datasets[0].layout(num_workers)

@@ -14,7 +14,7 @@ WEIGHTS = "optimize(weights=) refused: workers take contiguous shards as they fr
 PLATFORM = "optimize_dns= refused: a Lightning AI platform setting"
 IS_LAST = "fn(is_last=) refused: workers take shards as they free up, no worker's last input"
 KEY_FN = "optimize(key_fn=) refused: no keys/ sidecar, dataset[key] is not offered"
-STAND_IN = "stand-in dataset implementing litdata's internal dataset protocol, not a StreamingDataset"
+PROFILE = "profile_batches= / profile_cprofile= refused: litdata's loader profiler is not offered"
 FN_FAILED = "fn's failure is an FnError naming the input, not litdata's 'We found the following error' text"
 UNORDERED = "keep_data_ordered=False changes nothing: the order is kept, so checkpoints work"
 NODE_ENV = "litdata's DATA_OPTIMIZER_NUM_NODES/NODE_RANK are not read: nodes come from num_nodes=/Slurm"
@@ -31,7 +31,7 @@ SIGN: dict[str, tuple[str, ...]] = {
     PLATFORM: ("optimize_dns=...) is refused",),
     IS_LAST: ("fn takes is_last",),
     KEY_FN: ("key_fn=...) is refused",),
-    STAND_IN: ("CombinedStreamingDataset mixes StreamingDataset objects", "zips StreamingDataset objects"),
+    PROFILE: ("is refused: litdata's loader profiler is not offered",),
     FN_FAILED: ("Regex pattern did not match",),
     UNORDERED: ("DID NOT RAISE ValueError",),
     NODE_ENV: ("0-index.json",),
@@ -94,29 +94,12 @@ EXPECTED_V0_2_71: dict[str, str] = {
     FN + "test_optimize_checkpoint_in_none_and_append_mode": FN_FAILED,
     FN + "test_optimize_race_condition": ANY + "downloads from a public bucket (network)",
     "streaming/test_dataset.py::test_dataset_with_mosaic_mds_data": ANY + "needs mosaicml-streaming",
+    # their datasets are ranges or stand-ins of litdata's dataset protocol, now accepted: the
+    # rest of test_combined.py / test_parallel.py's such runs pass
     **_all(
-        STAND_IN,
-        COMBINED + "test_combined_dataset_iterate_over_all_4_datasets",
-        COMBINED + "test_combined_dataset_num_samples_yield_iterate_over_all",
-        COMBINED + "test_combined_dataset_state_dict",
-        LOADER + "test_streaming_dataloader",
-        LOADER + "test_profile_cprofile_conflicts_with_profile_batches",
+        PROFILE,
         LOADER + "test_profile_cprofile_main_and_worker",
         LOADER + "test_profile_cprofile_num_workers_zero",
-        _params(
-            PARALLEL + "test_parallel_dataset",
-            *(
-                f"dset_1{i}-dset_2{i}-{lengths}-outputs{i}"
-                for i, lengths in enumerate(("None-5", "None-5", "5-5", "5-5", "8-8", "8-8", "None-0"))
-            ),
-        ),
-        PARALLEL + "test_parallel_dataset_state_dict",
-        PARALLEL + "test_parallel_transform_errors",
-        PARALLEL + "test_parallel_dataset_rng",
-        PARALLEL + "test_parallel_dataset_with_dataloader_and_one_worker",
-        COMBINED + "test_combined_dataset",
-        COMBINED + "test_combined_dataset_per_dataset_batch_size",
-        COMBINED + "test_combined_dataset_with_dataloader_and_one_worker",
     ),
     **_all(ALIGN_SHUFFLE, _params(LOADER + "test_dataloader_with_align_chunking", "1", "2")),
     **_all(
