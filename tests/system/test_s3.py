@@ -474,6 +474,23 @@ def test_reader_default_cache_dir_from_environment(remote_dataset, tmp_path, mon
     assert any(name.startswith("chunk-") for name in os.listdir(ds.cache_dir))
 
 
+def test_litdatas_r2_url_and_dir_object_read_an_s3_compatible_store(remote_dataset, tmp_path):
+    """litdata's ``r2://bucket/prefix`` is an S3-compatible store at the endpoint given (here the
+    S3 server standing in for R2); a ``Dir(path=, url=)`` reads its url, caching under its path."""
+    url, opts = remote_dataset
+    r2 = StreamingDataset("r2://" + url[len("s3://") :], storage_options=opts, cache_dir=tmp_path / "r2cache")
+    check_item(r2[30], 30)
+
+    class Dir:  # litdata.streaming.resolver.Dir's shape
+        def __init__(self, path=None, url=None):
+            self.path, self.url = path, url
+
+    ds = StreamingDataset(Dir(path=str(tmp_path / "copy"), url=url), storage_options=opts)
+    check_item(ds[30], 30)
+    assert ds.cache_dir.startswith(str(tmp_path / "copy") + os.sep)
+    assert any(name.startswith("chunk-") for name in os.listdir(ds.cache_dir))
+
+
 def test_reader_cache_is_bounded(remote_dataset, tmp_path):
     url, opts = remote_dataset
     root = tmp_path / "cache"

@@ -135,3 +135,28 @@ def test_a_subclass_transform_method_is_applied_as_in_litdata(two):
 def test_a_str_index_says_there_are_no_keys(two):
     with pytest.raises(KeyError, match="keys/"):
         StreamingDataset(two[0])["item-0"]
+
+
+def test_litdatas_input_dir_forms_local_prefix_and_dir_object(two, tmp_path):
+    """litdata's ``local:`` (a network drive) and ``resolver.Dir(path=, url=)`` name the same
+    dataset as the plain path; a Dir's path is the cache of its url."""
+    a, _ = two
+    want = [{"i": i} for i in range(30)]
+    assert [dict(x) for x in StreamingDataset(f"local:{a}")] == want
+
+    class Dir:  # litdata.streaming.resolver.Dir's shape (a dataclass of path and url)
+        def __init__(self, path=None, url=None):
+            self.path, self.url = path, url
+
+    assert [dict(x) for x in StreamingDataset(Dir(path=str(a)))] == want
+    # a local url is read in place (no cache); a store's url caches under path (tests/system/test_s3.py)
+    assert [dict(x) for x in StreamingDataset(Dir(path=str(tmp_path / "copy"), url=f"file://{a}"))] == want
+    with pytest.raises(UsageError, match="neither url nor path"):
+        StreamingDataset(Dir())
+
+
+def test_r2_needs_its_endpoint_in_one_line():
+    with pytest.raises(
+        UsageError, match=r"Cloudflare R2 is read through its S3 API: pass storage_options=\{'endpoint_url'"
+    ):
+        StreamingDataset("r2://bucket/data")

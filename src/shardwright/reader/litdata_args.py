@@ -13,7 +13,15 @@ from ..format import TokensLoader, is_tokens_loader, parse_size
 from .cache import default_cache_root
 from .parquet import ParquetLoader, as_parquet_loader
 
-__all__ = ["cache_limit", "item_loader_of", "refuse_litdata_only", "transforms_of"]
+__all__ = [
+    "cache_limit",
+    "check_r2_options",
+    "dir_cache_of",
+    "input_dir_of",
+    "item_loader_of",
+    "refuse_litdata_only",
+    "transforms_of",
+]
 
 # litdata arguments with no meaning here, and why.
 _REFUSED: dict[str, str] = {
@@ -36,16 +44,53 @@ def refuse_litdata_only(kwargs: dict[str, Any]) -> None:
         raise UsageError(f"StreamingDataset({name}=...) is refused: {reason}")
 
 
+def _is_dir_object(where: Any) -> bool:
+    """litdata's ``resolver.Dir(path=, url=)`` (or any object shaped like it)."""
+    return not isinstance(where, (str, os.PathLike)) and hasattr(where, "path") and hasattr(where, "url")
+
+
 def input_dir_of(input_dir: Any, output_dir: Any) -> str:
-    """litdata's ``input_dir`` (first argument), or shardwright's older ``output_dir=`` keyword."""
+    """litdata's ``input_dir`` (first argument), or shardwright's older ``output_dir=`` keyword,
+    in litdata's forms too: a ``Dir(path=, url=)`` is read from its ``url`` (its ``path`` is the
+    local copy: see :func:`dir_cache_of`), ``local:/mnt/drive`` (litdata's network drive) is
+    read in place, ``r2://bucket/prefix`` is Cloudflare R2 through its S3 API."""
     if input_dir is not None and output_dir is not None:
         raise UsageError("give the dataset once: StreamingDataset(input_dir) (output_dir= is its older name)")
     where = input_dir if input_dir is not None else output_dir
     if where is None:
         raise UsageError("StreamingDataset needs the dataset: StreamingDataset(input_dir)")
+    if _is_dir_object(where):
+        url, path = where.url, where.path
+        where = url if url is not None else path
+        if where is None:
+            raise UsageError("input_dir is a Dir with neither url nor path: give Dir(path=...) or Dir(url=...)")
     if not isinstance(where, (str, os.PathLike)):
-        raise UsageError(f"input_dir must be a path or URL string, got {type(where).__name__}")
-    return os.fspath(where)
+        raise UsageError(f"input_dir must be a path or URL string (or litdata's Dir), got {type(where).__name__}")
+    location = os.fspath(where)
+    if location.startswith("local:"):
+        return location[len("local:") :]
+    if location.startswith("r2://"):
+        return "s3://" + location[len("r2://") :]
+    return location
+
+
+def dir_cache_of(input_dir: Any, cache_dir: Any) -> Any:
+    """The cache directory: ``cache_dir`` when given, else a ``Dir(path=, url=)``'s ``path``
+    (litdata keeps the local copy of ``url`` there), else None (the default cache)."""
+    if cache_dir is None and _is_dir_object(input_dir) and input_dir.url is not None and input_dir.path is not None:
+        return input_dir.path
+    return cache_dir
+
+
+def check_r2_options(input_dir: Any, storage_options: dict[str, Any]) -> None:
+    """An ``r2://`` dataset needs its account's S3 endpoint: one line saying so."""
+    where = input_dir.url if _is_dir_object(input_dir) else input_dir
+    if isinstance(where, str) and where.startswith("r2://") and not storage_options.get("endpoint_url"):
+        raise UsageError(
+            f"{where!r:.100}: Cloudflare R2 is read through its S3 API: pass storage_options="
+            "{'endpoint_url': 'https://<account id>.r2.cloudflarestorage.com', 'aws_access_key_id': ..., "
+            "'aws_secret_access_key': ...} (an R2 API token's keys)"
+        )
 
 
 def cache_limit(max_cache_bytes: Any, max_cache_size: Any, cache_dir: Any, default: int) -> int:

@@ -12,7 +12,15 @@ from ..errors import ArgumentTypeError, UsageError, require_bool
 from ..format import TokensLoader
 from ..storage.options import check_storage_option_names
 from .cache import DEFAULT_MAX_CACHE_BYTES
-from .litdata_args import cache_limit, input_dir_of, item_loader_of, refuse_litdata_only, transforms_of
+from .litdata_args import (
+    cache_limit,
+    check_r2_options,
+    dir_cache_of,
+    input_dir_of,
+    item_loader_of,
+    refuse_litdata_only,
+    transforms_of,
+)
 from .parquet import ParquetLoader
 from .subsample import check_fraction
 
@@ -86,7 +94,9 @@ class ReaderOptions:
                 f"storage_options must be a dict (the storage backend's options) or None; got {type(storage_options).__name__}"
             )
         location = input_dir_of(input_dir, output_dir)
+        check_r2_options(input_dir, storage_options or {})
         check_storage_option_names(storage_options or {}, location)
+        cache_dir = dir_cache_of(input_dir, cache_dir)
         if cache_dir is not None and not os.fspath(cache_dir).strip():
             raise UsageError(
                 "cache_dir is empty (it would mean the current directory); pass a directory of your own, or "
