@@ -81,7 +81,7 @@ def test_nul_byte_in_chunk_name_and_deep_spec(tmp_path):
     index = json.loads((out / "index.json").read_text())
     index["chunks"][0]["filename"] = "chunk\u0000.bin"
     (out / "index.json").write_text(json.dumps(index))
-    with pytest.raises(CorruptStateError, match="NUL byte"):
+    with pytest.raises(CorruptStateError, match="no control characters"):  # a NUL is one of them
         StreamingDataset(out)
     leaf = {"type": None, "context": None, "children_spec": []}
     # Written by hand: json.dumps itself would recurse too deep.
