@@ -21,11 +21,11 @@ import numpy as np
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
 from .members import (
     MemberMix,
+    MemberStates,
     Tagged,
     check_members,
     forward,
     member_lens,
-    member_states,
     prepared,
     restore_members,
     share,
@@ -143,7 +143,7 @@ def _check_weights(weights: Any, count: int, zero_ok: bool = False) -> list[floa
     return floats
 
 
-class CombinedStreamingDataset(OverDatasets, _IterableBase):
+class CombinedStreamingDataset(MemberStates, OverDatasets, _IterableBase):
     """Several :class:`StreamingDataset` objects read as one stream, mixed by weight.
 
     Deterministic (the same seed and epoch give the same mix on every machine) and resumable
@@ -308,28 +308,9 @@ class CombinedStreamingDataset(OverDatasets, _IterableBase):
         for d, b in zip(self.datasets, sizes):
             forward([d], "set_batch_size", b)
 
-    def state_dict(
-        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
-    ) -> dict:
-        """litdata's dataset-level state of members other than StreamingDatasets: each member's
-        own ``state_dict`` (``{}`` before the first iteration). A mix of StreamingDatasets is
-        saved by ``StreamingDataLoader.state_dict()`` (exact on any layout)."""
-        if not self._members:
-            raise UsageError(
-                "a CombinedStreamingDataset of StreamingDatasets is saved with StreamingDataLoader.state_dict() "
-                "(exact, on any num_workers): iterate it with a StreamingDataLoader"
-            )
-        counts = num_samples_yielded
-        if counts is None and self._member_iter is not None:
-            counts = self._member_iter.yielded
-        return member_states(self.datasets, counts, num_workers, batch_size)
-
     def load_state_dict(self, state: dict) -> None:
         """Hand each member its part of a :meth:`state_dict` (litdata's dataset-level protocol)."""
-        if not self._members:
-            raise UsageError(
-                "a CombinedStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
-            )
+        self._require_members("resumed with StreamingDataLoader.load_state_dict()")
         self._member_resume = restore_members(self.datasets, state)
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> CombinedStreamingDataset:

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, UsageError
 from .dataset import StreamingDataset, as_iterable
 
 __all__ = [
     "MemberMix",
+    "MemberStates",
     "MemberZip",
     "check_members",
     "forward",
@@ -109,6 +110,33 @@ def member_states(datasets: list, counts: list[int] | None, num_workers: int, ba
         else:
             out[str(i)] = {"items_read": counts[i]}
     return out
+
+
+class MemberStates:
+    """litdata's dataset-level ``state_dict`` of a mix or zip (CombinedStreamingDataset,
+    ParallelStreamingDataset) of members other than StreamingDatasets; one of StreamingDatasets
+    is saved and resumed by the loader instead (exact on any layout)."""
+
+    datasets: list
+    _members: bool
+    _member_iter: Any
+
+    def _require_members(self, how: str) -> None:
+        if not self._members:
+            raise UsageError(f"a {type(self).__name__} of StreamingDatasets is {how}")
+
+    def state_dict(
+        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
+    ) -> dict:
+        """Each member's own ``state_dict`` (``{}`` before the first iteration)."""
+        self._require_members(
+            "saved with StreamingDataLoader.state_dict() (exact, on any num_workers): iterate it with a "
+            "StreamingDataLoader"
+        )
+        counts = num_samples_yielded
+        if counts is None and self._member_iter is not None:
+            counts = self._member_iter.yielded
+        return member_states(self.datasets, counts, num_workers, batch_size)
 
 
 def restore_members(datasets: list, state: dict) -> tuple[dict[int, int], dict[int, list[int]]]:

@@ -23,13 +23,13 @@ from typing import Any
 
 from ..errors import ArgumentTypeError, ResumeStateError, UsageError
 from .members import (
+    MemberStates,
     MemberZip,
     Tagged,
     ZipStart,
     check_members,
     forward,
     member_lens,
-    member_states,
     prepared,
     restore_members,
     rngs_for,
@@ -60,7 +60,7 @@ def _tuples_given(members: list, counts: list[int], cycles: list[int]) -> int:
     return counts[0]  # every member cycled and none has a length: the count starts again
 
 
-class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase):
+class ParallelStreamingDataset(MemberStates, OverDatasets, PositionalResumable, _IterableBase):
     """Several :class:`StreamingDataset` objects read in parallel: each sample is a tuple of
     one sample of each (litdata's ``ParallelStreamingDataset``).
 
@@ -244,28 +244,9 @@ class ParallelStreamingDataset(OverDatasets, PositionalResumable, _IterableBase)
             return (Tagged(x, worker, list(zipped.yielded), list(zipped.cycles)) for x in zipped)
         return zipped
 
-    def state_dict(
-        self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None
-    ) -> dict:
-        """litdata's dataset-level state of members other than StreamingDatasets: each member's
-        own ``state_dict`` (``{}`` before the first iteration). A zip of StreamingDatasets is
-        saved by ``StreamingDataLoader.state_dict()`` (exact on any layout)."""
-        if not self._members:
-            raise UsageError(
-                "a ParallelStreamingDataset of StreamingDatasets is saved with StreamingDataLoader.state_dict() "
-                "(exact, on any num_workers): iterate it with a StreamingDataLoader"
-            )
-        counts = num_samples_yielded
-        if counts is None and self._member_iter is not None:
-            counts = self._member_iter.yielded
-        return member_states(self.datasets, counts, num_workers, batch_size)
-
     def load_state_dict(self, state: dict) -> None:
         """Hand each member its part of a :meth:`state_dict` (litdata's dataset-level protocol)."""
-        if not self._members:
-            raise UsageError(
-                "a ParallelStreamingDataset of StreamingDatasets is resumed with StreamingDataLoader.load_state_dict()"
-            )
+        self._require_members("resumed with StreamingDataLoader.load_state_dict()")
         skips, by_worker = restore_members(self.datasets, state)
         cycles = state.get("num_cycles") if isinstance(state, dict) else None
         by_worker_cycles = {int(w): list(c) for w, c in cycles.items()} if isinstance(cycles, dict) else {}
