@@ -94,6 +94,20 @@ class LocalStorage(Storage):
             self._pending_pid = os.getpid()
         return self._pending_lock, self._pending
 
+    def _pend(self, path: str) -> None:
+        """``path`` (written with ``durable=False``) is fsynced, with its directory, by the next barrier."""
+        lock, pending = self._pending_set()
+        with lock:
+            pending.add(path)
+
+    def _placed(self, path: str, durable: bool) -> None:
+        """``path`` was just placed: its directory entry made durable now, or it and its entry
+        by the next barrier."""
+        if durable:
+            fsync_dir(os.path.dirname(path))
+        else:
+            self._pend(path)
+
     def _deleted(self, path: str, durable: bool) -> None:
         """``path`` was unlinked: nothing of it to fsync any more; its directory entry is
         made durable now, or by the next barrier."""
@@ -170,12 +184,7 @@ class LocalStorage(Storage):
             if isinstance(e, OSError):
                 self._raise_os_error(e, path)
             raise
-        if durable:
-            fsync_dir(os.path.dirname(path))
-        else:
-            lock, pending = self._pending_set()
-            with lock:
-                pending.add(path)
+        self._placed(path, durable)
 
     def _write_pinned(self, pin: Pin, path: str, data: bytes | Sequence[bytes], durable: bool) -> None:
         """:meth:`_write` through a descriptor of the directory reached without following a
@@ -209,9 +218,7 @@ class LocalStorage(Storage):
         finally:
             os.close(directory)
         if not durable:
-            lock, pending = self._pending_set()
-            with lock:
-                pending.add(path)
+            self._pend(path)
 
     def write_parts(self, key: str, parts: Sequence[bytes], *, durable: bool = True) -> None:
         self._write(key, parts, durable)  # writev: no joined copy of a chunk of large items
@@ -261,9 +268,7 @@ class LocalStorage(Storage):
             if directory is not None:
                 os.close(directory)
         if not durable:  # the barrier fsyncs whatever file is at the path: ours or the one kept
-            lock, pending = self._pending_set()
-            with lock:
-                pending.add(path)
+            self._pend(path)
 
     def remove_leftover_temps(self, prefix: str) -> int:
         if self._pin is not None:
@@ -337,12 +342,7 @@ class LocalStorage(Storage):
                     if os.path.lexists(path):
                         return False
                     os.replace(tmp, path)
-            if durable:
-                fsync_dir(os.path.dirname(path))
-            else:
-                lock, pending = self._pending_set()
-                with lock:
-                    pending.add(path)
+            self._placed(path, durable)
             return True
         finally:
             unlink_quiet(tmp)

@@ -235,17 +235,22 @@ class MemoryStorage(Storage):
 
     # -- Storage API -----------------------------------------------------------------------
 
+    def _put(self, store: _Store, key: str, data: bytes, durable: bool) -> None:
+        """Store ``data`` at ``key`` (the store's lock held): durable at once, or pending until
+        this handle's next barrier (a power cut before it loses the write)."""
+        obj = store.new_object(data)
+        store.objects[key] = obj
+        if durable:
+            store.durable[key] = obj
+            store.pending.pop(key, None)
+        else:
+            store.pending[key] = (self._handle, obj)
+
     def write_bytes(self, key: str, data: bytes, *, durable: bool = True) -> None:
         self.checked_key(key)
         store, after = self._fault("write_bytes", key)
         with store.lock:
-            obj = store.new_object(data)
-            store.objects[key] = obj
-            if durable:
-                store.durable[key] = obj
-                store.pending.pop(key, None)
-            else:
-                store.pending[key] = (self._handle, obj)
+            self._put(store, key, data, durable)
             store.applied.append(("write_bytes", key))
         _raise(after)
 
@@ -270,13 +275,7 @@ class MemoryStorage(Storage):
             if key in store.objects:
                 created = False
             else:
-                obj = store.new_object(data)
-                store.objects[key] = obj
-                if durable:
-                    store.durable[key] = obj
-                    store.pending.pop(key, None)
-                else:
-                    store.pending[key] = (self._handle, obj)
+                self._put(store, key, data, durable)
                 store.applied.append(("create_exclusive", key))
                 created = True
         _raise(after)
