@@ -11,7 +11,6 @@ items each stream had yielded: the per-dataset positions follow, and each datase
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -314,13 +313,8 @@ class CombinedStreamingDataset(MemberStates, OverDatasets, _IterableBase):
         self._member_resume = restore_members(self.datasets, state)
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> CombinedStreamingDataset:
-        if self._members:  # litdata's protocol: the loader's options go to each member that takes them
-            if shuffle is not None:
-                forward(self.datasets, "set_shuffle", shuffle)
-            if drop_last is not None:
-                forward(self.datasets, "set_drop_last", drop_last)
-            # a copy sharing the members: the loader's one tags its samples, this object stays plain
-            return copy.copy(self)
+        if self._members:
+            return self._member_view(shuffle, drop_last)
         if shuffle is not None:
             raise UsageError(
                 "shuffle= overrides a StreamingDataset's; give it to each dataset of a CombinedStreamingDataset"

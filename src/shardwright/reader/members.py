@@ -14,6 +14,7 @@ mix also through StreamingDataLoader, in litdata's loader format (on the same wo
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 from collections.abc import Sequence
@@ -124,6 +125,16 @@ class MemberStates:
     def _require_members(self, how: str) -> None:
         if not self._members:
             raise UsageError(f"a {type(self).__name__} of StreamingDatasets is {how}")
+
+    def _member_view(self, shuffle: bool | None, drop_last: bool | None) -> Any:
+        """The loader's view of a mix or zip of other members: litdata's protocol hands the
+        loader's options to each member that takes them; a copy sharing the members (the
+        loader's one tags its samples, this object stays plain)."""
+        if shuffle is not None:
+            forward(self.datasets, "set_shuffle", shuffle)
+        if drop_last is not None:
+            forward(self.datasets, "set_drop_last", drop_last)
+        return copy.copy(self)
 
     def state_dict(
         self, num_workers: int = 0, batch_size: int = 1, num_samples_yielded: list[int] | None = None

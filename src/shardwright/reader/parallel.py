@@ -289,13 +289,8 @@ class ParallelStreamingDataset(MemberStates, OverDatasets, PositionalResumable, 
         return {"parallel": [d.identity() for d in self.datasets], "length": self.length, "resume": self.resume}
 
     def loader_view(self, shuffle: bool | None = None, drop_last: bool | None = None) -> ParallelStreamingDataset:
-        if self._members:  # litdata's protocol: the loader's options go to each member that takes them
-            if shuffle is not None:
-                forward(self.datasets, "set_shuffle", shuffle)
-            if drop_last is not None:
-                forward(self.datasets, "set_drop_last", drop_last)
-            # a copy sharing the members: the loader's one tags its samples, this object stays plain
-            return copy.copy(self)
+        if self._members:
+            return self._member_view(shuffle, drop_last)
         if shuffle is None and drop_last is None:
             return self
         view = copy.copy(self)
