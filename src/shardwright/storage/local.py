@@ -358,11 +358,32 @@ class LocalStorage(Storage):
         st = os.fstat(f.fileno())
         return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{hashlib.sha1(data).hexdigest()}"
 
+    @staticmethod
+    def _streamed_version(f: IO[bytes]) -> str:
+        """:meth:`_version_of` without holding the content: the compare step of a swap hashes
+        whatever the file holds now (planted huge, it costs time, never memory)."""
+        st = os.fstat(f.fileno())
+        digest = hashlib.sha1()
+        while piece := f.read(1 << 20):
+            digest.update(piece)
+        return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{digest.hexdigest()}"
+
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         try:
             with open(self._path(key), "rb") as f:
                 data = f.read()
                 return data, self._version_of(f, data)
+        except FileNotFoundError:
+            return None
+
+    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                # the open file's own size: a swap after the open cannot change what is read
+                if os.fstat(f.fileno()).st_size > limit:
+                    return None, ""
+                data = f.read(limit + 1)
+                return (data if len(data) <= limit else None), self._version_of(f, data)
         except FileNotFoundError:
             return None
 
@@ -386,7 +407,7 @@ class LocalStorage(Storage):
         try:
             try:
                 with open(path, "rb") as f:
-                    current = self._version_of(f, f.read())
+                    current = self._streamed_version(f)
             except FileNotFoundError:
                 return False
             if current != version:
