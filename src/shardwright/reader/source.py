@@ -280,7 +280,8 @@ class ChunkSource:
         files inside it.
         """
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            # O_NONBLOCK: a FIFO put in a chunk's place is refused below instead of blocking the open
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise CorruptStateError(

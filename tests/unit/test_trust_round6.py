@@ -1,0 +1,85 @@
+"""Trust round 6 (docs/trust-round6.md): a FIFO put where index.json, a chunk or a state file
+is expected blocked the reader, verify and a run for ever; verify read a chunk file whole
+whatever its size (4 GiB for a 148-byte entry). Each read now refuses in one line, at once."""
+
+from __future__ import annotations
+
+import os
+import threading
+import tracemalloc
+
+import pytest
+
+from shardwright import StreamingDataset
+from shardwright.errors import CorruptStateError
+from shardwright.protocol.manifest import read_manifest
+from shardwright.reader.verify import verify
+from shardwright.storage import open_storage
+from support.datasets import write_dataset
+
+
+def finishes(call, seconds: float = 20.0):
+    """``call()``'s outcome (its result or exception), failing the test when it blocks: the
+    call runs in a daemon thread, and a blocked one is left behind (a FIFO never opened for
+    writing blocks its reader's open for ever)."""
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"blocked for {seconds:.0f} s"
+    return outcome[0]
+
+
+def dataset(tmp_path):
+    out = tmp_path / "d"
+    entries = write_dataset(out, [{"i": i} for i in range(8)], chunk_size=4)
+    return out, entries
+
+
+def test_a_fifo_in_a_chunks_place_is_refused_by_the_reader_and_verify(tmp_path):
+    out, entries = dataset(tmp_path)
+    chunk = out / entries[0].filename
+    os.remove(chunk)
+    os.mkfifo(chunk)
+    said = finishes(lambda: StreamingDataset(str(out))[0])
+    assert isinstance(said, CorruptStateError) and "not a regular file" in str(said), said
+    report = finishes(lambda: verify(str(out)))
+    assert not report.ok and "not a regular file" in report.damaged[0].problem
+
+
+@pytest.mark.parametrize("call", [lambda d: StreamingDataset(d), lambda d: verify(d)], ids=["reader", "verify"])
+def test_a_fifo_as_index_json_is_refused(tmp_path, call):
+    out, _ = dataset(tmp_path)
+    os.remove(out / "index.json")
+    os.mkfifo(out / "index.json")
+    said = finishes(lambda: call(str(out)))
+    assert isinstance(said, CorruptStateError) and "index.json is not a regular file" in str(said), said
+
+
+def test_a_fifo_as_a_state_file_is_refused(tmp_path):
+    storage = open_storage(str(tmp_path))
+    os.makedirs(tmp_path / ".shardwright")
+    os.mkfifo(tmp_path / ".shardwright" / "manifest.json")
+    said = finishes(lambda: read_manifest(storage))
+    assert isinstance(said, CorruptStateError) and "manifest.json is not a regular file" in str(said), said
+
+
+def test_verify_never_reads_more_of_a_chunk_than_its_entry_says(tmp_path):
+    out, entries = dataset(tmp_path)
+    with open(out / entries[0].filename, "r+b") as f:
+        f.truncate(4 << 30)  # sparse: the size a reader would believe, no disk
+    tracemalloc.start()
+    try:
+        report = verify(str(out))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak:,} bytes allocated to check a {entries[0].chunk_bytes}-byte chunk"
+    assert not report.ok and "4,294,967,296 bytes but index.json says" in report.damaged[0].problem
