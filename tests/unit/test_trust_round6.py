@@ -83,3 +83,19 @@ def test_verify_never_reads_more_of_a_chunk_than_its_entry_says(tmp_path):
         tracemalloc.stop()
     assert peak < 64 << 20, f"{peak:,} bytes allocated to check a {entries[0].chunk_bytes}-byte chunk"
     assert not report.ok and "4,294,967,296 bytes but index.json says" in report.damaged[0].problem
+
+
+def test_an_index_entry_copied_under_another_name_is_refused_by_the_reader(tmp_path):
+    """Round 4's duplicate chunk name, varied: chunk 0 copied under another name with a second
+    entry. verify said the digest no longer matched; the reader yielded its items twice."""
+    import json
+    import shutil
+
+    out, entries = dataset(tmp_path)
+    index = json.loads((out / "index.json").read_text())
+    copy = dict(index["chunks"][0], filename=entries[0].filename.replace("-00000-", "-00099-"))
+    shutil.copy(out / entries[0].filename, out / copy["filename"])
+    index["chunks"].append(copy)
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CorruptStateError, match="do not give the digest it records"):
+        StreamingDataset(str(out))
