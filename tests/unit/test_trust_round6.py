@@ -99,3 +99,26 @@ def test_an_index_entry_copied_under_another_name_is_refused_by_the_reader(tmp_p
     (out / "index.json").write_text(json.dumps(index))
     with pytest.raises(CorruptStateError, match="do not give the digest it records"):
         StreamingDataset(str(out))
+
+
+def test_verify_refuses_a_content_name_that_disagrees_with_the_checksum(tmp_path):
+    """Protocol 6 names a chunk by its checksum; a chunk renamed by hand (the index's
+    filename edited to match, its checksum still true) was reported intact."""
+    import json
+
+    from shardwright.protocol.layout import chunk_filename
+
+    out, entries = dataset(tmp_path)
+    index = json.loads((out / "index.json").read_text())
+    checksum = index["chunks"][0]["checksum"].partition(":")[2]
+    named = chunk_filename(0, 0, 0, None, content=checksum)
+    renamed = chunk_filename(0, 0, 0, None, content="0" * len(checksum))
+    os.rename(out / entries[0].filename, out / named)  # support.datasets names chunks its own way
+    index["chunks"][0]["filename"] = named
+    (out / "index.json").write_text(json.dumps(index))
+    assert verify(str(out)).ok
+    os.rename(out / named, out / renamed)
+    index["chunks"][0]["filename"] = renamed
+    (out / "index.json").write_text(json.dumps(index))
+    report = verify(str(out))
+    assert not report.ok and "its name says checksum 000" in report.damaged[0].problem

@@ -29,7 +29,7 @@ from ..format import (
     index_digest,
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
-from ..protocol.layout import INDEX_KEY
+from ..protocol.layout import INDEX_KEY, content_named_checksum
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacting
 from ..storage import Storage, open_storage
@@ -212,6 +212,15 @@ def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> Dama
         return DamagedChunk(entry.filename, f"is missing (named in index.json); {_FIX}")
     except IsADirectoryError:
         return DamagedChunk(entry.filename, "is a directory, not a chunk file")
+    named = content_named_checksum(entry.filename)
+    recorded = (entry.checksum or "").partition(":")[2]
+    if named is not None and len(named) == len(recorded) and named != recorded:
+        # protocol 6: a chunk's name is its checksum, so the same name always means the same bytes
+        return DamagedChunk(
+            entry.filename,
+            f"its name says checksum {named} but index.json records {recorded}: "
+            f"the file was renamed or the entry edited by hand; {_FIX}",
+        )
     if entry.checksum is not None and can_check(entry.checksum):
         try:
             check_checksum(stored, entry.checksum, name, _FIX)
