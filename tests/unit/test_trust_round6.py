@@ -122,3 +122,18 @@ def test_verify_refuses_a_content_name_that_disagrees_with_the_checksum(tmp_path
     (out / "index.json").write_text(json.dumps(index))
     report = verify(str(out))
     assert not report.ok and "its name says checksum 000" in report.damaged[0].problem
+
+
+def test_a_gzipped_jsonl_cut_short_is_named(tmp_path):
+    """A .jsonl.gz cut short was a raw EOFError from gzip. (A .jsonl.zst cut short is read as
+    the rows before the cut, silently: docs/trust-round6.md case 37, left.)"""
+    import gzip
+
+    from shardwright import sources
+    from shardwright.errors import InputsError
+
+    path = tmp_path / "rows.jsonl.gz"
+    packed = gzip.compress(b"".join(b'{"v":%d}\n' % i for i in range(1000)))
+    path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(InputsError, match=r"rows\.jsonl\.gz is not a complete compressed file"):
+        len(sources.jsonl(str(path)))
