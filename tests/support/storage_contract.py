@@ -406,6 +406,19 @@ class StorageContract:
         with pytest.raises(FileNotFoundError):
             storage.read_at_most("d/missing.json", 10)
 
+    def test_read_versioned_at_most_bounds_the_swap_path(self, storage):
+        storage.write_bytes("d/lease.json", b"x" * 1000)
+        storage.write_bytes("d/empty.json", b"")
+        data, version = storage.read_versioned_at_most("d/lease.json", 1000)
+        assert data == b"x" * 1000 and version
+        assert storage.replace_if_version("d/lease.json", b"mine", version)  # the version swaps as ever
+        storage.write_bytes("d/lease.json", b"y" * 1001)
+        assert storage.read_versioned_at_most("d/lease.json", 1000)[0] is None  # too large: refused
+        data, version = storage.read_versioned_at_most("d/empty.json", 10)
+        assert data == b"" and version
+        assert storage.replace_if_version("d/empty.json", b"mine", version)
+        assert storage.read_versioned_at_most("d/missing.json", 10) is None
+
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo
 

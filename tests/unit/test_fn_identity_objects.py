@@ -135,3 +135,37 @@ def test_a_run_recorded_before_config_objects_were_hashed_still_resumes():
     # but a part it did hash that is gone or changed is still a change
     before_other = FnIdentity(name="work", code="c", config={"partial argument x": "00"}, skipped=())
     assert "partial argument x" in now.config_changes(before_other)
+
+
+def test_attributes_besides_the_declared_fields_are_hashed_too():
+    """Trust round 6: ``cfg.extra = ...`` on a dataclass (or a pydantic private attribute) was
+    neither hashed nor named as skipped: a changed value resumed silently, mixing both."""
+
+    @dataclasses.dataclass
+    class Loose:
+        k: int = 1
+
+    def loose(extra):
+        cfg = Loose()
+        cfg.extra = extra
+        return functools.partial(work, config=cfg)
+
+    a = fn_identity(loose(1))
+    assert a.skipped == () and "partial argument config.extra" in a.config
+    assert fn_identity(loose(1)).config_changes(a) == []
+    assert fn_identity(loose(2)).config_changes(a) == ["partial argument config.extra"]
+    # a run recorded before such attributes were hashed still resumes
+    before = FnIdentity(name=a.name, code=a.code, config={k: v for k, v in a.config.items() if "extra" not in k})
+    assert fn_identity(loose(2)).config_changes(before) == []
+
+
+@pytest.mark.skipif(pydantic is None, reason="pydantic is not installed")
+def test_a_pydantic_private_attribute_is_hashed_too():
+    class WithPrivate(pydantic.BaseModel):
+        t: float = 0.1
+        _style: str = pydantic.PrivateAttr(default="short")
+
+    a, b = WithPrivate(), WithPrivate()
+    b._style = "long"
+    first = fn_identity(functools.partial(work, config=a))
+    assert fn_identity(functools.partial(work, config=b)).config_changes(first) == ["partial argument config._style"]

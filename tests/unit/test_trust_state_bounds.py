@@ -93,3 +93,28 @@ def test_finished_by_another_needs_run_json_to_name_the_run(tmp_path):
     said = finished_by_another(storage, "run-a")
     assert said is not None and "8 items" in said and "nothing needs doing" in said
     assert finished_by_another(storage, "run-b") is None  # an older run's dataset: run-b was abandoned
+
+
+@pytest.mark.parametrize("backend", ["local", "memory"])
+def test_the_swap_path_is_bounded_too(tmp_path, backend):
+    """Round 5's leftover: taking a lease or the format claim reads the file through the
+    compare-and-swap path (read_versioned), which read it whole: a planted 4 GiB lease or
+    format.json was read into memory before being judged damaged and taken over."""
+    from shardwright.protocol.claim import claim_format
+    from shardwright.protocol.layout import lease_key
+    from shardwright.protocol.lease import Lease
+
+    if backend == "local":
+        storage = open_storage(str(tmp_path))
+        plant(tmp_path, lease_key("node-0"))
+        plant(tmp_path, ".shardwright/format.json", MAX_STATE_BYTES + 1)
+    else:
+        from shardwright.storage.memory import MemoryStorage
+
+        storage = MemoryStorage()
+        storage.write_bytes(lease_key("node-0"), b" " * ((1 << 20) + 1))
+        storage.write_bytes(".shardwright/format.json", b" " * 2048)
+    lease = Lease(storage, "node-0", "the output")
+    refused_within_bound(lease.try_acquire, lease_key("node-0"), 1 << 20)
+    if backend == "local":
+        refused_within_bound(lambda: claim_format(storage, "run-a", ["int"], None, 0), "format.json", 0)

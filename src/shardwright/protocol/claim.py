@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..storage import Storage
-from .jsonio import dumps, loads_object, require_field
+from .jsonio import MAX_STATE_BYTES, dumps, loads_object, read_versioned_state, require_field
 from .layout import FORMAT_KEY
 
 
 def _read_format_versioned(storage: Storage) -> tuple[dict, str] | None:
-    current = storage.read_versioned(FORMAT_KEY)
+    current = read_versioned_state(storage, FORMAT_KEY, "format record", MAX_STATE_BYTES)
     if current is None:
         return None
     record = loads_object(current[0], "format record", storage, FORMAT_KEY)

@@ -98,7 +98,18 @@ class FnIdentity:
             for label in labels
             if self.config.get(label) != recorded.config.get(label)
             and not (label not in recorded.config and _under(label, was_skipped))
+            and not (label not in recorded.config and self._same_object_before(label, recorded))
         ]
+
+    def _same_object_before(self, label: str, recorded: FnIdentity) -> bool:
+        """``label`` is an undeclared attribute of a config object (``config.extra``) whose class
+        and declared fields are unchanged, in a record that did not hash such attributes
+        (written before they were): not a change, so those runs still resume. A new declared
+        field changes the object's own part (its class and field names), so it is not this."""
+        parent = label.rpartition(".")[0]
+        if not parent or self.config is None or recorded.config is None:
+            return False
+        return parent in recorded.config and recorded.config[parent] == self.config.get(parent)
 
 
 def _under(label: str, parts: set[str]) -> bool:

@@ -26,6 +26,23 @@ def read_state(storage: Storage, key: str, what: str, limit: int = MAX_STATE_BYT
     return data
 
 
+def read_versioned_state(
+    storage: Storage, key: str, what: str, limit: int = MAX_LEASE_BYTES
+) -> tuple[bytes, str] | None:
+    """``storage.read_versioned`` for the compare-and-swap path (leases, the format claim),
+    bounded like :func:`read_state`: None when missing, CorruptStateError past ``limit``."""
+    got = storage.read_versioned_at_most(key, limit)
+    if got is None:
+        return None
+    data, version = got
+    if data is None:
+        raise CorruptStateError(
+            f"{what} {storage.url}/{key} holds more than {limit:,} bytes, more than shardwright ever writes "
+            f"there: it was damaged, edited by hand or put there by someone else; it was not read. {START_OVER}"
+        )
+    return data, version
+
+
 def dumps(data: dict) -> bytes:
     # compact: with indent, json falls back to its pure-Python encoder (10x slower per record)
     return json.dumps(data, separators=(",", ":")).encode()

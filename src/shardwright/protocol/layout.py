@@ -128,6 +128,16 @@ def chunk_generation(filename: str) -> int | None:
 _OUR_CHUNK = re.compile(r"^chunk-\d+-\d{5,}-\d{6,}(-\d+|-[0-9a-f]{16,64})?(\.zstd)?\.bin$")
 
 
+def content_named_checksum(filename: str) -> str | None:
+    """The hex checksum a protocol-6 chunk name carries (``chunk-0-00003-000001-{hex}.bin``),
+    None for other names (protocol 4/5's decimal epoch stamps, litdata's names)."""
+    match = _OUR_CHUNK.match(filename)
+    tail = match.group(1) if match else None
+    if tail is None or not _CONTENT.match(tail[1:]):  # an epoch stamp has 13 digits: never 16-64
+        return None
+    return tail[1:]
+
+
 def is_our_chunk_name(key: str) -> bool:
     """A top-level key with the exact shape of a chunk name we write (``chunk-final.bin`` is not)."""
     return bool(_OUR_CHUNK.match(key))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ..errors import ConcurrentRunError, LeaseLostError
 from ..process import host_identity, pid_alive, slurm_identity, slurm_restart_count
 from ..storage import Storage
-from .jsonio import MAX_LEASE_BYTES, dumps, read_state
+from .jsonio import MAX_LEASE_BYTES, dumps, read_state, read_versioned_state
 from .layout import LEASES_PREFIX, lease_key, lease_name
 
 # Owners of the leases this process holds right now. A lease record with this host and pid
@@ -362,7 +362,7 @@ class Lease:
                     continue  # taken over at once (we were paused): try again, from the start
                 self._mark_held()
                 return None
-            current = self.storage.read_versioned(self.key)
+            current = read_versioned_state(self.storage, self.key, "lease")
             if current is None:
                 continue  # released between our two calls
             data, version = current
@@ -400,7 +400,7 @@ class Lease:
     def _current_version(self) -> str | None:
         """The version of the lease file if it (still) names us: a takeover between our write
         and this read must not let us adopt the new holder's version and overwrite it."""
-        current = self.storage.read_versioned(self.key)
+        current = read_versioned_state(self.storage, self.key, "lease")
         if current is None:
             return None
         holder = LeaseHolder.parse(current[0], f"{self.storage.url}/{self.key}")
@@ -459,7 +459,7 @@ class Lease:
         if self.lost is None and self._version is not None and ask_storage:
             storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
-                current = storage.read_versioned(self.key)
+                current = read_versioned_state(storage, self.key, "lease")
                 holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
                 if holder is not None and holder.owner == self.owner:
                     storage.delete(self.key, durable=self.durable)

@@ -33,6 +33,7 @@ from ..protocol.layout import INDEX_KEY
 from ..sources import ParquetSource, parquet
 from ..sources.hub import hf_folder
 from ..storage import open_storage, parse_location
+from ..storage.files import open_regular
 from .cache import DEFAULT_MAX_CACHE_BYTES, default_cache_root
 from .parquet_cache import CachedParquetFiles
 from .source import ChunkSource
@@ -391,11 +392,11 @@ def _indexed_as_parquet(location: str) -> bool:
     parsed = parse_location(location)
     if not parsed.is_local:
         return False
-    try:
-        with open(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY), "rb") as f:
+    try:  # never blocking on a FIFO put there: the index read that follows names it
+        with open_regular(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY)) as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _INDEX_TAIL))
             return _PARQUET_INDEX.search(f.read()) is not None
-    except OSError:
+    except (OSError, CorruptStateError):
         return False
 
 

@@ -29,7 +29,7 @@ from ..format import (
     index_digest,
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
-from ..protocol.layout import INDEX_KEY
+from ..protocol.layout import INDEX_KEY, content_named_checksum
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacting
 from ..storage import Storage, open_storage
@@ -192,15 +192,35 @@ def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> Dama
     if path is not None and os.path.islink(path):
         return DamagedChunk(entry.filename, "is a symbolic link; a dataset's chunks are regular files inside it")
     try:
-        stored = storage.read_bytes(entry.filename)
+        stored = storage.read_at_most(entry.filename, _stored_bound(entry, config))
+        if stored is None:  # a 4 GiB file under a 148-byte entry was read whole before comparing
+            stored_size = storage.size(entry.filename)
+            return DamagedChunk(
+                entry.filename,
+                f"is {stored_size:,} bytes but index.json says {entry.chunk_bytes:,}: longer than the index says; {_FIX}",
+            )
+    except CorruptStateError as exc:  # not a regular file (a FIFO put there blocked verify for ever)
+        return DamagedChunk(entry.filename, str(exc))
     except FileNotFoundError:
         plain = entry.filename.replace(f".{config.compression}", "") if config.compression else entry.filename
         if plain != entry.filename and storage.exists(plain):
             # litdata decompressed it in place (local datasets it read): the stored form is gone
-            return _check_structure(_read(storage, plain), entry, f"{storage.url}/{plain}", config, compressed=False)
+            data = storage.read_at_most(plain, entry.chunk_bytes)
+            if data is None:
+                return DamagedChunk(plain, f"holds more than the {entry.chunk_bytes:,} bytes index.json says; {_FIX}")
+            return _check_structure(data, entry, f"{storage.url}/{plain}", config, compressed=False)
         return DamagedChunk(entry.filename, f"is missing (named in index.json); {_FIX}")
     except IsADirectoryError:
         return DamagedChunk(entry.filename, "is a directory, not a chunk file")
+    named = content_named_checksum(entry.filename)
+    recorded = (entry.checksum or "").partition(":")[2]
+    if named is not None and len(named) == len(recorded) and named != recorded:
+        # protocol 6: a chunk's name is its checksum, so the same name always means the same bytes
+        return DamagedChunk(
+            entry.filename,
+            f"its name says checksum {named} but index.json records {recorded}: "
+            f"the file was renamed or the entry edited by hand; {_FIX}",
+        )
     if entry.checksum is not None and can_check(entry.checksum):
         try:
             check_checksum(stored, entry.checksum, name, _FIX)
@@ -210,8 +230,12 @@ def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> Dama
     return _check_structure(stored, entry, name, config, compressed=_whole_file(config))
 
 
-def _read(storage: Storage, key: str) -> bytes:
-    return storage.read_bytes(key)
+def _stored_bound(entry: ChunkEntry, config: IndexConfig) -> int:
+    """The most bytes a chunk file can hold under its index entry: chunk_bytes, or for a file
+    compressed whole, zstd's worst case over it (incompressible data grows by a little)."""
+    if not _whole_file(config):
+        return entry.chunk_bytes
+    return entry.chunk_bytes + entry.chunk_bytes // 128 + (1 << 17)
 
 
 def _whole_file(config: IndexConfig) -> bool:

@@ -24,6 +24,7 @@ import io
 import json
 import logging
 import os
+import zlib
 from collections.abc import Sequence
 from typing import IO, Any
 
@@ -70,8 +71,26 @@ def _stream(item: Located, buffer: int = PIECE) -> IO[bytes]:
     return raw
 
 
+def _damaged_compression(exc: BaseException) -> bool:
+    """A compressed stream cut short or damaged (gzip's, zlib's or zstandard's own errors)."""
+    return isinstance(exc, (EOFError, gzip.BadGzipFile, zlib.error)) or type(exc).__name__ == "ZstdError"
+
+
 def _count(item: Located) -> tuple[int, list[int]]:
-    """(lines, offset of every STRIDE-th line) of one file, in one streaming pass."""
+    """(lines, offset of every STRIDE-th line) of one file, in one streaming pass. A compressed
+    file cut short is refused naming it (it was a raw EOFError from gzip)."""
+    try:
+        return _count_lines(item)
+    except Exception as exc:
+        if not item.info.key.endswith((".gz", ".zst")) or not _damaged_compression(exc):
+            raise
+        raise InputsError(
+            f"sources.jsonl: {item.name} is not a complete compressed file ({type(exc).__name__}: {exc}): "
+            "it was cut short or damaged; restore it, or leave it out of the inputs"
+        ) from None
+
+
+def _count_lines(item: Located) -> tuple[int, list[int]]:
     lines, offsets, position, last = 0, [0], 0, b"\n"
     with _stream(item) as f:
         while True:

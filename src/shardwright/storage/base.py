@@ -306,6 +306,23 @@ class Storage(abc.ABC):
         data = self.read_range(key, 0, limit + 1)
         return data if len(data) <= limit else None
 
+    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
+        """:meth:`read_versioned` bounded like :meth:`read_at_most`: None when ``key`` is
+        missing, ``(None, version)`` when it holds more than ``limit`` bytes (the caller
+        refuses it), else ``(content, version)``. The compare-and-swap path reads lease and
+        claim files, which anyone with write access to the output can plant huge.
+        This default asks the size first; a backend that can bound the versioned read itself
+        (a ranged GET, a file's fstat) overrides it so no swap in between can slip past."""
+        try:
+            if self.size(key) > limit:
+                return None, ""
+        except FileNotFoundError:
+            return None
+        got = self.read_versioned(key)
+        if got is None:
+            return None
+        return (got[0], got[1]) if len(got[0]) <= limit else (None, got[1])
+
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.
 

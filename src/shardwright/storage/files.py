@@ -12,11 +12,13 @@ import errno
 import os
 import random
 import re
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from typing import IO
 
-from ..errors import StorageError
+from ..errors import CorruptStateError, StorageError
 
 __all__ = [
     "DISK_FULL_ERRNOS",
@@ -26,6 +28,7 @@ __all__ = [
     "download_atomically",
     "fsync_dir",
     "is_disk_full",
+    "open_regular",
     "raising_disk_full",
     "syncfs",
     "tmp_name",
@@ -37,6 +40,29 @@ __all__ = [
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 #: errno values that mean "this user may not write here".
 NOT_WRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def open_regular(path: str) -> IO[bytes]:
+    """``open(path, "rb")`` that never blocks and never reads a device: a FIFO planted where a
+    state file, index.json or a chunk is expected blocked the open (a reader, verify, a run)
+    for ever, and a link to ``/dev/zero`` read without end. Raises IsADirectoryError for a
+    directory (as ``open`` does) and CorruptStateError for anything else that is not a
+    regular file; FileNotFoundError when it is missing."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise CorruptStateError(
+                f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
+                "shardwright keeps its state and datasets in regular files only: remove it"
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
 
 #: Names made by :func:`tmp_name`: ``.{name}.tmp-{pid}-{tid}-{random}``. Groups ``name`` (the
 #: final file's name, possibly shortened) and ``pid`` (the writer, to tell a crash leftover

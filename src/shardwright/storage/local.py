@@ -30,6 +30,7 @@ from .files import (
     download_atomically,
     fsync_dir,
     is_disk_full,
+    open_regular,
     syncfs,
     tmp_name,
     unlink_quiet,
@@ -348,7 +349,7 @@ class LocalStorage(Storage):
             unlink_quiet(tmp)
 
     def read_bytes(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as f:
+        with open_regular(self._path(key)) as f:
             return f.read()
 
     @staticmethod
@@ -358,11 +359,32 @@ class LocalStorage(Storage):
         st = os.fstat(f.fileno())
         return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{hashlib.sha1(data).hexdigest()}"
 
+    @staticmethod
+    def _streamed_version(f: IO[bytes]) -> str:
+        """:meth:`_version_of` without holding the content: the compare step of a swap hashes
+        whatever the file holds now (planted huge, it costs time, never memory)."""
+        st = os.fstat(f.fileno())
+        digest = hashlib.sha1()
+        while piece := f.read(1 << 20):
+            digest.update(piece)
+        return f"{st.st_ino:x}-{st.st_mtime_ns:x}-{digest.hexdigest()}"
+
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         try:
-            with open(self._path(key), "rb") as f:
+            with open_regular(self._path(key)) as f:
                 data = f.read()
                 return data, self._version_of(f, data)
+        except FileNotFoundError:
+            return None
+
+    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
+        try:
+            with open_regular(self._path(key)) as f:
+                # the open file's own size: a swap after the open cannot change what is read
+                if os.fstat(f.fileno()).st_size > limit:
+                    return None, ""
+                data = f.read(limit + 1)
+                return (data if len(data) <= limit else None), self._version_of(f, data)
         except FileNotFoundError:
             return None
 
@@ -385,8 +407,8 @@ class LocalStorage(Storage):
             self._raise_os_error(e, path)
         try:
             try:
-                with open(path, "rb") as f:
-                    current = self._version_of(f, f.read())
+                with open_regular(path) as f:
+                    current = self._streamed_version(f)
             except FileNotFoundError:
                 return False
             if current != version:
@@ -431,7 +453,7 @@ class LocalStorage(Storage):
         return sorted(k for k, _ in self._walk(prefix))
 
     def read_at_most(self, key: str, limit: int) -> bytes | None:
-        with open(self._path(key), "rb") as f:
+        with open_regular(self._path(key)) as f:
             # the file's size first: nothing of a file over the limit is read (and a buffered
             # read(n) would allocate n bytes before reading)
             size = os.fstat(f.fileno()).st_size
@@ -449,7 +471,7 @@ class LocalStorage(Storage):
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
-        with open(self._path(key), "rb") as f:
+        with open_regular(self._path(key)) as f:
             f.seek(start)
             return f.read(length)
 
@@ -501,7 +523,7 @@ class LocalStorage(Storage):
         return self._path(key)
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
-        with open(self._path(key), "rb") as source:
+        with open_regular(self._path(key)) as source:
             download_atomically(local_path, iter(lambda: source.read(8 << 20), b""), durable=durable)
 
     def check(self) -> None:

@@ -408,6 +408,20 @@ class S3Storage(CloudStorage):
             )
         return sorted(infos, key=lambda info: info.key)
 
+    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # one ranged GET: the ETag is the whole object's, and never more than limit + 1 bytes
+        # arrive (an object swapped for a huge one in between included)
+        full = self._key(key)
+        got = self.run("GET", key, lambda _a: self.get_versioned(full, f"bytes=0-{limit}"))
+        if got is None:
+            return None
+        data, etag = got
+        if not etag:  # 416: an empty object has no range; its plain GET is as small
+            return self.read_versioned(key)
+        if len(data) > limit:  # more than asked: a server ignoring Range; refused all the same
+            return None, etag
+        return bytes(data), etag
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
         full = self._key(key)
