@@ -125,8 +125,7 @@ def test_verify_refuses_a_content_name_that_disagrees_with_the_checksum(tmp_path
 
 
 def test_a_gzipped_jsonl_cut_short_is_named(tmp_path):
-    """A .jsonl.gz cut short was a raw EOFError from gzip. (A .jsonl.zst cut short is read as
-    the rows before the cut, silently: docs/trust-round6.md case 37, left.)"""
+    """A .jsonl.gz cut short was a raw EOFError from gzip."""
     import gzip
 
     from shardwright import sources
@@ -137,3 +136,44 @@ def test_a_gzipped_jsonl_cut_short_is_named(tmp_path):
     path.write_bytes(packed[: len(packed) // 2])
     with pytest.raises(InputsError, match=r"rows\.jsonl\.gz is not a complete compressed file"):
         len(sources.jsonl(str(path)))
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.999, "checksum"])
+def test_a_zstd_jsonl_cut_short_is_refused_not_read_as_fewer_rows(tmp_path, cut):
+    """Case 37: a .jsonl.zst cut short was read as the rows before the cut, silently (zstandard's
+    stream_reader ends at the file's end even inside a frame); the frames are now walked as
+    they are read (sources.zstd_frames)."""
+    zstandard = pytest.importorskip("zstandard")
+    from shardwright import sources
+    from shardwright.errors import InputsError
+
+    rows = b"".join(b'{"v":%d}\n' % i for i in range(100_000))
+    packed = zstandard.ZstdCompressor(write_checksum=True).compress(rows)
+    end = len(packed) - 2 if cut == "checksum" else int(len(packed) * cut)
+    path = tmp_path / "rows.jsonl.zst"
+    path.write_bytes(packed[:end])
+    with pytest.raises(InputsError, match=r"rows\.jsonl\.zst is not a complete compressed file.*cut short"):
+        len(sources.jsonl(str(path)))
+
+
+def test_complete_zstd_jsonl_of_several_frames_reads_every_row(tmp_path):
+    """Frames with and without checksums and content sizes, a skippable frame between them,
+    an empty frame, and a frame of RLE blocks: every row once (the walk must not refuse them)."""
+    zstandard = pytest.importorskip("zstandard")
+    from shardwright import sources
+
+    first = b"".join(b'{"v":%d}\n' % i for i in range(50_000))
+    second = b'{"v":"x"}\n' * 20_000  # long runs: RLE and repeat-heavy blocks
+    skippable = (0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"
+    parts = [
+        zstandard.ZstdCompressor(write_checksum=True).compress(first),
+        skippable,
+        zstandard.ZstdCompressor(write_content_size=False).compress(b""),
+        zstandard.ZstdCompressor(level=19, write_checksum=False).compress(second),
+    ]
+    chunker = zstandard.ZstdCompressor().chunker(chunk_size=4096)  # a frame of several blocks, streamed
+    streamed = b"".join(chunker.compress(b'{"v":"s"}\n' * 10_000)) + b"".join(chunker.finish())
+    path = tmp_path / "rows.jsonl.zst"
+    path.write_bytes(b"".join(parts) + streamed)
+    rows = list(sources.jsonl(str(path)))
+    assert len(rows) == 80_000

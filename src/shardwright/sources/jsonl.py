@@ -26,7 +26,7 @@ import logging
 import os
 import zlib
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ..errors import InputsError
 from .base import BadRow, Source
@@ -67,7 +67,10 @@ def _stream(item: Located, buffer: int = PIECE) -> IO[bytes]:
     if key.endswith(".zst"):
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), PIECE)
+        from .zstd_frames import FrameChecked  # a file cut short is an error, not an early end
+
+        checked = cast(IO[bytes], FrameChecked(raw, key))  # a raw stream: what stream_reader reads
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(checked, read_across_frames=True), PIECE)
     return raw
 
 
