@@ -177,3 +177,21 @@ def test_complete_zstd_jsonl_of_several_frames_reads_every_row(tmp_path):
     path.write_bytes(b"".join(parts) + streamed)
     rows = list(sources.jsonl(str(path)))
     assert len(rows) == 80_000
+
+
+def test_an_index_replaced_by_a_link_to_another_datasets_is_refused(tmp_path):
+    """Case 25: index.json replaced by a symbolic link to another dataset's index was followed
+    (40 items of the other dataset read, verify "intact"); the local backend now reads none of
+    its keys through a link, as chunks already were not."""
+    from shardwright import StreamingDataset, optimize, verify
+    from shardwright.errors import CorruptStateError
+
+    for name, n in (("a", 10), ("b", 40)):
+        optimize(lambda i: {"i": i}, list(range(n)), str(tmp_path / name), num_workers=1, verbose=False)
+    index = tmp_path / "a" / "index.json"
+    index.unlink()
+    index.symlink_to(tmp_path / "b" / "index.json")
+    with pytest.raises(CorruptStateError, match=r"index\.json is a symbolic link; shardwright never reads"):
+        StreamingDataset(str(tmp_path / "a"))
+    with pytest.raises(CorruptStateError, match="symbolic link"):  # verify refuses it as a bad index
+        verify(str(tmp_path / "a"))

@@ -42,13 +42,25 @@ DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSP
 NOT_WRITABLE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
-def open_regular(path: str) -> IO[bytes]:
+def open_regular(path: str, *, follow_links: bool = True) -> IO[bytes]:
     """``open(path, "rb")`` that never blocks and never reads a device: a FIFO planted where a
     state file, index.json or a chunk is expected blocked the open (a reader, verify, a run)
     for ever, and a link to ``/dev/zero`` read without end. Raises IsADirectoryError for a
     directory (as ``open`` does) and CorruptStateError for anything else that is not a
-    regular file; FileNotFoundError when it is missing."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    regular file; FileNotFoundError when it is missing. With ``follow_links=False`` a symbolic
+    link at ``path`` (its last part) is refused too (CorruptStateError): the local backend never
+    reads its own keys through links (an index.json replaced by a link to another dataset's
+    was read as this one's)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_links and os.path.islink(path):
+            raise CorruptStateError(
+                f"{path} is a symbolic link; shardwright never reads a dataset's files or state through "
+                "links (one could point at another dataset or a secret): put the file itself there"
+            ) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):

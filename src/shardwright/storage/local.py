@@ -349,7 +349,7 @@ class LocalStorage(Storage):
             unlink_quiet(tmp)
 
     def read_bytes(self, key: str) -> bytes:
-        with open_regular(self._path(key)) as f:
+        with open_regular(self._path(key), follow_links=False) as f:
             return f.read()
 
     @staticmethod
@@ -371,7 +371,7 @@ class LocalStorage(Storage):
 
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         try:
-            with open_regular(self._path(key)) as f:
+            with open_regular(self._path(key), follow_links=False) as f:
                 data = f.read()
                 return data, self._version_of(f, data)
         except FileNotFoundError:
@@ -379,7 +379,7 @@ class LocalStorage(Storage):
 
     def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
         try:
-            with open_regular(self._path(key)) as f:
+            with open_regular(self._path(key), follow_links=False) as f:
                 # the open file's own size: a swap after the open cannot change what is read
                 if os.fstat(f.fileno()).st_size > limit:
                     return None, ""
@@ -407,7 +407,7 @@ class LocalStorage(Storage):
             self._raise_os_error(e, path)
         try:
             try:
-                with open_regular(path) as f:
+                with open_regular(path, follow_links=False) as f:
                     current = self._streamed_version(f)
             except FileNotFoundError:
                 return False
@@ -453,7 +453,7 @@ class LocalStorage(Storage):
         return sorted(k for k, _ in self._walk(prefix))
 
     def read_at_most(self, key: str, limit: int) -> bytes | None:
-        with open_regular(self._path(key)) as f:
+        with open_regular(self._path(key), follow_links=False) as f:
             # the file's size first: nothing of a file over the limit is read (and a buffered
             # read(n) would allocate n bytes before reading)
             size = os.fstat(f.fileno()).st_size
@@ -471,7 +471,7 @@ class LocalStorage(Storage):
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
-        with open_regular(self._path(key)) as f:
+        with open_regular(self._path(key), follow_links=False) as f:
             f.seek(start)
             return f.read(length)
 
@@ -523,7 +523,7 @@ class LocalStorage(Storage):
         return self._path(key)
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
-        with open_regular(self._path(key)) as source:
+        with open_regular(self._path(key), follow_links=False) as source:
             download_atomically(local_path, iter(lambda: source.read(8 << 20), b""), durable=durable)
 
     def check(self) -> None:
