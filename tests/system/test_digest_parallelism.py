@@ -1,4 +1,5 @@
-"""The same dataset bytes and digest whatever the parallelism and the crash schedule (issue 35),
+"""The same dataset bytes and digest whatever the parallelism, the crash schedule and the
+graceful stops (SIGTERM, Ctrl-C: each worker's chunk in progress kept as a pending tail) (issue 35),
 with a fixed num_shards and with the default one (which comes from the inputs alone). Chunk
 names come from their content (protocol 6), so every file name is compared too."""
 
