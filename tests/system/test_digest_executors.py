@@ -9,7 +9,8 @@ chunks). The issue's 200k inputs: SHARDWRIGHT_DIGEST_INPUTS=200000 (minutes per 
 kill schedule, too long for CI).
 
 The kills are SIGKILLs, and graceful stops: a plain ``scancel`` of the Slurm array (SIGTERM,
-as requeue and preemption send), and Kubernetes pods (local processes with the environment of
+as preemption sends), ``scontrol requeue`` of it (SIGTERM, then Slurm runs each task again),
+and Kubernetes pods (local processes with the environment of
 an Indexed Job's pods) one deleted (SIGTERM) and one lost (SIGKILL), each restarted with its
 index. A graceful stop keeps each worker's chunk in progress as a pending tail that the resume
 reopens, so the chunks after it are cut where a run never stopped cuts them (docs/design.md,
@@ -140,10 +141,10 @@ class SlurmArray:
     """One submission of the run: a 3-task array, each task running the same optimize() call
     (its node identity read from SLURM_ARRAY_*), two worker processes per task."""
 
-    def __init__(self, cluster, config: dict, logs: Path):
+    def __init__(self, cluster, config: dict, logs: Path, requeue: bool = False):
         self.cluster = cluster
         script = sw_slurm.write_sbatch_script(
-            [sys.executable, CHILD, json.dumps(config)], 3, log_dir=str(logs), chdir=str(logs.parent), requeue=False
+            [sys.executable, CHILD, json.dumps(config)], 3, log_dir=str(logs), chdir=str(logs.parent), requeue=requeue
         )
         env = cluster.env
         env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
@@ -211,6 +212,24 @@ def test_slurm_array_scancelled_runs_equal_the_local_dataset(slurm_cluster, tmp_
     again = [i for i, n in calls.items() if n > 1]
     # only a generator stopped between two of its outputs is called again (it skips those kept)
     assert len(again) <= KILLS * 3 * 2, again
+
+
+@pytest.mark.slurm
+def test_slurm_array_requeued_mid_run_equals_the_local_dataset(slurm_cluster, tmp_path):
+    """``scontrol requeue`` of the whole array once it committed something: every running task
+    gets SIGTERM (a graceful stop, its chunks in progress kept as pending tails), Slurm runs it
+    again with SLURM_RESTART_COUNT=1, and the dataset equals the one written locally."""
+    reference = local_reference(tmp_path)
+    config = {**BASE, "num_workers": 2, "sleep": SLEEP, "output_dir": str(tmp_path / "slurm-requeued")}
+    array = SlurmArray(slurm_cluster, config, tmp_path / "logs-requeued", requeue=True)
+    assert wait_for(lambda: array.finished() or committed_records(config["output_dir"]) > 0, 120)
+    assert not array.finished(), "the array finished before its requeue"
+    slurm_cluster.requeue(array.job)
+    tasks = slurm_cluster.wait_job(array.job, timeout=180)  # a requeued task reruns after cred_expire (~11 s)
+    assert all(t.state == "COMPLETED" and t.exit_code == 0 for t in tasks.values()), tasks
+    assert any(t.restarts >= 1 for t in tasks.values()), f"no task was requeued: {tasks}"
+    assert_exactly_once(config)
+    assert same_as(config) == reference
 
 
 # --- Kubernetes without a cluster ----------------------------------------------------------------
