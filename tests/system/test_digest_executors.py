@@ -10,9 +10,8 @@ kill schedule, too long for CI).
 
 The kills are SIGKILLs, and graceful stops: a plain ``scancel`` of the Slurm array (SIGTERM,
 as preemption sends), ``scontrol requeue`` of it (SIGTERM, then Slurm runs each task again),
-and Kubernetes pods (local processes with the environment of
-an Indexed Job's pods) one deleted (SIGTERM) and one lost (SIGKILL), each restarted with its
-index. A graceful stop keeps each worker's chunk in progress as a pending tail that the resume
+and Kubernetes pods (local processes with the environment of an Indexed Job's pods) one
+deleted (SIGTERM) and one lost (SIGKILL), each restarted with its index. A graceful stop keeps each worker's chunk in progress as a pending tail that the resume
 reopens, so the chunks after it are cut where a run never stopped cuts them (docs/design.md,
 "The same bytes after a stop")."""
 
