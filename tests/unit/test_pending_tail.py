@@ -76,7 +76,8 @@ def run_worker(fn, cfg: WorkerConfig, inputs: list, stop_after: int | None = Non
         calls[0] += 1
         if calls[0] == stop_after and worker is not None:
             worker.signalled = True  # what worker_main's SIGTERM handler does
-            time.sleep(2 * STOP_CHECK_INTERVAL)  # the hot loop looks at its stops this often
+            while not worker.look[0]:  # the hot loop looks at its stops once its clock ticked: wait for the tick
+                time.sleep(STOP_CHECK_INTERVAL / 4)
         return fn(x)
 
     worker = Worker(0, counted, cfg, queue.Queue(), threading.Event(), [-1])
