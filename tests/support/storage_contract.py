@@ -400,7 +400,7 @@ class StorageContract:
         assert storage.read_at_most("d/state.json", 1000) == b"x" * 1000
         assert storage.read_at_most("d/state.json", 5000) == b"x" * 1000
         assert storage.read_at_most("d/state.json", 999) is None  # too large: the caller refuses it
-        storage.write_bytes("d/big.bin", b"y" * (65 << 20))  # past the size a HEAD is asked for first
+        storage.write_bytes("d/big.bin", b"y" * (65 << 20))  # refused by its size, not downloaded
         assert storage.read_at_most("d/big.bin", 64 << 20) is None
         assert storage.read_at_most("d/empty.json", 10) == b""
         with pytest.raises(FileNotFoundError):

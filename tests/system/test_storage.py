@@ -47,6 +47,26 @@ class _CloudContract(StorageContract):
             extra = {self.part_options[k]: v for k, v in extra.items() if k in self.part_options}
         return open_storage(url, dict(options, **extra))
 
+    def test_bounded_reads_are_one_get_each(self, storage, tmp_path, monkeypatch):
+        """read_at_most and read_versioned_at_most judge the size from the reply's headers: one
+        GET each at any limit, never a HEAD first (issue 36: one request per reader start and
+        per lease or claim read), counted by the run counters every request goes through."""
+        from shardwright import tally, telemetry
+
+        storage.write_bytes("d/state.json", b"x" * 1000)
+        monkeypatch.setenv(tally.COUNTERS_DIR_ENV, str(tmp_path / "counters"))
+        telemetry.reset()
+        try:
+            assert storage.read_at_most("d/state.json", 1 << 30) == b"x" * 1000  # a limit past 64 MiB
+            assert storage.read_at_most("d/state.json", 999) is None
+            assert storage.read_versioned_at_most("d/state.json", 1000)[0] == b"x" * 1000
+            assert storage.read_versioned_at_most("d/state.json", 999)[0] is None
+            telemetry.get().flush()
+        finally:
+            monkeypatch.delenv(tally.COUNTERS_DIR_ENV)
+            telemetry.reset()
+        assert tally.read_counters(str(tmp_path / "counters")).store_requests == {("GET", "ok"): 4}
+
 
 class TestS3Storage(_CloudContract):
     part_options = {"multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize"}

@@ -345,6 +345,31 @@ class AzureStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {props.size} bytes")
         return data, str(props.etag)
 
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # The SDK's first GET asks for the range 0..limit (capped at its single-GET size,
+        # 32 MiB) and reads it before the object's size is known: so at most min(limit + 1,
+        # 32 MiB) bytes arrive before an object too large is refused, and the rest is never
+        # asked for.
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+        try:
+            downloader = self._blob(full_key).download_blob(offset=0, length=limit + 1, max_concurrency=1)
+            etag = str(downloader.properties.etag)
+            if downloader.size > limit:  # the range's length: limit + 1 exactly when the blob is larger
+                return None, etag
+            data = downloader.readall()
+        except ResourceNotFoundError as e:
+            if "ContainerNotFound" in self._code(e):
+                raise
+            return None
+        except HttpResponseError as e:
+            if self._status(e) == 416:  # an empty blob has no range: its plain GET is as small
+                return self.get_versioned(full_key)
+            raise
+        if len(data) != downloader.size:
+            raise TruncatedBody(f"got {len(data)} of {downloader.size} bytes")
+        return data, etag
+
     def _upload(self, full_key: str, data: bytes, condition: str | None) -> bool:
         """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag; False
         when the condition failed."""

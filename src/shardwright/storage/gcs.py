@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .cloud import BoundedBuffer, CloudStorage, TooLarge, TruncatedBody, pop_number, refuse_options
 from .failure import RETRY_STATUS, Failure, Fixes
 from .registry import parse_location, register_backend
 
@@ -304,6 +304,21 @@ class GCSStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {got[0]} bytes")
         return data, got[1]
 
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        buffer = BoundedBuffer(limit)
+        try:
+            got = self._fetch(full_key, buffer, limit)
+        except TooLarge:  # more bytes than Content-Length said (or none was sent)
+            return None, ""
+        if got is None:
+            return None
+        size, generation = got
+        if size > limit:
+            return None, generation  # judged from Content-Length: the body was not read
+        if buffer.tell() != size:
+            raise TruncatedBody(f"got {buffer.tell()} of {size} bytes")
+        return buffer.getvalue(), generation
+
     @staticmethod
     def _check_stored(stored_crc32c: str | None, ours: str) -> None:
         """Rewrite (retry) when the service stored other bytes than we sent: GCS refuses such an
@@ -460,8 +475,9 @@ class GCSStorage(CloudStorage):
 
         self.download_into(key, local_path, durable, fetch)
 
-    def _fetch(self, full_key: str, f: Any) -> tuple[int, str] | None:
+    def _fetch(self, full_key: str, f: Any, limit: int | None = None) -> tuple[int, str] | None:
         """One GET of ``full_key`` written into ``f``: (its size, its generation), None when missing.
+        With a ``limit``, an object whose Content-Length is larger returns at once, its body unread.
 
         Our own request on the client's session (as :meth:`_upload`), read in
         1 MiB pieces: the SDK's download reads and checksums the body 8 KiB at a time, a
@@ -493,6 +509,8 @@ class GCSStorage(CloudStorage):
             if headers.get("x-goog-stored-content-encoding", "identity") != "identity":
                 return self._sdk_fetch(full_key, f)  # a gzip-encoded object (not ours): the SDK decodes it
             announced = headers.get("Content-Length")
+            if limit is not None and announced is not None and int(announced) > limit:
+                return int(announced), str(generation)
             hashes = dict(
                 part.strip().split("=", 1) for part in headers.get("x-goog-hash", "").split(",") if "=" in part
             )

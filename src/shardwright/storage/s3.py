@@ -299,6 +299,31 @@ class S3Storage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {expected} bytes")
         return data, r.get("ETag", "")
 
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # A plain GET (not a ranged one: an empty object has no range, and a range would
+        # download limit + 1 bytes of an object refused anyway); Content-Length decides
+        # before the body is read, and a body is never read past limit + 1 bytes.
+        from botocore.exceptions import ClientError
+
+        try:
+            r = self.client().get_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as e:
+            if _is_missing(e):
+                return None
+            raise
+        body, etag, announced = r["Body"], r.get("ETag", ""), r.get("ContentLength")
+        try:
+            if announced is not None and announced > limit:
+                return None, etag  # closed unread: the connection is dropped, not drained
+            data = body.read(limit + 1)
+        finally:
+            body.close()
+        if len(data) > limit:
+            return None, etag
+        if announced is not None and len(data) != announced:
+            raise TruncatedBody(f"got {len(data)} of {announced} bytes")
+        return data, etag
+
     def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
         """PUT with If-None-Match/If-Match; False on 412 (see the base's conditional_write for
         the lost reply; botocore's own retries, if a ``config`` turns them on, count too)."""
@@ -407,20 +432,6 @@ class S3Storage(CloudStorage):
                 ObjectInfo(self._rel(o["Key"]), int(o.get("Size", 0)), etag, modified and modified.timestamp())
             )
         return sorted(infos, key=lambda info: info.key)
-
-    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
-        # one ranged GET: the ETag is the whole object's, and never more than limit + 1 bytes
-        # arrive (an object swapped for a huge one in between included)
-        full = self._key(key)
-        got = self.run("GET", key, lambda _a: self.get_versioned(full, f"bytes=0-{limit}"))
-        if got is None:
-            return None
-        data, etag = got
-        if not etag:  # 416: an empty object has no range; its plain GET is as small
-            return self.read_versioned(key)
-        if len(data) > limit:  # more than asked: a server ignoring Range; refused all the same
-            return None, etag
-        return bytes(data), etag
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)
