@@ -419,6 +419,17 @@ class StorageContract:
         assert storage.replace_if_version("d/empty.json", b"mine", version)
         assert storage.read_versioned_at_most("d/missing.json", 10) is None
 
+    def test_write_if_version_returns_the_version_it_wrote(self, storage):
+        written, version = storage.write_if_version("d/lease.json", b"first", None)
+        assert written and version == storage.read_versioned("d/lease.json")[1]
+        assert storage.write_if_version("d/lease.json", b"other", None) == (False, None)  # exists
+        written, renewed = storage.write_if_version("d/lease.json", b"second", version)
+        assert written and renewed != version and renewed == storage.read_versioned("d/lease.json")[1]
+        assert storage.write_if_version("d/lease.json", b"stale", version) == (False, None)  # fenced
+        assert storage.read_bytes("d/lease.json") == b"second"
+        storage.delete("d/lease.json")
+        assert storage.write_if_version("d/lease.json", b"gone", renewed) == (False, None)
+
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo
 

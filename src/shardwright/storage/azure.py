@@ -370,9 +370,9 @@ class AzureStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {downloader.size} bytes")
         return data, etag
 
-    def _upload(self, full_key: str, data: bytes, condition: str | None) -> bool:
-        """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag; False
-        when the condition failed."""
+    def _upload(self, full_key: str, data: bytes, condition: str | None) -> str | None:
+        """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag. The
+        etag written ("" if the reply named none), None when the condition failed."""
         from azure.core import MatchConditions
         from azure.core.exceptions import HttpResponseError
 
@@ -380,7 +380,7 @@ class AzureStorage(CloudStorage):
         if condition not in (None, "*"):
             kwargs.update(etag=condition, match_condition=MatchConditions.IfNotModified)
         try:
-            self._blob(full_key).upload_blob(
+            reply = self._blob(full_key).upload_blob(
                 data, length=len(data), validate_content=True, max_concurrency=self.max_concurrency, **kwargs
             )
         except HttpResponseError as e:
@@ -388,13 +388,14 @@ class AzureStorage(CloudStorage):
             # loses the error code the SDK picks its class from.
             status = self._status(e)
             if condition is not None and status == 412:
-                return False
+                return None
             if condition == "*" and status == 409:
-                return False  # BlobAlreadyExists
+                return None  # BlobAlreadyExists
             if condition not in (None, "*") and status == 404 and "ContainerNotFound" not in self._code(e):
-                return False  # deleted since it was read
+                return None  # deleted since it was read
             raise
-        return True
+        etag = reply.get("etag") if isinstance(reply, dict) else None
+        return str(etag or "")
 
     # -- Storage API -------------------------------------------------------------------------
 
@@ -403,16 +404,12 @@ class AzureStorage(CloudStorage):
         full, body = self._key(key), bytes(data)
         self.run("PUT", key, lambda _a: self._upload(full, body, None))
 
-    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
-        # durable is moot: a stored object is durable once the request returns
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT If-None-Match: *", key, body, lambda: self._upload(full, body, "*"))
-
-    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        if not version or version == "*":
-            return False  # not an etag of this store: it cannot match
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT If-Match", key, body, lambda: self._upload(full, body, version))
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        if version is not None and (not version or version == "*"):
+            return None  # not an etag of this store: it cannot match
+        full = self._key(key)
+        op = "PUT If-None-Match: *" if version is None else "PUT If-Match"
+        return self.conditional_write(op, key, data, lambda: self._upload(full, data, version or "*"))
 
     def _info(self, name: str, props: Any) -> ObjectInfo:
         modified = props.last_modified

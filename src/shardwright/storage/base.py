@@ -58,6 +58,7 @@ WRITE_OPERATIONS = (
     "remove_leftover_temps",
     "create_exclusive",
     "replace_if_version",
+    "write_if_version",
     "delete",
     "delete_prefix",
     "barrier",
@@ -322,6 +323,26 @@ class Storage(abc.ABC):
         if got is None:
             return None
         return (got[0], got[1]) if len(got[0]) <= limit else (None, got[1])
+
+    def write_if_version(
+        self, key: str, data: bytes, version: str | None, *, durable: bool = True
+    ) -> tuple[bool, str | None]:
+        """:meth:`create_exclusive` (``version`` None) or :meth:`replace_if_version`, and the
+        version of the object this call wrote: ``(False, None)`` when the condition failed,
+        ``(True, v)`` with ``v`` the version of exactly ``data``, ``(True, None)`` when it was
+        written but replaced or deleted since (the lease path then starts over).
+
+        This default reads the object back (one more request): a backend whose conditional
+        write returns the new version (an object store's ETag or generation) overrides it,
+        and a takeover after the write cannot lend us the new holder's version either way."""
+        if version is None:
+            written = self.create_exclusive(key, data, durable=durable)
+        else:
+            written = self.replace_if_version(key, data, version)
+        if not written:
+            return False, None
+        got = self.read_versioned_at_most(key, len(data))
+        return True, (got[1] if got is not None and got[0] == data else None)
 
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.

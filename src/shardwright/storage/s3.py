@@ -324,32 +324,33 @@ class S3Storage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {announced} bytes")
         return data, etag
 
-    def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
-        """PUT with If-None-Match/If-Match; False on 412 (see the base's conditional_write for
-        the lost reply; botocore's own retries, if a ``config`` turns them on, count too)."""
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """PUT with If-None-Match (``version`` None) or If-Match; the reply's ETag, None on 412
+        (see the base's conditional_write for the lost reply; botocore's own retries, if a
+        ``config`` turns them on, count too)."""
         from botocore.exceptions import ClientError
 
         full = self._key(key)
-        body = bytes(data)
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
 
-        def put() -> bool:
+        def put() -> str | None:
             try:
-                self.client().put_object(
-                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
+                r = self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=data, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
                 )
-                return True
+                return str(r.get("ETag") or "")
             except ClientError as e:
                 code, status, _ = _client_error_info(e)
                 if status == 412 or code == "PreconditionFailed":
                     if _retried(e):  # botocore retried inside this attempt: the 412 may be our own write
                         got = self.get_versioned(full)
-                        return got is not None and got[0] == body
-                    return False
-                if "IfMatch" in condition and _is_missing(e):
-                    return False  # deleted since it was read
+                        return got[1] if got is not None and got[0] == data else None
+                    return None
+                if version is not None and _is_missing(e):
+                    return None  # deleted since it was read
                 raise  # 409 ConditionalRequestConflict is retried by the loop
 
-        return self.conditional_write(op, key, body, put)
+        return self.conditional_write("PUT If-None-Match" if version is None else "PUT If-Match", key, data, put)
 
     # -- Storage API ----------------------------------------------------------------------
 
@@ -375,13 +376,6 @@ class S3Storage(CloudStorage):
             )
 
         self.run("multipart PUT", key, upload)
-
-    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
-        # durable is moot: a stored object is durable once the request returns
-        return self._conditional_put("PUT If-None-Match", key, data, IfNoneMatch="*")
-
-    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        return self._conditional_put("PUT If-Match", key, data, IfMatch=version)
 
     def head(self, key: str) -> ObjectInfo | None:
         from botocore.exceptions import ClientError
