@@ -74,6 +74,8 @@ class StorageContract:
     keeps_raw_names: bool = False
     #: how many replaces the torn-read test races readers against (each is a round trip on a cloud)
     replace_rounds: int = 60
+    #: ``delete_if_version`` is one conditional request (GCS, Azure), not left to the caller (None)
+    conditional_delete: bool = False
 
     def secrets(self, storage: Storage) -> Iterable[str]:
         """Strings of this backend's options that its repr must never show."""
@@ -429,6 +431,19 @@ class StorageContract:
         assert storage.read_bytes("d/lease.json") == b"second"
         storage.delete("d/lease.json")
         assert storage.write_if_version("d/lease.json", b"gone", renewed) == (False, None)
+
+    def test_delete_if_version_deletes_only_that_version(self, storage):
+        _, first = storage.write_if_version("d/lease.json", b"first", None)
+        _, second = storage.write_if_version("d/lease.json", b"second", first)
+        stale = storage.delete_if_version("d/lease.json", first)
+        if stale is None:  # no conditional delete on this backend: callers compare, then delete
+            assert self.conditional_delete is False
+            return
+        assert self.conditional_delete is True
+        assert stale is False and storage.read_bytes("d/lease.json") == b"second"  # a takeover's file stays
+        assert storage.delete_if_version("d/lease.json", second) is True
+        assert not storage.exists("d/lease.json")
+        assert storage.delete_if_version("d/lease.json", second) is False  # gone
 
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo

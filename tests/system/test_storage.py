@@ -132,6 +132,7 @@ class TestGCSStorage(_CloudContract):
 
 
 class TestAzureStorage(_CloudContract):
+    conditional_delete = True
     part_options = {"multipart_threshold": "max_single_put_size", "multipart_chunksize": "max_block_size"}
 
     @pytest.fixture

@@ -453,10 +453,13 @@ class Lease:
         if self.lost is None and self._version is not None and ask_storage:
             storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
-                current = read_versioned_state(storage, self.key, "lease")
-                holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
-                if holder is not None and holder.owner == self.owner:
-                    storage.delete(self.key, durable=self.durable)
+                # One conditional request where the store has one: deleted only while still at
+                # the version our last write made (any takeover since changed it).
+                if storage.delete_if_version(self.key, self._version) is None:
+                    current = read_versioned_state(storage, self.key, "lease")
+                    holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
+                    if holder is not None and holder.owner == self.owner:
+                        storage.delete(self.key, durable=self.durable)
             except Exception:
                 answered = False  # the lease expires on its own
         self._version = None  # released: a second call does nothing

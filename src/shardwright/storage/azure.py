@@ -486,6 +486,27 @@ class AzureStorage(CloudStorage):
 
         self.run("DELETE", key, once)
 
+    def delete_if_version(self, key: str, version: str) -> bool | None:
+        # If-Match on the DELETE: a lease released without reading it back first (issue 36)
+        if not version or version == "*":
+            return False  # not an etag of this store: it cannot match
+        full = self._key(key)
+
+        def once(_attempt: int) -> bool:
+            from azure.core import MatchConditions
+            from azure.core.exceptions import HttpResponseError
+
+            try:
+                self._blob(full).delete_blob(etag=version, match_condition=MatchConditions.IfNotModified)
+            except HttpResponseError as e:
+                status = self._status(e)
+                if status == 412 or (status == 404 and "ContainerNotFound" not in self._code(e)):
+                    return False  # replaced, or gone (a first attempt whose reply was lost included)
+                raise
+            return True
+
+        return self.run("DELETE If-Match", key, once)
+
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
 

@@ -59,6 +59,7 @@ WRITE_OPERATIONS = (
     "create_exclusive",
     "replace_if_version",
     "write_if_version",
+    "delete_if_version",
     "delete",
     "delete_prefix",
     "barrier",
@@ -343,6 +344,16 @@ class Storage(abc.ABC):
             return False, None
         got = self.read_versioned_at_most(key, len(data))
         return True, (got[1] if got is not None and got[0] == data else None)
+
+    def delete_if_version(self, key: str, version: str) -> bool | None:
+        """Delete ``key`` only if it is still at ``version``, in one conditional request: True
+        when this call deleted it, False when it was replaced or is gone. None (this default)
+        when the backend has no conditional delete it can trust; the caller then reads the
+        object and compares before an unconditional :meth:`delete`. (S3's If-Match on DELETE
+        is new, and an S3-compatible store that ignores it would delete another's file;
+        fake-gcs-server ignores ``ifGenerationMatch`` on a DELETE, so GCS's cannot be tested
+        here and is not used.)"""
+        return None
 
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.
