@@ -24,13 +24,23 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from .tally import COUNTERS_DIR_ENV, CounterFile
 
-__all__ = ["InFlight", "Telemetry", "configure", "enabled_by_environment", "get", "reset"]
+__all__ = [
+    "InFlight",
+    "RunSpan",
+    "Telemetry",
+    "configure",
+    "enabled_by_environment",
+    "get",
+    "reset",
+    "start_in_background",
+]
 
 log = logging.getLogger("shardwright")
 
@@ -46,11 +56,16 @@ def _exporter_names(variable: str) -> list[str]:
     return [name.strip() for name in value.split(",") if name.strip() and name.strip() != "none"]
 
 
-def enabled_by_environment() -> bool:
-    """The rule of the module docstring, without importing opentelemetry when it says no."""
+def _asked_for() -> bool:
+    """What the variables say, without importing anything."""
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
-    if not (_exporter_names("OTEL_METRICS_EXPORTER") or _exporter_names("OTEL_TRACES_EXPORTER")):
+    return bool(_exporter_names("OTEL_METRICS_EXPORTER") or _exporter_names("OTEL_TRACES_EXPORTER"))
+
+
+def enabled_by_environment() -> bool:
+    """The rule of the module docstring, without importing opentelemetry when it says no."""
+    if not _asked_for():
         return False
     try:
         import opentelemetry.sdk  # noqa: F401
@@ -110,8 +125,8 @@ class Telemetry:
         """Write the counter file now (shardwright.tally): before a job process reports its end."""
 
     # -- traces ----------------------------------------------------------------------------
-    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
-        """A span (a no-op context when off)."""
+    def span(self, name: str, start_ns: int | None = None, **attributes: Any) -> AbstractContextManager[Any]:
+        """A span (a no-op context when off), begun at ``start_ns`` (time.time_ns()) or now."""
         return nullcontext()
 
     def handed_to_children(self) -> AbstractContextManager[Any]:
@@ -217,7 +232,7 @@ class _Live(Telemetry):
         self._hits.add(1, {"rank": rank, "worker": worker})
 
     @contextmanager
-    def _span(self, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    def _span(self, name: str, start_ns: int | None, attributes: dict[str, Any]) -> Iterator[Any]:
         from opentelemetry import trace
 
         assert self._tracer is not None
@@ -227,13 +242,15 @@ class _Live(Telemetry):
             from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
             parent = TraceContextTextMapPropagator().extract({"traceparent": inherited})
-        with self._tracer.start_as_current_span(name, context=parent, attributes=attributes) as span:
+        with self._tracer.start_as_current_span(
+            name, context=parent, attributes=attributes, start_time=start_ns
+        ) as span:
             yield span
 
-    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
+    def span(self, name: str, start_ns: int | None = None, **attributes: Any) -> AbstractContextManager[Any]:
         if self._tracer is None:
             return nullcontext()
-        return self._span(name, {k: v for k, v in attributes.items() if v is not None})
+        return self._span(name, start_ns, {k: v for k, v in attributes.items() if v is not None})
 
     @contextmanager
     def _handed(self) -> Iterator[None]:
@@ -315,8 +332,8 @@ class _Tallied(Telemetry):
     def flush(self) -> None:
         self.counters.write_now()
 
-    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]:
-        return self.inner.span(name, **attributes)
+    def span(self, name: str, start_ns: int | None = None, **attributes: Any) -> AbstractContextManager[Any]:
+        return self.inner.span(name, start_ns, **attributes)
 
     def handed_to_children(self) -> AbstractContextManager[Any]:
         return self.inner.handed_to_children()
@@ -356,6 +373,69 @@ def _build() -> Telemetry:
         return telemetry
 
 
+_building: tuple[int, threading.Thread] | None = None  # (pid, thread) of start_in_background()
+
+
+def start_in_background() -> None:
+    """When the variables enable telemetry and this process has not started it yet, import
+    and start the SDK in a background thread, so that the caller's next steps (an optimize()
+    opening its output: fsyncs, a lease) overlap it (issue 35: importing the SDK is ~30 ms of
+    a run's critical path otherwise). :func:`get` waits for it (it holds the build's lock),
+    and so does every fork of this process (a child must not inherit a half-done import)."""
+    global _building
+    pid = os.getpid()
+    if _explicit is not None or (_current is not None and _current[0] == pid) or not _asked_for():
+        return
+    if _building is not None and _building[0] == pid:
+        return
+    thread = threading.Thread(target=_build, name="shardwright-telemetry-start", daemon=True)
+    _building = (pid, thread)
+    thread.start()
+
+
+def _finish_building() -> None:
+    """Before a fork: let a background start end first (its imports must not be half done in the child)."""
+    building = _building
+    if building is not None and building[0] == os.getpid() and building[1].is_alive():
+        building[1].join(timeout=60)
+
+
+os.register_at_fork(before=_finish_building)
+
+
+class RunSpan:
+    """A span that begins when its ``with`` block does but is only created by :meth:`open`
+    (or at the end of the block), from its recorded start time: the block's first steps run
+    while :func:`start_in_background` starts the SDK. Spans opened after :meth:`open` are its
+    children."""
+
+    def __init__(self, name: str, **attributes: Any):
+        self.name, self.attributes = name, attributes
+        self._start_ns = 0
+        self._span: AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> RunSpan:
+        self._start_ns = time.time_ns()
+        start_in_background()
+        return self
+
+    def open(self) -> Telemetry:
+        """Create the span now (waiting for the SDK if it is still starting), current from here
+        to the end of the ``with`` block; returns this process's telemetry."""
+        telemetry = get()
+        if self._span is None:
+            self._span = telemetry.span(self.name, self._start_ns, **self.attributes)
+            self._span.__enter__()
+        return telemetry
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        if self._span is None and not get().enabled:
+            return None
+        self.open()  # a block that ended before open() (nothing to do, or an error) still has its span
+        assert self._span is not None
+        return self._span.__exit__(*exc)
+
+
 def configure(meter_provider: Any = None, tracer_provider: Any = None) -> Telemetry:
     """Use these OpenTelemetry providers in this process, whatever the variables say (either
     may be None: that signal is then not recorded)."""
@@ -370,9 +450,10 @@ def configure(meter_provider: Any = None, tracer_provider: Any = None) -> Teleme
 
 def reset() -> None:
     """Forget :func:`configure`'d providers and what the variables said (read again at next use)."""
-    global _explicit, _current
+    global _explicit, _current, _base_resource
     _explicit = None
     _current = None
+    _base_resource = None
 
 
 def _from_environment() -> Telemetry:
@@ -383,9 +464,10 @@ def _from_environment() -> Telemetry:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "shardwright"}).merge(
-        Resource.create({"process.pid": os.getpid()})
-    )
+    global _base_resource
+    if _base_resource is None:  # once per process tree: a forked worker inherits it and adds its pid
+        _base_resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "shardwright"})
+    resource = _base_resource.merge(Resource({"process.pid": os.getpid()}))
     meter_provider: Any = None
     tracer_provider: Any = None
     closers: list[Any] = []
@@ -478,3 +560,4 @@ def _span_exporter(name: str) -> Any:
 
 
 _pid_at_import = os.getpid()
+_base_resource: Any = None  # the SDK's Resource of this process tree, without process.pid
