@@ -25,14 +25,18 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Any
 
-from .tally import COUNTERS_DIR_ENV, CounterFile
+from ..tally import COUNTERS_DIR_ENV, CounterFile
+from .base import LATENCY_BUCKETS, METER_NAME, OFF, TRACE_PARENT_ENV, InFlight, Telemetry
+from .live import Live
 
 __all__ = [
     "InFlight",
+    "LATENCY_BUCKETS",
+    "METER_NAME",
+    "TRACE_PARENT_ENV",
     "RunSpan",
     "Telemetry",
     "configure",
@@ -43,12 +47,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("shardwright")
-
-METER_NAME = "shardwright"
-#: the run's span, handed to its worker processes (W3C traceparent): their spans join the run's trace
-TRACE_PARENT_ENV = "SHARDWRIGHT_TRACEPARENT"
-#: seconds: a chunk commit round, and the wait for a batch (p50/p95/p99 come from these)
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def _exporter_names(variable: str) -> list[str]:
@@ -72,205 +70,6 @@ def enabled_by_environment() -> bool:
     except ImportError:
         return False
     return True
-
-
-class Telemetry:
-    """The counters of runs and readers. This base records nothing (telemetry off); the
-    live one (:class:`_Live`) sends each call to OpenTelemetry instruments."""
-
-    enabled = False
-
-    # -- runs (optimize) -------------------------------------------------------------------
-    def items(self, n: int) -> None:
-        """``n`` more items committed."""
-
-    def inputs_done(self, n: int) -> None:
-        """``n`` more inputs finished."""
-
-    def failed(self, n: int = 1) -> None:
-        """``n`` more inputs failed (after their retries)."""
-
-    def retry(self, cause: str) -> None:
-        """One more retry, by cause (``fn``, or a store failure kind: ``transient``, ...)."""
-
-    def throttled(self, verb: str) -> None:
-        """A store answered 429 (or its SDK's throttling code) to ``verb``."""
-
-    def calls_in_flight(self, delta: int) -> None:
-        """I/O-bound fn calls running now: +1 when one starts, -1 when it ends."""
-
-    def chunks_committed(self, chunks: int, seconds: float) -> None:
-        """A commit round of ``chunks`` chunks took ``seconds`` (written to sealed)."""
-
-    def store_request(self, verb: str, outcome: str) -> None:
-        """One store operation (GET, PUT, LIST ...) ended: ``ok`` or the failure kind."""
-
-    def bytes_written(self, n: int) -> None:
-        """``n`` more bytes of chunks committed."""
-
-    # -- readers ---------------------------------------------------------------------------
-    def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
-        """A loader handed a batch of ``items`` items after waiting ``wait_seconds`` for it."""
-
-    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
-        """A reader process loaded a chunk of ``nbytes`` bytes (decoded: what its items are read from)."""
-
-    def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
-        """A chunk was downloaded into the cache."""
-
-    def cache_hit(self, rank: int, worker: int) -> None:
-        """A chunk was found in the cache (no download)."""
-
-    def flush(self) -> None:
-        """Write the counter file now (shardwright.tally): before a job process reports its end."""
-
-    # -- traces ----------------------------------------------------------------------------
-    def span(self, name: str, start_ns: int | None = None, **attributes: Any) -> AbstractContextManager[Any]:
-        """A span (a no-op context when off), begun at ``start_ns`` (time.time_ns()) or now."""
-        return nullcontext()
-
-    def handed_to_children(self) -> AbstractContextManager[Any]:
-        """While open, processes started from here (worker processes) put their spans under
-        the current span: its W3C traceparent is in their environment (TRACE_PARENT_ENV)."""
-        return nullcontext()
-
-
-_OFF = Telemetry()
-
-
-class InFlight:
-    """Calls in flight as a level: :meth:`set` reports the change since the last value to
-    :meth:`Telemetry.calls_in_flight` (an up-down counter sums the deltas of every process)."""
-
-    def __init__(self, telemetry: Telemetry):
-        self.telemetry, self.value = telemetry, 0
-
-    def set(self, value: int) -> None:
-        if value != self.value and self.telemetry.enabled:
-            self.telemetry.calls_in_flight(value - self.value)
-        self.value = value
-
-
-class _Live(Telemetry):
-    enabled = True
-
-    def __init__(self, meter_provider: Any, tracer_provider: Any):
-        meter = meter_provider.get_meter(METER_NAME)
-        self._tracer = tracer_provider.get_tracer(METER_NAME) if tracer_provider is not None else None
-        c, u, h = meter.create_counter, meter.create_up_down_counter, meter.create_histogram
-        self._items = c("shardwright.run.items", unit="{item}", description="items committed")
-        self._inputs = c("shardwright.run.inputs_done", unit="{input}", description="inputs finished")
-        self._failed = c("shardwright.run.inputs_failed", unit="{input}", description="inputs failed")
-        self._retries = c("shardwright.run.retries", unit="{retry}", description="retries, by cause")
-        self._throttled = c("shardwright.store.throttled", unit="{response}", description="429s seen, by verb")
-        self._in_flight = u("shardwright.run.calls_in_flight", unit="{call}", description="fn calls running")
-        self._commits = c("shardwright.run.chunks_committed", unit="{chunk}", description="chunks committed")
-        self._commit_seconds = h(
-            "shardwright.run.commit_duration",
-            unit="s",
-            description="one commit round, written to sealed",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
-        )
-        self._requests = c("shardwright.store.requests", unit="{request}", description="store requests")
-        self._bytes = c("shardwright.run.bytes_written", unit="By", description="chunk bytes committed")
-        self._batches = c("shardwright.reader.batches", unit="{batch}", description="batches handed out")
-        self._batch_items = c("shardwright.reader.items", unit="{item}", description="items in the batches handed out")
-        self._read_bytes = c("shardwright.reader.bytes", unit="By", description="chunk bytes loaded (decoded)")
-        self._downloads = c("shardwright.reader.chunk_downloads", unit="{chunk}", description="chunks downloaded")
-        self._download_bytes = c("shardwright.reader.download_bytes", unit="By", description="bytes downloaded")
-        self._hits = c("shardwright.reader.cache_hits", unit="{chunk}", description="chunks found in the cache")
-        self._wait = h(
-            "shardwright.reader.wait_duration",
-            unit="s",
-            description="time the training loop waited for a batch",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
-        )
-
-    def items(self, n: int) -> None:
-        self._items.add(n)
-
-    def inputs_done(self, n: int) -> None:
-        self._inputs.add(n)
-
-    def failed(self, n: int = 1) -> None:
-        self._failed.add(n)
-
-    def retry(self, cause: str) -> None:
-        self._retries.add(1, {"cause": cause})
-
-    def throttled(self, verb: str) -> None:
-        self._throttled.add(1, {"verb": verb})
-
-    def calls_in_flight(self, delta: int) -> None:
-        self._in_flight.add(delta)
-
-    def chunks_committed(self, chunks: int, seconds: float) -> None:
-        self._commits.add(chunks)
-        self._commit_seconds.record(seconds)
-
-    def store_request(self, verb: str, outcome: str) -> None:
-        self._requests.add(1, {"verb": verb, "outcome": outcome})
-
-    def bytes_written(self, n: int) -> None:
-        self._bytes.add(n)
-
-    def batch(self, rank: int, worker: int, items: int, wait_seconds: float) -> None:
-        where = {"rank": rank, "worker": worker}
-        self._batches.add(1, where)
-        self._batch_items.add(items, where)
-        self._wait.record(wait_seconds, where)
-
-    def bytes_read(self, rank: int, worker: int, nbytes: int) -> None:
-        self._read_bytes.add(nbytes, {"rank": rank, "worker": worker})
-
-    def chunk_download(self, rank: int, worker: int, nbytes: int) -> None:
-        where = {"rank": rank, "worker": worker}
-        self._downloads.add(1, where)
-        self._download_bytes.add(nbytes, where)
-
-    def cache_hit(self, rank: int, worker: int) -> None:
-        self._hits.add(1, {"rank": rank, "worker": worker})
-
-    @contextmanager
-    def _span(self, name: str, start_ns: int | None, attributes: dict[str, Any]) -> Iterator[Any]:
-        from opentelemetry import trace
-
-        assert self._tracer is not None
-        parent = None
-        inherited = os.environ.get(TRACE_PARENT_ENV)
-        if inherited and not trace.get_current_span().get_span_context().is_valid:
-            from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-            parent = TraceContextTextMapPropagator().extract({"traceparent": inherited})
-        with self._tracer.start_as_current_span(
-            name, context=parent, attributes=attributes, start_time=start_ns
-        ) as span:
-            yield span
-
-    def span(self, name: str, start_ns: int | None = None, **attributes: Any) -> AbstractContextManager[Any]:
-        if self._tracer is None:
-            return nullcontext()
-        return self._span(name, start_ns, {k: v for k, v in attributes.items() if v is not None})
-
-    @contextmanager
-    def _handed(self) -> Iterator[None]:
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        carrier: dict[str, str] = {}
-        TraceContextTextMapPropagator().inject(carrier)
-        previous = os.environ.get(TRACE_PARENT_ENV)
-        if "traceparent" in carrier:
-            os.environ[TRACE_PARENT_ENV] = carrier["traceparent"]
-        try:
-            yield
-        finally:
-            if previous is None:
-                os.environ.pop(TRACE_PARENT_ENV, None)
-            else:
-                os.environ[TRACE_PARENT_ENV] = previous
-
-    def handed_to_children(self) -> AbstractContextManager[Any]:
-        return nullcontext() if self._tracer is None else self._handed()
 
 
 class _Tallied(Telemetry):
@@ -360,7 +159,7 @@ def _build() -> Telemetry:
         pid = os.getpid()
         if _current is not None and _current[0] == pid:
             return _current[1]
-        telemetry: Telemetry = _OFF
+        telemetry: Telemetry = OFF
         if enabled_by_environment():
             try:
                 telemetry = _from_environment()
@@ -444,7 +243,7 @@ def configure(meter_provider: Any = None, tracer_provider: Any = None) -> Teleme
         from opentelemetry.metrics import NoOpMeterProvider
 
         meter_provider = NoOpMeterProvider()
-    _explicit = _Live(meter_provider, tracer_provider)
+    _explicit = Live(meter_provider, tracer_provider)
     return _explicit
 
 
@@ -496,7 +295,7 @@ def _from_environment() -> Telemetry:
         from opentelemetry.metrics import NoOpMeterProvider
 
         meter_provider = NoOpMeterProvider()
-    return _Live(meter_provider, tracer_provider)
+    return Live(meter_provider, tracer_provider)
 
 
 def _flush_at_exit(provider: Any) -> None:
