@@ -16,6 +16,11 @@ the variables are inherited), with the ``process.pid`` resource attribute so tha
 series of a run's processes stay apart, and flushes them at exit (a forked multiprocessing
 child included). ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` are honoured by the
 SDK (default service name here: ``shardwright``).
+
+**What it costs when on** (issue 35; docs/observability.md): ``optimize()`` starts the SDK on
+a background thread while it opens its output (:func:`start_in_background`, :class:`RunSpan`),
+so the call does not wait for the import; counting is a locked integer addition that the
+SDK reads through observable instruments when it exports (live.py).
 """
 
 from __future__ import annotations
