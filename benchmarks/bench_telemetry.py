@@ -5,25 +5,30 @@ small-items optimize(), and resume receipts on against off for a loader epoch.
     .venv/bin/python benchmarks/bench_telemetry.py                 # 200k items, 5 pairs
     .venv/bin/python benchmarks/bench_telemetry.py --items 50000 --pairs 3 --only receipts
 
-Telemetry: the same optimize() (2 worker processes, chunks of 1,000) in a fresh process with
-no OTEL_* variable (off) and with OTEL_METRICS_EXPORTER=console OTEL_TRACES_EXPORTER=console
-(on; the exporters' output discarded), off and on run alternately, one ratio per pair, the
-median printed. Twice: *cold*, the call as a user's first one (importing and starting the
-SDK inside it, in the caller and in each worker), and *warm*, the SDK imported before the
+Telemetry: the same optimize() (2 worker processes, chunks of 1,000; benchmarks/paired.py,
+shared with bench_ab.py) in a fresh process with no OTEL_* variable (off) and with
+OTEL_METRICS_EXPORTER=console OTEL_TRACES_EXPORTER=console (on; the exporters' output
+discarded), off and on run alternately, one ratio per pair, the median printed. Twice: *cold*,
+the call as a user's first one (the SDK started inside it: in the caller, in the background
+while the output is opened, and in each worker), and *warm*, the SDK imported before the
 timer in both runs, which leaves what telemetry adds per item, per chunk and per process
-start; besides wall seconds of the call, the cpu seconds of each run's whole process tree
-(getrusage of the children: steadier than wall time on a shared machine, but it includes
-the interpreter's start and the imports). The floor: fn alone over the same inputs in a loop. No peer exports
-run telemetry (litdata has none), so there is no peer column.
+start. Three figures a run: wall seconds of the call; cpu seconds of the caller's main thread
+during the call (the steadiest on a loaded machine: it is what the call itself waited on
+in the caller, though not the workers' share); cpu seconds of the whole process tree
+(getrusage of the children, interpreter start and imports included). The floor: fn alone
+over the same inputs in a loop. No peer exports run telemetry (litdata has none), so there
+is no peer column.
 
 Receipts: a training loop over ``--items`` small dicts (StreamingDataLoader, batch 256, no
 workers: the receipt is computed in the training process) that checkpoints every
 ``--every`` batches, against the same loop that never calls state_dict() (off: a receipt is
-only ever computed in state_dict(), never per item), in order and shuffled; the dearest
-state_dict() (at the end of the epoch, its receipt covering every id) is printed as a share of
-the epoch too, and so is the sum of all state_dict() calls of the epoch (steadier than the
-ratio of two epochs on a loaded machine). Side by side: litdata's StreamingDataLoader over the same dataset (litdata
-reads ours) checkpointing at the same points, and the floor: the same dicts from a list,
+only ever computed in state_dict(), never per item), in order and shuffled; the last
+state_dict() (at the end of the epoch: a loader's receipts are incremental, so it adds only
+what was read since the one before) is printed as a share of the epoch too, and so is the
+sum of all state_dict() calls of the epoch (steadier than the ratio of two epochs on a loaded
+machine); all in cpu seconds of the training thread. Side by side: litdata's
+StreamingDataLoader over the same dataset (litdata reads ours) checkpointing at the same
+points, and the floor: the same dicts from a list,
 collated in batches of 256 (no reading at all).
 """
 
@@ -31,35 +36,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
-RUN = """
-import sys, time
-if sys.argv[3] == "warm":  # both runs import the SDK before the timer: only what 'on' adds is timed
-    import opentelemetry.sdk.metrics, opentelemetry.sdk.trace, opentelemetry.sdk.metrics.export  # noqa
-    import opentelemetry.sdk.trace.export  # noqa
-from shardwright import optimize
-def fn(i):
-    return {"i": i}
-if __name__ == "__main__":
-    t = time.perf_counter()
-    optimize(fn, list(range(int(sys.argv[2]))), sys.argv[1], chunk_size=1000, num_workers=2, mode="overwrite", verbose=False)
-    sys.stderr.write(f"{time.perf_counter() - t}\\n")
-"""
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # waited-for children and theirs
-    return usage.ru_utime + usage.ru_stime
-
-
-def _fn(i: int) -> dict:
-    return {"i": i}
+from paired import floor_seconds, paired_runs
 
 
 def _item(i: int) -> dict:
@@ -67,60 +48,37 @@ def _item(i: int) -> dict:
 
 
 def telemetry(items: int, pairs: int, root: str) -> None:
-    script = os.path.join(root, "run.py")
-    with open(script, "w") as f:
-        f.write(RUN)
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     on_env = dict(base, OTEL_METRICS_EXPORTER="console", OTEL_TRACES_EXPORTER="console")
-    t = time.perf_counter()
-    for i in range(items):
-        _fn(i)
-    floor = time.perf_counter() - t
+    floor = floor_seconds(items)
     print(f"telemetry, optimize() of {items:,} small dicts on 2 workers; floor (fn alone) {floor:.3f} s")
     for start in ("cold", "warm"):
-        times: dict[str, list[float]] = {"off": [], "on": []}
-        cpus: dict[str, list[float]] = {"off": [], "on": []}
-        for _ in range(pairs):
-            for name, env in (("off", base), ("on", on_env)):
-                before = _children_cpu()
-                done = subprocess.run(
-                    [sys.executable, script, os.path.join(root, f"out-{name}"), str(items), start],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                if done.returncode:
-                    raise SystemExit(f"the {name} run failed:\n{done.stderr}")
-                times[name].append(float(done.stderr.strip().splitlines()[0]))
-                cpus[name].append(_children_cpu() - before)
-        ratios = [on / off for off, on in zip(times["off"], times["on"], strict=True)]
-        cpu_ratios = [on / off for off, on in zip(cpus["off"], cpus["on"], strict=True)]
-        off, on = statistics.median(times["off"]), statistics.median(times["on"])
+        runs = paired_runs([("off", base), ("on", on_env)], items, 1000, pairs, root, start)
+        off, on = runs.median("wall", "off"), runs.median("wall", "on")
         print(
-            f"  {start}: off {off:.3f} s (min {min(times['off']):.3f}, {off / floor:.1f}x the floor), "
-            f"on {on:.3f} s (min {min(times['on']):.3f}); on/off median of {pairs} pairs "
-            f"{statistics.median(ratios):.3f} (pairs {' '.join(f'{r:.3f}' for r in ratios)}); cpu seconds of the "
-            f"process tree (the whole process, start-up included) off {statistics.median(cpus['off']):.3f}, on "
-            f"{statistics.median(cpus['on']):.3f}, on/off median {statistics.median(cpu_ratios):.3f}"
+            f"  {start}: wall off {off:.3f} s (min {min(runs.wall['off']):.3f}, {off / floor:.1f}x the floor), "
+            f"on {on:.3f} s (min {min(runs.wall['on']):.3f}); caller cpu off {runs.median('caller', 'off'):.3f} s, "
+            f"on {runs.median('caller', 'on'):.3f} s; tree cpu off {runs.median('tree', 'off'):.3f} s, "
+            f"on {runs.median('tree', 'on'):.3f} s\n    {runs.summary('off', 'on')}"
         )
 
 
 def _epoch(loader, every: int, items: int, checkpoint: bool) -> tuple[float, float, float]:
-    """(seconds for the epoch, seconds of its last state_dict(), seconds of all its
-    state_dict() calls) with a state_dict() every ``every`` batches and at the last one when
-    ``checkpoint``, else none."""
+    """(cpu seconds of the epoch, of its last state_dict(), of all its state_dict() calls)
+    with a state_dict() every ``every`` batches and at the last one when ``checkpoint``, else
+    none. Cpu seconds of this thread (time.thread_time): with no loader workers the epoch is
+    read in it, and unlike wall time it holds still on a loaded machine."""
     last, dearest, total = len(loader) - 1, 0.0, 0.0
-    t = time.perf_counter()
+    t = time.thread_time()
     for k, _batch in enumerate(loader):
         if checkpoint and (k % every == every - 1 or k == last):
-            s = time.perf_counter()
+            s = time.thread_time()
             state = loader.state_dict()
-            dearest = time.perf_counter() - s
+            dearest = time.thread_time() - s
             total += dearest
             if k == last and "receipt" in state:
                 assert state["receipt"]["consumed"]["count"] == items, state["receipt"]
-    return time.perf_counter() - t, dearest, total
+    return time.thread_time() - t, dearest, total
 
 
 def receipts(items: int, pairs: int, every: int, root: str) -> None:
@@ -145,7 +103,7 @@ def receipts(items: int, pairs: int, every: int, root: str) -> None:
         off, on = statistics.median(offs), statistics.median(ons)
         last, total = statistics.median(dearest), statistics.median(totals)
         print(
-            f"  shardwright shuffle={shuffle}: off {off:.3f} s ({off / floor:.1f}x the floor), on {on:.3f} s; "
+            f"  shardwright shuffle={shuffle}: cpu s: off {off:.3f} ({off / floor:.1f}x the floor), on {on:.3f} s; "
             f"on/off median of {pairs} pairs {statistics.median(ratios):.3f}; all state_dict() calls "
             f"{total * 1000:.1f} ms = {100 * total / off:.2f} % of the epoch, the end-of-epoch one "
             f"{last * 1000:.1f} ms = {100 * last / off:.2f} %"
@@ -158,10 +116,10 @@ def _floor(items: int) -> float:
 
     data = [_item(i) for i in range(items)]
     collate = torch.utils.data.default_collate
-    t = time.perf_counter()
+    t = time.thread_time()
     for start in range(0, items, 256):
         collate(data[start : start + 256])
-    return time.perf_counter() - t
+    return time.thread_time() - t
 
 
 def _peer(path: str, items: int, pairs: int, every: int, floor: float) -> None:
@@ -181,7 +139,7 @@ def _peer(path: str, items: int, pairs: int, every: int, floor: float) -> None:
     ratios = [on / off for off, on in zip(offs, ons, strict=True)]
     off, on = statistics.median(offs), statistics.median(ons)
     print(
-        f"  litdata {litdata.__version__} shuffle=False (no receipts): off {off:.3f} s ({off / floor:.1f}x the floor), "
+        f"  litdata {litdata.__version__} shuffle=False (no receipts): cpu s: off {off:.3f} ({off / floor:.1f}x the floor), "
         f"on {on:.3f} s; on/off median of {pairs} pairs {statistics.median(ratios):.3f}; all state_dict() "
         f"calls {statistics.median(totals) * 1000:.1f} ms = {100 * statistics.median(totals) / off:.2f} % of the epoch"
     )

@@ -5,29 +5,12 @@ exit (the workers too), and they add up to what the run committed."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-SCRIPT = """
-import sys
-from shardwright import optimize
+pytest.importorskip("opentelemetry.sdk")
 
-failed_once = set()
-
-def fn(i):
-    if i in (7, 250) and i not in failed_once:  # each fails once, then succeeds on its retry
-        failed_once.add(i)
-        raise RuntimeError("flaky")
-    return {"i": i}
-
-if __name__ == "__main__":
-    result = optimize(fn, list(range(300)), sys.argv[1], chunk_size=25, num_workers=2, max_retries=1, verbose=False,
-                      concurrency=int(sys.argv[2]))
-    sys.stderr.write(f"RESULT {result.items} {result.chunks} {result.bytes}\\n")
-"""
+from support.otel import run_optimize
 
 
 def documents(text: str) -> list[dict]:
@@ -43,19 +26,14 @@ def documents(text: str) -> list[dict]:
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_every_process_exports_and_the_counters_add_up(tmp_path, concurrency):
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(OTEL_METRICS_EXPORTER="console", OTEL_TRACES_EXPORTER="console")
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "out"), str(concurrency)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done, (items, chunks, nbytes) = run_optimize(
+        tmp_path,
+        {"OTEL_METRICS_EXPORTER": "console", "OTEL_TRACES_EXPORTER": "console"},
+        300,
+        25,
+        (7, 250),
+        concurrency,
     )
-    assert done.returncode == 0, done.stderr
-    items, chunks, nbytes = (int(v) for v in done.stderr.split("RESULT ")[1].split()[:3])
     latest: dict[tuple[str, int], int] = {}  # cumulative: each process's last export counts
     spans: dict[str, set] = {}
     traced: list[dict] = []

@@ -5,10 +5,6 @@ the exporter's own dependency). The spans and counters that arrive describe the 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -18,44 +14,26 @@ pytest.importorskip(
 )
 
 from shardwright import StreamingDataset
+from support.otel import run_optimize
 from support.otlp_receiver import OtlpReceiver
-
-SCRIPT = """
-import sys
-from shardwright import optimize
-
-failed_once = set()
-
-def fn(i):
-    if i in (11, 401) and i not in failed_once:  # each fails once, then succeeds on its retry
-        failed_once.add(i)
-        raise RuntimeError("flaky")
-    return {"i": i, "text": "x" * (i % 7)}
-
-if __name__ == "__main__":
-    result = optimize(fn, list(range(600)), sys.argv[1], chunk_size=50, num_workers=2, max_retries=1, verbose=False)
-    sys.stderr.write(f"RESULT {result.items} {result.chunks}\\n")
-"""
 
 
 def test_optimize_exports_spans_and_counters_over_otlp_http(tmp_path):
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT)
     out = tmp_path / "out"
     with OtlpReceiver() as receiver:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.update(
-            OTEL_METRICS_EXPORTER="otlp",
-            OTEL_TRACES_EXPORTER="otlp",
-            OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,  # the exporters append /v1/metrics, /v1/traces
-            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-            OTEL_SERVICE_NAME="otlp-test",
+        done, (items, chunks, _nbytes) = run_optimize(
+            tmp_path,
+            {
+                "OTEL_METRICS_EXPORTER": "otlp",
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,  # the exporters append /v1/metrics, /v1/traces
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_SERVICE_NAME": "otlp-test",
+            },
+            600,
+            50,
+            (11, 401),
         )
-        # every process flushes at exit, so once the run has exited its exports have arrived
-        done = subprocess.run(
-            [sys.executable, str(script), str(out)], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr
         assert "could not start" not in done.stderr and "Failed to export" not in done.stderr, done.stderr
         spans = receiver.spans()
         sums = receiver.latest_sums()
@@ -65,7 +43,6 @@ def test_optimize_exports_spans_and_counters_over_otlp_http(tmp_path):
     assert content_types == {"application/x-protobuf"}, "OTLP/HTTP with protobuf bodies"
     length = len(StreamingDataset(str(out)))
     chunk_files = sorted(p for p in out.iterdir() if p.name.endswith(".bin"))
-    items, chunks = (int(v) for v in done.stderr.split("RESULT ")[1].split()[:2])
     assert length == items == 600
 
     # counters: what the run committed, summed over the caller and its 2 worker processes

@@ -11,32 +11,23 @@ pytest.importorskip(
     "opentelemetry.sdk"
 )  # the telemetry extra: the unit layer also runs with the core dependencies only
 
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from shardwright import StreamingDataset, telemetry
+from shardwright import StreamingDataset
 from shardwright.reader.loader import StreamingDataLoader
 from shardwright.storage import MemoryStorage, open_storage
 from support.datasets import write_dataset
+from support.otel import in_memory, metric_points
 
 
 @pytest.fixture
 def reader():
-    metrics = InMemoryMetricReader()
-    telemetry.configure(MeterProvider(metric_readers=[metrics]))
-    yield metrics
-    telemetry.reset()
+    with in_memory(traces=False) as (metrics, _spans):
+        yield metrics
 
 
 def points(metrics: InMemoryMetricReader) -> dict[str, list]:
-    found: dict[str, list] = {}
-    data = metrics.get_metrics_data()
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(metric.data.data_points)
-    return found
+    return metric_points(metrics)
 
 
 def total(got: dict[str, list], name: str) -> int:

@@ -17,10 +17,7 @@ pytest.importorskip(
     "opentelemetry.sdk"
 )  # the telemetry extra: the unit layer also runs with the core dependencies only
 
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from shardwright import telemetry
@@ -38,6 +35,7 @@ from shardwright.protocol.commit import PendingChunk, RoundSettings
 from shardwright.protocol.records import load_progress
 from shardwright.storage import MemoryStorage
 from shardwright.storage.cloud import is_throttling
+from support.otel import in_memory, metric_points
 
 
 def value(v: object) -> dict:
@@ -46,24 +44,12 @@ def value(v: object) -> dict:
 
 @pytest.fixture
 def otel() -> Iterator[tuple[InMemoryMetricReader, InMemorySpanExporter]]:
-    reader = InMemoryMetricReader()
-    spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    telemetry.configure(MeterProvider(metric_readers=[reader]), tracer_provider)
-    yield reader, spans
-    telemetry.reset()
+    with in_memory() as recorded:
+        yield recorded
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, list]:
-    data = reader.get_metrics_data()
-    found: dict[str, list] = {}
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found.setdefault(metric.name, []).extend(metric.data.data_points)
-    return found
+    return metric_points(reader)
 
 
 def total(reader: InMemoryMetricReader, name: str) -> int:
@@ -189,3 +175,47 @@ def test_off_by_default_imports_no_opentelemetry():
         "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_run_span_begins_with_its_block_and_holds_what_opens_after_it(otel):
+    """The SDK may still be starting when optimize() begins: the run's span is created late,
+    from the start time its block recorded, and spans opened after it are its children."""
+    _reader, spans = otel
+    before = time.time_ns()
+    with telemetry.RunSpan("run", output="here") as run:
+        opened_at = time.time_ns()
+        time.sleep(0.01)  # work before the span is created (the output being opened)
+        with run.open().span("inner"):
+            pass
+    (inner, outer) = spans.get_finished_spans()
+    assert outer.name == "run" and outer.attributes["output"] == "here"
+    assert before <= outer.start_time <= opened_at, "it starts when the block did, not when it was created"
+    assert inner.parent is not None and inner.parent.span_id == outer.context.span_id
+
+
+def test_a_run_that_ends_before_its_span_is_opened_still_has_it_with_the_error(otel):
+    _reader, spans = otel
+    with pytest.raises(ValueError, match="bad input"), telemetry.RunSpan("run"):
+        raise ValueError("bad input")
+    (span,) = spans.get_finished_spans()
+    assert span.name == "run" and not span.status.is_ok
+    assert [e.name for e in span.events] == ["exception"]
+
+
+def test_the_sdk_started_in_the_background_is_the_one_used_and_forks_wait_for_it():
+    """start_in_background() starts the SDK on a thread; get() and a fork both wait for it, so
+    a child never inherits a half-done import (it builds its own, with its own pid)."""
+    code = (
+        "import os, sys\n"
+        "os.environ['OTEL_TRACES_EXPORTER'] = 'console'\n"
+        "from shardwright import telemetry\n"
+        "telemetry.start_in_background()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    assert 'opentelemetry.sdk.trace' in sys.modules, 'the fork waited for the start'\n"
+        "    assert telemetry.get().enabled\n"
+        "    os._exit(0)\n"
+        "assert os.waitpid(pid, 0)[1] == 0\n"
+        "assert telemetry.get().enabled and telemetry.get() is telemetry.get()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, stdout=subprocess.DEVNULL)

@@ -40,9 +40,11 @@ log = logging.getLogger("shardwright")
 
 def drive(call: ExecutorCall, executor: Executor) -> OptimizeResult:
     """Run ``call`` with ``executor`` (see the module docstring)."""
-    with telemetry.get().span("shardwright.optimize", output=str(call.output_dir)):
+    # the run's span starts now; the SDK (when the OTEL_* variables enable it) starts in the
+    # background while the output is opened, and the span is created once it has (run.open())
+    with telemetry.RunSpan("shardwright.optimize", output=str(call.output_dir)) as run_span:
         with executor.place(call) as placement:
-            return _drive(call, executor, placement)
+            return _drive(call, executor, placement, run_span)
 
 
 def call_identity(fn: Callable) -> FnIdentity:
@@ -66,7 +68,7 @@ def node_lease(storage: Storage, node: NodeIdentity, executor: str | None) -> Le
     return Lease(storage, f"node-{node.rank}", what, fields)
 
 
-def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> OptimizeResult:
+def _drive(call: ExecutorCall, executor: Executor, placement: Placement, run_span: telemetry.RunSpan) -> OptimizeResult:
     options, inputs, node = call.options, call.inputs, placement.node
     identity = call_identity(call.fn)
     inputs.check_before_writing()
@@ -104,7 +106,7 @@ def _drive(call: ExecutorCall, executor: Executor, placement: Placement) -> Opti
         manifest, resumed = opened
         run_id = manifest.run_id
         run = OpenedRun(call, storage, manifest, resumed, node, lease, attempt)
-        counters = telemetry.get()
+        counters = run_span.open()  # before the workers start: they put their spans under the attempt's
         with counters.span("shardwright.attempt", mode=manifest.mode, resumed=resumed, node=node.rank):
             with counters.handed_to_children():  # worker processes' commit spans join this trace
                 totals = executor.run_shards(run)

@@ -16,7 +16,7 @@ from .dataset import StreamingDataset
 from .litdata_state import is_litdata_loader_state, litdata_resume
 from .members import TaggedBatch, collate_tagged
 from .metrics import timed_batches
-from .receipts import EpochReport, check_digest, check_receipt, report_of, state_receipt
+from .receipts import EpochReport, ReceiptLedger, check_digest, check_receipt, report_of, state_receipt
 from .resume import Resumable
 from .state import STATE_VERSION, ResumeStateError
 
@@ -119,6 +119,7 @@ class StreamingDataLoader(DataLoader):
         self._batches = 0
         self._pending: dict | None = None  # a position to resume from at the next iteration
         self._pending_epoch = 0  # its epoch
+        self._receipts = ReceiptLedger()  # what the last receipt summed: the next adds only what was read since
         self._epoch_start: Any = None  # where the running iteration started (view.epoch_start)
         # cast: a Resumable is an IterableDataset (torch types the argument as its Dataset class)
         super().__init__(
@@ -147,7 +148,7 @@ class StreamingDataLoader(DataLoader):
                 "require_resume=False for a fresh run"
             )
         if self._pending is not None:
-            self._resumed_note = _resumed_line(view, self._pending)
+            self._resumed_note = _resumed_line(view, self._pending, self._receipts)
             view.apply_position(self._pending)
             self._pending = None
             old = getattr(self, "_iterator", None)
@@ -203,7 +204,7 @@ class StreamingDataLoader(DataLoader):
             "shardwright_loader": STATE_VERSION,
             "dataset": self._view.identity(),
             "position": position,
-            "receipt": state_receipt(self._view, position),
+            "receipt": state_receipt(self._view, position, self._receipts),
         }
 
     def epoch_report(self) -> EpochReport:
@@ -215,7 +216,7 @@ class StreamingDataLoader(DataLoader):
             position = view.position_after(view.epoch, self._epoch_start, self._batches)
         else:
             position = self._position()
-        return report_of(view, position)
+        return report_of(view, position, self._receipts)
 
     def load_state_dict(self, state: dict) -> None:
         """Go on from ``state`` (from :meth:`state_dict`) at the next ``iter(loader)``.
@@ -258,7 +259,7 @@ class StreamingDataLoader(DataLoader):
             )
         position = state.get("position")
         self._pending_epoch = self._view.check_position(position)
-        check_receipt(state, self._view, position)
+        check_receipt(state, self._view, position, self._receipts)
         self._pending = position
         self._started = False
 
@@ -307,9 +308,9 @@ class StreamingDataLoader(DataLoader):
         return {"shardwright_loader": STATE_VERSION, "dataset": view.identity(), "position": position}
 
 
-def _resumed_line(view: Any, position: dict) -> str:
+def _resumed_line(view: Any, position: dict, ledger: ReceiptLedger) -> str:
     """``resumed epoch E at sample K of N (dataset DIGEST)``: K counts every rank's samples."""
-    receipt = state_receipt(view, position)
+    receipt = state_receipt(view, position, ledger)
     digest = receipt["digest"] or "without a digest"
     if "consumed" not in receipt:
         return f"resumed a combined dataset (dataset {digest})"

@@ -38,6 +38,7 @@ __all__ = [
     "mixes_items",
     "segment_ids",
     "segment_windows",
+    "window_ids",
 ]
 
 Segment = tuple[int, int, int, int]
@@ -155,7 +156,6 @@ def iter_segment(seq: EpochSequence, segment: Segment) -> Iterator[tuple[list[in
     a, b, lo, hi = segment
     if lo >= hi:
         return
-    mix = SHUFFLES[seq.spec.shuffle][1]
     pos = 0
     for w, window in enumerate(segment_windows(seq, a, b)):
         size = sum(length for _g, _s, length in window)
@@ -164,10 +164,16 @@ def iter_segment(seq: EpochSequence, segment: Segment) -> Iterator[tuple[list[in
             continue
         if pos >= hi:
             return
-        items = np.concatenate([np.arange(start, start + length, dtype=np.int64) for _g, start, length in window])
-        items = mix(items, seq.spec, seq.epoch, (a, b, w))
+        items = window_ids(seq, a, b, w, window)
         yield [g for g, _s, _n in window], items[max(lo - pos, 0) : hi - pos]
         pos += size
+
+
+def window_ids(seq: EpochSequence, a: int, b: int, w: int, window: list[tuple[int, int, int]]) -> np.ndarray:
+    """The item ids of window ``w`` (its pieces, from :func:`segment_windows`) of the
+    segments over S[a:b], in their read order (mixed when the order mixes items)."""
+    items = np.concatenate([np.arange(start, start + length, dtype=np.int64) for _g, start, length in window])
+    return SHUFFLES[seq.spec.shuffle][1](items, seq.spec, seq.epoch, (a, b, w))
 
 
 def segment_ids(seq: EpochSequence, segment: Segment, most: int) -> Iterator[np.ndarray]:
