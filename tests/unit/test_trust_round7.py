@@ -1,0 +1,129 @@
+"""Trust round 7 (docs/trust-round7.md), round 6's POOR leftovers: a parquet folder's index.json
+read through a link, a chunk grown past its entry blamed on its checksum, mapping-like configs
+left out of fn's identity, a FIFO given to sources.jsonl, and a JSONL directory's link to a file
+outside it read silently."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import types
+
+import pytest
+
+import shardwright as sw
+from shardwright import StreamingDataset
+from shardwright.engine.identity import fn_identity
+from shardwright.errors import CorruptStateError, InputsError
+from shardwright.format.checksum import ChecksumMismatch
+from support.datasets import write_dataset
+
+# --- parquet: index.json through a link --------------------------------------------------------
+
+
+def test_a_parquet_folders_index_replaced_by_a_link_is_refused(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for folder, rows in ((mine, range(10)), (other, range(100, 103))):
+        folder.mkdir()
+        pq.write_table(pa.table({"x": list(rows)}), folder / "part.parquet")
+        sw.index_parquet_dataset(str(folder))
+    os.remove(mine / "index.json")
+    os.symlink(other / "index.json", mine / "index.json")  # the other folder's names and sizes
+    with pytest.raises(CorruptStateError, match="is a symbolic link"):
+        ds = StreamingDataset(str(mine), item_loader=sw.ParquetLoader())
+        [ds[i] for i in range(len(ds))]
+
+
+# --- a chunk larger (or smaller) than its entry --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, said", [(b"x" * 100, "longer than the index says"), (None, "truncated")], ids=["grown", "cut"]
+)
+def test_a_chunk_of_another_size_than_its_entry_is_named_by_its_size(tmp_path, change, said):
+    out = tmp_path / "d"
+    entries = write_dataset(out, [{"i": i} for i in range(8)], chunk_size=4)
+    path = out / entries[0].filename
+    if change is None:
+        with open(path, "r+b") as f:
+            f.truncate(10)
+    else:
+        with open(path, "ab") as f:
+            f.write(change)
+    for read in (lambda ds: ds[0], lambda ds: list(ds)):
+        with pytest.raises(CorruptStateError) as info:
+            read(StreamingDataset(str(out)))
+        assert not isinstance(info.value, ChecksumMismatch), info.value
+        assert f"but index.json says {entries[0].chunk_bytes}: {said}" in str(info.value)
+
+
+# --- fn identity: mapping-like configs ------------------------------------------------------------
+
+
+def _work(x, config=None):
+    return x
+
+
+MAPPINGS = {
+    "OrderedDict": lambda v: collections.OrderedDict(temperature=v),
+    "defaultdict": lambda v: collections.defaultdict(list, temperature=v),
+    "SimpleNamespace": lambda v: types.SimpleNamespace(temperature=v),
+    "mappingproxy": lambda v: types.MappingProxyType({"temperature": v}),
+}
+
+
+@pytest.mark.parametrize("make", MAPPINGS.values(), ids=MAPPINGS.keys())
+def test_mapping_like_configs_are_hashed_by_value(make):
+    before = fn_identity(functools.partial(_work, config=make(0.7)))
+    same = fn_identity(functools.partial(_work, config=make(0.7)))
+    after = fn_identity(functools.partial(_work, config=make(0.9)))
+    assert before.skipped == () and "partial argument config" in before.config
+    assert same.config_changes(before) == []
+    assert after.config_changes(before) == ["partial argument config"]
+
+
+def test_a_run_recorded_when_such_configs_were_skipped_still_resumes():
+    from shardwright.protocol.fn_identity import FnIdentity
+
+    now = fn_identity(functools.partial(_work, config=types.SimpleNamespace(temperature=0.7)))
+    config = {k: v for k, v in now.config.items() if k != "partial argument config"}
+    recorded = FnIdentity(now.name, now.code, config, ("partial argument config (SimpleNamespace)",))
+    assert now.config_changes(recorded) == []
+
+
+def test_a_defaultdict_with_a_code_factory_is_named_as_skipped():
+    ident = fn_identity(functools.partial(_work, config=collections.defaultdict(lambda: 0, a=1)))
+    assert any(s.startswith("partial argument config (defaultdict") for s in ident.skipped)
+
+
+# --- sources.jsonl: FIFOs and links out of the directory ------------------------------------------
+
+
+def test_a_fifo_given_to_sources_jsonl_is_refused_naming_it(tmp_path):
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InputsError, match=rf"{fifo} is not a regular file \(a FIFO"):
+        sw.sources.jsonl(str(fifo))
+    (tmp_path / "ok.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(InputsError, match=rf"{fifo} is not a regular file"):
+        sw.sources.jsonl(str(tmp_path))  # found in a directory too
+
+
+def test_a_link_out_of_a_jsonl_directory_is_refused_naming_it(tmp_path):
+    folder, outside = tmp_path / "rows", tmp_path / "private"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "a.jsonl").write_text('{"a": 1}\n')
+    (outside / "secret.jsonl").write_text(json.dumps({"a": 999}) + "\n")
+    os.symlink(outside / "secret.jsonl", folder / "b.jsonl")
+    for spec in (folder, f"{folder}/*.jsonl"):
+        with pytest.raises(InputsError, match=rf"{folder / 'b.jsonl'} is reached through a symbolic link"):
+            sw.sources.jsonl(str(spec))
+    assert len(sw.sources.jsonl(str(folder / "b.jsonl"))) == 1  # named by its own path: the user's choice
+    os.remove(folder / "b.jsonl")
+    os.symlink("a.jsonl", folder / "b.jsonl")  # a link inside the directory is fine
+    assert len(sw.sources.jsonl(str(folder))) == 2
