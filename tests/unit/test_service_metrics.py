@@ -84,4 +84,7 @@ def test_invented_http_methods_never_add_series(svc):
     m = samples(svc.http.get("/metrics").text)
     methods = {dict(labels)["method"] for (name, labels) in m if name == "shardwright_api_request_seconds_count"}
     assert methods <= {"GET", "other"}, methods
-    assert m[("shardwright_api_request_seconds_count", (("method", "other"), ("route", "unmatched"), ("status", "404")))] == 50
+    assert (
+        m[("shardwright_api_request_seconds_count", (("method", "other"), ("route", "unmatched"), ("status", "404")))]
+        == 50
+    )

@@ -127,3 +127,78 @@ def test_a_link_out_of_a_jsonl_directory_is_refused_naming_it(tmp_path):
     os.remove(folder / "b.jsonl")
     os.symlink("a.jsonl", folder / "b.jsonl")  # a link inside the directory is fine
     assert len(sw.sources.jsonl(str(folder))) == 2
+
+
+# --- a progress snapshot damaged on disk ----------------------------------------------------------
+
+
+def test_a_progress_snapshot_with_one_byte_changed_is_never_resumed_from(tmp_path):
+    """A byte flipped in a snapshot's ResumePoint state ({"page":3} read as {"page":8}) made a
+    real resume skip pages 3-7 without a word (docs/trust-round7.md; the end-to-end case is
+    tests/system/test_trust_snapshots.py). The snapshot now carries a checksum of its bytes."""
+    from shardwright.protocol.progress import (
+        BufferState,
+        ProgressSnapshot,
+        SlotState,
+        decode_snapshot,
+        encode_snapshot,
+        read_snapshot,
+        write_snapshot,
+    )
+    from shardwright.storage.local import LocalStorage
+
+    snapshot = ProgressSnapshot(
+        run_id="run",
+        shard=0,
+        seq=2,
+        tip_epoch=0,
+        committed=(4, 0),
+        epoch=1,
+        buffer=BufferState(4, (5, 0), [], [b"item-a"]),
+        slots=[SlotState(5, 0, [b"item-b"], '{"page":3}', 1, False)],
+    )
+    data = encode_snapshot(snapshot)
+    assert decode_snapshot(data) == snapshot
+    page = b'page\\":3'  # the state as JSON text inside the JSON header
+    assert data.count(page) == 1
+    for damaged in (data.replace(page, b'page\\":8'), data.replace(b"item-a", b"item-A")):
+        with pytest.raises(ValueError, match="checksum"):
+            decode_snapshot(damaged)
+    storage = LocalStorage(str(tmp_path))
+    write_snapshot(storage, snapshot)
+    assert read_snapshot(storage, "run", 0, 2, 0, (4, 0)) == snapshot
+    key = storage.list(".shardwright/progress/")[0]
+    storage.write_bytes(key, storage.read_bytes(key).replace(page, b'page\\":8'))
+    assert read_snapshot(storage, "run", 0, 2, 0, (4, 0)) is None  # ignored: the records stand
+
+
+# --- diff trusts no recorded digest that the entries do not give ---------------------------------
+
+
+@pytest.mark.parametrize("edit", ["reordered", "digest of another"])
+def test_diff_refuses_an_index_whose_entries_do_not_give_its_recorded_digest(tmp_path, edit):
+    """Chunk entries reordered by hand under the recorded digest: the reader refused the dataset,
+    `diff` said "same" (it compared the recorded digests alone), exit 0. A digest edited by hand
+    was reported as "the decoding config differs"."""
+    import shutil
+
+    from shardwright.reader.diff import diff
+
+    original, edited = tmp_path / "a", tmp_path / "b"
+    sw.optimize(_item, list(range(12)), str(original), chunk_size=3, num_workers=1)
+    shutil.copytree(original, edited)
+    index = json.loads((edited / "index.json").read_text())
+    if edit == "reordered":
+        index["chunks"].reverse()
+    else:
+        index["digest"] = index["digest"][:-4] + ("0000" if not index["digest"].endswith("0000") else "1111")
+    (edited / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CorruptStateError, match="do not give the digest it records"):
+        StreamingDataset(str(edited))
+    with pytest.raises(CorruptStateError, match="do not give the digest it records"):
+        diff(str(original), str(edited))
+    assert diff(str(original), str(original)).same
+
+
+def _item(i):
+    return {"i": i}
