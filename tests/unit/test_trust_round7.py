@@ -202,3 +202,83 @@ def test_diff_refuses_an_index_whose_entries_do_not_give_its_recorded_digest(tmp
 
 def _item(i):
     return {"i": i}
+
+
+def test_a_url_typed_with_credentials_is_never_printed_back(tmp_path, capsys):
+    """`shardwright diff s3://KEY:SECRET@bucket/x B` printed the secret in its error line."""
+    from shardwright.cli.main import main
+
+    assert main(["diff", "s3://AKIAEXAMPLE:supersecret@bucket/x", str(tmp_path)]) == 2
+    said = capsys.readouterr().err
+    assert "supersecret" not in said and "AKIAEXAMPLE" not in said and said.startswith("shardwright: error:"), said
+
+
+def test_a_folder_that_is_no_dataset_is_not_called_an_unfinished_run(tmp_path, capsys):
+    """`shardwright diff A /etc` said /etc's "optimize run has not finished (0 checkpointed chunks)"."""
+    from shardwright.cli.main import main
+
+    (tmp_path / "notes.txt").write_text("not a dataset")
+    for command in (["diff", str(tmp_path), str(tmp_path)], ["verify", str(tmp_path)]):
+        assert main(command) == 2
+        said = capsys.readouterr().err
+        assert "there is no dataset at" in said and "has not finished" not in said, said
+
+
+# --- the /dev/shm rate budget: a full file system, a file truncated or deleted under a run --------
+
+_BUDGET_SCRIPT = """
+import os, sys
+from shardwright.engine.limits import SharedBudget
+from shardwright.errors import UsageError
+path, case = sys.argv[1], sys.argv[2]
+try:
+    first = SharedBudget("2/s", path=path)
+    first.reserve()
+    if case == "truncated":
+        os.truncate(path, 0)
+    elif case == "deleted":
+        os.unlink(path)
+    again = first.reserve()  # the holder's next call
+    second = SharedBudget("2/s", path=path)  # a process that starts after it
+    print(round(again, 2), round(second.reserve(), 2))
+except UsageError as exc:
+    print("UsageError:", exc)
+"""
+
+
+def _budget(path, case: str):
+    """Run in a process of its own: before the fix these cases died of SIGBUS, without a word."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", _BUDGET_SCRIPT, str(path), case], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("case", ["truncated", "deleted"])
+def test_a_budget_file_truncated_or_deleted_under_a_run_is_taken_again(tmp_path, case):
+    """Truncated under a holder: its next reserve was SIGBUS. Deleted (a cleanup of /dev/shm):
+    the holder kept a budget of its own while new processes made another, each at the full rate
+    (their first calls both went at once). Now both take the one file at the path."""
+    done = _budget(tmp_path / "budget", case)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    first, second = map(float, done.stdout.split())
+    assert first == 0.0 and second == 0.5, done.stdout  # one budget: the second call waits its turn
+
+
+def test_a_full_file_system_is_one_line_not_a_sigbus(tmp_path):
+    import subprocess
+
+    small = tmp_path / "shm"
+    small.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(small)]).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        (small / "fill").write_bytes(bytes(8192))  # full, as a busy /dev/shm is
+        done = _budget(small / "budget", "full")
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+        assert done.stdout.startswith("UsageError:") and "No space left on device" in done.stdout, done.stdout
+        assert "\n" not in done.stdout.strip()
+    finally:
+        subprocess.run(["umount", str(small)])

@@ -20,7 +20,7 @@ from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.publish import merge
 from ..protocol.status import RunStatus, read_status, stop_reason
-from ..secrets import redact, secret_values
+from ..secrets import redact, redact_url_credentials, secret_values
 from ..storage import open_storage
 from .k8s import add_k8s_command
 from .options import parse_storage_options
@@ -264,5 +264,6 @@ def _main(argv: list[str] | None) -> int:
         secrets = secret_values(parsed)
         if options and parsed is None:
             secrets.append(options)  # unparseable: the whole text may hold a secret
-        print(f"shardwright: error: {redact(str(exc), secrets)}", file=sys.stderr)
+        # a URL typed with user:password@ (s3://KEY:SECRET@bucket/x) came back in the message
+        print(f"shardwright: error: {redact_url_credentials(redact(str(exc), secrets))}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from ..format import (
     index_digest,
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
-from ..protocol.layout import INDEX_KEY, content_named_checksum
+from ..protocol.layout import INDEX_KEY, STATE_DIR, content_named_checksum
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacting
 from ..storage import Storage, open_storage
@@ -183,6 +183,12 @@ def read_published_index(storage: Storage) -> bytes:
     pending = count_committed_chunks(storage)
     if not pending and not storage.list(""):
         raise DatasetNotFoundError(f"there is no dataset at {storage.url}: nothing is stored there; check the path")
+    if not pending and not storage.list(STATE_DIR + "/"):
+        # `shardwright diff A /etc` said /etc's "optimize run has not finished": a folder with
+        # neither an index nor a run's state is no dataset at all (trust round 7)
+        raise DatasetNotFoundError(
+            f"there is no dataset at {storage.url}: it holds neither index.json nor a run's state; check the path"
+        )
     raise IncompleteDatasetError(incomplete_message(storage.url, pending))
 
 

@@ -244,6 +244,13 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
     if not bucket:
         label = SCHEME_LABELS.get(scheme, scheme)
         raise OutputDirError(f"invalid {label} URL {_safe(url)!r}: use {shape}")
+    if "@" in bucket and scheme not in ("abfs", "abfss", "az"):  # Azure: container@account (its own message)
+        # s3://KEY:SECRET@bucket/x: no store takes credentials there, and the SDK's own error
+        # printed them back (the bucket name, in full) to the terminal and the CI log
+        raise OutputDirError(
+            f"{_safe(url)!r} has user:password@ before the {shape.split('://')[1].split('/')[0]} name: "
+            "credentials never go in a location; pass them in storage_options or the environment"
+        )
     prefix = key.rstrip("/")  # one trailing "/" (or several) names the same prefix
     segments = prefix.split("/") if prefix else []
     bad = next((s for s in segments if s in ("", ".", "..")), None)
