@@ -282,3 +282,26 @@ def test_a_full_file_system_is_one_line_not_a_sigbus(tmp_path):
         assert "\n" not in done.stdout.strip()
     finally:
         subprocess.run(["umount", str(small)])
+
+
+# --- Hugging Face locations -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", ["hf://datasets/org/name/../../x", "hf://datasets/org/name/./x", "hf://datasets/org//n"]
+)
+def test_an_hf_url_with_dot_segments_is_refused_before_any_download(url):
+    """hf://datasets/org/name/../../x was joined onto the snapshot's path: a folder out of it was read."""
+    from shardwright.errors import UsageError
+    from shardwright.sources.hub import hf_folder
+
+    with pytest.raises(UsageError, match="segment"):
+        hf_folder(url, {})
+
+
+@pytest.mark.parametrize("source", [sw.sources.parquet, sw.sources.jsonl])
+def test_a_source_given_an_hf_url_points_to_the_hub_readers(source):
+    with pytest.raises(
+        InputsError, match=r"not the Hugging Face Hub \(hf://datasets/org/name\): use shardwright.optimize_hf"
+    ):
+        source("hf://datasets/org/name")

@@ -206,6 +206,12 @@ def locate(spec: object, storage_options: dict | None, default_pattern: str, wha
     for raw in _as_list(spec, what):
         if not raw.strip():
             raise InputsError(f"{what}: an empty path; pass a file, directory or URL")
+        if raw.lower().startswith("hf://"):  # said "unsupported URL scheme 'hf'", with no way on
+            raise InputsError(
+                f"{what} reads local files and object stores, not the Hugging Face Hub ({raw}): use "
+                "shardwright.optimize_hf('hf://datasets/org/name', ...) or "
+                "StreamingDataset('hf://datasets/org/name', item_loader=ParquetLoader())"
+            )
         root_url, rest = _split(raw)
         is_glob = bool(_GLOB_CHARS.search(rest))
         view = views.get(root_url)
