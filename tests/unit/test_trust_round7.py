@@ -305,3 +305,35 @@ def test_a_source_given_an_hf_url_points_to_the_hub_readers(source):
         InputsError, match=r"not the Hugging Face Hub \(hf://datasets/org/name\): use shardwright.optimize_hf"
     ):
         source("hf://datasets/org/name")
+
+
+# --- litdata states of another version -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [1, 3, "2", None, True, 2.0])
+def test_a_litdata_state_of_another_version_is_refused(tmp_path, version):
+    from shardwright.errors import ResumeStateError
+
+    out = tmp_path / "d"
+    write_dataset(out, [{"i": i} for i in range(40)], chunk_size=4)
+    state = StreamingDataset(str(out)).state_dict(num_samples_yielded=8, num_workers=2, batch_size=2)
+    resumed = StreamingDataset(str(out))
+    resumed.load_state_dict(dict(state))  # version 2: read
+    with pytest.raises(ResumeStateError, match="state_version"):
+        StreamingDataset(str(out)).load_state_dict({**state, "state_version": version})
+
+
+def test_diff_and_verify_name_the_dataset_not_an_output_dir(capsys):
+    from shardwright.cli.main import main
+
+    for command in (
+        ["diff", "/dev/null", "/dev/null"],
+        ["verify", "/dev/null"],
+        ["verify", ""],
+        ["status", "/dev/null"],
+        ["history", "/dev/null"],
+        ["runs", "/dev/null"],
+    ):
+        assert main(command) == 2
+        said = capsys.readouterr().err
+        assert "dataset location" in said and "output_dir" not in said and "remove it" not in said, said

@@ -15,9 +15,8 @@ import os
 from ..errors import CorruptStateError
 from ..format import ChunkEntry, IndexConfig, dataset_digest, differing_chunks, index_digest
 from ..protocol.index import index_source, parse_dataset_index
-from ..storage import open_storage
 from ..storage.options import check_storage_option_names
-from .verify import read_published_index
+from .verify import open_dataset_storage, read_published_index
 
 __all__ = ["DatasetDiff", "diff"]
 
@@ -103,7 +102,7 @@ def diff(
 def _side(url: str, storage_options: dict | None) -> tuple[list[ChunkEntry], IndexConfig, str | None, str]:
     if storage_options is not None:
         check_storage_option_names(storage_options, url)
-    storage = open_storage(url, storage_options)
+    storage = open_dataset_storage(url, storage_options)
     data = read_published_index(storage)
     name = index_source(storage.url)
     chunks, config, _ = parse_dataset_index(data, name)

@@ -161,6 +161,18 @@ def open_storage(
     return _require(location.scheme, location.url)(location.url, storage_options, create=create)
 
 
+def open_dataset_storage(location: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:
+    """:func:`open_storage` for a command that only reads a dataset (verify, diff, status,
+    history, runs): a location's mistake names it as the dataset location. The messages above
+    speak of output_dir, which these commands have not (`shardwright diff A /dev/null` said
+    "output_dir /dev/null is a file … remove it")."""
+    try:
+        return open_storage(location, storage_options)
+    except OutputDirError as exc:
+        text = str(exc).replace("remove it or choose another output_dir", "pass the dataset's directory")
+        raise OutputDirError(text.replace("output_dir", "dataset location")) from None
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a dataset lives, parsed once (litdata's ``resolver.Dir`` plays this part there).
