@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Requests per run on GCS and Azure (fake-gcs-server and Azurite on loopback, started here):
+"""Requests per run on GCS, Azure and S3 (fake-gcs-server, Azurite and SeaweedFS on loopback, started here):
 ``optimize()`` against the SDK upload loop of bench_clouds.py moving the same chunks, and the
 cold reader against the SDK GET loop, counted by kind (issue 36: "count them").
 
-    .venv/bin/python benchmarks/profile_clouds.py               # both clouds, 96 x 1 MiB items
+    .venv/bin/python benchmarks/profile_clouds.py               # every store, 96 x 1 MiB items
     .venv/bin/python benchmarks/profile_clouds.py --only azure --items 480 --timeline
 
 A diagnostic, not a benchmark: every HTTP request of this process and of its forked workers
@@ -71,6 +71,35 @@ def folded(url: str) -> str:
     return path + (f"?{'&'.join(keep) or ','.join(names)}" if query else "")
 
 
+class S3Store:
+    """SeaweedFS (tests/support/s3server.py) behind the same few calls as bench_clouds.Cloud."""
+
+    def __init__(self) -> None:
+        from support.s3server import S3Server
+
+        self.server = S3Server().start()
+        self.options = dict(self.server.storage_options)
+
+    def fresh(self) -> tuple[str, str]:
+        bucket = self.server.create_bucket()
+        return bucket, f"s3://{bucket}/data"
+
+    def sdk_put(self, bucket: str, sizes: list[int]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        client, payload = self.server.client(), os.urandom(max(sizes))
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda item: client.put_object(Bucket=bucket, Key=f"raw/{item[0]}",
+                                                         Body=payload[: item[1]]), enumerate(sizes)))  # fmt: skip
+
+    def sdk_get(self, bucket: str, names: list[str]) -> int:
+        client = self.server.client()
+        return sum(len(client.get_object(Bucket=bucket, Key=n)["Body"].read()) for n in names)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
 def report(timeline: bool) -> None:
     rows = [json.loads(line) for line in open(LOG)]
     phases: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -95,7 +124,7 @@ def report(timeline: bool) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=96)
-    ap.add_argument("--only", choices=["gcs", "azure"])
+    ap.add_argument("--only", choices=["gcs", "azure", "s3"])
     ap.add_argument("--timeline", action="store_true", help="every request, on one clock per phase")
     args = ap.parse_args()
     import bench_clouds as bench
@@ -103,12 +132,12 @@ def main() -> int:
     from shardwright import StreamingDataset, optimize
     from shardwright.storage import open_storage
 
-    for name in ("gcs", "azure"):
+    for name in ("gcs", "azure", "s3"):
         if args.only and name != args.only:
             continue
         open(LOG, "w").close()
         with tempfile.TemporaryDirectory(prefix="sw-profile-clouds-") as root:
-            cloud = bench.Cloud(name, root)
+            cloud = S3Store() if name == "s3" else bench.Cloud(name, root)
             try:
                 container, url = cloud.fresh()
                 mark(f"{name}: optimize, {args.items} x 1 MiB")

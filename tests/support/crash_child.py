@@ -17,6 +17,27 @@ from shardwright import optimize
 CONFIG = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 
 
+def _count(i: int) -> None:
+    """With ``calls`` (a path) in the config, every call of fn appends its input to that file:
+    one short O_APPEND write per call, so concurrent workers never interleave a line, and a
+    test reads how often fn ran on each input across every run and stop."""
+    path = CONFIG.get("calls")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{i}\n".encode())
+        finally:
+            os.close(fd)
+
+
+def calls_per_input(path: str) -> dict[int, int]:
+    """How often fn was called on each input, from the ``calls`` file."""
+    counts: dict[int, int] = {}
+    for line in open(path).read().split():
+        counts[int(line)] = counts.get(int(line), 0) + 1
+    return counts
+
+
 def _slow() -> None:
     if CONFIG.get("sleep"):
         time.sleep(CONFIG["sleep"])
@@ -48,6 +69,7 @@ def _maybe_fail(i: int) -> None:
 
 
 def plain(i: int) -> dict:
+    _count(i)
     _gated(i)
     _slow()
     _maybe_fail(i)
@@ -55,6 +77,7 @@ def plain(i: int) -> dict:
 
 
 def filtering(i: int):
+    _count(i)
     _gated(i)
     _slow()
     _maybe_fail(i)
@@ -62,6 +85,7 @@ def filtering(i: int):
 
 
 def generator(i: int):
+    _count(i)
     _gated(i)
     _maybe_fail(i)
     for j in range(i % 5):
@@ -72,6 +96,7 @@ def generator(i: int):
 def stamped(i: int) -> dict:
     """Like plain, but each call's sample has a random size (an augmentation, a timestamp):
     with chunk_bytes, two runs cut the same inputs into chunks at different places."""
+    _count(i)
     _gated(i)
     _slow()
     _maybe_fail(i)
@@ -80,6 +105,7 @@ def stamped(i: int) -> dict:
 
 def located(i: int) -> dict:
     """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
+    _count(i)
     _gated(i)
     _slow()
     _maybe_fail(i)

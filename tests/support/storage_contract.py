@@ -74,6 +74,8 @@ class StorageContract:
     keeps_raw_names: bool = False
     #: how many replaces the torn-read test races readers against (each is a round trip on a cloud)
     replace_rounds: int = 60
+    #: ``delete_if_version`` is one conditional request (GCS, Azure), not left to the caller (None)
+    conditional_delete: bool = False
 
     def secrets(self, storage: Storage) -> Iterable[str]:
         """Strings of this backend's options that its repr must never show."""
@@ -400,7 +402,7 @@ class StorageContract:
         assert storage.read_at_most("d/state.json", 1000) == b"x" * 1000
         assert storage.read_at_most("d/state.json", 5000) == b"x" * 1000
         assert storage.read_at_most("d/state.json", 999) is None  # too large: the caller refuses it
-        storage.write_bytes("d/big.bin", b"y" * (65 << 20))  # past the size a HEAD is asked for first
+        storage.write_bytes("d/big.bin", b"y" * (65 << 20))  # refused by its size, not downloaded
         assert storage.read_at_most("d/big.bin", 64 << 20) is None
         assert storage.read_at_most("d/empty.json", 10) == b""
         with pytest.raises(FileNotFoundError):
@@ -418,6 +420,30 @@ class StorageContract:
         assert data == b"" and version
         assert storage.replace_if_version("d/empty.json", b"mine", version)
         assert storage.read_versioned_at_most("d/missing.json", 10) is None
+
+    def test_write_if_version_returns_the_version_it_wrote(self, storage):
+        written, version = storage.write_if_version("d/lease.json", b"first", None)
+        assert written and version == storage.read_versioned("d/lease.json")[1]
+        assert storage.write_if_version("d/lease.json", b"other", None) == (False, None)  # exists
+        written, renewed = storage.write_if_version("d/lease.json", b"second", version)
+        assert written and renewed != version and renewed == storage.read_versioned("d/lease.json")[1]
+        assert storage.write_if_version("d/lease.json", b"stale", version) == (False, None)  # fenced
+        assert storage.read_bytes("d/lease.json") == b"second"
+        storage.delete("d/lease.json")
+        assert storage.write_if_version("d/lease.json", b"gone", renewed) == (False, None)
+
+    def test_delete_if_version_deletes_only_that_version(self, storage):
+        _, first = storage.write_if_version("d/lease.json", b"first", None)
+        _, second = storage.write_if_version("d/lease.json", b"second", first)
+        stale = storage.delete_if_version("d/lease.json", first)
+        if stale is None:  # no conditional delete on this backend: callers compare, then delete
+            assert self.conditional_delete is False
+            return
+        assert self.conditional_delete is True
+        assert stale is False and storage.read_bytes("d/lease.json") == b"second"  # a takeover's file stays
+        assert storage.delete_if_version("d/lease.json", second) is True
+        assert not storage.exists("d/lease.json")
+        assert storage.delete_if_version("d/lease.json", second) is False  # gone
 
     def test_list_info_sizes_versions_and_order(self, storage):
         from shardwright.storage.base import ObjectInfo

@@ -8,15 +8,18 @@ Kept to seconds in CI: 3,000 inputs (about 6,000 items, 16 shards of the default
 chunks). The issue's 200k inputs: SHARDWRIGHT_DIGEST_INPUTS=200000 (minutes per executor and
 kill schedule, too long for CI).
 
-The kills are SIGKILLs. A graceful stop (SIGTERM: plain ``scancel``, requeue, preemption;
-Ctrl-C) commits each worker's chunk in progress, partly filled, so the chunks after it are cut
-elsewhere: the items and their order are the same, the chunk bytes and digest are not
-(docs/design.md, "The same bytes after a stop")."""
+The kills are SIGKILLs, and graceful stops: a plain ``scancel`` of the Slurm array (SIGTERM,
+as preemption sends), ``scontrol requeue`` of it (SIGTERM, then Slurm runs each task again),
+and Kubernetes pods (local processes with the environment of an Indexed Job's pods) one
+deleted (SIGTERM) and one lost (SIGKILL), each restarted with its index. A graceful stop keeps each worker's chunk in progress as a pending tail that the resume
+reopens, so the chunks after it are cut where a run never stopped cuts them (docs/design.md,
+"The same bytes after a stop")."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +27,19 @@ from pathlib import Path
 import pytest
 
 from shardwright.cluster import slurm as sw_slurm
+from shardwright.protocol.status import read_status
+from shardwright.storage import open_storage
+from support.crash_child import calls_per_input
 from support.digests import every_file
-from support.helpers import CHILD, assert_exactly_once, committed_records, finish, kill_group, wait_for
+from support.helpers import (
+    CHILD,
+    assert_exactly_once,
+    committed_records,
+    finish,
+    kill_group,
+    start_child,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -126,10 +140,10 @@ class SlurmArray:
     """One submission of the run: a 3-task array, each task running the same optimize() call
     (its node identity read from SLURM_ARRAY_*), two worker processes per task."""
 
-    def __init__(self, cluster, config: dict, logs: Path):
+    def __init__(self, cluster, config: dict, logs: Path, requeue: bool = False):
         self.cluster = cluster
         script = sw_slurm.write_sbatch_script(
-            [sys.executable, CHILD, json.dumps(config)], 3, log_dir=str(logs), chdir=str(logs.parent), requeue=False
+            [sys.executable, CHILD, json.dumps(config)], 3, log_dir=str(logs), chdir=str(logs.parent), requeue=requeue
         )
         env = cluster.env
         env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
@@ -146,6 +160,14 @@ class SlurmArray:
         # (PR_SET_PDEATHSIG). Not a plain scancel: that is SIGTERM, a graceful stop, which
         # commits the chunk in progress and so cuts the later chunks elsewhere (docs/design.md)
         self.cluster.cancel(self.job, "--batch", "--signal=KILL")
+        self.cluster.wait_job(self.job, timeout=60)
+        return landed
+
+    def scancel(self) -> int:
+        """A plain ``scancel``: SIGTERM to every task (what requeue and preemption send too),
+        a graceful stop; Slurm SIGKILLs what still runs KillWait (5 s here) later."""
+        landed = int(not self.finished())
+        self.cluster.cancel(self.job)
         self.cluster.wait_job(self.job, timeout=60)
         return landed
 
@@ -169,3 +191,106 @@ def test_slurm_array_clean_and_killed_runs_equal_the_local_dataset(slurm_cluster
     for config in (clean, killed):
         assert_exactly_once(config)
         assert same_as(config) == reference, config["output_dir"]
+
+
+@pytest.mark.slurm
+def test_slurm_array_scancelled_runs_equal_the_local_dataset(slurm_cluster, tmp_path):
+    """Three plain scancels (graceful stops) used to give 140 chunks where a clean run has 128:
+    each task committed its chunks in progress partly filled. Now they are pending tails."""
+    reference = local_reference(tmp_path)
+    stopped = {**BASE, "num_workers": 2, "sleep": SLEEP, "output_dir": str(tmp_path / "slurm-stopped")}
+    stopped["calls"] = str(tmp_path / "calls")
+    logs = tmp_path / "logs-stopped"
+    landed = kill_rounds(lambda: SlurmArray(slurm_cluster, stopped, logs), SlurmArray.scancel, stopped["output_dir"])
+    assert landed >= 1, "no scancel landed mid-run"
+    SlurmArray(slurm_cluster, stopped, logs).wait()
+    assert_exactly_once(stopped)
+    assert same_as(stopped) == reference
+    calls = calls_per_input(stopped["calls"])
+    assert sorted(calls) == list(range(INPUTS)), "fn never ran on some inputs"
+    again = [i for i, n in calls.items() if n > 1]
+    # only a generator stopped between two of its outputs is called again (it skips those kept)
+    assert len(again) <= KILLS * 3 * 2, again
+
+
+@pytest.mark.slurm
+def test_slurm_array_requeued_mid_run_equals_the_local_dataset(slurm_cluster, tmp_path):
+    """``scontrol requeue`` of the whole array once it committed something: every running task
+    gets SIGTERM (a graceful stop, its chunks in progress kept as pending tails), Slurm runs it
+    again with SLURM_RESTART_COUNT=1, and the dataset equals the one written locally."""
+    reference = local_reference(tmp_path)
+    config = {**BASE, "num_workers": 2, "sleep": SLEEP, "output_dir": str(tmp_path / "slurm-requeued")}
+    array = SlurmArray(slurm_cluster, config, tmp_path / "logs-requeued", requeue=True)
+    assert wait_for(lambda: array.finished() or committed_records(config["output_dir"]) > 0, 120)
+    assert not array.finished(), "the array finished before its requeue"
+    slurm_cluster.requeue(array.job)
+    tasks = slurm_cluster.wait_job(array.job, timeout=180)  # a requeued task reruns after cred_expire (~11 s)
+    assert all(t.state == "COMPLETED" and t.exit_code == 0 for t in tasks.values()), tasks
+    assert any(t.restarts >= 1 for t in tasks.values()), f"no task was requeued: {tasks}"
+    assert_exactly_once(config)
+    assert same_as(config) == reference
+
+
+# --- Kubernetes without a cluster ----------------------------------------------------------------
+
+PODS = 3
+
+
+def pod_env(index: int) -> dict:
+    """What an Indexed Job's pod gets (see tests/system/test_k8s_pods.py): its index, and from
+    the generated manifest the pod count and the job's name; a long TTL, so that a restarted
+    pod that waited for it would time out the test instead of passing."""
+    return {
+        "JOB_COMPLETION_INDEX": str(index),
+        "SHARDWRIGHT_NUM_NODES": str(PODS),
+        "SHARDWRIGHT_JOB_NAME": "digest",
+        "SHARDWRIGHT_LEASE_TTL": "120",
+    }
+
+
+def test_kubernetes_pods_deleted_and_lost_then_restarted_equal_the_local_dataset(tmp_path):
+    """Three pods of an Indexed Job write one dataset; once pods 1 and 2 each hold a shard
+    (held there by a gate file, so both are certainly mid-run at any load), pod 1 is deleted
+    (SIGTERM to its main process, as the kubelet sends: a graceful stop) and pod 2 is lost
+    (SIGKILL); both are restarted with their index, as the Job controller does. The dataset
+    equals the one written locally on one worker: every file's name and bytes, the digest."""
+    reference = local_reference(tmp_path)
+    gate = tmp_path / "gate"
+    config = {
+        **BASE,
+        "num_workers": 1,
+        "sleep": SLEEP,  # pod 1 sees its stop a few inputs after the gate opens, mid-chunk
+        "output_dir": str(tmp_path / "pods"),
+        "extra": {"shared_output": True},
+        "gate": str(gate),
+        "gate_period": 100,
+        "gate_after": 40,  # inputs 40-99, 140-199, ... wait for the gate
+    }
+    storage = open_storage(config["output_dir"])
+    pods = {i: start_child(config, **pod_env(i)) for i in range(PODS)}
+
+    def writing(index: int) -> bool:
+        return any(
+            lease.shard is not None and lease.host == f"k8s:digest/{index}" for lease in read_status(storage).leases
+        )
+
+    try:
+        assert wait_for(lambda: committed_records(config["output_dir"]) >= 1 and writing(1) and writing(2), 120), (
+            "pods 1 and 2 never both held a shard while the run went on"
+        )
+        kill_group(pods[2], signal.SIGKILL)  # a node lost
+        pods[2].communicate()
+        os.kill(pods[1].pid, signal.SIGTERM)  # a pod deleted: the kubelet's SIGTERM to its main process
+        gate.write_text("")  # the held pods go on; pod 1 stops at its next input
+        _, err = pods[1].communicate(timeout=120)
+        assert pods[1].returncode == 143, err[-3000:]
+        for index in (1, 2):
+            pods[index] = start_child(config, **pod_env(index))  # the Job controller's replacements
+        for index, pod in pods.items():
+            _, err = pod.communicate(timeout=110)  # < the 120 s TTL: a takeover must not wait for it
+            assert pod.returncode == 0, f"pod {index}: {err[-3000:]}"
+    finally:
+        for pod in pods.values():
+            kill_group(pod)
+    assert_exactly_once(config)
+    assert same_as(config) == reference

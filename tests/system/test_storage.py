@@ -47,6 +47,53 @@ class _CloudContract(StorageContract):
             extra = {self.part_options[k]: v for k, v in extra.items() if k in self.part_options}
         return open_storage(url, dict(options, **extra))
 
+    @staticmethod
+    def requests_of(fn, tmp_path, monkeypatch) -> dict:
+        """The store requests ``fn()`` makes, by (operation, outcome), from the run counters
+        every request goes through."""
+        from shardwright import tally, telemetry
+
+        where = str(tmp_path / "counters")
+        monkeypatch.setenv(tally.COUNTERS_DIR_ENV, where)
+        telemetry.reset()
+        try:
+            fn()
+            telemetry.get().flush()
+        finally:
+            monkeypatch.delenv(tally.COUNTERS_DIR_ENV)
+            telemetry.reset()
+        return tally.read_counters(where).store_requests
+
+    def test_bounded_reads_are_one_get_each(self, storage, tmp_path, monkeypatch):
+        """read_at_most and read_versioned_at_most judge the size from the reply's headers: one
+        GET each at any limit, never a HEAD first (issue 36: one request per reader start and
+        per lease or claim read)."""
+        storage.write_bytes("d/state.json", b"x" * 1000)
+
+        def reads():
+            assert storage.read_at_most("d/state.json", 1 << 30) == b"x" * 1000  # a limit past 64 MiB
+            assert storage.read_at_most("d/state.json", 999) is None
+            assert storage.read_versioned_at_most("d/state.json", 1000)[0] == b"x" * 1000
+            assert storage.read_versioned_at_most("d/state.json", 999)[0] is None
+
+        assert self.requests_of(reads, tmp_path, monkeypatch) == {("GET", "ok"): 4}
+
+    def test_conditional_writes_name_their_version_without_a_read_back(self, storage, tmp_path, monkeypatch):
+        """A lease taken or renewed learns its new version from the write's reply (issue 36: a
+        read-back per claim taken, per renewal), and that version fences as a read one does."""
+        got = {}
+
+        def writes():
+            got["taken"] = storage.write_if_version("d/lease.json", b"mine", None)
+            got["renewed"] = storage.write_if_version("d/lease.json", b"mine again", got["taken"][1])
+
+        counts = self.requests_of(writes, tmp_path, monkeypatch)
+        assert set(counts) <= {("PUT If-None-Match", "ok"), ("PUT If-None-Match: *", "ok"),
+                               ("PUT ifGenerationMatch=0", "ok"), ("PUT If-Match", "ok"),
+                               ("PUT ifGenerationMatch", "ok")} and sum(counts.values()) == 2, counts  # fmt: skip
+        assert got["renewed"][1] == storage.read_versioned("d/lease.json")[1]
+        assert not storage.replace_if_version("d/lease.json", b"stale", got["taken"][1])
+
 
 class TestS3Storage(_CloudContract):
     part_options = {"multipart_threshold": "multipart_threshold", "multipart_chunksize": "multipart_chunksize"}
@@ -85,6 +132,7 @@ class TestGCSStorage(_CloudContract):
 
 
 class TestAzureStorage(_CloudContract):
+    conditional_delete = True
     part_options = {"multipart_threshold": "max_single_put_size", "multipart_chunksize": "max_block_size"}
 
     @pytest.fixture

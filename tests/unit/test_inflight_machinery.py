@@ -190,7 +190,7 @@ def test_an_input_that_keeps_failing_is_skipped_with_its_attempts():
     assert writer.failed == []
 
 
-def test_on_error_raise_commits_the_inputs_before_the_failure():
+def test_on_error_raise_keeps_the_inputs_before_the_failure():
     async def fn(x):
         if x == 6:
             raise ValueError("boom")
@@ -202,7 +202,10 @@ def test_on_error_raise_commits_the_inputs_before_the_failure():
     writer = ShardWriter(task, worker.cfg, worker.committer)  # type: ignore[arg-type]
     with pytest.raises(FnFailed):
         InflightRunner(worker).run_shard(task, writer)
-    assert outputs(worker) == [repr(x).encode() for x in range(6)]
+    # the full chunk is committed; the one in progress is not cut short but kept as a pending tail
+    assert outputs(worker) == [repr(x).encode() for x in range(5)]
+    tail = worker.committer.snapshots[-1]
+    assert (tail.seq, tail.committed, tail.buffer.position, tail.buffer.items) == (1, (5, 0), (6, 0), [b"5"])
     assert worker.current_inputs == [6]
 
 
@@ -274,6 +277,33 @@ def test_snapshot_round_trip_and_matching():
     for damaged in (b"\0" * len(data), data[:-1], data[:20], b"garbage"):
         with pytest.raises(ValueError):
             decode_snapshot(damaged)
+
+
+def test_a_plain_workers_tail_stopped_inside_a_generator_is_taken_up_in_flight():
+    """A pending tail (engine.shard_writer) may end inside a generator's outputs (input 3, two
+    of its four outputs kept); a resume with ``concurrency`` reopens it and calls fn on input 3
+    again skipping those two, and on no input before it."""
+    calls: list[int] = []
+
+    async def fn(x):
+        calls.append(x)
+        for page in range(4):
+            await asyncio.sleep(0)
+            yield {"x": x, "page": page}
+
+    def item(x: int, page: int) -> bytes:
+        return repr({"x": x, "page": page}).encode()
+
+    storage = memory()
+    kept = [item(x, p) for x in range(3) for p in range(4)][5:] + [item(3, 0), item(3, 1)]  # after the chunk of 5
+    write_snapshot(
+        storage,
+        ProgressSnapshot("run-1", 0, 1, 0, (1, 1), 0, BufferState(1, (3, 2), [], kept)),
+    )
+    worker = Worker(fn, 3, storage)
+    run(worker, task_of(6, next_input=1, skip_outputs=1, next_seq=1, inputs=list(range(1, 6)), prev_epoch=0))
+    assert outputs(worker) == [item(x, p) for x in range(6) for p in range(4)][5:]
+    assert sorted(calls) == [3, 4, 5]
 
 
 class Throttled(Exception):

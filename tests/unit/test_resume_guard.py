@@ -156,3 +156,12 @@ def test_a_snapshot_that_does_not_extend_the_records_is_no_resume_point():
         changed_resume(
             storage, [ShardProgress(1, 5, 10, [CommitRecord(1, 0, None, 0, 5, 7, 5, False, (), "run"), newer])]
         )
+
+
+def test_a_pending_tail_that_ends_inside_a_generator_resumes_that_input_by_position():
+    """A stop keeps the chunk in progress as a pending tail (engine.shard_writer); it may end
+    inside input 8's outputs, which a resume then drops from a new fn's stream by position."""
+    storage, shards = snapshot_storage(5, buffer_at=(8, 2))
+    with pytest.raises(RunMismatchError) as info:
+        changed_resume(storage, shards)
+    assert "input 8 " in str(info.value) and "has 2 output(s) of the old fn kept" in str(info.value)

@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import telemetry
 from ..errors import ShardwrightError, UsageError, short_repr
-from ..protocol.progress import BufferState, ProgressSnapshot, SlotState, read_snapshot
+from ..protocol.progress import SlotState, read_snapshot
 from ..sources import BadRow
 from . import call_count
 from .calls import AttemptHistory
@@ -405,11 +405,14 @@ class InflightShard:
             return
         self.given_up = True
         self.deliver()
-        self.writer.commit()
-        self.save()
+        if self.writer.keeps_tails():  # the chunk in progress stays open: a pending tail (shard_writer)
+            self.save(stopping=True)
+        else:
+            self.writer.commit()
+            self.save()
 
     # --- progress snapshots (protocol.progress) --------------------------------------------
-    def save(self) -> None:
+    def save(self, stopping: bool = False) -> None:
         """Hand the committer a snapshot of everything past the writer's last record."""
         self.dirty = False
         if not self.checkpoint:
@@ -420,26 +423,12 @@ class InflightShard:
             for p, s in sorted(self.slots.items())
             if s.items or s.point is not None or s.done
         ]
-        if writer.items_bytes > SNAPSHOT_BUFFER_BYTES:
+        if writer.items_bytes > SNAPSHOT_BUFFER_BYTES and not stopping:
             writer.commit()  # a chunk now, rather than rewriting megabytes every few seconds
-        if not slots and not writer.items and not writer.failed and writer.position == writer.committed:
+        if not slots and not writer.past_the_records():
             self.saved_seq = writer.seq
             return  # nothing past the last record
-        cfg = self.runner.cfg
-        self.worker.committer.save_progress(
-            ProgressSnapshot(
-                run_id=cfg.round.run_id,
-                shard=self.task.shard,
-                seq=writer.seq,
-                tip_epoch=writer.prev_epoch,
-                committed=writer.committed,
-                epoch=writer.epoch,
-                buffer=BufferState(
-                    writer.first_input, writer.position, [list(p) for p in writer.failed], list(writer.items)
-                ),
-                slots=slots,
-            )
-        )
+        self.worker.committer.save_progress(writer.snapshot(slots))
         self.saved_seq = writer.seq
 
     def _restore(self) -> None:
@@ -470,6 +459,11 @@ class InflightShard:
             slot.items, slot.point, slot.point_outputs = state.items, state.point, state.point_outputs
             slot.done, slot.failed = state.done, state.failed
             self.slots[position] = slot
+        kept = buffer.position[1]
+        if kept and head < task.end and head not in self.slots:
+            # a plain worker's tail stopped inside a generator's outputs: its next call skips those
+            value = task.inputs[head - task.next_input]
+            self.slots[head] = Slot(head, task.input_id(head), value, max(kept, task.first_skip(head)))
         self.head = self.next_start = head
 
     # --- the reorder buffer -----------------------------------------------------------------

@@ -68,8 +68,11 @@ def positional_in_snapshot(progress: ShardProgress, snapshot: ProgressSnapshot |
         return [Positional(progress.shard, start, kept)] if kept > 0 else []
     found = []
     slots = {s.position: s for s in snapshot.slots}
-    if snapshot.buffer.position[0] <= start and start not in slots and kept > 0:
-        found.append(Positional(progress.shard, start, kept))  # nothing of it past the record: from its start
+    # the first input not wholly in the records and the snapshot's buffer (a pending tail may
+    # end inside a generator's outputs, as a record may): fn is called on it from its start
+    head, produced = max(tuple(snapshot.buffer.position), (start, kept))
+    if head not in slots and produced > 0:
+        found.append(Positional(progress.shard, head, produced))
     for slot in snapshot.slots:
         if slot.done:
             continue  # finished: its outputs are kept, fn is not called on it again

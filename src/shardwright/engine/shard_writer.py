@@ -1,5 +1,12 @@
 """One shard's output in a worker: samples encoded (the first sample of the run fixes the
-format) and cut into chunks, handed to the committer thread as they fill."""
+format) and cut into chunks, handed to the committer thread as they fill.
+
+A stop before the shard's end (Ctrl-C, SIGTERM, fn failing) does not commit the chunk in
+progress, partly filled: that would cut the shard's later chunks elsewhere than a run that
+never stopped, and so change the dataset's bytes and digest (issue 35). Its items are kept as
+the shard's *pending tail* instead, in the progress snapshot (protocol 3b), which the resumed
+shard takes up into its open chunk: every chunk is then cut where an uninterrupted run cuts it,
+and no input whose output is in the tail is given to fn again."""
 
 from __future__ import annotations
 
@@ -10,11 +17,17 @@ from itertools import accumulate
 from ..format import ItemEncoder, TokenEncoder
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk
+from ..protocol.progress import MAX_SNAPSHOT_BYTES, BufferState, ProgressSnapshot, SlotState
 from ..storage import Storage
 from .committer import ChunkCommitter
 from .tasks import ShardTask, WorkerConfig
 
-__all__ = ["FormatGate", "ShardWriter"]
+__all__ = ["TAIL_LIMIT_BYTES", "FormatGate", "ShardWriter"]
+
+# The most a pending tail may hold: a snapshot is refused past MAX_SNAPSHOT_BYTES (the room
+# left is for its header). A larger chunk in progress (chunk_bytes of a GiB) is committed
+# partly filled on a stop, as before: its work kept, its shard's later chunks cut elsewhere.
+TAIL_LIMIT_BYTES = MAX_SNAPSHOT_BYTES - 64 * 1024 * 1024
 
 
 class FormatGate:
@@ -136,6 +149,46 @@ class ShardWriter:
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []
+
+    def past_the_records(self) -> bool:
+        """Whether anything was added (items, skipped inputs, inputs done) since the last commit."""
+        return bool(self.items or self.failed) or self.position != self.committed
+
+    def snapshot(self, slots: list[SlotState] | None = None) -> ProgressSnapshot:
+        """Everything past the shard's last record (protocol.progress): the chunk in progress,
+        where the shard resumes after it, and ``slots`` (inputs in flight past it)."""
+        return ProgressSnapshot(
+            run_id=self.cfg.round.run_id,
+            shard=self.task.shard,
+            seq=self.seq,
+            tip_epoch=self.prev_epoch,
+            committed=self.committed,
+            epoch=self.epoch,
+            buffer=BufferState(self.first_input, self.position, [list(p) for p in self.failed], list(self.items)),
+            slots=slots or [],
+        )
+
+    def take_up(self, buffer: BufferState) -> None:
+        """Reopen the chunk in progress a stopped writer left in its snapshot (its pending tail)."""
+        self.items = list(buffer.items)
+        self.items_bytes = sum(map(len, self.items))
+        self.first_input = buffer.first_input
+        self.position = buffer.position
+        self.failed = [list(p) for p in buffer.failed]
+
+    def keeps_tails(self) -> bool:
+        """Whether a stop keeps the chunk in progress as a pending tail (see the module): only
+        with records to extend (use_checkpoint) and a tail a snapshot can hold."""
+        return self.cfg.round.use_checkpoint and self.items_bytes <= TAIL_LIMIT_BYTES
+
+    def stop(self) -> None:
+        """The worker stops before the shard's end: keep what was added since the last record.
+        As a pending tail when :meth:`keeps_tails` (written by the committer after the chunks
+        submitted before it, so it extends their records), else committed as a chunk."""
+        if not self.keeps_tails():
+            self.commit()
+        elif self.past_the_records():
+            self.committer.save_progress(self.snapshot())
 
     def mark(self) -> tuple[int, int, tuple[int, int]]:
         return self.seq, len(self.items), self.position

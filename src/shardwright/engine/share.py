@@ -122,8 +122,9 @@ def run_share(
     if require_all:
         refuse_live_claims(storage, [s for s, p in progress.items() if not p.done], judge)
     identity = fn_identity(fn) if manifest.use_checkpoint and not fresh else None
-    # the workers take up progress snapshots (engine.inflight): an input they resume from its ResumePoint is safe
-    snapshots = storage if options.inflight.in_flight else None
+    # the workers take up progress snapshots (engine.inflight; a stopped writer's pending tail,
+    # engine.shard_writer): an input they resume from its ResumePoint, or finished in a tail, is safe
+    snapshots = storage
     if identity is not None:  # before anything is written: a changed generator must not resume by position
         refuse_positional_resume(
             progress.values(),

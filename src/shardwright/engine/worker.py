@@ -24,6 +24,7 @@ from .. import telemetry
 from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
+from ..protocol.progress import read_snapshot
 from ..protocol.records import CommitRecord
 from ..secrets import redact, redact_exception, redact_url_credentials, secret_values
 from ..sources import BadRow
@@ -120,28 +121,50 @@ class Worker:
 
     def run_shard(self, task: ShardTask) -> None:
         writer = self.new_writer(task)
+        start, skip = self._take_up_tail(task, writer)
         try:
-            i = task.next_input
+            i = start
             if task.ids is None and task.base_skips is None and self.cfg.timeout is None and not self.cfg.retry_run:
-                if task.skip_outputs:  # a resumed generator: its first input takes the general path
+                if skip:  # a resumed generator: its first input takes the general path
                     self.current_inputs[self.wid] = i  # a failure names it (it read "input -1 (?)")
-                    self._process_input(writer, task.inputs[0], i, i, task.first_skip(i))
+                    self._process_input(writer, task.inputs[i - task.next_input], i, i, skip)
                     self.tick()
                     i += 1
                 self._run_plain(writer, task, i)
             else:
-                for i in range(task.next_input, task.end):
+                for i in range(start, task.end):
                     if self.should_stop():
                         raise _Stop
                     self.current_inputs[self.wid] = task.input_id(i)
                     value = task.inputs[i - task.next_input]
-                    self._process_input(writer, value, i, task.input_id(i), task.first_skip(i))
+                    first_skip = max(task.first_skip(i), skip if i == start else 0)
+                    self._process_input(writer, value, i, task.input_id(i), first_skip)
                     self.tick()
             writer.position = (task.end, 0)
             writer.commit(done=True)
         except _Stop:
-            writer.commit()  # keep what is done: the rerun resumes at writer.position
+            writer.stop()  # keep what is done, as a pending tail: the rerun resumes at writer.position
             raise
+
+    def _take_up_tail(self, task: ShardTask, writer: ShardWriter) -> tuple[int, int]:
+        """Where the shard's inputs resume, (input, its outputs kept): after the pending tail
+        a stopped writer left in the snapshot that extends the shard's chain tip (its items
+        reopen the chunk in progress, see shard_writer), or after the records alone. A
+        snapshot with inputs in flight (a run with ``concurrency``) is left to that machinery:
+        its work is redone here, which is always correct."""
+        committed = (task.next_input, task.skip_outputs)
+        resume = (task.next_input, task.first_skip(task.next_input))
+        if not self.cfg.round.use_checkpoint:
+            return resume
+        snapshot = read_snapshot(
+            self.storage, self.cfg.round.run_id, task.shard, task.next_seq, task.prev_epoch, committed
+        )
+        if snapshot is None or snapshot.slots or not committed <= snapshot.buffer.position <= (task.end, 0):
+            return resume
+        writer.take_up(snapshot.buffer)
+        head, kept = snapshot.buffer.position
+        self._pending_progress += head - task.next_input  # their outputs are in the tail: done
+        return head, (max(kept, task.first_skip(head)) if head < task.end else 0)
 
     def _run_plain(self, writer: ShardWriter, task: ShardTask, start: int) -> None:
         """The hot loop over inputs ``start..task.end`` of a task whose input ids are their
@@ -260,7 +283,7 @@ class Worker:
                     writer.failed.append([input_id, skip])
                     writer.position = (i + 1, 0)
                     return
-                writer.commit()  # what came before input i is good: keep it
+                writer.stop()  # what came before input i is good: keep it (a pending tail)
                 raise _FnFailed(exc, traceback.format_exc()) from exc
 
     def _apply(self, writer: ShardWriter, value, i: int, input_id: int, skip: int) -> None:

@@ -82,11 +82,25 @@ Steps and the state on disk after each
    ``fn(input, resume=state)``, its outputs before that point kept. Any other snapshot (older,
    torn, another run's) is ignored. *A snapshot is not a commit*: nothing in it is in the
    dataset until a record names a chunk holding it, so exactly-once rests on the records alone
-   and a lost snapshot only means redoing that work. On Ctrl-C or SIGTERM a worker starts no
-   new input; inputs in flight run on to their next ResumePoint (or their end) for up to
-   ``stop_grace`` seconds, then the in-order outputs are committed (step 2-3) and the rest is
-   snapshotted: a resume repeats no call. A SIGKILL repeats the calls in flight and those
-   finished within the last ``durable_every`` seconds.
+   and a lost snapshot only means redoing that work. On Ctrl-C or SIGTERM (or fn failing for
+   good) a worker starts no new input; inputs in flight run on to their next ResumePoint (or
+   their end) for up to ``stop_grace`` seconds; then the full chunks are committed (steps 2-3)
+   and the chunk in progress is NOT: its items, with every other input past it, go into the
+   snapshot as the shard's *pending tail*, written by the committer after the records of the
+   chunks submitted before it (like a SQLite page written to the journal, not to the database
+   file). The resume reopens that chunk with the tail's items and fills it on, so each of the
+   shard's chunks is cut where a run never stopped cuts it: the same chunk bytes, names and
+   digest (issue 35), and no input whose outputs are in the tail is given to fn again (a
+   generator stopped between two outputs is called again on that input, skipping the outputs
+   kept). A tail is a snapshot like any other, so exactly-once still rests on the records
+   alone: a SIGKILL before it is written leaves the records (its inputs are redone, cut the
+   same way), after it the resume takes it up; a fenced writer's tail names its own epoch and
+   an older tip, and is ignored once the new holder commits or writes its own; cleanup (6)
+   deletes tails with the other snapshots. Without ``use_checkpoint`` (no records to extend),
+   or for a chunk in progress too large for a snapshot (about 1 GiB), the stop commits it
+   partly filled as before. A SIGKILL repeats the calls in flight and those finished within
+   the last ``durable_every`` seconds (a worker without ``concurrency`` writes a snapshot only
+   when it stops: a SIGKILL repeats its inputs past the last record).
    *After:* the snapshot; nothing in the dataset changed.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
    its node lease): the records are read again from storage (never from memory), every
@@ -139,6 +153,10 @@ after 3, before 3b   a record; the older snapshot is stale  resumes after the re
 during 3b            a temp snapshot file                   never read; the previous snapshot stands
 after 3b             the record and its snapshot            takes it up: repeats only the calls in
                                                             flight or done since it was written
+a stop, before its   the full chunks' records; no tail      redoes the tail's inputs, same cut
+tail is written      (``before_snapshot``)
+a stop, after it     the records and the pending tail       reopens the chunk in progress with it
+                     (``after_snapshot``)
 between 4 and 6      index.json names this generation       ``decide`` -> FINISH_PUBLISH: steps 5-6
 during 6             some state gone, manifest still there  step 6 again (each step is idempotent)
 ===================  =====================================  ==========================================

@@ -356,8 +356,10 @@ class Lease:
         """Take the lease; None on success, else the live holder's record."""
         while True:
             self.epoch = self._next_epoch(None)
-            if self.storage.create_exclusive(self.key, self._body(), durable=self.durable):
-                self._version = self._current_version()
+            # The write's own version (the store's reply, or a read-back that finds our bytes):
+            # a takeover between our write and a later read must not lend us the new holder's.
+            written, self._version = self.storage.write_if_version(self.key, self._body(), None, durable=self.durable)
+            if written:
                 if self._version is None:
                     continue  # taken over at once (we were paused): try again, from the start
                 self._mark_held()
@@ -370,8 +372,8 @@ class Lease:
             if holder is not None and self._stale_reason(holder) is None:
                 return holder
             self.epoch = self._next_epoch(holder)
-            if self.storage.replace_if_version(self.key, self._body(), version):
-                self._version = self._current_version()
+            written, self._version = self.storage.write_if_version(self.key, self._body(), version)
+            if written:
                 if self._version is None:
                     continue
                 self._mark_held()
@@ -397,15 +399,6 @@ class Lease:
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease-{self.key}", daemon=True)
         self._thread.start()
 
-    def _current_version(self) -> str | None:
-        """The version of the lease file if it (still) names us: a takeover between our write
-        and this read must not let us adopt the new holder's version and overwrite it."""
-        current = read_versioned_state(self.storage, self.key, "lease")
-        if current is None:
-            return None
-        holder = LeaseHolder.parse(current[0], f"{self.storage.url}/{self.key}")
-        return current[1] if holder is not None and holder.owner == self.owner else None
-
     def _heartbeat(self) -> None:
         interval = max(0.5, lease_ttl() / 4)
         while not self._stop.wait(interval):
@@ -419,12 +412,12 @@ class Lease:
             return False
         try:
             with self._renew_lock:
-                renewed = self._version is not None and self.storage.replace_if_version(
-                    self.key, self._body(), self._version
-                )
-                if renewed:
-                    self._version = self._current_version()
-                    renewed = self._version is not None
+                renewed = False
+                if self._version is not None:
+                    renewed, version = self.storage.write_if_version(self.key, self._body(), self._version)
+                    if renewed:
+                        self._version = version
+                        renewed = version is not None
         except Exception:
             return True
         if not renewed:
@@ -436,9 +429,10 @@ class Lease:
         was paused past its TTL learns it before it could write index.json."""
         with self._renew_lock:
             if self.lost is None and self._version is not None:
-                if self.storage.replace_if_version(self.key, self._body(), self._version):
-                    self._version = self._current_version()
-                    if self._version is not None:
+                written, version = self.storage.write_if_version(self.key, self._body(), self._version)
+                if written:
+                    self._version = version
+                    if version is not None:
                         return
                 self.lost = f"the lease on {self.what} was taken over by another run"
         raise LeaseLostError(f"stopped: {self.lost or 'the lease was released'}")
@@ -459,10 +453,13 @@ class Lease:
         if self.lost is None and self._version is not None and ask_storage:
             storage = self.storage.with_short_retries()  # during an outage, don't wait a minute more
             try:
-                current = read_versioned_state(storage, self.key, "lease")
-                holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
-                if holder is not None and holder.owner == self.owner:
-                    storage.delete(self.key, durable=self.durable)
+                # One conditional request where the store has one: deleted only while still at
+                # the version our last write made (any takeover since changed it).
+                if storage.delete_if_version(self.key, self._version) is None:
+                    current = read_versioned_state(storage, self.key, "lease")
+                    holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
+                    if holder is not None and holder.owner == self.owner:
+                        storage.delete(self.key, durable=self.durable)
             except Exception:
                 answered = False  # the lease expires on its own
         self._version = None  # released: a second call does nothing

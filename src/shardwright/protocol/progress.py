@@ -30,11 +30,13 @@ from dataclasses import dataclass, field
 import xxhash
 
 from ..storage import Storage
+from .crash import crash_point
 from .jsonio import read_state
 from .layout import MAX_EPOCH, progress_key, progress_prefix
 
 __all__ = [
     "MAX_RESUME_STATE_BYTES",
+    "MAX_SNAPSHOT_BYTES",
     "BufferState",
     "ProgressSnapshot",
     "SlotState",
@@ -258,7 +260,9 @@ def write_snapshot(storage: Storage, snapshot: ProgressSnapshot, data: bytes | N
     data = data or encode_snapshot(snapshot)
     if len(data) > MAX_SNAPSHOT_BYTES:
         return
+    crash_point("before_snapshot")
     storage.write_bytes(progress_key(snapshot.shard, snapshot.epoch), data)
+    crash_point("after_snapshot")
 
 
 def read_snapshot(

@@ -345,9 +345,34 @@ class AzureStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {props.size} bytes")
         return data, str(props.etag)
 
-    def _upload(self, full_key: str, data: bytes, condition: str | None) -> bool:
-        """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag; False
-        when the condition failed."""
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # The SDK's first GET asks for the range 0..limit (capped at its single-GET size,
+        # 32 MiB) and reads it before the object's size is known: so at most min(limit + 1,
+        # 32 MiB) bytes arrive before an object too large is refused, and the rest is never
+        # asked for.
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+        try:
+            downloader = self._blob(full_key).download_blob(offset=0, length=limit + 1, max_concurrency=1)
+            etag = str(downloader.properties.etag)
+            if downloader.size > limit:  # the range's length: limit + 1 exactly when the blob is larger
+                return None, etag
+            data = downloader.readall()
+        except ResourceNotFoundError as e:
+            if "ContainerNotFound" in self._code(e):
+                raise
+            return None
+        except HttpResponseError as e:
+            if self._status(e) == 416:  # an empty blob has no range: its plain GET is as small
+                return self.get_versioned(full_key)
+            raise
+        if len(data) != downloader.size:
+            raise TruncatedBody(f"got {len(data)} of {downloader.size} bytes")
+        return data, etag
+
+    def _upload(self, full_key: str, data: bytes, condition: str | None) -> str | None:
+        """One upload; ``condition``: None (overwrite), "*" (must not exist) or an etag. The
+        etag written ("" if the reply named none), None when the condition failed."""
         from azure.core import MatchConditions
         from azure.core.exceptions import HttpResponseError
 
@@ -355,7 +380,7 @@ class AzureStorage(CloudStorage):
         if condition not in (None, "*"):
             kwargs.update(etag=condition, match_condition=MatchConditions.IfNotModified)
         try:
-            self._blob(full_key).upload_blob(
+            reply = self._blob(full_key).upload_blob(
                 data, length=len(data), validate_content=True, max_concurrency=self.max_concurrency, **kwargs
             )
         except HttpResponseError as e:
@@ -363,13 +388,14 @@ class AzureStorage(CloudStorage):
             # loses the error code the SDK picks its class from.
             status = self._status(e)
             if condition is not None and status == 412:
-                return False
+                return None
             if condition == "*" and status == 409:
-                return False  # BlobAlreadyExists
+                return None  # BlobAlreadyExists
             if condition not in (None, "*") and status == 404 and "ContainerNotFound" not in self._code(e):
-                return False  # deleted since it was read
+                return None  # deleted since it was read
             raise
-        return True
+        etag = reply.get("etag") if isinstance(reply, dict) else None
+        return str(etag or "")
 
     # -- Storage API -------------------------------------------------------------------------
 
@@ -378,16 +404,12 @@ class AzureStorage(CloudStorage):
         full, body = self._key(key), bytes(data)
         self.run("PUT", key, lambda _a: self._upload(full, body, None))
 
-    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
-        # durable is moot: a stored object is durable once the request returns
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT If-None-Match: *", key, body, lambda: self._upload(full, body, "*"))
-
-    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        if not version or version == "*":
-            return False  # not an etag of this store: it cannot match
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT If-Match", key, body, lambda: self._upload(full, body, version))
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        if version is not None and (not version or version == "*"):
+            return None  # not an etag of this store: it cannot match
+        full = self._key(key)
+        op = "PUT If-None-Match: *" if version is None else "PUT If-Match"
+        return self.conditional_write(op, key, data, lambda: self._upload(full, data, version or "*"))
 
     def _info(self, name: str, props: Any) -> ObjectInfo:
         modified = props.last_modified
@@ -463,6 +485,27 @@ class AzureStorage(CloudStorage):
                     raise  # missing blob (or deleted by our first attempt whose reply was lost): fine
 
         self.run("DELETE", key, once)
+
+    def delete_if_version(self, key: str, version: str) -> bool | None:
+        # If-Match on the DELETE: a lease released without reading it back first (issue 36)
+        if not version or version == "*":
+            return False  # not an etag of this store: it cannot match
+        full = self._key(key)
+
+        def once(_attempt: int) -> bool:
+            from azure.core import MatchConditions
+            from azure.core.exceptions import HttpResponseError
+
+            try:
+                self._blob(full).delete_blob(etag=version, match_condition=MatchConditions.IfNotModified)
+            except HttpResponseError as e:
+                status = self._status(e)
+                if status == 412 or (status == 404 and "ContainerNotFound" not in self._code(e)):
+                    return False  # replaced, or gone (a first attempt whose reply was lost included)
+                raise
+            return True
+
+        return self.run("DELETE If-Match", key, once)
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)

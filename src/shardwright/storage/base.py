@@ -58,6 +58,8 @@ WRITE_OPERATIONS = (
     "remove_leftover_temps",
     "create_exclusive",
     "replace_if_version",
+    "write_if_version",
+    "delete_if_version",
     "delete",
     "delete_prefix",
     "barrier",
@@ -322,6 +324,36 @@ class Storage(abc.ABC):
         if got is None:
             return None
         return (got[0], got[1]) if len(got[0]) <= limit else (None, got[1])
+
+    def write_if_version(
+        self, key: str, data: bytes, version: str | None, *, durable: bool = True
+    ) -> tuple[bool, str | None]:
+        """:meth:`create_exclusive` (``version`` None) or :meth:`replace_if_version`, and the
+        version of the object this call wrote: ``(False, None)`` when the condition failed,
+        ``(True, v)`` with ``v`` the version of exactly ``data``, ``(True, None)`` when it was
+        written but replaced or deleted since (the lease path then starts over).
+
+        This default reads the object back (one more request): a backend whose conditional
+        write returns the new version (an object store's ETag or generation) overrides it,
+        and a takeover after the write cannot lend us the new holder's version either way."""
+        if version is None:
+            written = self.create_exclusive(key, data, durable=durable)
+        else:
+            written = self.replace_if_version(key, data, version)
+        if not written:
+            return False, None
+        got = self.read_versioned_at_most(key, len(data))
+        return True, (got[1] if got is not None and got[0] == data else None)
+
+    def delete_if_version(self, key: str, version: str) -> bool | None:
+        """Delete ``key`` only if it is still at ``version``, in one conditional request: True
+        when this call deleted it, False when it was replaced or is gone. None (this default)
+        when the backend has no conditional delete it can trust; the caller then reads the
+        object and compares before an unconditional :meth:`delete`. (S3's If-Match on DELETE
+        is new, and an S3-compatible store that ignores it would delete another's file;
+        fake-gcs-server ignores ``ifGenerationMatch`` on a DELETE, so GCS's cannot be tested
+        here and is not used.)"""
+        return None
 
     def barrier(self) -> None:
         """Make every earlier ``durable=False`` write of this object (this process) durable.

@@ -27,7 +27,7 @@ from .base import ObjectInfo, Storage
 from .failure import Failure, Fixes, storage_error
 from .files import tmp_name, unlink_quiet
 
-__all__ = ["CloudStorage", "TruncatedBody", "pop_number", "refuse_options"]
+__all__ = ["BoundedBuffer", "CloudStorage", "TooLarge", "TruncatedBody", "pop_number", "refuse_options"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,34 @@ _CLIENT_LOCK = ForkSafeLock()  # one client per process; a forked child starts w
 
 class TruncatedBody(Exception):
     """A body shorter than announced, or a checksum that does not match: retried."""
+
+
+class TooLarge(Exception):
+    """A bounded download went past its limit (:class:`BoundedBuffer`): the object is refused."""
+
+
+class BoundedBuffer:
+    """A write-only in-memory file that refuses to hold more than ``limit`` bytes: a body
+    without (or lying about) its Content-Length still cannot make a bounded read allocate
+    more (:meth:`CloudStorage.get_at_most`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def write(self, data: bytes) -> int:
+        self._size += len(data)
+        if self._size > self.limit:
+            raise TooLarge(f"more than {self.limit} bytes")
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def tell(self) -> int:
+        return self._size
+
+    def getvalue(self) -> bytes:
+        return self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
 
 
 def refuse_options(scheme: str, options: dict[str, Any], wrong_names: dict[str, str], accepted: Iterable[str]) -> None:
@@ -246,8 +274,9 @@ class CloudStorage(Storage):
                     raise
                 raise err from e
 
-    def conditional_write(self, op: str, key: str, data: bytes, put: Callable[[], bool]) -> bool:
-        """Run ``put()`` (True: written, False: the precondition failed) under the retry loop.
+    def conditional_write(self, op: str, key: str, data: bytes, put: Callable[[], str | None]) -> str | None:
+        """Run ``put()`` (the version it wrote, "" when the reply named none; None: the
+        precondition failed) under the retry loop; the version written, or None.
 
         A conditional write is not idempotent: if the service applied our first attempt but
         the reply was lost, the retry's "precondition failed" is our own success. So after a
@@ -256,19 +285,58 @@ class CloudStorage(Storage):
         """
         full = self._key(key)
 
-        def once(attempt: int) -> bool:
-            if put():
-                return True
+        def once(attempt: int) -> str | None:
+            written = put()
+            if written is not None:
+                return written
             if attempt > 0:
                 got = self.get_versioned(full)
-                return got is not None and got[0] == data
-            return False
+                return got[1] if got is not None and got[0] == data else None
+            return None
 
         return self.run(op, key, once)
+
+    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
+        # durable is moot: a stored object is durable once the request returns
+        return self.write_if_version(key, data, None)[0]
+
+    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
+        return self.write_if_version(key, data, version)[0]
+
+    def write_if_version(
+        self, key: str, data: bytes, version: str | None, *, durable: bool = True
+    ) -> tuple[bool, str | None]:
+        # The service's reply names the version of exactly the bytes sent (ETag, generation):
+        # no read-back (issue 36: one request per lease or claim taken, renewed or confirmed).
+        written = self.put_if(key, bytes(data), version)
+        if written is None:
+            return False, None
+        if written:
+            return True, written
+        return self._read_back(key, data)
+
+    def _read_back(self, key: str, data: bytes) -> tuple[bool, str | None]:
+        """After a write whose reply named no version: the version if the object still holds ``data``."""
+        got = self.read_versioned_at_most(key, len(data))
+        return True, (got[1] if got is not None and got[0] == data else None)
+
+    @abc.abstractmethod
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """A conditional PUT under :meth:`conditional_write`: created only if absent (``version``
+        None) or replaced only if still at ``version``. The version written ("" when the
+        reply named none), None when the condition failed."""
 
     @abc.abstractmethod
     def get_versioned(self, full_key: str) -> tuple[bytes, str] | None:
         """One GET of ``full_key``: (bytes, version) or None when missing (no retries)."""
+
+    @abc.abstractmethod
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        """One GET of ``full_key`` (no retries), bounded: None when missing, ``(None,
+        version)`` when it holds more than ``limit`` bytes, else ``(bytes, version)``. The
+        size is judged from the response's headers before its body is read, and the body is
+        read into at most ``limit + 1`` bytes whatever the headers say; TruncatedBody when it
+        is shorter than announced."""
 
     def with_short_retries(self, seconds: float = 5.0) -> CloudStorage:
         impatient = copy.copy(self)  # shares the client; only the retry budget differs
@@ -287,6 +355,21 @@ class CloudStorage(Storage):
     def read_versioned(self, key: str) -> tuple[bytes, str] | None:
         full = self._key(key)
         return self.run("GET", key, lambda _a: self.get_versioned(full))
+
+    def read_at_most(self, key: str, limit: int) -> bytes | None:
+        # One GET, whatever the limit: the size is judged from the reply's headers before its
+        # body is read (the default asks for it in a HEAD first, one more request per reader
+        # start on index.json, per lease and claim read of a run).
+        got = self.read_versioned_at_most(key, limit)
+        if got is None:
+            raise self._missing(key)
+        return got[0]
+
+    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # one request: the version is the one of the bytes read, and no swap in between can
+        # slip a larger object past the bound
+        full = self._key(key)
+        return self.run("GET", key, lambda _a: self.get_at_most(full, limit))
 
     def exists(self, key: str) -> bool:
         return self.head(key) is not None

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from .base import ObjectInfo, check_range
-from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
+from .cloud import BoundedBuffer, CloudStorage, TooLarge, TruncatedBody, pop_number, refuse_options
 from .failure import RETRY_STATUS, Failure, Fixes
 from .registry import parse_location, register_backend
 
@@ -304,6 +304,21 @@ class GCSStorage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {got[0]} bytes")
         return data, got[1]
 
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        buffer = BoundedBuffer(limit)
+        try:
+            got = self._fetch(full_key, buffer, limit)
+        except TooLarge:  # more bytes than Content-Length said (or none was sent)
+            return None, ""
+        if got is None:
+            return None
+        size, generation = got
+        if size > limit:
+            return None, generation  # judged from Content-Length: the body was not read
+        if buffer.tell() != size:
+            raise TruncatedBody(f"got {buffer.tell()} of {size} bytes")
+        return buffer.getvalue(), generation
+
     @staticmethod
     def _check_stored(stored_crc32c: str | None, ours: str) -> None:
         """Rewrite (retry) when the service stored other bytes than we sent: GCS refuses such an
@@ -311,9 +326,10 @@ class GCSStorage(CloudStorage):
         if stored_crc32c is not None and stored_crc32c != ours:
             raise TruncatedBody(f"stored CRC32C {stored_crc32c} != sent {ours}: rewriting")
 
-    def _upload(self, full_key: str, parts: Sequence[Any], generation: int | None) -> bool:
+    def _upload(self, full_key: str, parts: Sequence[Any], generation: int | None) -> str | None:
         """One multipart upload of ``parts`` joined, at any size; ``generation``: None (overwrite)
-        or ``ifGenerationMatch`` (0: must not exist). False when the precondition failed.
+        or ``ifGenerationMatch`` (0: must not exist). The generation written ("" if the reply
+        named none), None when the precondition failed.
 
         Every write is a single multipart request. Conditional ones must be: fake-gcs-server
         enforces ``ifGenerationMatch`` on multipart uploads only (not on resumable ones,
@@ -352,14 +368,14 @@ class GCSStorage(CloudStorage):
             url, data=body, headers={"Content-Type": f"multipart/related; boundary={boundary}"}, timeout=_TIMEOUT
         )
         if generation is not None and response.status_code == 412:
-            return False
+            return None
         if generation and response.status_code == 404:
-            return False  # the object was deleted since it was read
+            return None  # the object was deleted since it was read
         if response.status_code >= 300:
             raise gexc.from_http_response(response)
         stored = response.json()  # a body cut short is a JSONDecodeError: retried
         self._check_stored(stored.get("crc32c"), crc)
-        return True
+        return str(stored.get("generation") or "")
 
     # -- Storage API -------------------------------------------------------------------------
 
@@ -372,23 +388,19 @@ class GCSStorage(CloudStorage):
         full = self._key(key)
         self.run("PUT", key, lambda _a: self._upload(full, parts, None))
 
-    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
-        # durable is moot: a stored object is durable once the request returns
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write("PUT ifGenerationMatch=0", key, body, lambda: self._upload(full, [body], 0))
-
-    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        try:
-            generation = int(version)
-        except (TypeError, ValueError):
-            return False  # not a generation of this store: it cannot match
-        full, body = self._key(key), bytes(data)
-        return self.conditional_write(
-            "PUT ifGenerationMatch",
-            key,
-            body,
-            lambda: self._upload(full, [body], generation) if generation else False,
-        )
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        if version is None:
+            generation = 0  # ifGenerationMatch=0: must not exist
+        else:
+            try:
+                generation = int(version)
+            except (TypeError, ValueError):
+                return None  # not a generation of this store: it cannot match
+            if not generation:
+                return None
+        full = self._key(key)
+        op = "PUT ifGenerationMatch=0" if version is None else "PUT ifGenerationMatch"
+        return self.conditional_write(op, key, data, lambda: self._upload(full, [data], generation))
 
     def head(self, key: str) -> ObjectInfo | None:
         full = self._key(key)
@@ -460,8 +472,9 @@ class GCSStorage(CloudStorage):
 
         self.download_into(key, local_path, durable, fetch)
 
-    def _fetch(self, full_key: str, f: Any) -> tuple[int, str] | None:
+    def _fetch(self, full_key: str, f: Any, limit: int | None = None) -> tuple[int, str] | None:
         """One GET of ``full_key`` written into ``f``: (its size, its generation), None when missing.
+        With a ``limit``, an object whose Content-Length is larger returns at once, its body unread.
 
         Our own request on the client's session (as :meth:`_upload`), read in
         1 MiB pieces: the SDK's download reads and checksums the body 8 KiB at a time, a
@@ -493,6 +506,8 @@ class GCSStorage(CloudStorage):
             if headers.get("x-goog-stored-content-encoding", "identity") != "identity":
                 return self._sdk_fetch(full_key, f)  # a gzip-encoded object (not ours): the SDK decodes it
             announced = headers.get("Content-Length")
+            if limit is not None and announced is not None and int(announced) > limit:
+                return int(announced), str(generation)
             hashes = dict(
                 part.strip().split("=", 1) for part in headers.get("x-goog-hash", "").split(",") if "=" in part
             )

@@ -299,32 +299,58 @@ class S3Storage(CloudStorage):
             raise TruncatedBody(f"got {len(data)} of {expected} bytes")
         return data, r.get("ETag", "")
 
-    def _conditional_put(self, op: str, key: str, data: bytes, **condition: str) -> bool:
-        """PUT with If-None-Match/If-Match; False on 412 (see the base's conditional_write for
-        the lost reply; botocore's own retries, if a ``config`` turns them on, count too)."""
+    def get_at_most(self, full_key: str, limit: int) -> tuple[bytes | None, str] | None:
+        # A plain GET (not a ranged one: an empty object has no range, and a range would
+        # download limit + 1 bytes of an object refused anyway); Content-Length decides
+        # before the body is read, and a body is never read past limit + 1 bytes.
+        from botocore.exceptions import ClientError
+
+        try:
+            r = self.client().get_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as e:
+            if _is_missing(e):
+                return None
+            raise
+        body, etag, announced = r["Body"], r.get("ETag", ""), r.get("ContentLength")
+        try:
+            if announced is not None and announced > limit:
+                return None, etag  # closed unread: the connection is dropped, not drained
+            data = body.read(limit + 1)
+        finally:
+            body.close()
+        if len(data) > limit:
+            return None, etag
+        if announced is not None and len(data) != announced:
+            raise TruncatedBody(f"got {len(data)} of {announced} bytes")
+        return data, etag
+
+    def put_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """PUT with If-None-Match (``version`` None) or If-Match; the reply's ETag, None on 412
+        (see the base's conditional_write for the lost reply; botocore's own retries, if a
+        ``config`` turns them on, count too)."""
         from botocore.exceptions import ClientError
 
         full = self._key(key)
-        body = bytes(data)
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
 
-        def put() -> bool:
+        def put() -> str | None:
             try:
-                self.client().put_object(
-                    Bucket=self.bucket, Key=full, Body=body, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
+                r = self.client().put_object(
+                    Bucket=self.bucket, Key=full, Body=data, ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition
                 )
-                return True
+                return str(r.get("ETag") or "")
             except ClientError as e:
                 code, status, _ = _client_error_info(e)
                 if status == 412 or code == "PreconditionFailed":
                     if _retried(e):  # botocore retried inside this attempt: the 412 may be our own write
                         got = self.get_versioned(full)
-                        return got is not None and got[0] == body
-                    return False
-                if "IfMatch" in condition and _is_missing(e):
-                    return False  # deleted since it was read
+                        return got[1] if got is not None and got[0] == data else None
+                    return None
+                if version is not None and _is_missing(e):
+                    return None  # deleted since it was read
                 raise  # 409 ConditionalRequestConflict is retried by the loop
 
-        return self.conditional_write(op, key, body, put)
+        return self.conditional_write("PUT If-None-Match" if version is None else "PUT If-Match", key, data, put)
 
     # -- Storage API ----------------------------------------------------------------------
 
@@ -350,13 +376,6 @@ class S3Storage(CloudStorage):
             )
 
         self.run("multipart PUT", key, upload)
-
-    def create_exclusive(self, key: str, data: bytes, *, durable: bool = True) -> bool:
-        # durable is moot: a stored object is durable once the request returns
-        return self._conditional_put("PUT If-None-Match", key, data, IfNoneMatch="*")
-
-    def replace_if_version(self, key: str, data: bytes, version: str) -> bool:
-        return self._conditional_put("PUT If-Match", key, data, IfMatch=version)
 
     def head(self, key: str) -> ObjectInfo | None:
         from botocore.exceptions import ClientError
@@ -407,20 +426,6 @@ class S3Storage(CloudStorage):
                 ObjectInfo(self._rel(o["Key"]), int(o.get("Size", 0)), etag, modified and modified.timestamp())
             )
         return sorted(infos, key=lambda info: info.key)
-
-    def read_versioned_at_most(self, key: str, limit: int) -> tuple[bytes | None, str] | None:
-        # one ranged GET: the ETag is the whole object's, and never more than limit + 1 bytes
-        # arrive (an object swapped for a huge one in between included)
-        full = self._key(key)
-        got = self.run("GET", key, lambda _a: self.get_versioned(full, f"bytes=0-{limit}"))
-        if got is None:
-            return None
-        data, etag = got
-        if not etag:  # 416: an empty object has no range; its plain GET is as small
-            return self.read_versioned(key)
-        if len(data) > limit:  # more than asked: a server ignoring Range; refused all the same
-            return None, etag
-        return bytes(data), etag
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         check_range(start, length)

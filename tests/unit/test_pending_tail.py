@@ -1,0 +1,179 @@
+"""A stop keeps the chunk in progress as a pending tail (engine.shard_writer, protocol 3b):
+not committed, saved in the shard's progress snapshot, reopened by the resume, so the shard's
+chunks are cut exactly where a run that never stopped cuts them (issue 35) and no input whose
+output is in the tail is given to fn again. A real Worker on a local output, its real
+committer threads, stopped by the flag its SIGTERM handler sets."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from shardwright.engine.shard_writer import TAIL_LIMIT_BYTES, ShardWriter
+from shardwright.engine.stops import StopRequested
+from shardwright.engine.tasks import ShardTask, WorkerConfig
+from shardwright.engine.worker import STOP_CHECK_INTERVAL, Worker
+from shardwright.protocol.commit import PendingChunk, RoundSettings
+from shardwright.protocol.progress import read_snapshot
+from shardwright.protocol.records import ShardProgress, load_progress
+
+END = 40  # shard 0 covers inputs 0..39
+
+
+class Recorder:
+    """Stands in for the committer: keeps the chunks and snapshots the writer hands it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[PendingChunk] = []
+        self.snapshots: list = []
+
+    def submit(self, job: PendingChunk) -> None:
+        self.chunks.append(job)
+
+    def save_progress(self, snapshot) -> None:
+        self.snapshots.append(snapshot)
+
+
+def config(output_dir: str, use_checkpoint: bool = True, **changes) -> WorkerConfig:
+    cfg = WorkerConfig(
+        output_dir=output_dir,
+        storage_options=None,
+        round=RoundSettings("run-1", 0, None, use_checkpoint),
+        chunk_size=7,
+        chunk_bytes=None,
+        on_error="raise",
+        max_retries=0,
+        node_rank=0,
+    )
+    return replace(cfg, **changes)
+
+
+def task_at(progress: ShardProgress, inputs: list) -> ShardTask:
+    """The task load_progress's view of the shard gives a worker (as engine.planning does)."""
+    return ShardTask(
+        shard=0,
+        start=0,
+        end=END,
+        next_input=progress.next_input,
+        skip_outputs=progress.skip_outputs,
+        next_seq=progress.next_seq,
+        inputs=inputs[progress.next_input :],
+        prev_epoch=progress.records[-1].epoch if progress.records else None,
+    )
+
+
+def run_worker(fn, cfg: WorkerConfig, inputs: list, stop_after: int | None = None) -> bool:
+    """One worker on shard 0 from where its records (and tail) say; True if it was stopped
+    (its SIGTERM flag set after ``stop_after`` calls of fn)."""
+    calls = [0]
+    worker: Worker | None = None
+
+    def counted(x):
+        calls[0] += 1
+        if calls[0] == stop_after and worker is not None:
+            worker.signalled = True  # what worker_main's SIGTERM handler does
+            while not worker.look[0]:  # the hot loop looks at its stops once its clock ticked: wait for the tick
+                time.sleep(STOP_CHECK_INTERVAL / 4)
+        return fn(x)
+
+    worker = Worker(0, counted, cfg, queue.Queue(), threading.Event(), [-1])
+    progress = load_progress(worker.storage, {0: (0, END)}, "run-1")[0]
+    try:
+        worker.run_shard(task_at(progress, inputs))
+        stopped = False
+    except StopRequested:
+        stopped = True
+    worker.committer.close()
+    return stopped
+
+
+def chunks_of(output_dir: str) -> list[tuple[int, int, int, str]]:
+    """(seq, first input, next input, chunk name) of shard 0's committed chunks."""
+    from shardwright.storage import open_storage
+
+    progress = load_progress(open_storage(output_dir), {0: (0, END)}, "run-1")[0]
+    return [
+        (r.seq, r.first_input, r.next_input, r.chunk.filename if r.chunk else "") for r in progress.records if r.chunk
+    ]
+
+
+def plain(x: int) -> dict:
+    return {"x": x}
+
+
+def pages(x: int):
+    for page in range(x % 4):
+        yield {"x": x, "page": page}
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0], ids=["hot-loop", "general-loop"])
+@pytest.mark.parametrize("fn", [plain, pages])
+@pytest.mark.parametrize("stops", [[3], [9, 1, 5], [20, 12]])
+def test_stopped_and_resumed_shard_commits_the_chunks_of_a_run_never_stopped(tmp_path, fn, stops, timeout):
+    inputs = list(range(END))
+    clean = str(tmp_path / "clean")
+    assert not run_worker(fn, config(clean, timeout=timeout), inputs)
+    out = str(tmp_path / "stopped")
+    calls: list[int] = []
+
+    def counting(x):
+        calls.append(x)
+        return fn(x)
+
+    landed = sum(run_worker(counting, config(out, timeout=timeout), inputs, stop_after=n) for n in stops)
+    assert landed == len(stops)
+    assert not run_worker(counting, config(out, timeout=timeout), inputs)
+    assert chunks_of(out) == chunks_of(clean)
+    again = sorted(x for x in set(calls) if calls.count(x) > 1)
+    # a plain fn is called once per input; a generator stopped between two outputs is called
+    # again on that input (which skips the outputs kept), at most once per stop
+    assert sorted(set(calls)) == inputs and len(again) <= (len(stops) if fn is pages else 0), again
+
+
+def test_the_tail_is_in_the_snapshot_and_not_in_the_index(tmp_path):
+    out = str(tmp_path / "out")
+    assert run_worker(plain, config(out), list(range(END)), stop_after=10)
+    assert [(seq, first, nxt) for seq, first, nxt, _ in chunks_of(out)] == [(0, 0, 7)]  # one full chunk
+    from shardwright.storage import open_storage
+
+    tail = read_snapshot(open_storage(out), "run-1", 0, 1, 0, (7, 0))
+    assert tail is not None and tail.slots == []
+    assert (tail.buffer.first_input, tail.buffer.position, len(tail.buffer.items)) == (7, (10, 0), 3)
+
+
+def test_without_checkpoints_a_stop_commits_the_chunk_in_progress():
+    writer = ShardWriter(task_at(ShardProgress(0, 0, END), []), config("memory://x", use_checkpoint=False), Recorder())  # type: ignore[arg-type]
+    for x in range(3):
+        writer.add(b"x", x, after=(x + 1, 0))
+    writer.stop()
+    assert [(c.first_input, c.next_input, len(c.items)) for c in writer.committer.chunks] == [(0, 3, 3)]  # type: ignore[attr-defined]
+    assert writer.committer.snapshots == []  # type: ignore[attr-defined]
+
+
+def test_a_tail_too_large_for_a_snapshot_is_committed_instead():
+    recorder = Recorder()
+    writer = ShardWriter(task_at(ShardProgress(0, 0, END), []), config("memory://x", chunk_size=None), recorder)  # type: ignore[arg-type]
+    writer.add(b"x", 0, after=(1, 0))
+    writer.items_bytes = TAIL_LIMIT_BYTES + 1  # as if the chunk in progress held that much
+    writer.stop()
+    assert len(recorder.chunks) == 1 and recorder.snapshots == []
+
+
+def test_a_stop_right_after_a_commit_writes_no_tail():
+    recorder = Recorder()
+    writer = ShardWriter(task_at(ShardProgress(0, 0, END), []), config("memory://x"), recorder)  # type: ignore[arg-type]
+    for x in range(7):
+        writer.add(b"x", x, after=(x + 1, 0))
+    assert len(recorder.chunks) == 1
+    writer.stop()
+    assert len(recorder.chunks) == 1 and recorder.snapshots == []
+    writer.failed.append([7, 0])  # an input skipped (on_error="skip") since: a tail without items
+    writer.position = (8, 0)
+    writer.stop()
+    assert [(s.buffer.position, s.buffer.failed, s.buffer.items) for s in recorder.snapshots] == [
+        ((8, 0), [[7, 0]], [])
+    ]
