@@ -73,3 +73,34 @@ def test_a_failed_users_error_is_counted_by_kind(svc):
     m = samples(svc.http.get("/metrics").text)
     assert m[("shardwright_job_attempts_total", (("error_kind", "user"), ("outcome", "failed")))] == 1
     assert m[("shardwright_jobs", (("state", "FAILED"),))] == 1
+
+
+def test_invented_http_methods_never_add_series(svc):
+    """HTTP lets a client invent methods; each one was a new latency series, recorded before the
+    token was checked: 300 unauthenticated requests made 300 series, without bound (trust
+    round 7). Any method besides the standard ones is counted as "other"."""
+    for i in range(50):
+        svc.http.request(f"M{i:05d}X", f"/api/v1/x{i}", headers={"Authorization": ""})
+    m = samples(svc.http.get("/metrics").text)
+    methods = {dict(labels)["method"] for (name, labels) in m if name == "shardwright_api_request_seconds_count"}
+    assert methods <= {"GET", "other"}, methods
+    assert (
+        m[("shardwright_api_request_seconds_count", (("method", "other"), ("route", "unmatched"), ("status", "404")))]
+        == 50
+    )
+
+
+def test_jobs_waiting_past_max_queued_are_answered_429(tmp_path):
+    """A token holder could queue jobs without end, each a store row and a /metrics series per
+    gauge (trust round 7, case 10). Past --max-queued waiting jobs a submit is 429."""
+    svc = Service(tmp_path, output_roots=(str(tmp_path / "out"),), max_running=1, max_queued=2)
+    for name in ("a", "b"):
+        svc.submit(output_dir=str(tmp_path / "out" / name))
+    r = svc.http.post(
+        "/api/v1/jobs", json={"pipeline": "square", "inputs": [1], "output_dir": str(tmp_path / "out" / "c")}
+    )
+    assert r.status_code == 429 and "--max-queued" in r.text, r.text
+    svc.scheduler.tick()  # one starts: there is room again
+    svc.submit(output_dir=str(tmp_path / "out" / "c"))
+    live = samples(svc.http.get("/metrics").text)
+    assert sum(1 for (name, _) in live if name == "shardwright_job_items") == 3

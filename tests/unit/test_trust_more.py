@@ -273,12 +273,15 @@ def test_a_hostile_progress_snapshot_is_refused_as_damaged(hostile, tmp_path):
 def test_a_progress_snapshot_nested_too_deeply_is_refused_as_damaged(tmp_path):
     import struct
 
+    import xxhash
+
     from shardwright.protocol.layout import progress_key
     from shardwright.protocol.progress import MAGIC, decode_snapshot, read_snapshot
     from shardwright.storage.local import LocalStorage
 
     header = b"[" * 200_000 + b"]" * 200_000
     data = MAGIC + struct.pack("<Q", len(header)) + header
+    data += xxhash.xxh3_128_digest(data)  # its checksum right: only the nesting is hostile
     with pytest.raises(ValueError, match="nested too deeply"):
         decode_snapshot(data)
     storage = LocalStorage(str(tmp_path))

@@ -20,8 +20,8 @@ from ..protocol.history import Attempt, read_history
 from ..protocol.layout import FAILED_PREFIX, INDEX_KEY
 from ..protocol.publish import merge
 from ..protocol.status import RunStatus, read_status, stop_reason
-from ..secrets import redact, secret_values
-from ..storage import open_storage
+from ..secrets import redact, redact_url_credentials, secret_values
+from ..storage import open_dataset_storage, open_storage
 from .k8s import add_k8s_command
 from .options import parse_storage_options
 from .runs import list_runs
@@ -196,10 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def existing_storage(output_dir: str, storage_options: dict | None):
+def existing_storage(output_dir: str, storage_options: dict | None, *, reads_only: bool = False):
     """The storage of an output that must exist already: a missing local directory is a
-    DatasetNotFoundError (exit 2), not an "empty" report."""
-    storage = open_storage(output_dir, storage_options)
+    DatasetNotFoundError (exit 2), not an "empty" report. ``reads_only``: a command that only
+    reads it (status, history, runs), whose mistakes name a dataset location, not an output_dir."""
+    storage = (
+        open_dataset_storage(output_dir, storage_options) if reads_only else open_storage(output_dir, storage_options)
+    )
     path = storage.local_path(INDEX_KEY)
     if path is not None and not os.path.isdir(os.path.dirname(path)):
         raise DatasetNotFoundError(f"{storage.url} does not exist; check the path")
@@ -224,7 +227,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "status":
-            report = read_status(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
+            options = parse_storage_options(args.storage_options)
+            report = read_status(existing_storage(args.output_dir, options, reads_only=True))
             if args.json:
                 print(json.dumps(report.to_json(), indent=1, default=str))
             else:
@@ -248,10 +252,13 @@ def _main(argv: list[str] | None) -> int:
             return run_verify(args.output_dir, parse_storage_options(args.storage_options), args.json)
         if args.command == "runs":
             options = parse_storage_options(args.storage_options)
-            existing_storage(args.root, options)  # a missing local root is exit 2, like the other commands
+            existing_storage(
+                args.root, options, reads_only=True
+            )  # a missing local root is exit 2, like the other commands
             return list_runs(args.root, options, args.json)
         if args.command == "history":
-            attempts = read_history(existing_storage(args.output_dir, parse_storage_options(args.storage_options)))
+            options = parse_storage_options(args.storage_options)
+            attempts = read_history(existing_storage(args.output_dir, options, reads_only=True))
             print_history(attempts, args.json)
             return 0
         return int(args.func(args))
@@ -264,5 +271,6 @@ def _main(argv: list[str] | None) -> int:
         secrets = secret_values(parsed)
         if options and parsed is None:
             secrets.append(options)  # unparseable: the whole text may hold a secret
-        print(f"shardwright: error: {redact(str(exc), secrets)}", file=sys.stderr)
+        # a URL typed with user:password@ (s3://KEY:SECRET@bucket/x) came back in the message
+        print(f"shardwright: error: {redact_url_credentials(redact(str(exc), secrets))}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ configuration: they are not followed.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -72,6 +73,13 @@ def _feed(value: Any, out: Any, budget: list[int], depth: int = 0) -> None:
         for key, item in value.items():  # insertion order is part of a dict's behaviour
             _feed(key, out, budget, depth + 1)
             _feed(item, out, budget, depth + 1)
+    elif t in _MAPPINGS:
+        tag = _type_tag(t) + _factory_tag(value)
+        items = _mapping_items(value)
+        out.update(b"M" + struct.pack("<QQ", len(tag), len(items)) + tag)
+        for key, item in items:
+            _feed(key, out, budget, depth + 1)
+            _feed(item, out, budget, depth + 1)
     else:
         fields = _record_fields(value)
         if fields is None:
@@ -82,6 +90,28 @@ def _feed(value: Any, out: Any, budget: list[int], depth: int = 0) -> None:
         for name, item in fields:
             _feed(name, out, budget, depth + 1)
             _feed(item, out, budget, depth + 1)
+
+
+#: Mapping-like containers of plain data, hashed by value like a dict (with their type): a config
+#: held in one was skipped with only a warning, so a changed value resumed silently (round 6).
+_MAPPINGS = (collections.OrderedDict, collections.defaultdict, types.MappingProxyType, types.SimpleNamespace)
+
+
+def _mapping_items(value: Any) -> list[tuple[Any, Any]]:
+    """The (key, value) pairs of one of ``_MAPPINGS``, in the order that is part of its behaviour."""
+    if type(value) is types.SimpleNamespace:
+        return sorted(vars(value).items())  # attributes: their order is not part of its behaviour
+    return list(value.items())
+
+
+def _factory_tag(value: Any) -> bytes:
+    """A defaultdict's ``default_factory`` is part of what it does: a class (``list``, ``int``) by
+    its name; code (a lambda) cannot be hashed by value, so the whole value is skipped."""
+    if type(value) is not collections.defaultdict or value.default_factory is None:
+        return b""
+    if not isinstance(value.default_factory, type):
+        raise _NotPlain("a defaultdict whose default_factory is not a class")
+    return b":" + _type_tag(value.default_factory)
 
 
 def _type_tag(t: type) -> bytes:

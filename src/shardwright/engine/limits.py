@@ -191,11 +191,36 @@ class SharedBudget:
         # After fork the inherited descriptor shares its flock with the parent: reopen per process.
         if self._pid != os.getpid() or self._map is None:
             self._lock = threading.Lock()
+            self._map = None
             fd = _open_budget_file(self.path)
-            if os.fstat(fd).st_size < _FILE_SIZE:
-                os.ftruncate(fd, _FILE_SIZE)  # zero-filled: no magic yet, read as a fresh budget
-            self._fd, self._map, self._pid = fd, mmap.mmap(fd, _FILE_SIZE), os.getpid()
+            try:
+                st = os.fstat(fd)
+                if st.st_size < _FILE_SIZE or st.st_blocks == 0:  # missing, or a hole (an older version's)
+                    # written, not ftruncated: a hole in a full /dev/shm (Docker's is 64 MB, and
+                    # DataLoader workers fill it) killed the process with SIGBUS, without a word,
+                    # at the first store into the mapping; a write says ENOSPC here instead
+                    os.pwrite(fd, bytes(_FILE_SIZE), 0)  # zero-filled: no magic yet, read as a fresh budget
+                self._fd, self._map, self._pid = fd, mmap.mmap(fd, _FILE_SIZE), os.getpid()
+            except OSError as exc:
+                os.close(fd)
+                raise UsageError(
+                    f"the rate budget file {self.path} cannot be written ({exc.strerror}): its file system is "
+                    "full; free space there (/dev/shm holds DataLoader workers' tensors too) or pass "
+                    "Limiter(path=...) a file on another file system"
+                ) from None
+        elif self._replaced():
+            # deleted (a cleanup of /dev/shm) or truncated under this process: touching the mapping
+            # of a truncated file is SIGBUS, and a deleted one left this process on a budget of its
+            # own while new processes made another (two full rates): take the one at the path
+            self._map.close()
+            os.close(self._fd)
+            self._pid = -1
+            return self._open()
         return self._map
+
+    def _replaced(self) -> bool:
+        st = os.fstat(self._fd)
+        return st.st_nlink == 0 or st.st_size != _FILE_SIZE
 
     def reserve(self, now: float | None = None) -> float:
         """Reserve the next call's start; the seconds to wait before starting it (0: now)."""

@@ -13,6 +13,7 @@ __all__ = [
     "CHUNK_FIX",
     "check_chunk",
     "check_exact_size",
+    "check_stored_size",
     "decompress_chunk",
     "incomplete_message",
     "release_buffer",
@@ -51,6 +52,18 @@ def check_exact_size(data: bytes | memoryview, entry: ChunkEntry, name: str, ver
     raise CorruptStateError(
         f"chunk file {name} {verb} {size} bytes but index.json says {entry.chunk_bytes}: it is truncated "
         "or was replaced; restore it or rerun optimize with mode='overwrite'"
+    )
+
+
+def check_stored_size(size: int, entry: ChunkEntry, name: str) -> None:
+    """An uncompressed chunk file has the size its index entry gives, checked from the file's
+    size before its bytes are hashed or read: a chunk grown or cut short was blamed on its
+    checksum ("bit rot, a bad copy"), after hashing all of it (4 GiB under a 148-byte entry)."""
+    if size == entry.chunk_bytes or size == entry.chunk_bytes + 4 * (entry.chunk_size + 2):
+        return
+    verb = "truncated" if size < entry.chunk_bytes else "longer than the index says"
+    raise CorruptStateError(
+        f"chunk file {name} is {size:,} bytes but index.json says {entry.chunk_bytes:,}: {verb}; {CHUNK_FIX}"
     )
 
 

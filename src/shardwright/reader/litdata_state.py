@@ -144,6 +144,14 @@ def litdata_resume(state: dict, dataset: Any, layout: Layout | None) -> tuple[in
     """(epoch, resume point) of a litdata dataset-level state on ``dataset`` read with
     ``layout`` (None: one stream; another layout cuts the rest anew); the point is None when
     the epoch starts afresh. Raises ResumeStateError, one line."""
+    version = state.get("state_version", 2)
+    if type(version) is not int or version != 2:
+        # every field is read as litdata's version 2 lays it out: another version's (or a value
+        # edited by hand) was read that way without a word (trust round 7)
+        raise ResumeStateError(
+            f"litdata state field 'state_version' is {version!r:.40}; shardwright reads litdata's version 2 "
+            "states only: restart the epoch, or resume it with the litdata that saved it"
+        )
     if _flag(state, "shuffle"):
         raise ResumeStateError(_SHUFFLE_REFUSED)
     if dataset.shuffle:

@@ -138,14 +138,18 @@ def _read_index(location: str, cache_dir: Any, storage_options: dict, folder: bo
     """The index.json ``cache_dir`` or (``folder``) the folder holds for it, or None."""
     places = []
     if cache_dir is not None:
-        places.append(os.path.join(os.fspath(cache_dir), INDEX_KEY))
+        places.append(os.fspath(cache_dir))
     parsed = parse_location(location)
     if parsed.is_local and folder:
-        places.append(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY))
+        places.append(os.path.expanduser(parsed.path))
     for place in places:
-        if os.path.isfile(place):
-            with open(place, "rb") as f:
-                return json.loads(f.read())
+        # through the local backend, as every other index is read: bounded by the decoded-bytes
+        # limit, and never through a link (an index.json replaced by a link to another folder's
+        # index made this folder's files read under the other's names and sizes)
+        try:
+            return json.loads(read_index_bytes(open_storage(place)))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            continue
     if not parsed.is_local:
         try:
             return json.loads(read_index_bytes(open_storage(parsed.url, storage_options)))
@@ -393,7 +397,7 @@ def _indexed_as_parquet(location: str) -> bool:
     if not parsed.is_local:
         return False
     try:  # never blocking on a FIFO put there: the index read that follows names it
-        with open_regular(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY)) as f:
+        with open_regular(os.path.join(os.path.expanduser(parsed.path), INDEX_KEY), follow_links=False) as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - _INDEX_TAIL))
             return _PARQUET_INDEX.search(f.read()) is not None
     except (OSError, CorruptStateError):

@@ -34,6 +34,7 @@ from .cache import ChunkCache, cache_name, default_cache_root
 from .checks import (
     CHUNK_FIX,
     check_exact_size,
+    check_stored_size,
     decompress_chunk,
     incomplete_message,
     release_buffer,
@@ -312,6 +313,8 @@ class ChunkSource:
                 os.path.realpath(self.output_dir), os.path.dirname(entry.filename)
             ):
                 raise CorruptStateError(f"chunk file {path} is reached through a symbolic link; {CHUNK_FIX}")
+            if self.config.compression is None:  # stored as indexed: its size is known
+                check_stored_size(st.st_size, entry, path)
         except BaseException:
             os.close(fd)
             raise

@@ -19,7 +19,12 @@ import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import CorruptStateError, DatasetNotFoundError, IncompleteDatasetError, UnsupportedFormatError
+from ..errors import (
+    CorruptStateError,
+    DatasetNotFoundError,
+    IncompleteDatasetError,
+    UnsupportedFormatError,
+)
 from ..format import (
     ChunkEntry,
     IndexConfig,
@@ -29,10 +34,10 @@ from ..format import (
     index_digest,
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
-from ..protocol.layout import INDEX_KEY, content_named_checksum
+from ..protocol.layout import INDEX_KEY, STATE_DIR, content_named_checksum
 from ..protocol.records import count_committed_chunks
 from ..secrets import redacting
-from ..storage import Storage, open_storage
+from ..storage import Storage, open_dataset_storage
 from ..storage.options import check_storage_option_names
 from .checks import check_exact_size, decompress_chunk, incomplete_message, unpack_checked
 
@@ -130,7 +135,7 @@ def verify(output_dir: str | os.PathLike, *, storage_options: dict | None = None
 
 
 def _verify(output_dir: str, storage_options: dict | None) -> VerifyReport:
-    storage = open_storage(output_dir, storage_options)
+    storage = open_dataset_storage(output_dir, storage_options)
     index_name = index_source(storage.url)
     data = read_published_index(storage)
     try:
@@ -183,6 +188,12 @@ def read_published_index(storage: Storage) -> bytes:
     pending = count_committed_chunks(storage)
     if not pending and not storage.list(""):
         raise DatasetNotFoundError(f"there is no dataset at {storage.url}: nothing is stored there; check the path")
+    if not pending and not storage.list(STATE_DIR + "/"):
+        # `shardwright diff A /etc` said /etc's "optimize run has not finished": a folder with
+        # neither an index nor a run's state is no dataset at all (trust round 7)
+        raise DatasetNotFoundError(
+            f"there is no dataset at {storage.url}: it holds neither index.json nor a run's state; check the path"
+        )
     raise IncompleteDatasetError(incomplete_message(storage.url, pending))
 
 

@@ -76,6 +76,9 @@ def add_service_commands(subparsers) -> None:
         help="serve GET /metrics (Prometheus) without the API token (default: the token is required)",
     )
     p.add_argument("--max-inputs", type=int, default=100_000, help="most inputs one job may list")
+    p.add_argument(
+        "--max-queued", type=int, default=1000, metavar="N", help="most jobs waiting to run; more are answered 429"
+    )
     p.add_argument("--max-body-bytes", type=int, default=16 * 1024 * 1024, help="largest request body")
     p.set_defaults(func=_serve)
     add_jobs_command(subparsers)
@@ -84,10 +87,13 @@ def add_service_commands(subparsers) -> None:
 def _serve(args) -> int:
     from .server import serve
 
-    for name in ("max_running", "max_inputs", "max_body_bytes"):
+    for name in ("max_running", "max_inputs", "max_body_bytes", "max_queued"):
         if getattr(args, name) < 1:
             print(f"shardwright serve: error: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
+    if args.max_queued > 100_000:
+        print("shardwright serve: error: --max-queued must be at most 100000", file=sys.stderr)
+        return 2
     return serve(
         args.pipelines,
         args.db,
@@ -98,6 +104,7 @@ def _serve(args) -> int:
         output_roots=[os.path.expanduser(r) for r in args.output_root],
         input_roots=[os.path.expanduser(r) for r in args.input_root],
         max_inputs=args.max_inputs,
+        max_queued=args.max_queued,
         max_body_bytes=args.max_body_bytes,
         cancel_grace=args.cancel_grace,
         retry_backoff=args.retry_backoff,

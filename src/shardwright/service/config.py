@@ -25,6 +25,7 @@ class ServiceConfig:
     output_roots: tuple[str, ...] = ()
     input_roots: tuple[str, ...] = ()  # where jobs whose inputs are a source may read (service.input_sources)
     max_inputs: int = 100_000
+    max_queued: int = 1000  # --max-queued: PENDING jobs at most (each is a store row and a /metrics series)
     max_body_bytes: int = 16 * 1024 * 1024
     pipeline_names: tuple[str, ...] | None = None  # --pipelines MODULE:a,b (None: every public function)
     ray_address: str | None = None  # --ray-address: where jobs of executor kind "ray" run (None: no Ray jobs)

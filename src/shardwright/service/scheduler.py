@@ -61,6 +61,10 @@ class JobStateError(Exception):
     """The job is not in a state that allows the action (HTTP 409)."""
 
 
+class QueueFullError(Exception):
+    """--max-queued jobs are waiting already (HTTP 429)."""
+
+
 def _running_attempt(job: JobRecord) -> AttemptRecord:
     attempt = job.current_attempt
     if attempt is None:
@@ -108,6 +112,7 @@ class Scheduler:
         """Queue a new job (its spec file is written first; nothing is left if that fails)."""
         with self.files.new_job_dir(job):
             with self.lock:
+                self.check_queue_room()
                 self.check_output_free(job.output_dir)
                 job = self.store.create(replace(job, queue_pos=self.store.next_queue_pos()))
                 if storage_options:
@@ -115,10 +120,22 @@ class Scheduler:
         self._wake.set()
         return job
 
+    def check_queue_room(self) -> None:
+        """Refuse a job past ``max_queued`` waiting ones: each is a store row, a /metrics series
+        per gauge and a slot in every scan, and a token holder could queue them without end."""
+        limit = self.config.max_queued
+        if len(self.store.list(JobState.PENDING, limit=limit)) >= limit:
+            raise QueueFullError(
+                f"{limit:,} jobs are waiting to run already (this server's --max-queued); "
+                "submit again when some have started, or cancel some"
+            )
+
     def check_output_free(self, output_dir: str, except_job: str | None = None) -> None:
         """One live job per output: two would only race for its lease."""
+        # every live job: the store lists 1,000 by default, and --max-queued may allow more
+        live = self.config.max_queued + self.config.max_running + 1000
         for state in (JobState.PENDING, JobState.RUNNING):
-            for other in self.store.list(state):
+            for other in self.store.list(state, limit=live):
                 if other.output_dir == output_dir and other.id != except_job:
                     raise JobStateError(
                         f"output_dir: job {other.id} ({other.state}) already writes {output_dir}; "

@@ -23,6 +23,12 @@ def hf_folder(url: str, storage_options: dict) -> str:
     parts = url[len("hf://") :].strip("/").split("/")
     if len(parts) < 3 or parts[0] != "datasets":
         raise UsageError(f"{url!r}: an hf:// input_dir names a dataset: hf://datasets/org/name[/folder]")
+    bad = next((p for p in parts if p in ("", ".", "..")), None)
+    if bad is not None:
+        # hf://datasets/org/name/../../x pointed the reader at a folder out of the snapshot
+        # (os.path.join of the cache path and "../../x"); every other scheme refuses these too
+        what = "an empty segment (//)" if bad == "" else f"a {bad!r} segment"
+        raise UsageError(f"{url!r} has {what}: write hf://datasets/org/name[/folder] with plain names")
     repo, sub = "/".join(parts[1:3]), "/".join(parts[3:])
     try:
         from huggingface_hub import snapshot_download

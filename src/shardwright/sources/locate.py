@@ -82,8 +82,12 @@ def open_listed(path: str, name: str, size: int, dev: int, ino: int, host: str, 
     return fd
 
 
-def _with_identity(view: Storage, info: ObjectInfo) -> Located:
-    """A Located with the local file's identity (device, inode, whether it is a link)."""
+def _with_identity(view: Storage, info: ObjectInfo, what: str, within: str | None = None) -> Located:
+    """A Located with the local file's identity (device, inode, whether it is a link), or
+    InputsError in one line naming the file: one that is not a regular file (a FIFO's read
+    blocks for ever; a device reads without end), or, found in directory or glob ``within``
+    (a key prefix of ``view``), one that is reached through a link out of it (sources.files'
+    rule: a file named by its own path may be a link, a directory's files stay inside it)."""
     path = view.local_path(info.key)
     if path is None:
         return Located(view, info)
@@ -92,6 +96,20 @@ def _with_identity(view: Storage, info: ObjectInfo) -> Located:
         st = os.stat(path)
     except OSError:
         return Located(view, info)  # the read names what is wrong
+    if not stat.S_ISREG(st.st_mode):
+        raise InputsError(
+            f"{what}: {path} is not a regular file (a FIFO, a socket or a device: a read would block or never end); "
+            "pass regular files only"
+        )
+    if within is not None:
+        base = path[: len(path) - len(info.key)]  # the view's root: local paths end with their key
+        top = os.path.realpath(os.path.join(base, *within.split("/")) if within else base)
+        target = os.path.realpath(path)
+        if not target.startswith(top.rstrip(os.sep) + os.sep):
+            raise InputsError(
+                f"{what}: {path} is reached through a symbolic link to {target}, out of {top}; {what} reads a "
+                "directory's files only from inside it: copy the file in, or pass it by its own path"
+            )
     return Located(view, info, st.st_dev, st.st_ino, HOST, is_link)
 
 
@@ -188,6 +206,12 @@ def locate(spec: object, storage_options: dict | None, default_pattern: str, wha
     for raw in _as_list(spec, what):
         if not raw.strip():
             raise InputsError(f"{what}: an empty path; pass a file, directory or URL")
+        if raw.lower().startswith("hf://"):  # said "unsupported URL scheme 'hf'", with no way on
+            raise InputsError(
+                f"{what} reads local files and object stores, not the Hugging Face Hub ({raw}): use "
+                "shardwright.optimize_hf('hf://datasets/org/name', ...) or "
+                "StreamingDataset('hf://datasets/org/name', item_loader=ParquetLoader())"
+            )
         root_url, rest = _split(raw)
         is_glob = bool(_GLOB_CHARS.search(rest))
         view = views.get(root_url)
@@ -200,18 +224,18 @@ def locate(spec: object, storage_options: dict | None, default_pattern: str, wha
             matches = [i for i in view.list_info(prefix) if regex.match(i.key)]
             if not matches:
                 raise InputsError(f"{what}: {raw} matches no file; check the pattern and the path")
-            found.extend(_with_identity(view, i) for i in matches)
+            found.extend(_with_identity(view, i, what, prefix.rstrip("/")) for i in matches)
             continue
         listed = view.list_info(rest)
         exact = [i for i in listed if i.key == rest] if rest else []
         if exact:
-            found.append(_with_identity(view, exact[0]))
+            found.append(_with_identity(view, exact[0], what))
             continue
         directory = f"{rest}/" if rest else ""
         regex = glob_regex(default_pattern)
         inside = [i for i in listed if i.key.startswith(directory) and regex.match(i.key[len(directory) :])]
         if inside:
-            found.extend(_with_identity(view, i) for i in inside)
+            found.extend(_with_identity(view, i, what, rest) for i in inside)
             continue
         if any(i.key.startswith(directory) for i in listed):
             raise InputsError(

@@ -30,7 +30,7 @@ from __future__ import annotations
 from .base import ObjectInfo, Storage
 from .local import LocalStorage
 from .memory import MemoryStorage
-from .registry import Location, open_storage, parse_location, register_backend, registered_schemes
+from .registry import Location, open_dataset_storage, open_storage, parse_location, register_backend, registered_schemes
 from .s3 import S3Storage  # cheap: boto3 itself is imported on first use
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "MemoryStorage",
     "S3Storage",
     "Storage",
+    "open_dataset_storage",
     "open_storage",
     "parse_location",
     "register_backend",

@@ -161,6 +161,18 @@ def open_storage(
     return _require(location.scheme, location.url)(location.url, storage_options, create=create)
 
 
+def open_dataset_storage(location: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Storage:
+    """:func:`open_storage` for a command that only reads a dataset (verify, diff, status,
+    history, runs): a location's mistake names it as the dataset location. The messages above
+    speak of output_dir, which these commands have not (`shardwright diff A /dev/null` said
+    "output_dir /dev/null is a file … remove it")."""
+    try:
+        return open_storage(location, storage_options)
+    except OutputDirError as exc:
+        text = str(exc).replace("remove it or choose another output_dir", "pass the dataset's directory")
+        raise OutputDirError(text.replace("output_dir", "dataset location")) from None
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a dataset lives, parsed once (litdata's ``resolver.Dir`` plays this part there).
@@ -244,6 +256,13 @@ def parse_location(output_dir: str | os.PathLike[str]) -> Location:
     if not bucket:
         label = SCHEME_LABELS.get(scheme, scheme)
         raise OutputDirError(f"invalid {label} URL {_safe(url)!r}: use {shape}")
+    if "@" in bucket and scheme not in ("abfs", "abfss", "az"):  # Azure: container@account (its own message)
+        # s3://KEY:SECRET@bucket/x: no store takes credentials there, and the SDK's own error
+        # printed them back (the bucket name, in full) to the terminal and the CI log
+        raise OutputDirError(
+            f"{_safe(url)!r} has user:password@ before the {shape.split('://')[1].split('/')[0]} name: "
+            "credentials never go in a location; pass them in storage_options or the environment"
+        )
     prefix = key.rstrip("/")  # one trailing "/" (or several) names the same prefix
     segments = prefix.split("/") if prefix else []
     bad = next((s for s in segments if s in ("", ".", "..")), None)

@@ -18,7 +18,7 @@ from ...input_sources import check_input_location
 from ...locations import LocationRefused, check_output_credentials, check_output_location
 from ...model import JobState, Progress
 from ...progress import read_inputs_status, read_output_history
-from ...scheduler import JobStateError
+from ...scheduler import JobStateError, QueueFullError
 from ...store import JobRecord, new_job_id
 from ..deps import API, JobDep, ServiceDep, TokenDep
 from ..problems import ApiProblem, field_errors
@@ -159,6 +159,8 @@ def submit(body: schemas.JobSubmit, service: ServiceDep):
         job = service.scheduler.submit(record, body.storage_options)
     except JobStateError as exc:
         raise ApiProblem(409, "OutputBusy", str(exc)) from None
+    except QueueFullError as exc:
+        raise ApiProblem(429, "QueueFull", str(exc)) from None
     return out(service, job)
 
 

@@ -1,0 +1,65 @@
+"""Trust round 7 (docs/trust-round7.md), with real processes and real signals: a progress
+snapshot damaged on disk after a SIGKILL is never resumed from."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+
+from support.helpers import child_env, wait_for
+
+SCRIPT = """
+import os, sys, time
+import shardwright as sw
+
+out, gate = sys.argv[1], sys.argv[2]
+
+def pages(doc, resume=None):
+    for page in range((resume or {}).get("page", 0), 10):
+        while page >= 3 and not os.path.exists(gate):
+            time.sleep(0.02)  # held here until the test has killed the run
+        yield {"doc": doc, "page": page}
+        yield sw.ResumePoint({"page": page + 1})
+
+sw.optimize(pages, ["doc-0"], out, num_workers=1, chunk_size=100, durable_every=0.05, concurrency=2)
+"""
+
+STATE_AT_3 = b'page\\":3'  # the ResumePoint state {"page":3} as JSON text inside the header
+
+
+def _snapshot_at_page_3(out) -> str | None:
+    for path in glob.glob(f"{out}/.shardwright/progress/*"):
+        try:
+            if STATE_AT_3 in open(path, "rb").read():
+                return path
+        except FileNotFoundError:  # replaced meanwhile
+            pass
+    return None
+
+
+def test_a_snapshot_damaged_on_disk_is_ignored_and_no_page_is_skipped(tmp_path):
+    """Before: one byte of the ResumePoint state changed ({"page":3} read as {"page":8}) and the
+    resumed run published pages [0, 1, 2, 8, 9], without a word."""
+    import shardwright as sw
+
+    script, out, gate = tmp_path / "pages.py", tmp_path / "out", tmp_path / "gate"
+    script.write_text(SCRIPT)
+    run = [sys.executable, str(script), str(out), str(gate)]
+    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: first.poll() is not None or _snapshot_at_page_3(out) is not None, 120)
+        assert first.poll() is None, first.communicate()[1][-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    snapshot = _snapshot_at_page_3(out)
+    data = open(snapshot, "rb").read()
+    with open(snapshot, "wb") as f:
+        f.write(data.replace(STATE_AT_3, STATE_AT_3[:-1] + b"8"))  # one byte, as bit rot would
+    gate.touch()
+    resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(row["page"] for row in sw.StreamingDataset(str(out))) == list(range(10))
