@@ -63,3 +63,58 @@ def test_a_snapshot_damaged_on_disk_is_ignored_and_no_page_is_skipped(tmp_path):
     resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(row["page"] for row in sw.StreamingDataset(str(out))) == list(range(10))
+
+
+RECORDS_SCRIPT = """
+import os, sys, time
+import shardwright as sw
+
+out, gate = sys.argv[1], sys.argv[2]
+
+def fn(i):
+    while i % 12 >= 7 and not os.path.exists(gate):
+        time.sleep(0.02)  # held here until the test has killed the run
+    return {"i": i}
+
+sw.optimize(fn, list(range(24)), out, num_workers=1, chunk_size=2, num_shards=2, concurrency=2, durable_every=0.05)
+"""
+
+
+def _record_holding(out, text: bytes) -> str | None:
+    for path in glob.glob(f"{out}/.shardwright/shards/00000-*"):
+        if text in open(path, "rb").read():
+            return path
+    return None
+
+
+def test_a_commit_record_damaged_on_disk_is_refused_not_resumed_from(tmp_path):
+    """Trust round 8. Before: after a SIGKILL, shard 0's last record said "next_input":6;
+    with that one digit changed to 8 the resumed run skipped inputs 6 and 7 and published
+    22 of 24 items, exit 0."""
+    import shardwright as sw
+
+    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
+    script.write_text(RECORDS_SCRIPT)
+    run = [sys.executable, str(script), str(out), str(gate)]
+    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
+    last = b'"next_input":6,'
+    try:
+        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
+        assert first.poll() is None, first.communicate()[1][-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    record = _record_holding(out, last)
+    data = open(record, "rb").read()
+    with open(record, "wb") as f:
+        f.write(data.replace(last, b'"next_input":8,'))  # one byte, as bit rot would
+    gate.touch()
+    resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode != 0
+    assert "does not match its checksum" in resumed.stderr
+    assert not (out / "index.json").exists()
+    with open(record, "wb") as f:  # restored: the run resumes and every input is there once
+        f.write(data)
+    resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(row["i"] for row in sw.StreamingDataset(str(out))) == list(range(24))

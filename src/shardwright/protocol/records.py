@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from operator import itemgetter
+
+import xxhash
 
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
 from .hints import START_OVER
-from .jsonio import MAX_RECORD_FILE_BYTES, dumps, loads_object, read_state, require_field
+from .jsonio import MAX_RECORD_FILE_BYTES, loads_object, read_state, require_field
 from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
 
 MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact integers)
@@ -156,8 +159,40 @@ def write_records(storage: Storage, records: list[CommitRecord]) -> None:
         else:
             runs.append([record])
     for run in runs:
-        body = dumps({"records": [r.to_json() for r in run]})
+        body = seal_records([r.to_json() for r in run])
         storage.write_bytes(record_key(run[0].shard, run[0].seq, run[0].epoch), body, durable=False)
+
+
+# A record file ends with a checksum of its records' JSON text (trust round 8): a record's
+# counts steer the resume, so one digit changed on disk ("next_input":6 read as 8, "done":false
+# as true, "skip_outputs":0 as 1) skipped inputs and published the dataset without them, with
+# no word. The file stays one JSON object: {"records":[...],"checksum":"xxh3_128:<hex>"}, the
+# checksum over the exact bytes of the list. Files written before it carry only "records" and
+# are still read (a run resumed across the upgrade); any other shape is damage.
+_SEAL_HEAD = b'{"records":'
+_SEAL_KEY = b',"checksum":"xxh3_128:'
+_SEAL_TAIL = len(_SEAL_KEY) + 32 + 2  # the key, 32 hex digits and '"}'
+
+
+def seal_records(records: list[dict]) -> bytes:
+    """The bytes of one record file holding ``records`` (see above)."""
+    listed = json.dumps(records, separators=(",", ":")).encode()
+    return _SEAL_HEAD + listed + _SEAL_KEY + xxhash.xxh3_128_hexdigest(listed).encode() + b'"}'
+
+
+def _check_seal(data: bytes, where: str) -> None:
+    """CorruptStateError when a record file's checksum does not match its records."""
+    if not data.endswith(b'"}') or data[-_SEAL_TAIL:-34] != _SEAL_KEY or not data.startswith(_SEAL_HEAD):
+        raise CorruptStateError(
+            f"checkpoint record {where} has a damaged checksum field; it was damaged on disk or edited by "
+            f"hand. {START_OVER}"
+        )
+    listed = data[len(_SEAL_HEAD) : -_SEAL_TAIL]
+    if xxhash.xxh3_128_hexdigest(listed).encode() != data[-34:-2]:
+        raise CorruptStateError(
+            f"checkpoint record {where} does not match its checksum: it was damaged on disk or edited by hand, "
+            f"and its counts cannot be trusted. {START_OVER}"
+        )
 
 
 def is_torn(data: bytes) -> bool:
@@ -302,6 +337,8 @@ def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRec
     body = loads_object(data, "checkpoint record", storage, key)
     listed = body.get("records")
     where = f"{storage.url}/{key}"
+    if set(body) != {"records"}:  # sealed (every file written since trust round 8), or damaged
+        _check_seal(data, where)
     if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
         raise CorruptStateError(
             f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
