@@ -104,3 +104,19 @@ def test_jobs_waiting_past_max_queued_are_answered_429(tmp_path):
     svc.submit(output_dir=str(tmp_path / "out" / "c"))
     live = samples(svc.http.get("/metrics").text)
     assert sum(1 for (name, _) in live if name == "shardwright_job_items") == 3
+
+
+def test_a_retry_past_max_queued_is_answered_429(tmp_path):
+    """Trust round 8: a retry puts a CANCELED or FAILED job back to PENDING, and did so without
+    the --max-queued check: submit N, cancel them, submit N more, retry the first N, and 2N
+    jobs waited (each a store row and a /metrics series), without bound."""
+    svc = Service(tmp_path, output_roots=(str(tmp_path / "out"),), max_running=1, max_queued=2)
+    a = svc.submit(output_dir=str(tmp_path / "out" / "a"))
+    assert svc.http.post(f"/api/v1/jobs/{a['id']}/cancel").status_code == 200
+    for name in ("b", "c"):
+        svc.submit(output_dir=str(tmp_path / "out" / name))
+    r = svc.http.post(f"/api/v1/jobs/{a['id']}/retry")
+    assert r.status_code == 429 and "--max-queued" in r.text, r.text
+    assert svc.job(a["id"])["state"] == "CANCELED"
+    svc.scheduler.tick()  # one starts: there is room again
+    assert svc.http.post(f"/api/v1/jobs/{a['id']}/retry").status_code == 200

@@ -159,6 +159,7 @@ class Scheduler:
             job = self._get(job_id)
             if job.state not in (JobState.FAILED, JobState.CANCELED):
                 raise JobStateError(f"job {job_id} is {job.state}: only FAILED or CANCELED jobs can be retried")
+            self.check_queue_room()  # a retried job waits like a submitted one (trust round 8)
             self.check_output_free(job.output_dir, except_job=job_id)
             if storage_options:
                 self.secrets[job_id] = storage_options

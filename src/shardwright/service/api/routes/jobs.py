@@ -183,6 +183,8 @@ def _action(service: ServiceDep, fn, job_id: str, *args) -> schemas.Job:
         return out(service, fn(job_id, *args))
     except JobStateError as exc:
         raise ApiProblem(409, "InvalidJobState", str(exc)) from None
+    except QueueFullError as exc:  # a retry waits like a submit
+        raise ApiProblem(429, "QueueFull", str(exc)) from None
     except KeyError:
         raise ApiProblem(404, "JobNotFound", f"no job {job_id}") from None
 
