@@ -32,8 +32,10 @@ ITEM = 512 * 1024  # each input's sample: the buffer passes 8 MiB after 17 input
 INPUTS = 60
 
 
-def big_run(durable_every: float, stop_after: int | None = None, storage=None) -> Worker:
+def big_run(durable_every: float, stop_after: int | None = None, storage=None, calls=None) -> Worker:
     async def fn(x):
+        if calls is not None:
+            calls.append(x)
         await asyncio.sleep(0.02 * (x % 3))  # out of order: the reorder buffer delivers them in order
         return "x" * ITEM + str(x)
 
@@ -75,9 +77,11 @@ def test_a_stop_with_a_large_buffer_resumes_from_its_segments_with_the_same_chun
     tail = first.committer.snapshots[-1]
     assert tail.buffer.segments and not first.committer.chunks  # 30 inputs: all in the open chunk
     assert any(key.endswith(".seg") for key in storage.list(PROGRESS_PREFIX))
-    second = big_run(durable_every=0.05, storage=storage)
+    calls: list[int] = []
+    second = big_run(durable_every=0.05, storage=storage, calls=calls)
     run(second, task_of(INPUTS, prev_epoch=None))
     assert cut(second) == cut(reference) and outputs(second) == outputs(reference)
+    assert min(calls) >= 30 and sorted(calls) == sorted(set(calls))  # the 30 inputs of the tail: not called again
 
 
 def snapshot_with_segments(storage, epoch: int = 3, items=None) -> ProgressSnapshot:
