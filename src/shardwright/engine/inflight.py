@@ -427,6 +427,8 @@ class InflightShard:
     def _restore(self) -> None:
         """Take up the snapshot that extends the shard's chain tip, if there is one."""
         task, writer, cfg = self.task, self.writer, self.runner.cfg
+        if task.fresh:
+            return
         snapshot = read_snapshot(
             self.worker.storage,
             cfg.round.run_id,

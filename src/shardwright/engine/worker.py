@@ -154,7 +154,7 @@ class Worker:
         its work is redone here, which is always correct."""
         committed = (task.next_input, task.skip_outputs)
         resume = (task.next_input, task.first_skip(task.next_input))
-        if not self.cfg.round.use_checkpoint:
+        if not self.cfg.round.use_checkpoint or task.fresh:
             return resume
         snapshot = read_snapshot(
             self.storage, self.cfg.round.run_id, task.shard, task.next_seq, task.prev_epoch, committed
