@@ -105,6 +105,22 @@ class ShardWriter:
         """``run[k]`` is the one sample of input ``first_input + k``: the same chunks as
         :meth:`add` called item by item, with the sizes summed at C speed."""
         chunk_bytes, chunk_size = self.cfg.chunk_bytes, self.cfg.chunk_size
+        if not run:
+            return
+        total = sum(map(len, run))
+        if (not chunk_bytes or self.items_bytes + total <= chunk_bytes) and (
+            not chunk_size or len(self.items) + len(run) <= chunk_size
+        ):
+            # The whole run fits in the current chunk (most runs: a chunk holds many): no
+            # table of cumulative sizes, half the per-item cost of the cut below (issue 36).
+            if not self.items:
+                self.first_input = first_input
+            self.items.extend(run)
+            self.items_bytes += total
+            self.position = (first_input + len(run), 0)
+            if chunk_size and len(self.items) >= chunk_size:
+                self.commit()
+            return
         ends = list(accumulate(map(len, run)))  # bytes of run[:k+1]
         k, n = 0, len(run)
         while k < n:
