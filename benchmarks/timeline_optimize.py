@@ -99,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     dumps = os.path.join(root, "events")
     try:
         install(dumps)
+        os.makedirs(dumps)  # before the warm-up too: its workers write their events on exit
         shardwright.optimize(fn, list(range(count)), os.path.join(root, "warm"), num_workers=2, verbose=False)
-        os.makedirs(dumps)
+        for name in os.listdir(dumps):
+            os.unlink(os.path.join(dumps, name))
         EVENTS.clear()
         inputs = list(range(count))
         started = time.time()

@@ -20,12 +20,13 @@ CONFIG = json.loads(sys.argv[1]) if __name__ == "__main__" else {}
 def _count(i: int) -> None:
     """With ``calls`` (a path) in the config, every call of fn appends its input to that file:
     one short O_APPEND write per call, so concurrent workers never interleave a line, and a
-    test reads how often fn ran on each input across every run and stop."""
+    test reads how often fn ran on each input across every run and stop (and when: the wall
+    clock follows the input on its line)."""
     path = CONFIG.get("calls")
     if path:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, f"{i}\n".encode())
+            os.write(fd, f"{i} {time.time():.6f}\n".encode())
         finally:
             os.close(fd)
 
@@ -33,9 +34,14 @@ def _count(i: int) -> None:
 def calls_per_input(path: str) -> dict[int, int]:
     """How often fn was called on each input, from the ``calls`` file."""
     counts: dict[int, int] = {}
-    for line in open(path).read().split():
-        counts[int(line)] = counts.get(int(line), 0) + 1
+    for i, _ in call_times(path):
+        counts[i] = counts.get(i, 0) + 1
     return counts
+
+
+def call_times(path: str) -> list[tuple[int, float]]:
+    """(input, when) of every call of fn, from the ``calls`` file."""
+    return [(int(i), float(t)) for i, t in (line.split() for line in open(path).read().splitlines())]
 
 
 def _slow() -> None:
@@ -103,6 +109,15 @@ def stamped(i: int) -> dict:
     return {"i": i, "pad": "x" * random.randint(0, 64)}
 
 
+def padded(i: int) -> dict:
+    """Like plain, with ``pad`` bytes of padding (large samples: a writer's buffer of megabytes)."""
+    _count(i)
+    _gated(i)
+    _slow()
+    _maybe_fail(i)
+    return {"i": i, "pad": "x" * CONFIG.get("pad", 0)}
+
+
 def located(i: int) -> dict:
     """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
     _count(i)
@@ -114,12 +129,19 @@ def located(i: int) -> dict:
     return {"i": i, "host": host_identity()}
 
 
-FUNCTIONS = {"plain": plain, "filtering": filtering, "generator": generator, "stamped": stamped, "located": located}
+FUNCTIONS = {
+    "plain": plain,
+    "filtering": filtering,
+    "generator": generator,
+    "stamped": stamped,
+    "located": located,
+    "padded": padded,
+}
 
 
 def expected(kind: str, n: int) -> list[tuple[int, int]]:
     """(input, output ordinal) of every sample the finished dataset must hold, in order."""
-    if kind in ("plain", "stamped", "located"):
+    if kind in ("plain", "stamped", "located", "padded"):
         return [(i, 0) for i in range(n)]
     if kind == "filtering":
         return [(i, 0) for i in range(n) if i % 3]

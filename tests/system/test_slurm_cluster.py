@@ -49,14 +49,17 @@ def test_requeue_and_node_loss_rerun_tasks(slurm_cluster, tmp_path):
     log.mkdir()
     script = f"""
 echo "start node=$SLURMD_NODENAME restart=${{SLURM_RESTART_COUNT:-0}}" >> {log}/$SLURM_ARRAY_TASK_ID.txt
-if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then sleep 120 & wait; fi
+# the first run ends only by being killed: exec, so that a kill of the sleep that reaches it
+# before the script's own SIGTERM cannot let the script go on to print "done" (seen at load 12)
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then exec sleep 600; fi
 echo "done node=$SLURMD_NODENAME" >> {log}/$SLURM_ARRAY_TASK_ID.txt
 """
     # -c 2: one task fills a node, so the two tasks are on different nodes.
     job = slurm_cluster.sbatch(script, "--array=0-1", "-c", "2", "-o", "/dev/null")
     first = {t: slurm_cluster.wait_state(f"{job}_{t}", ["RUNNING"], timeout=60) for t in (0, 1)}
-    deadline = time.monotonic() + 20
-    while not all(_lines(log / f"{t}.txt") for t in (0, 1)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # the event: both first runs have started (any load)
+    while not all(_lines(log / f"{t}.txt") for t in (0, 1)):
+        assert time.monotonic() < deadline, "the array's tasks never started"
         time.sleep(0.1)
     lost_node = first[1].nodes
     assert first[0].nodes != lost_node

@@ -177,3 +177,20 @@ def test_a_stop_right_after_a_commit_writes_no_tail():
     assert [(s.buffer.position, s.buffer.failed, s.buffer.items) for s in recorder.snapshots] == [
         ((8, 0), [[7, 0]], [])
     ]
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_new_runs_worker_does_not_look_for_a_tail_a_resumed_one_does(tmp_path, fresh):
+    """A new run's first node (share.run_share's ``fresh``) has no snapshot to take up: looking
+    would cost a listing of .shardwright/progress per shard (a LIST request on an object store)."""
+    from shardwright.protocol.layout import PROGRESS_PREFIX
+
+    worker = Worker(0, plain, config(str(tmp_path / "out")), queue.Queue(), threading.Event(), [-1])
+    listed: list[str] = []
+    real_list = worker.storage.list
+    worker.storage.list = lambda prefix="": listed.append(prefix) or real_list(prefix)  # type: ignore[method-assign]
+    progress = load_progress(worker.storage, {0: (0, END)}, "run-1")[0]
+    worker.run_shard(replace(task_at(progress, list(range(END))), fresh=fresh))
+    worker.committer.close()
+    looked = [p for p in listed if p.startswith(PROGRESS_PREFIX)]
+    assert (looked == []) is fresh, listed

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
-from ..protocol.progress import ProgressSnapshot, write_snapshot
+from ..protocol.progress import ProgressSnapshot, SnapshotWriter
 from ..protocol.records import CommitRecord
 from ..storage import Storage
 
@@ -66,6 +66,7 @@ class ChunkCommitter:
             tuple[list[PendingChunk], list[CommitRecord], bool, ProgressSnapshot | None, float] | None
         ] = queue.Queue(maxsize=SEALING_ROUNDS)
         self._room = threading.Condition()
+        self._snapshots = SnapshotWriter(storage)  # on the sealer thread only
         self._pending_bytes = 0
         self._pending_chunks = 0
         self._round_limit = int(os.environ.get(ROUND_LIMIT_ENV, PENDING_CHUNKS_LIMIT))
@@ -181,7 +182,7 @@ class ChunkCommitter:
                 for record in records:
                     self.on_commit(record)
                 if snapshot is not None:  # after the records it extends (protocol.progress)
-                    write_snapshot(self.storage, snapshot)
+                    self._snapshots.write(snapshot)
                 if self.run.use_checkpoint and not last and self._sealing.empty():
                     self.storage.barrier()  # idle: this round's records, durable now (see the class)
             except BaseException as exc:

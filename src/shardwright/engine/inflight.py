@@ -48,9 +48,6 @@ REORDER_WINDOW = 4  # inputs started past the oldest unfinished one: at most thi
 WAKE_INTERVAL = 0.05  # seconds between looks at the stop event while every input is waiting
 SHOW_INTERVAL = 0.5  # seconds between reports of the inputs in flight (shardwright status)
 MAX_SHOWN = 256  # inputs in flight reported per worker at most (status lists them by name)
-# A snapshot carries the writer's outputs that wait for the next chunk; past this many bytes the
-# chunk is cut first (a slow fn would otherwise rewrite a large buffer every durable_every).
-SNAPSHOT_BUFFER_BYTES = 8 * 1024 * 1024
 NOT_RESUMABLE = (
     "fn yielded a ResumePoint but does not accept resume=: add the keyword (def fn(x, resume=None)) so that an "
     "interrupted input can be resumed there"
@@ -405,14 +402,12 @@ class InflightShard:
             return
         self.given_up = True
         self.deliver()
-        if self.writer.keeps_tails():  # the chunk in progress stays open: a pending tail (shard_writer)
-            self.save(stopping=True)
-        else:
+        if not self.writer.keeps_tails():  # else the chunk in progress stays open: a pending tail (shard_writer)
             self.writer.commit()
-            self.save()
+        self.save()
 
     # --- progress snapshots (protocol.progress) --------------------------------------------
-    def save(self, stopping: bool = False) -> None:
+    def save(self) -> None:
         """Hand the committer a snapshot of everything past the writer's last record."""
         self.dirty = False
         if not self.checkpoint:
@@ -423,8 +418,6 @@ class InflightShard:
             for p, s in sorted(self.slots.items())
             if s.items or s.point is not None or s.done
         ]
-        if writer.items_bytes > SNAPSHOT_BUFFER_BYTES and not stopping:
-            writer.commit()  # a chunk now, rather than rewriting megabytes every few seconds
         if not slots and not writer.past_the_records():
             self.saved_seq = writer.seq
             return  # nothing past the last record
@@ -434,6 +427,8 @@ class InflightShard:
     def _restore(self) -> None:
         """Take up the snapshot that extends the shard's chain tip, if there is one."""
         task, writer, cfg = self.task, self.writer, self.runner.cfg
+        if task.fresh:
+            return
         snapshot = read_snapshot(
             self.worker.storage,
             cfg.round.run_id,
@@ -448,11 +443,7 @@ class InflightShard:
         head = buffer.position[0]
         if not task.next_input <= head <= task.end or not all(head <= s.position < task.end for s in snapshot.slots):
             return  # not this task's inputs (cannot happen for a snapshot that extends its tip): redo
-        writer.items = list(buffer.items)
-        writer.items_bytes = sum(map(len, writer.items))
-        writer.first_input = buffer.first_input
-        writer.position = buffer.position
-        writer.failed = [list(p) for p in buffer.failed]
+        writer.take_up(buffer)
         for state in snapshot.slots:
             position = state.position
             slot = Slot(position, task.input_id(position), task.inputs[position - task.next_input], state.base)

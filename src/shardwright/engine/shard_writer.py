@@ -18,6 +18,7 @@ from ..format import ItemEncoder, TokenEncoder
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk
 from ..protocol.progress import MAX_SNAPSHOT_BYTES, BufferState, ProgressSnapshot, SlotState
+from ..protocol.segments import Segment, cut_segments
 from ..storage import Storage
 from .committer import ChunkCommitter
 from .tasks import ShardTask, WorkerConfig
@@ -28,6 +29,10 @@ __all__ = ["TAIL_LIMIT_BYTES", "FormatGate", "ShardWriter"]
 # left is for its header). A larger chunk in progress (chunk_bytes of a GiB) is committed
 # partly filled on a stop, as before: its work kept, its shard's later chunks cut elsewhere.
 TAIL_LIMIT_BYTES = MAX_SNAPSHOT_BYTES - 64 * 1024 * 1024
+# Items added since the last segment stay inline in the snapshot up to this many bytes (each
+# snapshot rewrites at most this much, with no file per few items); past it they become a new
+# segment, written once (protocol.segments).
+INLINE_BUFFER_BYTES = 1024 * 1024
 
 
 class FormatGate:
@@ -83,6 +88,7 @@ class ShardWriter:
         self.prev_epoch = task.prev_epoch  # the next record follows this epoch's (see protocol: fencing)
         self.epoch = task.claim.epoch if task.claim is not None else cfg.round.epoch
         self.claim = (task.claim.key, task.claim.owner) if task.claim is not None else None
+        self.segments: list[Segment] = []  # the first items as segments (protocol.segments)
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
@@ -99,6 +105,22 @@ class ShardWriter:
         """``run[k]`` is the one sample of input ``first_input + k``: the same chunks as
         :meth:`add` called item by item, with the sizes summed at C speed."""
         chunk_bytes, chunk_size = self.cfg.chunk_bytes, self.cfg.chunk_size
+        if not run:
+            return
+        total = sum(map(len, run))
+        if (not chunk_bytes or self.items_bytes + total <= chunk_bytes) and (
+            not chunk_size or len(self.items) + len(run) <= chunk_size
+        ):
+            # The whole run fits in the current chunk (most runs: a chunk holds many): no
+            # table of cumulative sizes, half the per-item cost of the cut below (issue 36).
+            if not self.items:
+                self.first_input = first_input
+            self.items.extend(run)
+            self.items_bytes += total
+            self.position = (first_input + len(run), 0)
+            if chunk_size and len(self.items) >= chunk_size:
+                self.commit()
+            return
         ends = list(accumulate(map(len, run)))  # bytes of run[:k+1]
         k, n = 0, len(run)
         while k < n:
@@ -149,6 +171,7 @@ class ShardWriter:
         self.seq += 1
         self.committed = self.position
         self.items, self.items_bytes, self.failed = [], 0, []
+        self.segments = []
 
     def past_the_records(self) -> bool:
         """Whether anything was added (items, skipped inputs, inputs done) since the last commit."""
@@ -156,7 +179,12 @@ class ShardWriter:
 
     def snapshot(self, slots: list[SlotState] | None = None) -> ProgressSnapshot:
         """Everything past the shard's last record (protocol.progress): the chunk in progress,
-        where the shard resumes after it, and ``slots`` (inputs in flight past it)."""
+        where the shard resumes after it, and ``slots`` (inputs in flight past it). The items
+        added since the last snapshot become new segments once they pass INLINE_BUFFER_BYTES:
+        a large buffer is saved without rewriting it, and without cutting the chunk."""
+        covered = sum(s.count for s in self.segments)
+        if sum(map(len, self.items[covered:])) > INLINE_BUFFER_BYTES:
+            self.segments.extend(cut_segments(self.items[covered:]))
         return ProgressSnapshot(
             run_id=self.cfg.round.run_id,
             shard=self.task.shard,
@@ -164,7 +192,9 @@ class ShardWriter:
             tip_epoch=self.prev_epoch,
             committed=self.committed,
             epoch=self.epoch,
-            buffer=BufferState(self.first_input, self.position, [list(p) for p in self.failed], list(self.items)),
+            buffer=BufferState(
+                self.first_input, self.position, [list(p) for p in self.failed], list(self.items), list(self.segments)
+            ),
             slots=slots or [],
         )
 
@@ -175,6 +205,7 @@ class ShardWriter:
         self.first_input = buffer.first_input
         self.position = buffer.position
         self.failed = [list(p) for p in buffer.failed]
+        self.segments = []  # another writer's (epoch's) segments: this one writes its own
 
     def keeps_tails(self) -> bool:
         """Whether a stop keeps the chunk in progress as a pending tail (see the module): only
@@ -199,6 +230,8 @@ class ShardWriter:
         if seq == self.seq:
             del self.items[length:]
             self.position = position
+            while self.segments and sum(s.count for s in self.segments) > length:
+                self.segments.pop()  # it holds items forgotten now: its items are cut again
         else:  # a chunk was committed inside this input: keep that, drop the rest
             self.items.clear()
             self.position = self.committed

@@ -166,7 +166,7 @@ def run_share(
                 claims.release(shard)
                 continue
             task = shard_tasks({shard: tracker.progress[shard]}, inputs, manifest, shared)[0]
-            return replace(task, claim=claims.ticket(shard))
+            return replace(task, claim=claims.ticket(shard), fresh=fresh)
         return None
 
     shared: SharedInputs | None = None

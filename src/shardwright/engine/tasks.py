@@ -97,6 +97,9 @@ class ShardTask:
     base_skips: list | None = None  # a retry: outputs of each input committed by the run that failed it
     prev_epoch: int | None = None  # epoch of the shard's last committed record (its chain's tip)
     claim: ClaimTicket | None = None  # the shard's claim (protocol 5): its epoch names what we write
+    # a new run's first (and only) node: no record or progress snapshot of it can exist yet,
+    # so the worker does not look for one (a listing per shard on an object store)
+    fresh: bool = False
 
     def input_id(self, position: int) -> int:
         return self.ids[position - self.next_input] if self.ids is not None else position

@@ -76,8 +76,16 @@ Steps and the state on disk after each
    finished out of order (``concurrency``): its outputs, its last ``ResumePoint`` state and
    how many outputs came before it. The committer writes it after the records of every chunk
    submitted before it (the same queue), so it never claims less than the chain it extends.
+   The buffer's outputs are saved append-only (module ``segments``, issue 35): the ones added
+   since the previous snapshot, once past 1 MiB, become a new *segment*
+   ``progress/{shard:05d}-{epoch}-{xxh3_128 hex}.seg``, named by its content and written
+   durably BEFORE the snapshot that lists it (checksum, items, bytes); the rest stay inline.
+   So a snapshot of a large buffer rewrites at most 1 MiB and the chunk is cut by
+   ``chunk_size``/``chunk_bytes`` alone, never where a snapshot happened to find it large.
    A resume uses the snapshot that extends exactly its chain's tip (same run id, length, tip
-   epoch, position; the highest epoch if several do): the buffer goes back into the writer,
+   epoch, position; the highest epoch if several do, the next if its segments are not whole:
+   each is read with its size bounded first and its checksum verified; one missing or damaged
+   means that snapshot is ignored, never read as wrong data): the buffer goes back into the writer,
    finished inputs to the reorder buffer, and an input stopped at a ResumePoint is called as
    ``fn(input, resume=state)``, its outputs before that point kept. Any other snapshot (older,
    torn, another run's) is ignored. *A snapshot is not a commit*: nothing in it is in the
@@ -95,8 +103,13 @@ Steps and the state on disk after each
    kept). A tail is a snapshot like any other, so exactly-once still rests on the records
    alone: a SIGKILL before it is written leaves the records (its inputs are redone, cut the
    same way), after it the resume takes it up; a fenced writer's tail names its own epoch and
-   an older tip, and is ignored once the new holder commits or writes its own; cleanup (6)
-   deletes tails with the other snapshots. Without ``use_checkpoint`` (no records to extend),
+   an older tip, and is ignored once the new holder commits or writes its own (its segments
+   too: names carry the epoch, and only its own snapshots list them); a writer deletes its
+   segments once its next snapshot no longer lists them, and cleanup (6) deletes tails and
+   segments with the other snapshots. Snapshots end with an xxh3-128 checksum of their bytes
+   (format ``SWPROG3``); one that does not match, or of an earlier format (``SWPROG1``/``SWPROG2``,
+   no checksum or no segments), is ignored like a torn one and its work redone from the
+   records; an older version refuses the new format's magic the same way. Without ``use_checkpoint`` (no records to extend),
    or for a chunk in progress too large for a snapshot (about 1 GiB), the stop commits it
    partly filled as before. A SIGKILL repeats the calls in flight and those finished within
    the last ``durable_every`` seconds (a worker without ``concurrency`` writes a snapshot only
@@ -116,7 +129,7 @@ Steps and the state on disk after each
    last records, from the selection (``publish.published_failures``).
 6. **Cleanup** (:func:`shardwright.protocol.publish.discard_run_state`, the only cleanup):
    orphan chunks of the generation, shard claims left by killed processes, the records, the
-   progress snapshots, the format claim, and the manifest LAST.
+   progress snapshots and their segments, the format claim, and the manifest LAST.
    *After:* only index.json, chunks, run.json, the input identities (``inputs/``),
    failure details and the run history (``history/``, informational: see the history
    module) remain.
@@ -150,6 +163,12 @@ during 3             a temp record file                     the record does not 
 after 3              the record                             resumes after it: nothing repeated
 power cut in 3       a torn (NUL) or lost last record     dropped with the shard's later records
 after 3, before 3b   a record; the older snapshot is stale  resumes after the record, redoes the rest
+3b, before segment   the previous snapshot and segments     takes it up; the items since redone
+is written           (``before_segment``)
+3b, after segment    a segment no snapshot lists yet        never read, deleted at cleanup; the
+is written           (``after_segment``)                    previous snapshot stands
+a listed segment     a snapshot naming it                   that snapshot ignored (size, checksum
+lost or damaged                                             checked): an older whole one, or records
 during 3b            a temp snapshot file                   never read; the previous snapshot stands
 after 3b             the record and its snapshot            takes it up: repeats only the calls in
                                                             flight or done since it was written

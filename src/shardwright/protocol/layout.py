@@ -11,6 +11,7 @@ layout change is one edit here plus a :data:`PROTOCOL_VERSION` bump (see the rul
     .shardwright/format.json                    the sample format claimed by the run's first sample
     .shardwright/shards/{shard:05d}-{seq:06d}-{epoch}.json   one commit round's records of one shard
     .shardwright/progress/{shard:05d}-{epoch}.bin   a shard's work past its last record (see protocol.progress)
+    .shardwright/progress/{shard:05d}-{epoch}-{xxh3_128 hex}.seg   items of its buffer (see protocol.segments)
     .shardwright/leases/{name}.json             heartbeat leases (node-{rank}, publish) and shard
                                                 claims (shard-{shard:05d}, protocol 5)
     .shardwright/failed/{input:012d}-g{gen}.json     why an input failed (on_error="skip")
@@ -43,7 +44,10 @@ process refuses a protocol-6 manifest (its cleanup would not know the new names 
 ``progress/`` (issue 32) needs no bump either: it only saves work past a shard's last record,
 which a version that ignores it redoes from the records (a generator from its start, skipping
 the outputs committed), and an older cleanup leaves it behind harmlessly (a snapshot names its
-run id and the record it extends, so no later run ever uses it).
+run id and the record it extends, so no later run ever uses it). Its buffer *segments*
+(``.seg``, issue 35) need none either: a version that does not know them refuses the new
+snapshot's magic and redoes that work from the records; this version still reads the old
+snapshots, which hold their buffer inline.
 ``history/`` (informational, read by nothing in the protocol) needs no bump: older
 versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
@@ -164,7 +168,13 @@ def progress_prefix(shard: int) -> str:
     return f"{PROGRESS_PREFIX}{shard:05d}-"
 
 
-_PROGRESS_NAME = re.compile(r"^\d{5,}-\d{1,16}\.bin$")
+def segment_key(shard: int, epoch: int, checksum: str) -> str:
+    """A segment of the buffer of the writer of ``shard`` under ``epoch``, named by the
+    xxh3_128 hex of its content (protocol.segments)."""
+    return f"{PROGRESS_PREFIX}{shard:05d}-{epoch}-{checksum}.seg"
+
+
+_PROGRESS_NAME = re.compile(r"^\d{5,}-\d{1,16}(\.bin|-[0-9a-f]{32}\.seg)$")
 
 
 # Bounds on the numbers in a record file's name: a hand-made name cannot make a reader

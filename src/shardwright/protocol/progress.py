@@ -6,7 +6,13 @@ A snapshot ``.shardwright/progress/{shard:05d}-{epoch}.bin`` is one file, replac
 ``seq``, the tip's epoch and position), and holds what the writer had past it:
 
 - ``buffer``: the encoded outputs waiting for the shard's next chunk, in input order, and
-  where the shard would resume after them (``position``) and the inputs skipped among them;
+  where the shard would resume after them (``position``) and the inputs skipped among them.
+  The outputs are in *segments* (``protocol.segments``), append-only files written before the
+  snapshot that lists them, so each snapshot writes only what was added since the previous
+  one, however large the buffer (issue 35: the chunk is never cut to keep snapshots small);
+  a snapshot whose segment is missing or damaged is ignored like a torn one. Snapshots of
+  earlier formats (``SWPROG1``/``SWPROG2``, without a checksum or segments) are ignored: their
+  work is redone.
 - ``slots``: inputs past that position, each with its encoded outputs, its last ResumePoint
   state (and how many of its outputs came before it) and whether it is finished;
 - a checksum of all of it (its last 16 bytes), so bytes damaged on disk are never resumed from.
@@ -32,7 +38,8 @@ import xxhash
 from ..storage import Storage
 from .crash import crash_point
 from .jsonio import read_state
-from .layout import MAX_EPOCH, progress_key, progress_prefix
+from .layout import MAX_EPOCH, progress_key, progress_prefix, segment_key
+from .segments import MAX_BUFFER_BYTES, MAX_SEGMENT_ITEMS, Segment, load_segment, write_segment
 
 __all__ = [
     "MAX_RESUME_STATE_BYTES",
@@ -40,18 +47,21 @@ __all__ = [
     "BufferState",
     "ProgressSnapshot",
     "SlotState",
+    "SnapshotWriter",
     "decode_snapshot",
     "encode_snapshot",
     "read_snapshot",
 ]
 
-# Version 2 ends with a checksum of everything before it (xxh3-128, 16 bytes): a snapshot's
-# outputs go into the next chunk as they are, and its ResumePoint states to fn, so a byte
-# flipped on disk became an item with a fresh, valid chunk checksum, or a ResumePoint that
-# skipped pages ({"page":3} read as {"page":8}), without a word (trust round 7). A snapshot
-# of version 1 is ignored (its work is redone: always correct).
-MAGIC = b"SWPROG2\n"
+# Version 3: the buffer in segments (protocol.segments), then the items inline past them, and
+# a checksum of everything before it (xxh3-128, 16 bytes): a snapshot's outputs go into the
+# next chunk as they are, and its ResumePoint states to fn, so a byte flipped on disk became an
+# item with a fresh, valid chunk checksum, or a ResumePoint that skipped pages ({"page":3}
+# read as {"page":8}), without a word (trust round 7). Snapshots of earlier versions (no
+# checksum) are ignored: their work is redone, which is always correct.
+MAGIC = b"SWPROG3\n"
 _DIGEST_BYTES = 16
+MAX_SEGMENTS = 1 << 16  # a buffer of at most MAX_BUFFER_BYTES, in segments of ~64 MiB or single items
 _HEADER_LENGTH = struct.Struct("<Q")
 MAX_HEADER_BYTES = 64 * 1024 * 1024  # a header is a few hundred bytes per input in flight
 # A whole snapshot: the writer keeps none larger (the records alone are the commit), so a
@@ -82,6 +92,11 @@ class BufferState:
     position: tuple[int, int]
     failed: list[list[int]]
     items: list[bytes]
+    # the first sum(count) items, as written (or to be written) in segments; the rest inline
+    segments: list[Segment] = field(default_factory=list)
+
+    def in_segments(self) -> int:
+        return sum(s.count for s in self.segments)
 
 
 @dataclass
@@ -107,6 +122,8 @@ class ProgressSnapshot:
 
 
 def encode_snapshot(snapshot: ProgressSnapshot) -> bytes:
+    """The snapshot file; its buffer's segments must be written already (they are named by
+    their checksums)."""
     sizes: list[int] = []
     blobs: list[bytes] = []
 
@@ -126,7 +143,8 @@ def encode_snapshot(snapshot: ProgressSnapshot) -> bytes:
             "first_input": snapshot.buffer.first_input,
             "position": list(snapshot.buffer.position),
             "failed": snapshot.buffer.failed,
-            "items": take(snapshot.buffer.items),
+            "segments": [[s.checksum, s.count, s.nbytes] for s in snapshot.buffer.segments],
+            "items": take(snapshot.buffer.items[snapshot.buffer.in_segments() :]),
         },
         "slots": [
             {
@@ -182,6 +200,16 @@ def decode_snapshot(data: bytes) -> ProgressSnapshot:
         raise ValueError("header nested too deeply") from None
 
 
+def _segment(value: object) -> Segment:
+    if not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], str) or len(value[0]) != 32:
+        raise ValueError(f"not a segment: {value!r}")
+    int(value[0], 16)  # hex, or ValueError
+    count, nbytes = _number(value[1]), _number(value[2])
+    if not 0 < count <= MAX_SEGMENT_ITEMS:
+        raise ValueError("bad segment count")
+    return Segment(count, nbytes, checksum=value[0].lower())
+
+
 def _decode(data: bytes) -> ProgressSnapshot:
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEADER_LENGTH.size + _DIGEST_BYTES:
         raise ValueError("not a progress snapshot")
@@ -227,6 +255,13 @@ def _decode(data: bytes) -> ProgressSnapshot:
             _number(buffer["first_input"]), _pair(buffer["position"]), [list(_pair(p)) for p in failed], []
         ),
     )
+    listed = buffer["segments"]
+    if not isinstance(listed, list) or len(listed) > MAX_SEGMENTS:
+        raise ValueError("bad segment list")
+    snapshot.buffer.segments = [_segment(s) for s in listed]
+    if sum(s.nbytes for s in snapshot.buffer.segments) > MAX_BUFFER_BYTES:
+        raise ValueError("segments larger than a buffer")
+    # the inline items only: read_snapshot puts the segments' items before them
     snapshot.buffer.items = items(buffer["items"])
     for s in header["slots"]:
         point = _point(s["point"])
@@ -253,29 +288,70 @@ def _decode(data: bytes) -> ProgressSnapshot:
     return snapshot
 
 
-def write_snapshot(storage: Storage, snapshot: ProgressSnapshot, data: bytes | None = None) -> None:
-    """Replace the writer's snapshot (durable when it returns: it is what a SIGKILL keeps).
-    One over MAX_SNAPSHOT_BYTES is not written: the older one stops matching the chain's tip
-    at the next record, and a resume redoes the work past the records (always correct)."""
-    data = data or encode_snapshot(snapshot)
+def write_snapshot(storage: Storage, snapshot: ProgressSnapshot) -> bool:
+    """Replace the writer's snapshot (durable when it returns: it is what a SIGKILL keeps),
+    after writing the buffer's segments not written yet (durably, so the snapshot never lists
+    one a crash could lose). One over MAX_SNAPSHOT_BYTES, or whose buffer is over
+    MAX_BUFFER_BYTES, is not written (False): the older one still extends the chain's tip
+    with less (or stops matching it at the next record), and a resume redoes the work past
+    it (always correct)."""
+    buffer = snapshot.buffer
+    if sum(s.nbytes for s in buffer.segments) > MAX_BUFFER_BYTES:
+        return False
+    for segment in buffer.segments:
+        write_segment(storage, snapshot.shard, snapshot.epoch, segment)
+    data = encode_snapshot(snapshot)
     if len(data) > MAX_SNAPSHOT_BYTES:
-        return
+        return False
     crash_point("before_snapshot")
     storage.write_bytes(progress_key(snapshot.shard, snapshot.epoch), data)
     crash_point("after_snapshot")
+    return True
+
+
+class SnapshotWriter:
+    """Writes a committer's snapshots, and deletes each writer's segments once its snapshot
+    no longer lists them (after the one that replaced it is durable: a crash in between
+    leaves them to cleanup, protocol step 6)."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+        self.listed: dict[tuple[int, int], set[str]] = {}  # (shard, epoch): its snapshot's segments
+
+    def write(self, snapshot: ProgressSnapshot) -> None:
+        if not write_snapshot(self.storage, snapshot):
+            return
+        writer = (snapshot.shard, snapshot.epoch)
+        now = {segment_key(*writer, s.checksum) for s in snapshot.buffer.segments if s.checksum}
+        for key in sorted(self.listed.get(writer, set()) - now):
+            self.storage.delete(key, durable=False)
+        self.listed[writer] = now
 
 
 def read_snapshot(
     storage: Storage, run_id: str, shard: int, seq: int, tip_epoch: int | None, committed: tuple[int, int]
 ) -> ProgressSnapshot | None:
     """The snapshot that extends the shard's chain tip (the newest, by epoch, if several do),
-    or None. Unreadable and non-matching snapshots are ignored (see the module)."""
+    or None, with its buffer's segments read back. Unreadable and non-matching snapshots are
+    ignored, and so is one whose segments are missing or damaged (see the module)."""
     found: list[ProgressSnapshot] = []
     for key in storage.list(progress_prefix(shard)):
+        if not key.endswith(".bin"):
+            continue  # a segment: read only through the snapshot that lists it
         try:
             snapshot = decode_snapshot(read_state(storage, key, "progress snapshot", MAX_SNAPSHOT_BYTES))
         except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue  # torn by a power cut, another version's, deleted meanwhile: the records stand
         if snapshot.extends(run_id, shard, seq, tip_epoch, committed):
             found.append(snapshot)
-    return max(found, key=lambda s: s.epoch) if found else None
+    for snapshot in sorted(found, key=lambda s: s.epoch, reverse=True):
+        buffer = snapshot.buffer
+        try:
+            kept: list[bytes] = []
+            for segment in buffer.segments:
+                kept.extend(load_segment(storage, shard, snapshot.epoch, segment))
+        except ValueError:
+            continue  # a segment lost or torn: this snapshot cannot be trusted whole
+        buffer.items = kept + buffer.items
+        return snapshot
+    return None
