@@ -26,6 +26,7 @@ import pytest
 from shardwright.cluster import slurm as sw_slurm
 from support.digests import every_file
 from support.helpers import CHILD, assert_exactly_once, committed_records, finish, kill_group, wait_for
+from support.ray_fixtures import start_driver
 
 pytestmark = pytest.mark.slow
 
@@ -67,14 +68,7 @@ def kill_rounds(start, stop, output_dir: str) -> int:
 
 class RayDriver:
     def __init__(self, ray_cluster, config: dict):
-        self.proc = subprocess.Popen(
-            [sys.executable, CHILD, json.dumps(config)],
-            env=ray_cluster.env,
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = start_driver(ray_cluster, config)
 
     def finished(self) -> bool:
         return self.proc.poll() is not None
