@@ -228,3 +228,17 @@ def fork_pool_map(fn, jobs: list, processes: int, timeout: float = 120) -> list:
     pool.close()
     pool.join()
     return results
+
+
+def assert_one_request_per_attempt_within_two_seconds(message: str, failed_requests: int) -> None:
+    """A store's final "kept failing" error under ``retry_timeout=2``, checked by counts, not by
+    the wall clock (a loaded machine makes fewer attempts, never more): the attempts it reports
+    are the requests the fault proxy failed (one loop, no SDK retries nested in it), and at most
+    6, what fits in 2 s (backoff delays of at least 0.05, 0.1, 0.2, 0.4, 0.8 s; the next, 1.6 s,
+    would pass the budget). The default budget of 60 s would allow 20 and more."""
+    import re
+
+    found = re.search(r"kept failing for \d+ s \((\d+) attempts?,", message)
+    assert found, message
+    attempts = int(found.group(1))
+    assert attempts == failed_requests and 1 <= attempts <= 6, (attempts, failed_requests, message)
