@@ -41,7 +41,10 @@ def _maybe_fail(i: int) -> None:
         raise ValueError(f"planned failure at input {i}")
     sleep_at = os.environ.get("CRASH_SLEEP_AT")
     if sleep_at is not None and i == int(sleep_at):
-        time.sleep(60)  # a stuck fn: only a second Ctrl-C gets out quickly
+        stuck = os.environ.get("CRASH_STUCK_MARK")
+        if stuck:
+            open(stuck, "w").close()  # the test waits for this: the stuck input is in flight
+        time.sleep(600)  # a stuck fn: only a second Ctrl-C gets out quickly
     die_at = os.environ.get("CRASH_DIE_AT")
     if die_at is not None and i == int(die_at):
         os._exit(3)
