@@ -33,6 +33,22 @@ def _gated(i: int) -> None:
         deadline = time.monotonic() + 600
         while not os.path.exists(gate) and time.monotonic() < deadline:
             time.sleep(0.05)
+    _held_after_calls()
+
+
+_calls = [0]  # fn's calls in this worker process
+
+
+def _held_after_calls() -> None:
+    """With CRASH_HOLD_AFTER=N in the environment (the kill loop's; not in CONFIG, which fn's
+    identity would see), each worker process makes N calls, then waits here until it is killed:
+    the run can never finish before the kill the test sends at a random moment."""
+    hold_after = os.environ.get("CRASH_HOLD_AFTER")
+    _calls[0] += 1
+    if hold_after and _calls[0] > int(hold_after):
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # short sleeps: a held worker still takes its signals
 
 
 def _maybe_fail(i: int) -> None:

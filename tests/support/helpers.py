@@ -156,16 +156,19 @@ def kill_loop(
     """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
 
     A quarter of the kills land early (start-up, lease takeover, resume); the others a random
-    moment after the run has committed something new, so every round makes progress."""
+    moment after the run has committed something new, so every round makes progress. Each
+    worker is held after a random 3 to 4 chunks' worth of calls (CRASH_HOLD_AFTER) until the
+    kill: the run cannot end before it, so every kill lands, at any load."""
     url = config["output_dir"]
     options = records_options if records_options is not None else config.get("storage_options")
+    chunk = config.get("chunk_size") or 10
     kills = 0
     for _attempt in range(kills_wanted * 3):
         config["num_workers"] = rng.choice([1, 2, 3])
         before = committed_records(url, options)
         early_kill = rng.random() < 0.25
         delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
-        proc = start_child(config)
+        proc = start_child(config, CRASH_HOLD_AFTER=str(rng.randint(3 * chunk, 4 * chunk)))
         if not early_kill:
             wait_for(
                 lambda: proc.poll() is not None or committed_records(url, options) > before + 1,  # noqa: B023
