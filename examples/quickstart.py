@@ -26,8 +26,8 @@ def make_sample(i: int) -> dict:
     return {"index": i, "square": i * i, "name": f"sample-{i}", "vector": np.full(16, i, dtype=np.float32)}
 
 
-def run(output_dir: str) -> None:
-    optimize(make_sample, list(range(NUM_INPUTS)), output_dir, chunk_size=50, num_workers=2)  # prints a summary
+def run(output_dir: str, fn=make_sample) -> None:
+    optimize(fn, list(range(NUM_INPUTS)), output_dir, chunk_size=50, num_workers=2)  # prints a summary
 
 
 def wait_for_a_committed_chunk(output_dir: str, proc: subprocess.Popen, timeout: float = 300) -> None:

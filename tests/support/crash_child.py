@@ -60,6 +60,22 @@ def _gated(i: int) -> None:
         deadline = time.monotonic() + 600
         while not os.path.exists(gate) and time.monotonic() < deadline:
             time.sleep(0.05)
+    _held_after_calls()
+
+
+_calls = [0]  # fn's calls in this worker process
+
+
+def _held_after_calls() -> None:
+    """With CRASH_HOLD_AFTER=N in the environment (the kill loop's; not in CONFIG, which fn's
+    identity would see), each worker process makes N calls, then waits here until it is killed:
+    the run can never finish before the kill the test sends at a random moment."""
+    hold_after = os.environ.get("CRASH_HOLD_AFTER")
+    _calls[0] += 1
+    if hold_after and _calls[0] > int(hold_after):
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # short sleeps: a held worker still takes its signals
 
 
 def _maybe_fail(i: int) -> None:
@@ -68,7 +84,10 @@ def _maybe_fail(i: int) -> None:
         raise ValueError(f"planned failure at input {i}")
     sleep_at = os.environ.get("CRASH_SLEEP_AT")
     if sleep_at is not None and i == int(sleep_at):
-        time.sleep(60)  # a stuck fn: only a second Ctrl-C gets out quickly
+        stuck = os.environ.get("CRASH_STUCK_MARK")
+        if stuck:
+            open(stuck, "w").close()  # the test waits for this: the stuck input is in flight
+        time.sleep(600)  # a stuck fn: only a second Ctrl-C gets out quickly
     die_at = os.environ.get("CRASH_DIE_AT")
     if die_at is not None and i == int(die_at):
         os._exit(3)

@@ -156,16 +156,19 @@ def kill_loop(
     """Start, SIGKILL the whole group at a random moment, check, repeat; returns kills landed.
 
     A quarter of the kills land early (start-up, lease takeover, resume); the others a random
-    moment after the run has committed something new, so every round makes progress."""
+    moment after the run has committed something new, so every round makes progress. Each
+    worker is held after a random 3 to 4 chunks' worth of calls (CRASH_HOLD_AFTER) until the
+    kill: the run cannot end before it, so every kill lands, at any load."""
     url = config["output_dir"]
     options = records_options if records_options is not None else config.get("storage_options")
+    chunk = config.get("chunk_size") or 10
     kills = 0
     for _attempt in range(kills_wanted * 3):
         config["num_workers"] = rng.choice([1, 2, 3])
         before = committed_records(url, options)
         early_kill = rng.random() < 0.25
         delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
-        proc = start_child(config)
+        proc = start_child(config, CRASH_HOLD_AFTER=str(rng.randint(3 * chunk, 4 * chunk)))
         if not early_kill:
             wait_for(
                 lambda: proc.poll() is not None or committed_records(url, options) > before + 1,  # noqa: B023
@@ -228,3 +231,17 @@ def fork_pool_map(fn, jobs: list, processes: int, timeout: float = 120) -> list:
     pool.close()
     pool.join()
     return results
+
+
+def assert_one_request_per_attempt_within_two_seconds(message: str, failed_requests: int) -> None:
+    """A store's final "kept failing" error under ``retry_timeout=2``, checked by counts, not by
+    the wall clock (a loaded machine makes fewer attempts, never more): the attempts it reports
+    are the requests the fault proxy failed (one loop, no SDK retries nested in it), and at most
+    6, what fits in 2 s (backoff delays of at least 0.05, 0.1, 0.2, 0.4, 0.8 s; the next, 1.6 s,
+    would pass the budget). The default budget of 60 s would allow 20 and more."""
+    import re
+
+    found = re.search(r"kept failing for \d+ s \((\d+) attempts?,", message)
+    assert found, message
+    attempts = int(found.group(1))
+    assert attempts == failed_requests and 1 <= attempts <= 6, (attempts, failed_requests, message)

@@ -11,7 +11,8 @@ Loaded by tests/conftest.py (``pytest_plugins``); tests that use it are marked `
 * ``no_ray_driver_left_behind`` (autouse): after each test, a Ray connection of this process is
   closed (``ray.shutdown()``), so no later test forks a process holding a Ray driver's threads.
 * ``env`` of the cluster: what a driver subprocess needs (``RAY_ADDRESS``, the temp dir,
-  ``PYTHONPATH`` with this checkout's src).
+  ``PYTHONPATH`` with this checkout's src); :func:`start_driver` starts one
+  (tests/support/crash_child.py with a config) in its own session.
 
 The nodes' processes inherit this process's environment when they start: the fixture puts
 the checkout's src on PYTHONPATH (tasks import shardwright) and a long lease TTL
@@ -21,15 +22,19 @@ dead node's claims were taken over at once, not after the TTL.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-__all__ = ["ray_cluster", "no_ray_driver_left_behind", "RayTestCluster", "LEASE_TTL"]
+from .helpers import CHILD
+
+__all__ = ["ray_cluster", "no_ray_driver_left_behind", "start_driver", "RayTestCluster", "LEASE_TTL"]
 
 # Read by Ray when it is imported (ray_constants), so set when pytest loads this plugin, before
 # any test imports ray: without it ray.init() in this process swaps 127.0.0.1 for the
@@ -140,3 +145,16 @@ def ray_cluster():
     finally:
         if cluster is not None:
             cluster.shutdown()
+
+
+def start_driver(ray_cluster: RayTestCluster, config: dict) -> subprocess.Popen:
+    """A Ray driver: crash_child.py running ``config`` against the cluster, in its own session
+    (kill_group reaches it and its process group only), stdout and stderr piped as text."""
+    return subprocess.Popen(
+        [sys.executable, CHILD, json.dumps(config)],
+        env=ray_cluster.env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -40,6 +40,7 @@ from support.helpers import (
     start_child,
     wait_for,
 )
+from support.ray_fixtures import start_driver
 
 pytestmark = pytest.mark.slow
 
@@ -81,14 +82,7 @@ def kill_rounds(start, stop, output_dir: str) -> int:
 
 class RayDriver:
     def __init__(self, ray_cluster, config: dict):
-        self.proc = subprocess.Popen(
-            [sys.executable, CHILD, json.dumps(config)],
-            env=ray_cluster.env,
-            start_new_session=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.proc = start_driver(ray_cluster, config)
 
     def finished(self) -> bool:
         return self.proc.poll() is not None

@@ -4,8 +4,8 @@ after each page, an async def fn and a plain generator in threads.
 
 - SIGINT or SIGTERM mid-run: the resume repeats 0 calls; the dataset holds every page once, in
   input order.
-- SIGKILL: the resume repeats at most the calls in flight at the kill plus those answered in the
-  last durability interval (and a margin for a loaded machine).
+- SIGKILL once every answered call is in the durable progress snapshots (the test waits for
+  them): the resume repeats at most the calls in flight at the kill, never an answered one.
 - Transient teacher errors (429 with Retry-After, 500s) are retried per input from its last
   ResumePoint: every input finishes.
 
@@ -20,13 +20,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from support.helpers import child_env, kill_group, wait_for
 from support.inflight_child import expected
-from support.inflight_runs import CONCURRENCY, DURABLE_EVERY, WORKERS, in_progress, start_inflight
+from support.inflight_runs import CONCURRENCY, WORKERS, durable_outputs, in_progress, start_inflight
 from support.teacher import Teacher, read_log, repeated_calls
 
 
@@ -47,10 +46,11 @@ def read_pages(out: str) -> list[tuple[int, int]]:
     return [(ds[i]["doc"], ds[i]["page"]) for i in range(len(ds))]
 
 
-def interrupt_after(out: str, teacher: Teacher, mode: str, log: str, sig: int) -> tuple[int, float]:
+def interrupt_after(out: str, teacher: Teacher, mode: str, log: str, sig: int, durable: bool = False) -> int:
     """Start the child; once the teacher answered its ``hold_after`` calls and holds the next
-    ones (the run is blocked mid-way, at any load), send ``sig``, then let the held calls be
-    answered. The child's exit code and when the signal was sent."""
+    ones (the run is blocked mid-way, at any load) and, with ``durable``, once the progress
+    snapshots keep every answered call, send ``sig``, then let the held calls be answered.
+    The child's exit code."""
     proc = start_inflight(out, teacher.url, mode)
     calls = teacher.hold_after or 0
 
@@ -59,7 +59,11 @@ def interrupt_after(out: str, teacher: Teacher, mode: str, log: str, sig: int) -
 
     assert wait_for(held, 120), f"the teacher did not answer {calls} calls and hold the next"
     assert proc.poll() is None, proc.communicate()[1][-3000:]
-    at = time.time()
+    if durable:  # the committer snapshots within durable_every of the last answer: an event to wait on
+        assert wait_for(lambda: durable_outputs(out) >= calls or proc.poll() is not None, 120), (
+            f"the progress snapshots never kept the {calls} answered calls (they keep {durable_outputs(out)})"
+        )
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
     if sig == signal.SIGKILL:
         kill_group(proc)  # the main process and its workers, at once
         proc.wait(60)
@@ -67,14 +71,14 @@ def interrupt_after(out: str, teacher: Teacher, mode: str, log: str, sig: int) -
         os.kill(proc.pid, sig)  # the main process only, as Ctrl-C in a terminal or a scheduler's SIGTERM
     teacher.release()  # the calls in flight at the signal are answered: a stopped run reaches its ResumePoints
     proc.communicate(timeout=120)
-    return proc.returncode, at
+    return proc.returncode
 
 
 @pytest.mark.parametrize(("mode", "sig"), [("asyncgen", signal.SIGINT), ("thread", signal.SIGTERM)])
 def test_a_stop_mid_run_repeats_no_call(tmp_path, mode, sig):
     log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
     with Teacher(latency=0.05, log=log, hold_after=10) as teacher:
-        code, _ = interrupt_after(out, teacher, mode, log, sig)
+        code = interrupt_after(out, teacher, mode, log, sig)
         assert code in (130, 143)
         assert answered(log) < len(expected(mode))  # stopped mid-run: there is something to resume
         finish(out, teacher.url, mode)
@@ -83,17 +87,17 @@ def test_a_stop_mid_run_repeats_no_call(tmp_path, mode, sig):
 
 
 @pytest.mark.parametrize("mode", ["asyncgen", "async"])
-def test_sigkill_repeats_only_the_calls_in_flight_and_the_last_interval(tmp_path, mode):
+def test_sigkill_once_durable_repeats_only_the_calls_in_flight(tmp_path, mode):
     log, out = str(tmp_path / "calls.log"), str(tmp_path / "out")
     with Teacher(latency=0.05, log=log, hold_after=8) as teacher:
-        _, killed_at = interrupt_after(out, teacher, mode, log, signal.SIGKILL)
-        before = [c for c in read_log(log) if c.status == "200" and c.time <= killed_at]
+        interrupt_after(out, teacher, mode, log, signal.SIGKILL, durable=True)
         finish(out, teacher.url, mode)
     assert read_pages(out) == expected(mode)
-    in_flight = CONCURRENCY * WORKERS
-    margin = 2.0  # the committer's lag behind the interval on a machine shared with other tests
-    recent = sum(1 for c in before if c.time > killed_at - DURABLE_EVERY - margin)
-    assert repeated_calls(read_log(log)) <= in_flight + recent
+    calls = read_log(log)
+    in_flight = CONCURRENCY * WORKERS  # held by the teacher at the kill: answered after it, lost with the run
+    assert repeated_calls(calls) <= in_flight
+    first_answers = [c.key for c in calls if c.status == "200"][:8]  # the 8 answered before the kill
+    assert all(sum(1 for c in calls if c.key == key and c.status == "200") == 1 for key in first_answers)
 
 
 def test_transient_teacher_errors_are_retried_until_every_input_finishes(tmp_path):

@@ -17,20 +17,10 @@ import sys
 import pytest
 
 from support.crash_child import expected
-from support.helpers import CHILD, committed_records, fork_pool_map, kill_group, read_pairs, wait_for
+from support.helpers import committed_records, fork_pool_map, kill_group, read_pairs, wait_for
+from support.ray_fixtures import start_driver
 
 pytestmark = pytest.mark.slow
-
-
-def start_driver(ray_cluster, config: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, CHILD, json.dumps(config)],
-        env=ray_cluster.env,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def run_driver(ray_cluster, config: dict, timeout: float = 150) -> tuple[int, str, str]:
@@ -104,7 +94,7 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
     config = ray_config(str(tmp_path / "out"), 1500, sleep=0.01, gate=str(gate), gate_period=125, gate_after=60)
     driver = start_driver(ray_cluster, config)
     try:
-        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 3, 90)
+        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 3, 300)
         assert driver.poll() is None, driver.communicate()[1][-4000:]
         shown: list[str] = []
 
@@ -118,7 +108,7 @@ def test_node_lost_mid_run_the_driver_finishes_without_waiting(ray_cluster, tmp_
             shown[:] = [done.stdout + done.stderr]
             return "held by ray node" in done.stdout
 
-        assert wait_for(status_names_a_ray_node, 20, interval=0.5), shown
+        assert wait_for(status_names_a_ray_node, 120, interval=0.5), shown
         ray_cluster.remove_worker_node()
         gate.write_text("")  # the held steps go on; the dead node's tasks are retried elsewhere
         # the dead node's claims waited out would take the fixture's lease TTL (600 s): longer
@@ -140,7 +130,7 @@ def test_driver_sigkilled_then_the_same_call_resumes(ray_cluster, tmp_path):
     config = ray_config(str(tmp_path / "out"), 900, sleep=0.01, gate=str(gate), gate_period=75, gate_after=30)
     driver = start_driver(ray_cluster, config)
     try:
-        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 3, 90)
+        assert wait_for(lambda: driver.poll() is not None or committed_records(config["output_dir"]) >= 3, 300)
         assert driver.poll() is None, driver.communicate()[1][-4000:]
     finally:
         kill_group(driver, signal.SIGKILL)

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter, OrderedDict
 from pathlib import Path
 
@@ -266,7 +265,7 @@ def test_stateful_dataloader(data):
 
 
 TRAIN_CHILD = textwrap.dedent("""
-    import json, os, sys, time
+    import json, os, sys, threading, time
     from shardwright import StreamingDataLoader, StreamingDataset
     data, state_path, log_path, epochs, workers = sys.argv[1:6]
     epochs, workers = int(epochs), int(workers)
@@ -282,15 +281,27 @@ TRAIN_CHILD = textwrap.dedent("""
         loader.load_state_dict(saved["loader"])
         with open(log_path, "r+") as f:  # drop what was logged after the last saved state
             f.truncate(saved["log_bytes"])
+    # TRAIN_HOLD="N logged|saved MARK": after this run's N-th batch is logged (its state not
+    # saved yet) or saved, create MARK and wait there until the test kills the process
+    hold, made = os.environ.get("TRAIN_HOLD", "").split(), 0
+
+    def held(where):
+        if hold and made == int(hold[0]) and hold[1] == where:
+            open(hold[2], "w").close()
+            threading.Event().wait()
+
     while loader.state_dict()["position"]["single"]["epoch"] < epochs:  # the epoch the next iteration reads
         epoch = loader.state_dict()["position"]["single"]["epoch"]
         for batch in loader:
+            made += 1
             with open(log_path, "a") as f:
                 f.write(json.dumps([epoch, batch]) + "\\n")
+            held("logged")
             state = {"loader": loader.state_dict(), "log_bytes": os.path.getsize(log_path)}
             with open(state_path + ".tmp", "w") as f:
                 json.dump(state, f)
             os.replace(state_path + ".tmp", state_path)
+            held("saved")
             time.sleep(0.01)
         if loader.state_dict()["position"]["single"]["epoch"] != epoch + 1:
             raise SystemExit("the loader must be at the next epoch after a full one")
@@ -300,42 +311,43 @@ TRAIN_CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_sigkill_and_resume_loop(data, tmp_path):
-    """Kill a training process at random points, resume from its last state in a new process
-    (num_workers changes between runs): over 2 epochs, every item exactly once per epoch."""
+    """Kill a training process at random batches, resume from its last state in a new process
+    (num_workers changes between runs): over 2 epochs, every item exactly once per epoch. Each
+    killed run holds at its batch (TRAIN_HOLD) until the kill, alternately between the batch's
+    log line and its saved state (the resume drops that line) and after both: the kills land
+    there at any load."""
     script = tmp_path / "train.py"
     script.write_text(TRAIN_CHILD)
     state, log = str(tmp_path / "state.json"), str(tmp_path / "log.jsonl")
     Path(log).write_text("")
     rng = random.Random(7)
     progress = []
-    for run in range(5):  # four runs killed at random points of their training, then one that finishes
+    for run in range(5):  # four runs killed at random batches of their training, then one that finishes
         workers = rng.choice([0, 1, 2])
-        before = os.path.getsize(log)
+        mark = tmp_path / f"held-{run}"
+        # at most 4 x 20 of the 2 x 75 batches: the last run always has some left
+        hold = f"{rng.randint(1, 20)} {('logged', 'saved')[run % 2]} {mark}" if run < 4 else ""
         proc = subprocess.Popen(
             [sys.executable, str(script), str(data), state, log, "2", str(workers)],
-            env=child_env(),
+            env=child_env(TRAIN_HOLD=hold),
             start_new_session=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         if run < 4:
-            # Kill only once this run has trained a little (start-up time varies with the load),
-            # then at a random point.
-            wait_for(lambda p=proc, b=before: p.poll() is not None or os.path.getsize(log) > b, 60)
-            # within 0.25 s: four kills must land before the two epochs end, even on a fast machine
-            time.sleep(rng.uniform(0.0, 0.25))
-            if proc.poll() is None:
-                kill_group(proc, signal.SIGKILL)
-                proc.communicate()
-                progress.append(os.path.getsize(log))
-                continue
+            assert wait_for(lambda p=proc, m=mark: p.poll() is not None or m.exists(), 300), "never held"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            kill_group(proc, signal.SIGKILL)
+            proc.communicate()
+            progress.append(os.path.getsize(log))
+            continue
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0 and "done" in out, err[-3000:]
         break
     else:
         pytest.fail("training never finished")
-    assert len(progress) >= 3 and progress[0] > 0, "the loop must really kill the trainer mid-training"
+    assert len(progress) == 4 and progress[0] > 0, "the loop must really kill the trainer mid-training"
     per_epoch: dict = {0: Counter(), 1: Counter()}
     with open(state) as f:
         size = json.load(f)["log_bytes"]

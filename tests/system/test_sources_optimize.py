@@ -16,6 +16,7 @@ import pytest
 
 from shardwright import FnError, RunMismatchError, StreamingDataset, optimize, sources
 from shardwright.errors import DatasetExistsError
+from support.helpers import committed_records, wait_for
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -96,7 +97,7 @@ def test_files_with_retries_and_timeouts(tmp_path):
         tmp_path / "out",
         chunk_size=2,
         num_workers=2,
-        timeout=1.0,
+        timeout=5.0,  # the stuck input's 30 s, not a quick one slowed down by a loaded machine
         on_error="skip",
         verbose=False,
     )
@@ -126,28 +127,36 @@ def test_two_nodes_share_a_source(tmp_path):
     assert second.published and ids_of(out) == list(range(600))
 
 
-def _start(config: dict) -> subprocess.Popen:
+def _start(config: dict, hold_after: int | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent.parent / "src"))
+    if hold_after is not None:
+        env["SOURCES_CHILD_HOLD_AFTER"] = str(hold_after)
     return subprocess.Popen(
         [sys.executable, CHILD, json.dumps(config)], env=env, start_new_session=True, stderr=subprocess.PIPE, text=True
     )
 
 
+def _records(out: str) -> int:
+    return committed_records(out) if os.path.isdir(out) else 0
+
+
 def _kill_and_rerun(config: dict, rng: random.Random, kills: int) -> int:
-    """Start the call, SIGKILL its whole process group at a random moment, repeat; then let
-    it finish. Returns the kills that landed."""
+    """Start the call with each worker held after a random number of outputs (it waits in fn
+    until killed), SIGKILL its whole process group once it committed a record more, repeat;
+    then let it finish. The kills land mid-run and after a commit at any load: the events are
+    waited for, the moment is random only in the work done. Returns the kills that landed."""
+    out = config["output_dir"]
     landed = 0
     for _ in range(kills):
-        proc = _start(config)
-        try:
-            proc.wait(timeout=rng.uniform(0.3, 1.5))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            landed += 1
-            continue
-        assert proc.returncode == 0, proc.stderr.read()[-2000:] if proc.stderr else ""
-        return landed
+        before = _records(out)
+        proc = _start(config, hold_after=rng.randint(6, 20))
+        assert wait_for(lambda p=proc, n=before: p.poll() is not None or _records(out) > n, 300), "no record committed"
+        if proc.poll() is not None:  # fewer inputs left than a worker makes before it is held
+            assert proc.returncode == 0, proc.stderr.read()[-2000:] if proc.stderr else ""
+            return landed
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        landed += 1
     proc = _start(config)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
@@ -159,20 +168,13 @@ def test_a_parquet_run_killed_at_random_moments_is_exactly_once_and_a_changed_fi
         write_parquet(tmp_path / f"p{f}.parquet", f * 150, 150, row_group=40)
     out = tmp_path / "out"
     config = {"kind": "parquet", "path": str(tmp_path), "output_dir": str(out), "sleep": 0.004, "chunk_size": 5}
-    landed = _kill_and_rerun(config, random.Random(17), 4)
-    assert landed >= 1
+    assert _kill_and_rerun(config, random.Random(17), 4) == 4  # each after a commit, none after the end
     assert ids_of(out) == list(range(450))
     # an interrupted run, then a file rewritten: the resume names it
     out2 = tmp_path / "out2"
-    proc = _start({**config, "output_dir": str(out2), "sleep": 0.05})
-    deadline = time.monotonic() + 60
-    while (
-        not list((out2 / ".shardwright" / "shards").glob("*.json"))
-        if (out2 / ".shardwright" / "shards").exists()
-        else True
-    ):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    proc = _start({**config, "output_dir": str(out2)}, hold_after=10)
+    assert wait_for(lambda: proc.poll() is not None or _records(str(out2)) > 0, 300), "no record committed"
+    assert proc.poll() is None, proc.stderr.read()[-2000:] if proc.stderr else ""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(0.01)

@@ -1,5 +1,7 @@
 """Issue 33: the demo kills its child once a chunk is committed (never a fixed sleep that, on a
-cold machine, lands before anything is written), so the rerun always resumes."""
+cold machine, lands before anything is written), so the rerun always resumes. The child here is
+the demo's run whose workers stop after a few chunks until they are killed
+(tests/support/demo_child.py): the kill lands mid-run at any load."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def test_the_demo_kills_its_child_after_the_first_committed_chunk(tmp_path):
     spec.loader.exec_module(quickstart)
     output_dir = str(tmp_path / "dataset")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--child", output_dir], start_new_session=True, env=env)
+    child = [sys.executable, "-c", "from support.demo_child import main; main()", output_dir]
+    proc = subprocess.Popen(child, start_new_session=True, env=env)
     try:
         quickstart.wait_for_a_committed_chunk(output_dir, proc)
         assert proc.poll() is None  # killed mid-run, as the demo shows
