@@ -14,6 +14,10 @@ Failures, and why each stays exactly once:
   task that is in fact alive but cut off is fenced by the claim's epoch.
 - the driver is SIGKILLed: Ray ends its job's tasks; rerunning the same call resumes, and
   the new tasks take the old job's claims over at once (the old job is dead in Ray's table).
+- the driver is stopped (Ctrl-C, SIGTERM): it cancels its tasks without force, which reaches
+  each task's pool as a SIGINT, so they stop as a local run does, keeping their chunks in
+  progress as pending tails (the same bytes after the resume), then it exits; a task still
+  running after STOP_WAIT_SECONDS, or a second signal, is killed (its tail is redone).
 - Ray retries a task that had finished: its shards are done (it releases and returns), or
   the run is published already (the manifest is gone: it returns at once).
 
@@ -50,6 +54,9 @@ log = logging.getLogger("shardwright")
 
 RESUBMITS = 3  # the driver's own resubmissions of a share after Ray's retries are spent
 BOARD_FLUSH_SECONDS = 0.5
+# How long a stopped driver waits for its tasks to stop on their own (each worker finishes the
+# input it is on and writes its tail) before killing them; a second Ctrl-C kills them at once.
+STOP_WAIT_SECONDS = 60.0
 
 
 def import_ray() -> Any:
@@ -284,12 +291,35 @@ class _Driver:
                         continue
                     self.counts.add(summary)
                     busy.update(summary.get("busy", []))
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C, or SIGTERM (Ray's driver handler raises SystemExit): stop the tasks as a
+            # signal stops a local run, so each keeps its chunk in progress as a pending tail
+            self._stop_gracefully(list(running))
+            raise
         except BaseException:
             for ref in running:
                 ray.cancel(ref, force=True)  # their committed work is kept
             raise
         self._refresh(board, bar, base)
         return busy
+
+    def _stop_gracefully(self, refs: list) -> None:
+        """Ask every running task to stop and wait until they returned. ``ray.cancel`` without
+        force interrupts a task's main thread as a SIGINT would, which the task's pool takes as
+        a stop: its workers finish the input they are on, commit their full chunks and keep the
+        one in progress as a pending tail, then release their claims (engine.pool). A forced
+        cancel kills the task's process at once, like a SIGKILL: its tail is lost and redone.
+        Forced after STOP_WAIT_SECONDS (plus the inputs' ``stop_grace``), or at a second signal."""
+        ray = self.ray
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        deadline = time.monotonic() + STOP_WAIT_SECONDS + self.call.options.inflight.stop_grace
+        try:
+            while refs and time.monotonic() < deadline:
+                _ready, refs = ray.wait(refs, num_returns=len(refs), timeout=0.5)
+        finally:  # out of time, or a second Ctrl-C / SIGTERM: stop now, the records stand
+            for ref in refs:
+                ray.cancel(ref, force=True)
 
     def _refresh(self, board: Any, bar: Any, base: int) -> None:
         if board is None:
