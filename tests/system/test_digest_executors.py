@@ -8,8 +8,8 @@ Kept to seconds in CI: 3,000 inputs (about 6,000 items, 16 shards of the default
 chunks). The issue's 200k inputs: SHARDWRIGHT_DIGEST_INPUTS=200000 (minutes per executor and
 kill schedule, too long for CI).
 
-The kills are SIGKILLs, and graceful stops: a plain ``scancel`` of the Slurm array (SIGTERM,
-as preemption sends), ``scontrol requeue`` of it (SIGTERM, then Slurm runs each task again),
+The kills are SIGKILLs, and graceful stops: SIGTERM and Ctrl-C (SIGINT) to the Ray driver, a
+plain ``scancel`` of the Slurm array (SIGTERM, as preemption sends), ``scontrol requeue`` of it (SIGTERM, then Slurm runs each task again),
 and Kubernetes pods (local processes with the environment of an Indexed Job's pods) one
 deleted (SIGTERM) and one lost (SIGKILL), each restarted with its index. A graceful stop keeps each worker's chunk in progress as a pending tail that the resume
 reopens, so the chunks after it are cut where a run never stopped cuts them (docs/design.md,
@@ -91,6 +91,21 @@ class RayDriver:
         landed = int(self.proc.poll() is None)
         kill_group(self.proc)  # the driver and its process group: Ray ends the job's tasks
         self.proc.communicate()
+        return landed
+
+    def stop(self, signum: int) -> int:
+        """``signum`` to the driver alone (a Ctrl-C, a SIGTERM of the process that called
+        optimize): it must stop its tasks gracefully, so each keeps its chunk in progress as
+        a pending tail, then exit."""
+        landed = int(self.proc.poll() is None)
+        self.proc.send_signal(signum)
+        try:
+            _out, err = self.proc.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the Ray driver did not stop in 150 s after signal {signum}") from None
+        # 143 for SIGTERM, as a local run; Ctrl-C ends the process by SIGINT once it is handled
+        assert not landed or self.proc.returncode in (128 + signum, -signum), (self.proc.returncode, err[-2000:])
         return landed
 
     def wait(self, timeout: float = 150) -> None:
@@ -286,5 +301,37 @@ def test_kubernetes_pods_deleted_and_lost_then_restarted_equal_the_local_dataset
     finally:
         for pod in pods.values():
             kill_group(pod)
+    assert_exactly_once(config)
+    assert same_as(config) == reference
+
+
+@pytest.mark.ray
+def test_ray_driver_stopped_by_signals_keeps_tails_and_equals_the_local_dataset(ray_cluster, tmp_path):
+    """SIGTERM, then Ctrl-C (SIGINT), then SIGTERM to the Ray driver once a record is committed:
+    its tasks stop gracefully and keep their chunks in progress as pending tails (status counts
+    them, and names the signal that stopped the run), and the rerun gives the local run's files,
+    bytes and digest, exactly once."""
+    ray_cluster.restore()
+    reference = local_reference(tmp_path)
+    config = {**ray_config(tmp_path / "ray-stopped"), "sleep": SLEEP}
+    out = config["output_dir"]
+    signals = iter([signal.SIGTERM, signal.SIGINT, signal.SIGTERM])
+    tails: list[int] = []
+
+    def stop(driver: RayDriver) -> int:
+        signum = next(signals)
+        landed = driver.stop(signum)
+        if landed:
+            report = read_status(open_storage(out))
+            assert (report.state, report.stop_reason) == ("interrupted", f"interrupted ({signum.name})")
+            assert report.last_attempt is not None and report.last_attempt.inputs_done_after == report.inputs_done
+            tails.append(report.inputs_in_tails)
+        return landed
+
+    landed = kill_rounds(lambda: RayDriver(ray_cluster, config), stop, out)
+    assert landed >= 1, "no stop landed mid-run"
+    # a force-killed task keeps no tail: some stopped shard's chunk in progress must be in one
+    assert max(tails) > 0, f"no pending tail was kept by {landed} graceful stops: {tails}"
+    RayDriver(ray_cluster, config).wait()
     assert_exactly_once(config)
     assert same_as(config) == reference

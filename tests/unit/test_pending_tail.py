@@ -194,3 +194,66 @@ def test_a_new_runs_worker_does_not_look_for_a_tail_a_resumed_one_does(tmp_path,
     worker.committer.close()
     looked = [p for p in listed if p.startswith(PROGRESS_PREFIX)]
     assert (looked == []) is fresh, listed
+
+
+def manifest_of(output_dir: str, run_id: str = "run-1") -> None:
+    """The run manifest a real call writes first (status reads the run from it): one shard."""
+    from shardwright.protocol.fingerprint import InputsFingerprint
+    from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest
+    from shardwright.storage import open_storage
+
+    create_manifest(
+        open_storage(output_dir),
+        Manifest(
+            run_id=run_id,
+            generation=0,
+            mode="create",
+            num_inputs=END,
+            num_shards=1,
+            inputs=InputsFingerprint.of(list(range(END))).to_json(),
+            settings=OutputSettings(chunk_size=7, chunk_bytes=None, compression=None, num_shards=1),
+            use_checkpoint=True,
+            base_chunks=[],
+            base_config=None,
+            fn_name="m.f",
+            created_at=0.0,
+        ),
+    )
+
+
+def test_status_counts_the_inputs_kept_in_a_pending_tail_as_done_but_not_committed(tmp_path, capsys):
+    from shardwright.cli.main import print_status, status_report
+    from shardwright.protocol.status import read_status
+    from shardwright.storage import open_storage
+
+    out = str(tmp_path / "out")
+    manifest_of(out)
+    assert run_worker(plain, config(out), list(range(END)), stop_after=10)  # chunk 0..6 committed, 7..9 in the tail
+    report = read_status(open_storage(out))
+    assert (report.state, report.inputs_done, report.inputs_in_tails) == ("interrupted", 7, 3)
+    assert report.counts == {"done": 7, "in_tails": 3, "in_progress": 0, "pending": END - 10, "failed": 0}
+    assert status_report(out)["inputs_in_tails"] == 3  # status --json
+    print_status(report)
+    assert "7 of 40 done (17.5%) (+3 kept in pending tails, committed on resume)" in capsys.readouterr().out
+    # the resume takes the tail up and commits it: nothing is left in a tail, every input is done
+    assert not run_worker(plain, config(out), list(range(END)))
+    again = read_status(open_storage(out))
+    assert (again.inputs_done, again.inputs_in_tails, again.counts["pending"]) == (END, 0, 0)
+
+
+def test_status_ignores_a_damaged_tail_as_the_resume_does(tmp_path):
+    import pathlib
+
+    from shardwright.protocol.status import read_status
+    from shardwright.storage import open_storage
+
+    out = str(tmp_path / "out")
+    manifest_of(out)
+    assert run_worker(plain, config(out), list(range(END)), stop_after=10)
+    assert read_status(open_storage(out)).inputs_in_tails == 3
+    (snapshot,) = pathlib.Path(out, ".shardwright", "progress").glob("*.bin")
+    data = bytearray(snapshot.read_bytes())
+    data[-40] ^= 1  # one bit flipped on disk: the checksum refuses it, the resume redoes 7..9
+    snapshot.write_bytes(bytes(data))
+    report = read_status(open_storage(out))
+    assert (report.inputs_done, report.inputs_in_tails, report.counts["pending"]) == (7, 0, END - 7)

@@ -67,8 +67,13 @@ def print_status(report: RunStatus) -> None:
         pct = 100.0 * report.inputs_done / total if total else 100.0
         reason = f" ({report.stop_reason})" if report.stop_reason else ""
         print(f"state:    {report.state}{reason} (run {(report.run_id or '')[:8]}, {report.mode}, fn {report.fn})")
+        kept = (
+            f" (+{report.inputs_in_tails:,} kept in pending tails, committed on resume)"
+            if report.inputs_in_tails
+            else ""
+        )
         print(
-            f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%), "
+            f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%){kept}, "
             f"{report.items_committed:,} items in {report.chunks_committed:,} chunks committed"
         )
         print(
@@ -79,7 +84,9 @@ def print_status(report: RunStatus) -> None:
         if counts:
             eta = f", about {_duration(report.eta_s)} left" if report.eta_s is not None else ""
             print(
-                f"inputs:   {counts['done']:,} done, {counts['in_progress']:,} in progress, "
+                f"inputs:   {counts['done']:,} done"
+                + (f" (+{counts['in_tails']:,} in pending tails)" if counts.get("in_tails") else "")
+                + f", {counts['in_progress']:,} in progress, "
                 f"{counts['pending']:,} pending, {counts['failed']:,} failed{eta}"
             )
         for entry in report.in_progress[:64]:

@@ -14,6 +14,11 @@ Failures, and why each stays exactly once:
   task that is in fact alive but cut off is fenced by the claim's epoch.
 - the driver is SIGKILLed: Ray ends its job's tasks; rerunning the same call resumes, and
   the new tasks take the old job's claims over at once (the old job is dead in Ray's table).
+- the driver is stopped (Ctrl-C, SIGTERM): it cancels its tasks without force, which reaches
+  each task's pool as a SIGINT, so they stop as a local run does, keeping their chunks in
+  progress as pending tails (the same bytes after the resume), then it exits (143 on SIGTERM,
+  as a local run, and the run history, so ``shardwright status``, names the signal); a task
+  still running after STOP_WAIT_SECONDS, or a second signal, is killed (its tail is redone).
 - Ray retries a task that had finished: its shards are done (it releases and returns), or
   the run is published already (the manifest is gone: it returns at once).
 
@@ -24,7 +29,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +43,7 @@ from ..engine.inputs import RunInputs
 from ..engine.messages import Committed, Progress
 from ..engine.options import OptimizeOptions
 from ..engine.planning import NodeIdentity
-from ..engine.progress import tqdm_class
+from ..engine.progress import Tracker, tqdm_class
 from ..engine.share import run_share
 from ..errors import ConcurrentRunError, LeaseLostError, ShardwrightError, UsageError
 from ..process import HOST_ID_VAR, host_identity
@@ -50,6 +57,9 @@ log = logging.getLogger("shardwright")
 
 RESUBMITS = 3  # the driver's own resubmissions of a share after Ray's retries are spent
 BOARD_FLUSH_SECONDS = 0.5
+# How long a stopped driver waits for its tasks to stop on their own (each worker finishes the
+# input it is on and writes its tail) before killing them; a second Ctrl-C kills them at once.
+STOP_WAIT_SECONDS = 60.0
 
 
 def import_ray() -> Any:
@@ -177,6 +187,9 @@ class _Driver:
     tasks: int
     counts: Counts = field(default_factory=Counts)
     done_inputs: int = 0  # inputs committed when the last look at the records was taken
+    # the records' view the run history's attempt counts from (engine.attempts), kept current
+    tracker: Tracker | None = None
+    signals: list[int] = field(default_factory=list)  # the SIGTERMs the driver received
 
     @property
     def call(self) -> ExecutorCall:
@@ -189,6 +202,10 @@ class _Driver:
     def unfinished(self) -> list[int]:
         progress = self._progress()
         self.done_inputs = sum(p.inputs_done for p in progress.values())
+        if self.tracker is None:  # the attempt's run and its inputs done before this call
+            self.tracker = Tracker(progress, verbose=False)
+            self.run.attempt.attach(self.manifest, self.tracker)
+        self.tracker.progress = progress
         return sorted(s for s, p in progress.items() if not p.done)
 
     def _progress(self) -> dict[int, ShardProgress]:
@@ -212,6 +229,7 @@ class _Driver:
         fn_ref, inputs_ref = ray.put(self.call.fn), ray.put(self.call.inputs)
         bar = self._open_bar()
         deadline = None
+        restore = _sigterm_as_exit(self.signals)
         try:
             pending = self.unfinished()
             before = {s: p for s, p in self._progress().items() if s in pending}
@@ -236,9 +254,12 @@ class _Driver:
                 elif pending:
                     raise ShardwrightError(f"shard(s) {pending[:20]} are still not done after every task returned")
         finally:
+            restore()
             if bar is not None:
                 bar.close()
         self._counts_from_records(before)
+        if self.tracker is not None:
+            self.tracker.items = self.counts.items  # the run history's items written by this call
         return self.counts
 
     def _share_call(self, board: Any, share: _Share) -> ShareCall:
@@ -284,12 +305,41 @@ class _Driver:
                         continue
                     self.counts.add(summary)
                     busy.update(summary.get("busy", []))
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C, or SIGTERM (Ray's driver handler raises SystemExit): stop the tasks as a
+            # signal stops a local run, so each keeps its chunk in progress as a pending tail
+            self._stop_gracefully(list(running))
+            if self.signals:  # raised inside ray.wait, the handler's SystemExit(143) comes out as exit 1
+                raise SystemExit(128 + self.signals[0]) from None
+            raise
         except BaseException:
             for ref in running:
                 ray.cancel(ref, force=True)  # their committed work is kept
             raise
         self._refresh(board, bar, base)
         return busy
+
+    def _stop_gracefully(self, refs: list) -> None:
+        """Ask every running task to stop and wait until they returned. ``ray.cancel`` without
+        force interrupts a task's main thread as a SIGINT would, which the task's pool takes as
+        a stop: its workers finish the input they are on, commit their full chunks and keep the
+        one in progress as a pending tail, then release their claims (engine.pool). A forced
+        cancel kills the task's process at once, like a SIGKILL: its tail is lost and redone.
+        Forced after STOP_WAIT_SECONDS (plus the inputs' ``stop_grace``), or at a second signal."""
+        ray = self.ray
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        deadline = time.monotonic() + STOP_WAIT_SECONDS + self.call.options.inflight.stop_grace
+        try:
+            while refs and time.monotonic() < deadline:
+                _ready, refs = ray.wait(refs, num_returns=len(refs), timeout=0.5)
+        finally:  # out of time, or a second Ctrl-C / SIGTERM: stop now, the records stand
+            for ref in refs:
+                ray.cancel(ref, force=True)
+        try:
+            self.unfinished()  # the run history's attempt: the inputs done by the tasks' last commits
+        except Exception as exc:
+            log.debug("could not read the records after the stop: %s", exc)
 
     def _refresh(self, board: Any, bar: Any, base: int) -> None:
         if board is None:
@@ -301,6 +351,24 @@ class _Driver:
         if bar is not None:
             bar.n = min(self.manifest.num_inputs, base + totals.get("inputs", 0))
             bar.refresh()
+
+
+def _sigterm_as_exit(seen: list[int]) -> Callable[[], object]:
+    """SIGTERM raises SystemExit(143) in the driver while its tasks run, as in a local run (the
+    run history says ``interrupted (SIGTERM)``, the exit code is 143; Ray's own handler exits
+    with 1); each is noted in ``seen``. Returns what puts the previous handler back (nothing to do off the main thread,
+    where no handler can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        seen.append(signum)
+        raise SystemExit(128 + signum)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    # a handler set outside Python (None) cannot be put back: the default is the nearest
+    return lambda: signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _committed(progress: dict[int, ShardProgress], shards: set[int]) -> dict[str, int]:

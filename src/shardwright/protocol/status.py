@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass, field
 from ..names import printable
 from ..storage import Storage
 from .history import Attempt, read_history
-from .layout import FAILED_PREFIX, INDEX_KEY
+from .layout import FAILED_PREFIX, INDEX_KEY, PROGRESS_PREFIX
 from .lease import read_leases
 from .manifest import read_manifest
+from .progress import read_snapshot
 from .publish import merge
-from .records import load_progress
+from .records import ShardProgress, load_progress
 from .run_record import read_run_record
 from .shards import shards_of_node
 
@@ -120,7 +121,11 @@ class RunStatus:
     mode: str | None = None
     generation: int | None = None
     inputs: int = 0
-    inputs_done: int = 0
+    inputs_done: int = 0  # committed: their outputs are in chunks that records name
+    # inputs whose outputs a graceful stop kept in its shards' pending tails (progress
+    # snapshots, protocol 3b): done, not committed; the resume commits them without calling fn
+    # again. Counted only while no worker is live (then the tails are what the resume takes up).
+    inputs_in_tails: int = 0
     items_committed: int = 0
     chunks_committed: int = 0
     bytes_committed: int = 0  # chunk files as stored (the run telemetry's bytes written)
@@ -188,10 +193,12 @@ def read_status(storage: Storage) -> RunStatus:
     done = sum(p.inputs_done for p in progress.values())
     failed_now = len({i for p in progress.values() for r in p.records for i, _ in r.failed})
     busy = len(in_progress)
+    kept = 0 if state == "running" else inputs_in_tails(storage, manifest.run_id, progress)
     counts = {
         "done": done,
+        "in_tails": kept,
         "in_progress": busy,
-        "pending": max(0, manifest.num_inputs - done - busy - failed_now),
+        "pending": max(0, manifest.num_inputs - done - kept - busy - failed_now),
         "failed": failed_now,
     }
     return RunStatus(
@@ -208,6 +215,7 @@ def read_status(storage: Storage) -> RunStatus:
         generation=manifest.generation,
         inputs=manifest.num_inputs,
         inputs_done=sum(p.inputs_done for p in progress.values()),
+        inputs_in_tails=kept,
         items_committed=sum(c.chunk_size for p in progress.values() for c in p.chunks),
         chunks_committed=sum(len(p.chunks) for p in progress.values()),
         bytes_committed=sum(r.stored_bytes for p in progress.values() for r in p.records),
@@ -225,6 +233,35 @@ def read_status(storage: Storage) -> RunStatus:
         if state == "running"
         else None,
     )
+
+
+def inputs_in_tails(storage: Storage, run_id: str, progress: dict[int, ShardProgress]) -> int:
+    """Inputs finished past the records of the unfinished shards, in the progress snapshots the
+    resume takes up: the snapshot that extends a shard's chain tip, read and verified by the
+    same :func:`read_snapshot` (one that does not extend the tip, or is torn or damaged, or
+    whose segments are, is ignored here as the resume ignores it). An input is counted when all
+    its outputs are in the snapshot's buffer (not one stopped between a generator's outputs),
+    or in a finished slot (a run with ``concurrency``), failed inputs excepted. One listing of
+    the progress folder finds the shards that have a snapshot at all."""
+    with_snapshot = set()
+    for key in storage.list(PROGRESS_PREFIX):
+        name = key.rsplit("/", 1)[-1]
+        if name.endswith(".bin") and name[:5].isdigit():
+            with_snapshot.add(int(name[:5]))
+    wanted = [p for s, p in sorted(progress.items()) if s in with_snapshot and not p.done]
+
+    def kept(p: ShardProgress) -> int:
+        tip = p.records[-1].epoch if p.records else None
+        snapshot = read_snapshot(storage, run_id, p.shard, p.next_seq, tip, (p.next_input, p.skip_outputs))
+        if snapshot is None:
+            return 0
+        head = snapshot.buffer.position[0]
+        if not p.next_input <= head <= p.end:
+            return 0  # not this shard's inputs: the resume redoes them
+        in_buffer = head - p.next_input - len(snapshot.buffer.failed)
+        return max(0, in_buffer) + sum(1 for s in snapshot.slots if s.done and not s.failed and s.position < p.end)
+
+    return sum(storage.map_requests(kept, wanted))
 
 
 def node_progress(progress: dict, leases: list[LeaseStatus], num_shards: int) -> list[NodeProgress]:

@@ -194,7 +194,7 @@ async function refreshJob() {
     const s = await api("GET", "/jobs/" + openJob + "/inputs");
     const c = s.counts, eta = s.eta_seconds == null ? "" : ", about " + Math.round(s.eta_seconds) + " s left";
     $("job-inputs-counts").textContent = c.done == null ? (s.note || "") :
-      c.done + " done, " + c.in_progress + " in progress, " + c.pending + " pending, " + c.failed + " failed" + eta;
+      c.done + " done" + (c.in_tails ? " (+" + c.in_tails + " kept in pending tails, committed on resume)" : "") + ", " + c.in_progress + " in progress, " + c.pending + " pending, " + c.failed + " failed" + eta;
     $("job-inputs").replaceChildren(...s.in_progress.map(e => {
       let state = "";
       try { const v = JSON.parse(e.state || "null"); if (v && typeof v === "object") state = Object.entries(v).map(([k, x]) => k + " " + x).join(", "); else if (v != null) state = String(v); } catch (err) { state = e.state; }

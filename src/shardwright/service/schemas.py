@@ -191,7 +191,9 @@ class InputsStatus(BaseModel):
     """The job's inputs in the user's terms, read from the output (issue 32 item 6)."""
 
     id: str
-    counts: dict[str, int] = Field(description="inputs done, in_progress, pending, failed")
+    counts: dict[str, int] = Field(
+        description="inputs done, in_tails (kept in pending tails after a stop, committed on resume), in_progress, pending, failed"
+    )
     in_progress: list[InputInProgress]
     eta_seconds: float | None = Field(None, description="seconds left at the running attempt's rate so far")
     note: str | None = Field(None, description="why the output could not be read now")
