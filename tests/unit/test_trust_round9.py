@@ -73,3 +73,43 @@ def test_verify_of_a_run_with_a_damaged_record_names_the_file_and_the_fix(tmp_pa
     assert "\n" not in message
     assert key in message and "does not match its checksum" in message
     assert "shardwright clean" in message and "rerun the same optimize call" not in message
+
+
+# --- the /dev/shm rate budget: a file renamed away or over under a holder (round 7's 22-24) ---
+
+_BUDGET_SCRIPT = """
+import os, sys
+from shardwright.engine.limits import SharedBudget
+path, case = sys.argv[1], sys.argv[2]
+first = SharedBudget("2/s", path=path)
+first.reserve()
+if case == "renamed_away":  # mv budget budget.bak: the holder's file lives on under another name
+    os.rename(path, path + ".bak")
+else:  # a fresh budget file renamed over the path
+    with open(path + ".new", "wb") as f:
+        f.write(bytes(64))
+    os.chmod(path + ".new", 0o600)
+    os.rename(path + ".new", path)
+again = first.reserve()  # the holder's next call
+second = SharedBudget("2/s", path=path)  # a process that starts after it
+print(round(again, 2), round(second.reserve(), 2))
+"""
+
+
+@pytest.mark.parametrize("case", ["renamed_away", "renamed_over"])
+def test_a_budget_file_renamed_under_a_holder_stays_one_budget(tmp_path, case):
+    """Renamed away, the holder kept its file (still linked under the new name) while new
+    processes made another at the path: two budgets, each at the full rate (the second
+    call went at once). Now the holder takes the file at the path, as after a deletion."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _BUDGET_SCRIPT, str(tmp_path / "budget"), case],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = map(float, done.stdout.split())
+    assert first == 0.0 and second == 0.5, done.stdout  # one budget: the second call waits its turn
