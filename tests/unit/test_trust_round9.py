@@ -48,8 +48,10 @@ def test_a_record_edited_and_stripped_of_its_checksum_is_refused_in_a_sealed_run
     _unsealed(storage, key, '"next_input":6', '"next_input":8')
     with pytest.raises(CorruptStateError, match="has no checksum, though this run writes every record with one"):
         load_progress(storage, {0: (0, 12)}, "run", sealed=True)
-    with pytest.raises(CorruptStateError, match="has no checksum"):
+    with pytest.raises(CorruptStateError, match="has no checksum") as raised:
         load_progress(storage, {0: (0, 12)}, "run", repair=True, sealed=True)
+    # the line to paste names this output, not a placeholder (row 5)
+    assert f"`shardwright clean {storage.url}`" in str(raised.value) and "OUTPUT_DIR" not in str(raised.value)
 
 
 def test_a_run_started_before_checksums_still_reads_its_unsealed_records(tmp_path):
@@ -72,7 +74,7 @@ def test_verify_of_a_run_with_a_damaged_record_names_the_file_and_the_fix(tmp_pa
     message = str(raised.value)
     assert "\n" not in message
     assert key in message and "does not match its checksum" in message
-    assert "shardwright clean" in message and "rerun the same optimize call" not in message
+    assert f"`shardwright clean {storage.url}`" in message and "rerun the same optimize call" not in message
 
 
 # --- the /dev/shm rate budget: a file renamed away or over under a holder (round 7's 22-24) ---

@@ -11,7 +11,7 @@ import xxhash
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
-from .hints import START_OVER
+from .hints import START_OVER, naming_output
 from .jsonio import MAX_RECORD_FILE_BYTES, loads_object, read_state, require_field
 from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
 
@@ -399,6 +399,27 @@ def load_progress(
             return shard, key, None  # deleted since the listing: a cleanup (or repair) is running
 
     results = storage.map_requests(read, wanted)
+    try:
+        progress, dropped = _follow(storage, bounds, results, run_id, repair, sealed)
+    except CorruptStateError as damaged:
+        if type(damaged) is not CorruptStateError:
+            raise
+        raise CorruptStateError(naming_output(str(damaged), storage.url)) from None
+    if repair:
+        for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
+            storage.delete(key)
+    return progress
+
+
+def _follow(
+    storage: Storage,
+    bounds: dict[int, tuple[int, int]],
+    results: list[tuple[int, str, bytes | None]],
+    run_id: str | None,
+    repair: bool,
+    sealed: bool,
+) -> tuple[dict[int, ShardProgress], list[str]]:
+    """The shards' chains from the record files read, and the keys of the files off them."""
     files: dict[int, list[_RecordFile]] = {s: [] for s in bounds}
     stale: list[str] = []
     for shard, key, data in results:
@@ -413,10 +434,7 @@ def load_progress(
     dropped = list(stale)
     for shard, shard_files in files.items():
         dropped += _chain(progress[shard], shard_files, storage.url, strict=repair)
-    if repair:
-        for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
-            storage.delete(key)
-    return progress
+    return progress, dropped
 
 
 MAX_RECORD_FILES_COUNTED = 2000
@@ -449,7 +467,7 @@ def committed_chunks_and_damage(
         except FileNotFoundError:
             return 0, None
         except CorruptStateError as damaged:
-            return 0, str(damaged)
+            return 0, naming_output(str(damaged), storage.url)
         return sum(1 for r in records if r.chunk is not None), None
 
     counted = storage.map_requests(count, keys)
