@@ -118,3 +118,44 @@ def test_a_commit_record_damaged_on_disk_is_refused_not_resumed_from(tmp_path):
     resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(row["i"] for row in sw.StreamingDataset(str(out))) == list(range(24))
+
+
+def test_a_record_stripped_of_its_checksum_is_refused_and_verify_names_it(tmp_path):
+    """Trust round 9. Before: the same one-digit edit with the record file's checksum field
+    deleted made the file look like an older version's, which was still read: the resumed
+    run published 22 of 24 items, exit 0. And `verify` of a run with a damaged record said
+    "rerun the same optimize call to finish it" (round 8, row 43)."""
+    import json
+
+    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
+    script.write_text(RECORDS_SCRIPT)
+    run = [sys.executable, str(script), str(out), str(gate)]
+    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
+    last = b'"next_input":6,'
+    try:
+        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
+        assert first.poll() is None, first.communicate()[1][-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    record = _record_holding(out, last)
+    records = json.loads(open(record, "rb").read())["records"]
+    edited = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
+    with open(record, "wb") as f:
+        f.write(edited)  # the digit changed and the checksum field deleted: an older version's shape
+    gate.touch()
+    resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode != 0
+    assert "has no checksum, though this run writes every record with one" in resumed.stderr
+    assert not (out / "index.json").exists()
+    verified = subprocess.run(
+        [sys.executable, "-m", "shardwright.cli", "verify", str(out)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert verified.returncode != 0
+    line = verified.stderr.strip()
+    assert "\n" not in line and os.path.basename(record) in line, verified.stderr
+    assert "shardwright clean" in line and "rerun the same optimize call" not in line

@@ -251,7 +251,7 @@ def _manifest(protocol: int) -> dict:
 
 
 def test_a_protocol_4_run_still_resumes_and_older_ones_are_refused():
-    assert PROTOCOL_VERSION == 6
+    assert PROTOCOL_VERSION == 7
     assert Manifest.from_json(_manifest(4), "m").protocol == 4
     assert Manifest.from_json(_manifest(5), "m").protocol == 5, "chunks named by epoch keep their names"
     assert Manifest.from_json(_manifest(6), "m").protocol == 6

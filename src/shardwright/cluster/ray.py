@@ -210,7 +210,9 @@ class _Driver:
 
     def _progress(self) -> dict[int, ShardProgress]:
         storage = open_storage(self.call.output_dir, self.call.options.storage_options)
-        return load_progress(storage, self.manifest.shard_bounds(), self.manifest.run_id)
+        return load_progress(
+            storage, self.manifest.shard_bounds(), self.manifest.run_id, sealed=self.manifest.records_sealed
+        )
 
     def _counts_from_records(self, before: dict[int, ShardProgress]) -> None:
         """What this call committed, from the records (the ground truth): a task that died with

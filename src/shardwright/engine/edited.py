@@ -55,7 +55,7 @@ def committed_inputs(storage: Storage, manifest: Manifest, ids: Sequence[int] | 
     """Positions of the call's inputs some of whose outputs the run committed (``ids``: the
     run's input ids by position, None when positions are the ids)."""
     runs: list[tuple[int, int]] = []
-    for p in load_progress(storage, manifest.shard_bounds(), manifest.run_id).values():
+    for p in load_progress(storage, manifest.shard_bounds(), manifest.run_id, sealed=manifest.records_sealed).values():
         end = p.end if p.done else p.next_input + (1 if p.skip_outputs else 0)
         if end > p.start:
             runs.append((p.start, end))

@@ -209,7 +209,7 @@ class SharedBudget:
                     "Limiter(path=...) a file on another file system"
                 ) from None
         elif self._replaced():
-            # deleted (a cleanup of /dev/shm) or truncated under this process: touching the mapping
+            # deleted (a cleanup of /dev/shm), renamed or truncated under this process: touching the mapping
             # of a truncated file is SIGBUS, and a deleted one left this process on a budget of its
             # own while new processes made another (two full rates): take the one at the path
             self._map.close()
@@ -220,7 +220,15 @@ class SharedBudget:
 
     def _replaced(self) -> bool:
         st = os.fstat(self._fd)
-        return st.st_nlink == 0 or st.st_size != _FILE_SIZE
+        if st.st_nlink == 0 or st.st_size != _FILE_SIZE:
+            return True
+        # renamed away (`mv` of the file, trust round 9): it stays linked under its new name
+        # while new processes make another at the path; two budgets, each at the full rate
+        try:
+            at_path = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        return (at_path.st_dev, at_path.st_ino) != (st.st_dev, st.st_ino)
 
     def reserve(self, now: float | None = None) -> float:
         """Reserve the next call's start; the seconds to wait before starting it (0: now)."""

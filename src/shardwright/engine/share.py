@@ -116,7 +116,7 @@ def run_share(
     mine = {s: bounds[s] for s in shards}
     if manifest.use_checkpoint and not fresh:
         # a look without claims: the bar's start, and which shards are left at all
-        progress = load_progress(storage, mine, manifest.run_id)
+        progress = load_progress(storage, mine, manifest.run_id, sealed=manifest.records_sealed)
     else:
         progress = {s: ShardProgress(s, *b) for s, b in mine.items()}
     if require_all:
@@ -156,7 +156,9 @@ def run_share(
                 busy[shard] = holder
                 continue
             if manifest.use_checkpoint and not fresh:  # read after claiming: nobody else writes it now
-                read = load_progress(storage, {shard: bounds[shard]}, manifest.run_id, repair=True)
+                read = load_progress(
+                    storage, {shard: bounds[shard]}, manifest.run_id, repair=True, sealed=manifest.records_sealed
+                )
                 tracker.progress[shard] = read[shard]
                 if identity is not None and not options.allow_fn_config_change:  # warned above
                     refuse_positional_resume(

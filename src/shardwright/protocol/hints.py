@@ -9,6 +9,12 @@ START_OVER = (
 )
 
 
+def naming_output(message: str, url: str) -> str:
+    """``message`` with START_OVER's placeholder replaced by the output's own URL, where the
+    caller knows it (trust round 9: the line to paste said `shardwright clean OUTPUT_DIR`)."""
+    return message.replace("`shardwright clean OUTPUT_DIR`", f"`shardwright clean {url}`")
+
+
 def start_over_hint(mode: str, url: str) -> str:
     """The safe way to give up the interrupted run (of manifest mode ``mode``) in ``url``: an
     append (or retry, or incremental) run sits on a published dataset that mode='overwrite' would delete, so

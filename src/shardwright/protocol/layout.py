@@ -48,6 +48,11 @@ run id and the record it extends, so no later run ever uses it). Its buffer *seg
 (``.seg``, issue 35) need none either: a version that does not know them refuses the new
 snapshot's magic and redoes that work from the records; this version still reads the old
 snapshots, which hold their buffer inline.
+7 = every record file ends with a checksum of its records (trust round 8), and a run started
+under 7 refuses a record file without one (trust round 9: deleting the field made an edited
+file look like an older version's, which was still read). A protocol-6 run resumes under 7
+(its record files may predate checksums); a protocol-6 process refuses a protocol-7 manifest
+(it would add unsealed records to a run that requires the seal).
 ``history/`` (informational, read by nothing in the protocol) needs no bump: older
 versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
@@ -56,11 +61,13 @@ from __future__ import annotations
 
 import re
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
+# the first protocol whose record files must all carry their checksum (records.seal_records)
+SEALED_RECORDS_PROTOCOL = 7
 # manifests this version resumes: protocol 4 wrote under node-lease epochs, which a claim's
 # epoch (above them by the clock assumption) continues; 5's chunks named by epoch are kept
 # as their records name them, the chunks written after the resume are named by content
-RESUMABLE_PROTOCOLS = (4, 5, 6)
+RESUMABLE_PROTOCOLS = (4, 5, 6, 7)
 
 INDEX_KEY = "index.json"
 STATE_DIR = ".shardwright"

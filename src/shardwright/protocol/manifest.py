@@ -14,7 +14,7 @@ from ..storage import Storage
 from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, read_state, require_field
-from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, chunk_generation
+from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, SEALED_RECORDS_PROTOCOL, chunk_generation
 from .shards import MAX_NUM_SHARDS, clamp_num_shards, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
@@ -122,6 +122,12 @@ class Manifest:
     # sources (issue 17): an incremental run's positions of the call's inputs, as [a, b) ranges
     input_ranges: list | None = None
     range_skips: list | None = None  # ... and [position, outputs already in the dataset] of retried inputs
+
+    @property
+    def records_sealed(self) -> bool:
+        """Every record file of this run carries its checksum (written by protocol 7 on), so
+        one without it was edited by hand (records.parse_record_file)."""
+        return self.protocol >= SEALED_RECORDS_PROTOCOL
 
     def fn(self) -> FnIdentity:
         """The fn this run was started with (configuration None when it was not recorded)."""

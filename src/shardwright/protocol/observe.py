@@ -29,7 +29,7 @@ def observe(storage: Storage, *, read_records: bool = False, read_identities: bo
     records_readable = True
     if manifest is not None and read_records:
         try:
-            load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+            load_progress(storage, manifest.shard_bounds(), manifest.run_id, sealed=manifest.records_sealed)
         except CorruptStateError:
             records_readable = False
     index, last_run = None, None

@@ -54,7 +54,7 @@ def published_failures(storage: Storage, manifest: Manifest) -> list[list[int]]:
     from the records when every shard's chain reaches its ``done`` record; else from the
     selection written before index.json. A worker leaves its last round's records to the page
     cache (engine.committer), so a power cut after publishing can take them."""
-    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id, sealed=manifest.records_sealed)
     if all(p.done for p in progress.values()):
         return [i for s in sorted(progress) for i in progress[s].failed]
     try:
@@ -240,7 +240,7 @@ def publish_if_complete(
     others = {s: b for s, b in manifest.shard_bounds().items() if s not in known}
     if others:
         try:
-            everything.update(load_progress(storage, others, manifest.run_id))
+            everything.update(load_progress(storage, others, manifest.run_id, sealed=manifest.records_sealed))
         except (FileNotFoundError, CorruptStateError):
             # A record listed a moment ago is gone (or seems to leave a gap): another node
             # published and its cleanup is deleting the records we are reading.
@@ -262,7 +262,9 @@ def publish_if_complete(
         if manifest.use_checkpoint:
             # What is on disk, not what this process believes: a writer that lost its lease
             # (paused past the TTL) may have been superseded; only the records' chains count.
-            everything = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+            everything = load_progress(
+                storage, manifest.shard_bounds(), manifest.run_id, sealed=manifest.records_sealed
+            )
             missing = sorted(s for s, p in everything.items() if not p.done)
             if missing:
                 return False, missing

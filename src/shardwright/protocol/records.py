@@ -11,7 +11,7 @@ import xxhash
 from ..errors import CorruptStateError
 from ..format import ChunkEntry
 from ..storage import Storage
-from .hints import START_OVER
+from .hints import START_OVER, naming_output
 from .jsonio import MAX_RECORD_FILE_BYTES, loads_object, read_state, require_field
 from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
 
@@ -259,12 +259,12 @@ class _RecordFile:
     records: list[CommitRecord] | None  # None: torn
 
 
-def _parse_file(storage: Storage, shard: int, key: str, data: bytes) -> _RecordFile:
+def _parse_file(storage: Storage, shard: int, key: str, data: bytes, sealed: bool) -> _RecordFile:
     _, seq, epoch = parse_record_key(key) or (shard, 0, 0)
     if is_torn(data):
         return _RecordFile(key, seq, epoch, None)
     where = f"{storage.url}/{key}"
-    records = parse_record_file(data, storage, key)
+    records = parse_record_file(data, storage, key, sealed)
     for k, record in enumerate(records):
         prev_ok = k == 0 or record.prev_epoch == epoch
         if (
@@ -331,14 +331,23 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str, strict: 
     return off
 
 
-def parse_record_file(data: bytes, storage: Storage, key: str) -> list[CommitRecord]:
+def parse_record_file(data: bytes, storage: Storage, key: str, sealed: bool = False) -> list[CommitRecord]:
     """The records of one record file (``{"records": [...]}``, one commit round of one shard).
-    Callers check :func:`is_torn` first; anything else unreadable is a CorruptStateError."""
+    Callers check :func:`is_torn` first; anything else unreadable is a CorruptStateError.
+    ``sealed``: the run's manifest is of a protocol that writes every record file with its
+    checksum (``Manifest.records_sealed``), so a file without one was edited, not written
+    by an older version."""
     body = loads_object(data, "checkpoint record", storage, key)
     listed = body.get("records")
     where = f"{storage.url}/{key}"
     if set(body) != {"records"}:  # sealed (every file written since trust round 8), or damaged
         _check_seal(data, where)
+    elif sealed:
+        # trust round 9: deleting the field made an edited file look like an older version's
+        raise CorruptStateError(
+            f"checkpoint record {where} has no checksum, though this run writes every record with one: "
+            f"it was edited by hand, and its counts cannot be trusted. {START_OVER}"
+        )
     if not isinstance(listed, list) or not listed or not all(isinstance(r, dict) for r in listed):
         raise CorruptStateError(
             f"checkpoint record {where} has no 'records' list; it was damaged or edited by hand. "
@@ -360,7 +369,11 @@ def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
 
 
 def load_progress(
-    storage: Storage, bounds: dict[int, tuple[int, int]], run_id: str | None = None, repair: bool = False
+    storage: Storage,
+    bounds: dict[int, tuple[int, int]],
+    run_id: str | None = None,
+    repair: bool = False,
+    sealed: bool = False,
 ) -> dict[int, ShardProgress]:
     """Read the records of the given shards (in parallel on object stores, where round trips
     dominate: Storage.map_requests) and
@@ -371,7 +384,8 @@ def load_progress(
     fenced (superseded) writer, so that none of them can be mistaken for a commit later.
 
     Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short,
-    and are dropped too."""
+    and are dropped too. ``sealed``: see :func:`parse_record_file` (callers pass their
+    manifest's ``records_sealed``)."""
     keys_by_shard = record_keys_by_shard(storage)
     wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
 
@@ -385,12 +399,33 @@ def load_progress(
             return shard, key, None  # deleted since the listing: a cleanup (or repair) is running
 
     results = storage.map_requests(read, wanted)
+    try:
+        progress, dropped = _follow(storage, bounds, results, run_id, repair, sealed)
+    except CorruptStateError as damaged:
+        if type(damaged) is not CorruptStateError:
+            raise
+        raise CorruptStateError(naming_output(str(damaged), storage.url)) from None
+    if repair:
+        for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
+            storage.delete(key)
+    return progress
+
+
+def _follow(
+    storage: Storage,
+    bounds: dict[int, tuple[int, int]],
+    results: list[tuple[int, str, bytes | None]],
+    run_id: str | None,
+    repair: bool,
+    sealed: bool,
+) -> tuple[dict[int, ShardProgress], list[str]]:
+    """The shards' chains from the record files read, and the keys of the files off them."""
     files: dict[int, list[_RecordFile]] = {s: [] for s in bounds}
     stale: list[str] = []
     for shard, key, data in results:
         if data is None:
             continue
-        parsed = _parse_file(storage, shard, key, data)
+        parsed = _parse_file(storage, shard, key, data, sealed)
         if run_id is not None and parsed.records is not None and parsed.records[0].run_id != run_id:
             stale.append(key)
             continue
@@ -399,10 +434,7 @@ def load_progress(
     dropped = list(stale)
     for shard, shard_files in files.items():
         dropped += _chain(progress[shard], shard_files, storage.url, strict=repair)
-    if repair:
-        for key in sorted(dropped, reverse=True):  # highest first: a crash here leaves a prefix
-            storage.delete(key)
-    return progress
+    return progress, dropped
 
 
 MAX_RECORD_FILES_COUNTED = 2000
@@ -412,15 +444,31 @@ def count_committed_chunks(storage: Storage, limit: int = MAX_RECORD_FILES_COUNT
     """Chunks committed by the record files of an unfinished run, for messages ("N chunks are
     checkpointed"). Torn or unreadable files count as nothing; beyond ``limit`` files it says
     "at least N" instead of reading them all."""
-    keys = [k for keys in record_keys_by_shard(storage).values() for k in keys]
+    return committed_chunks_and_damage(storage, limit)[0]
+
+
+def committed_chunks_and_damage(
+    storage: Storage, limit: int = MAX_RECORD_FILES_COUNTED, sealed: bool = False
+) -> tuple[int | str, str | None]:
+    """:func:`count_committed_chunks`, and the message naming the first record file that is
+    damaged (not torn) when there is one: `verify` of such a run said "rerun the same optimize
+    call to finish it", and only that rerun named the damage (trust round 8, row 43).
+    ``sealed``: see :func:`parse_record_file`."""
+    keys = sorted(k for keys in record_keys_by_shard(storage).values() for k in keys)
     if len(keys) > limit:
-        return f"at least {len(keys)}"
+        return f"at least {len(keys)}", None
 
-    def count(key: str) -> int:
+    def count(key: str) -> tuple[int, str | None]:
         try:
-            records = read_record_file(storage, key)
+            data = read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
+            if is_torn(data):
+                return 0, None
+            records = parse_record_file(data, storage, key, sealed)
         except FileNotFoundError:
-            return 0
-        return sum(1 for r in records or () if r.chunk is not None)
+            return 0, None
+        except CorruptStateError as damaged:
+            return 0, naming_output(str(damaged), storage.url)
+        return sum(1 for r in records if r.chunk is not None), None
 
-    return sum(storage.map_requests(count, keys))
+    counted = storage.map_requests(count, keys)
+    return sum(n for n, _ in counted), next((d for _, d in counted if d is not None), None)

@@ -160,7 +160,7 @@ def read_status(storage: Storage) -> RunStatus:
     failed_records = len([k for k in storage.list(FAILED_PREFIX) if k.endswith(".json")])
     if manifest is None:
         return RunStatus(storage.url, "complete" if published else "empty", published, last_run, failed_records)
-    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    progress = load_progress(storage, manifest.shard_bounds(), manifest.run_id, sealed=manifest.records_sealed)
     holders = list(read_leases(storage))
     leases = [
         LeaseStatus(

@@ -36,7 +36,9 @@ def release_buffer(buffer: bytes | memoryview) -> None:
             pass
 
 
-def incomplete_message(where: str, pending: int | str) -> str:
+def incomplete_message(where: str, pending: int | str, damage: str | None = None) -> str:
+    if damage is not None:  # a rerun cannot finish it: name the damaged file and the fix at once
+        return f"{where} has no index.json, and the optimize run writing it cannot be finished: {damage}"
     return (
         f"{where} has no index.json: the optimize run writing it has not finished "
         f"({pending} checkpointed chunks found under {STATE_DIR}/); rerun the same optimize call to finish it"

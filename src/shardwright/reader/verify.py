@@ -35,7 +35,8 @@ from ..format import (
 )
 from ..protocol.index import index_source, parse_dataset_index, read_index_bytes
 from ..protocol.layout import INDEX_KEY, STATE_DIR, content_named_checksum
-from ..protocol.records import count_committed_chunks
+from ..protocol.manifest import read_manifest
+from ..protocol.records import committed_chunks_and_damage
 from ..secrets import redacting
 from ..storage import Storage, open_dataset_storage
 from ..storage.options import check_storage_option_names
@@ -185,7 +186,7 @@ def read_published_index(storage: Storage) -> bytes:
     path = storage.local_path(INDEX_KEY)
     if path is not None and not os.path.isdir(os.path.dirname(path)):
         raise DatasetNotFoundError(f"{storage.url} does not exist: there is no dataset there; check the path")
-    pending = count_committed_chunks(storage)
+    pending, damage = committed_chunks_and_damage(storage, sealed=_records_sealed(storage))
     if not pending and not storage.list(""):
         raise DatasetNotFoundError(f"there is no dataset at {storage.url}: nothing is stored there; check the path")
     if not pending and not storage.list(STATE_DIR + "/"):
@@ -194,7 +195,17 @@ def read_published_index(storage: Storage) -> bytes:
         raise DatasetNotFoundError(
             f"there is no dataset at {storage.url}: it holds neither index.json nor a run's state; check the path"
         )
-    raise IncompleteDatasetError(incomplete_message(storage.url, pending))
+    raise IncompleteDatasetError(incomplete_message(storage.url, pending, damage))
+
+
+def _records_sealed(storage: Storage) -> bool:
+    """Whether the unfinished run's manifest says every record carries its checksum; False
+    when the manifest is missing or unreadable (the run's rerun names that itself)."""
+    try:
+        manifest = read_manifest(storage)
+    except (CorruptStateError, FileNotFoundError):
+        return False
+    return manifest is not None and manifest.records_sealed
 
 
 def _check_one(storage: Storage, config: IndexConfig, entry: ChunkEntry) -> DamagedChunk | None:
