@@ -106,5 +106,8 @@ def test_a_listed_file_linking_out_of_the_root_fails_the_job(server):
             output_dir=str(server.root / "out" / "linked"),
         )
         done = server.wait_state(client, job["id"], "SUCCEEDED", "FAILED", timeout=120)
-    assert done["state"] == "FAILED" and "symbolic link out of" in json.dumps(done), done
+    # sources.parquet refuses a directory's file linking out of it (trust round 7) before the
+    # service's own root check would
+    assert done["state"] == "FAILED", done
+    assert "through a symbolic link to" in done["error"]["message"] and "secret" in done["error"]["message"], done
     assert not (server.root / "out" / "linked" / "index.json").exists()
