@@ -4,7 +4,6 @@ job has listed it, and refused clearly otherwise."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
