@@ -178,7 +178,13 @@ def test_the_jobs_api_lists_inputs_in_the_users_terms(server):
             names = [e["name"] for e in status["in_progress"]]
             assert all("doc0" in name for name in names), names  # the documents, by their content's repr
             counts = status["counts"]
-            assert sum(counts.values()) == 16 and set(counts) == {"done", "in_progress", "pending", "failed"}
+            assert sum(counts.values()) == 16 and set(counts) == {
+                "done",
+                "in_progress",
+                "pending",
+                "failed",
+                "in_tails",
+            }
             client.post(f"/jobs/{job['id']}/cancel")
             server.wait_state(client, job["id"], "CANCELED", "SUCCEEDED", timeout=120)
     finally:
