@@ -1,0 +1,52 @@
+"""Trust round 10 (docs/trust-round10.md): a run's manifest edited back to protocol 6 no
+longer lets a record file without its checksum be read. Round 9 made a record without its
+checksum an error in a protocol-7 run, and that error names the manifest's protocol as what
+decides it; changing "protocol":7 to 6 in manifest.json (one bit) and stripping the record's
+checksum published the dataset without inputs 6 and 7 again. A run started now says it seals
+its records in its run id too, which every record of the run repeats under its checksum: a
+run id changed back makes every record another run's (the work is redone, nothing skipped)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from tests.unit.test_trust_round9 import _unsealed, _written
+
+from shardwright.errors import CorruptStateError
+from shardwright.protocol.fingerprint import InputsFingerprint
+from shardwright.protocol.manifest import Manifest, OutputSettings, new_manifest
+from shardwright.protocol.records import load_progress
+
+
+def _new() -> Manifest:
+    return new_manifest(
+        generation=1,
+        mode="create",
+        num_inputs=4,
+        num_shards=2,
+        inputs=InputsFingerprint.of([1, 2, 3, 4]).to_json(),
+        settings=OutputSettings(1, None, None, 2),
+        use_checkpoint=True,
+        fn_name="f",
+    )
+
+
+def test_a_new_run_stays_sealed_when_its_manifest_is_edited_back_to_protocol_6():
+    manifest = _new()
+    assert manifest.records_sealed
+    downgraded = Manifest.from_json({**manifest.to_json(), "protocol": 6}, "m")
+    assert downgraded.records_sealed, "the run id still says this run writes every record with its checksum"
+
+
+def test_a_run_started_by_protocol_6_is_still_unsealed():
+    legacy = replace(_new(), run_id="0123456789abcdef0123456789abcdef", protocol=6)
+    assert not Manifest.from_json(legacy.to_json(), "m").records_sealed
+
+
+def test_the_downgraded_run_refuses_a_record_stripped_of_its_checksum(tmp_path):
+    manifest = Manifest.from_json({**_new().to_json(), "protocol": 6}, "m")
+    storage, key = _written(tmp_path)
+    _unsealed(storage, key, '"next_input":6', '"next_input":8')
+    with pytest.raises(CorruptStateError, match="has no checksum"):
+        load_progress(storage, {0: (0, 12)}, "run", sealed=manifest.records_sealed)
