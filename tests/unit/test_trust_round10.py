@@ -50,3 +50,28 @@ def test_the_downgraded_run_refuses_a_record_stripped_of_its_checksum(tmp_path):
     _unsealed(storage, key, '"next_input":6', '"next_input":8')
     with pytest.raises(CorruptStateError, match="has no checksum"):
         load_progress(storage, {0: (0, 12)}, "run", sealed=manifest.records_sealed)
+
+
+# --- environment variables named like an API key (OPENAI_API_KEY) were not secrets ---
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "ANTHROPIC_APIKEY", "openai_api_key", "GCP_PRIVATE_KEY"])
+def test_an_api_key_in_the_environment_is_redacted_and_kept_out_of_a_k8s_manifest(name):
+    """Before: OPENAI_API_KEY's value was written unredacted into a failure record (fn's error
+    quoted it) while HF_TOKEN's was replaced by ***, and `k8s manifest --env OPENAI_API_KEY=...`
+    put it in the manifest in plain text."""
+    from shardwright.cluster.kubernetes import JobSpec
+    from shardwright.errors import UsageError
+    from shardwright.secrets import redact, secret_values
+
+    key = "sk-proj-abcdefghijklmnop1234"
+    assert redact(f"401: key {key}", secret_values(None, {name: key})) == "401: key ***"
+    with pytest.raises(UsageError, match="would write a secret into the manifest"):
+        JobSpec(name="j", image="img:1", command=["python", "x.py"], completions=1, env={name: key}).validate()
+
+
+@pytest.mark.parametrize("name", ["SORT_KEY", "KEYBOARD", "PRIMARY_KEY_COLUMN", "HOTKEYS"])
+def test_ordinary_names_with_key_in_them_are_not_secrets(name):
+    from shardwright.secrets import is_secret_env_name
+
+    assert not is_secret_env_name(name)
