@@ -75,3 +75,21 @@ def test_ordinary_names_with_key_in_them_are_not_secrets(name):
     from shardwright.secrets import is_secret_env_name
 
     assert not is_secret_env_name(name)
+
+
+def test_a_cut_jsonl_gz_is_named_as_cut_not_as_inputs_that_cannot_be_sliced(tmp_path):
+    """Before: the source's own line ("is not a complete compressed file ... restore it") is an
+    InputsError, a TypeError, and the check that inputs can be sliced replaced it with "inputs
+    is a JsonlSource, which cannot be sliced ... Pass list(inputs) instead"."""
+    import gzip
+
+    from shardwright import sources
+    from shardwright.engine.planning import check_inputs
+    from shardwright.errors import InputsError
+
+    raw = gzip.compress(b"".join(b'{"a":%d}\n' % i for i in range(2000)))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(InputsError, match="is not a complete compressed file") as raised:
+        check_inputs(sources.jsonl(str(cut)))
+    assert "list(inputs)" not in str(raised.value)
