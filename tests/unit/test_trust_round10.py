@@ -93,3 +93,25 @@ def test_a_cut_jsonl_gz_is_named_as_cut_not_as_inputs_that_cannot_be_sliced(tmp_
     with pytest.raises(InputsError, match="is not a complete compressed file") as raised:
         check_inputs(sources.jsonl(str(cut)))
     assert "list(inputs)" not in str(raised.value)
+
+
+def test_status_names_a_signal_stop_once_and_keeps_the_run_ids_own_digits(capsys):
+    """Before: "state:    interrupted (interrupted (SIGTERM)) (run s7-d85c4, ...)": the state
+    twice, and the run id's mark ate three of its eight characters."""
+    from shardwright.cli.main import print_status
+    from shardwright.protocol.status import RunStatus
+
+    report = RunStatus(
+        "/tmp/x",
+        "interrupted",
+        False,
+        None,
+        0,
+        run_id="s7-d85c4e0f1a2b",
+        mode="create",
+        inputs=10,
+        stop_reason="interrupted (SIGTERM)",
+    )
+    print_status(report)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("state:"))
+    assert line.startswith("state:    interrupted (SIGTERM) (run d85c4e0f,"), line
