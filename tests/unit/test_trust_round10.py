@@ -115,3 +115,16 @@ def test_status_names_a_signal_stop_once_and_keeps_the_run_ids_own_digits(capsys
     print_status(report)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("state:"))
     assert line.startswith("state:    interrupted (SIGTERM) (run d85c4e0f,"), line
+
+
+def test_a_rate_budget_path_in_a_missing_directory_names_the_directory(tmp_path):
+    """Before: "... cannot be opened (No such file or directory): a file there that this user's
+    runs did not make is not used; delete it if it is yours": there was nothing to delete."""
+    from shardwright.engine.limits import SharedBudget
+    from shardwright.errors import UsageError
+
+    missing = tmp_path / "nope"
+    with pytest.raises(UsageError) as raised:
+        SharedBudget("2/s", path=str(missing / "budget")).reserve()
+    message = str(raised.value)
+    assert f"its directory {missing} does not exist" in message and "delete it" not in message, message
