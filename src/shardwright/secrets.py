@@ -60,7 +60,20 @@ SECRET_OPTION_KEYS = frozenset(
 #: Parts of an Azure connection string that are credentials (the string is also hidden whole).
 CONNECTION_STRING_SECRET_PARTS = ("AccountKey", "SharedAccessSignature")
 
-_SECRET_ENV_WORDS = ("SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "ACCESS_KEY", "ACCOUNT_KEY", "CONNECTION_STRING")
+# API_KEY/APIKEY/PRIVATE_KEY (trust round 10): OPENAI_API_KEY's value was kept unredacted in a
+# failure record and written into a k8s manifest; a bare "KEY" would also catch SORT_KEY
+_SECRET_ENV_WORDS = (
+    "SECRET",
+    "TOKEN",
+    "PASSWORD",
+    "CREDENTIAL",
+    "ACCESS_KEY",
+    "ACCOUNT_KEY",
+    "CONNECTION_STRING",
+    "API_KEY",
+    "APIKEY",
+    "PRIVATE_KEY",
+)
 _SECRET_ENV_NAMES = frozenset({"AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN"})
 MIN_SECRET_LENGTH = 4  # shorter values would redact ordinary words
 MIN_ENV_SECRET_LENGTH = 8  # a flag like FOO_TOKEN=true must not redact the word "true" everywhere

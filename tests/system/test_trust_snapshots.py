@@ -159,3 +159,36 @@ def test_a_record_stripped_of_its_checksum_is_refused_and_verify_names_it(tmp_pa
     line = verified.stderr.strip()
     assert "\n" not in line and os.path.basename(record) in line, verified.stderr
     assert "shardwright clean" in line and "rerun the same optimize call" not in line
+
+
+def test_a_manifest_edited_back_to_protocol_6_does_not_unseal_its_records(tmp_path):
+    """Trust round 10, row 1. Before: round 9's edit (next_input 6 to 8, the record's checksum
+    deleted) with "protocol":7 edited to 6 in manifest.json (one bit) read the run as an older
+    version's: the resumed run published 22 of 24 items, exit 0."""
+    import json
+
+    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
+    script.write_text(RECORDS_SCRIPT)
+    run = [sys.executable, str(script), str(out), str(gate)]
+    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
+    last = b'"next_input":6,'
+    try:
+        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
+        assert first.poll() is None, first.communicate()[1][-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    manifest = out / ".shardwright" / "manifest.json"
+    text = manifest.read_bytes()
+    assert b'"protocol":7' in text.replace(b" ", b"")
+    manifest.write_bytes(text.replace(b'"protocol": 7', b'"protocol": 6').replace(b'"protocol":7', b'"protocol":6'))
+    record = _record_holding(out, last)
+    records = json.loads(open(record, "rb").read())["records"]
+    edited = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
+    with open(record, "wb") as f:
+        f.write(edited)
+    gate.touch()
+    resumed = subprocess.run(run, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode != 0, "the downgraded run was resumed from the edited record"
+    assert "has no checksum, though this run writes every record with one" in resumed.stderr
+    assert not (out / "index.json").exists()

@@ -141,6 +141,11 @@ def _open_budget_file(path: str) -> int:
     try:
         fd = os.open(path, flags, 0o600)  # O_NONBLOCK: a planted FIFO must not block the open
     except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # O_CREAT: the directory is what is missing
+            raise UsageError(
+                f"the rate budget file {path} cannot be created: its directory {os.path.dirname(path)} does not "
+                "exist; create it, or pass Limiter(path=...) a file in a directory only you can write"
+            ) from None
         what = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
         raise UsageError(f"the rate budget file {path} {what}: {fix}") from None
     st = os.fstat(fd)

@@ -50,6 +50,8 @@ def check_inputs(inputs: object, transform: Callable[[Sequence], Sequence] | Non
         )
     try:
         inputs[0:0]
+    except InputsError:
+        raise  # a source's own line (a cut .jsonl.gz: InputsError is a TypeError too)
     except TypeError:
         # a collections.deque is a Sequence, but cannot be sliced (and indexing its middle is
         # O(n)): shards are read as slices, so it must be a list first

@@ -64,6 +64,11 @@ import re
 PROTOCOL_VERSION = 7
 # the first protocol whose record files must all carry their checksum (records.seal_records)
 SEALED_RECORDS_PROTOCOL = 7
+# ... and the mark its run ids carry (trust round 10): the manifest's protocol alone was the
+# anchor, and "protocol":7 edited to 6 (one bit) let a record stripped of its checksum pass as
+# an older run's. The run id is repeated in every record under its checksum, so a run id edited
+# back makes every record another run's: dropped, their work redone, none of it skipped.
+SEALED_RUN_ID_PREFIX = "s7-"
 # manifests this version resumes: protocol 4 wrote under node-lease epochs, which a claim's
 # epoch (above them by the clock assumption) continues; 5's chunks named by epoch are kept
 # as their records name them, the chunks written after the resume are named by content

@@ -14,7 +14,14 @@ from ..storage import Storage
 from .fn_identity import FnIdentity
 from .hints import START_OVER
 from .jsonio import dumps, loads_object, read_state, require_field
-from .layout import MANIFEST_KEY, PROTOCOL_VERSION, RESUMABLE_PROTOCOLS, SEALED_RECORDS_PROTOCOL, chunk_generation
+from .layout import (
+    MANIFEST_KEY,
+    PROTOCOL_VERSION,
+    RESUMABLE_PROTOCOLS,
+    SEALED_RECORDS_PROTOCOL,
+    SEALED_RUN_ID_PREFIX,
+    chunk_generation,
+)
 from .shards import MAX_NUM_SHARDS, clamp_num_shards, shard_bounds
 
 MAX_INPUTS = 2**48  # inputs of one run: any count read from disk beyond this was edited by hand
@@ -126,8 +133,9 @@ class Manifest:
     @property
     def records_sealed(self) -> bool:
         """Every record file of this run carries its checksum (written by protocol 7 on), so
-        one without it was edited by hand (records.parse_record_file)."""
-        return self.protocol >= SEALED_RECORDS_PROTOCOL
+        one without it was edited by hand (records.parse_record_file). The run id says so too:
+        a manifest edited back to an older protocol does not unseal the run (layout)."""
+        return self.protocol >= SEALED_RECORDS_PROTOCOL or self.run_id.startswith(SEALED_RUN_ID_PREFIX)
 
     def fn(self) -> FnIdentity:
         """The fn this run was started with (configuration None when it was not recorded)."""
@@ -273,7 +281,7 @@ def new_manifest(
     """A new run's manifest (a fresh run id, created now) from typed parts: the one place a
     manifest is made rather than read."""
     return Manifest(
-        run_id=uuid.uuid4().hex,
+        run_id=SEALED_RUN_ID_PREFIX + uuid.uuid4().hex,
         generation=generation,
         mode=mode,
         num_inputs=num_inputs,
