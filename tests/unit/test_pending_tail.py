@@ -257,3 +257,14 @@ def test_status_ignores_a_damaged_tail_as_the_resume_does(tmp_path):
     snapshot.write_bytes(bytes(data))
     report = read_status(open_storage(out))
     assert (report.inputs_done, report.inputs_in_tails, report.counts["pending"]) == (7, 0, END - 7)
+
+
+def test_a_snapshot_key_names_its_shard_whatever_its_width():
+    """status finds the shards with a snapshot from the keys' names (layout.snapshot_shard):
+    a shard past 99,999 has six digits, and a buffer segment is no snapshot."""
+    from shardwright.protocol.layout import progress_key, segment_key, snapshot_shard
+
+    assert snapshot_shard(progress_key(7, 3)) == 7
+    assert snapshot_shard(progress_key(123_456, 3)) == 123_456
+    assert snapshot_shard(segment_key(7, 3, "0" * 32)) is None
+    assert snapshot_shard("chunk-0-00007-000000-x.bin") is None

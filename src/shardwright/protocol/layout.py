@@ -180,6 +180,12 @@ def progress_prefix(shard: int) -> str:
     return f"{PROGRESS_PREFIX}{shard:05d}-"
 
 
+def snapshot_shard(key: str) -> int | None:
+    """The shard whose progress snapshot ``key`` is (None: a buffer segment or another key)."""
+    found = _SNAPSHOT_NAME.match(key[len(PROGRESS_PREFIX) :]) if key.startswith(PROGRESS_PREFIX) else None
+    return int(found.group(1)) if found else None
+
+
 def segment_key(shard: int, epoch: int, checksum: str) -> str:
     """A segment of the buffer of the writer of ``shard`` under ``epoch``, named by the
     xxh3_128 hex of its content (protocol.segments)."""
@@ -187,6 +193,7 @@ def segment_key(shard: int, epoch: int, checksum: str) -> str:
 
 
 _PROGRESS_NAME = re.compile(r"^\d{5,}-\d{1,16}(\.bin|-[0-9a-f]{32}\.seg)$")
+_SNAPSHOT_NAME = re.compile(r"^(\d{5,})-\d{1,16}\.bin$")
 
 
 # Bounds on the numbers in a record file's name: a hand-made name cannot make a reader

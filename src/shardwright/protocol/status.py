@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from ..names import printable
 from ..storage import Storage
 from .history import Attempt, read_history
-from .layout import FAILED_PREFIX, INDEX_KEY, PROGRESS_PREFIX
+from .layout import FAILED_PREFIX, INDEX_KEY, PROGRESS_PREFIX, snapshot_shard
 from .lease import read_leases
 from .manifest import read_manifest
 from .progress import read_snapshot
@@ -243,11 +243,7 @@ def inputs_in_tails(storage: Storage, run_id: str, progress: dict[int, ShardProg
     its outputs are in the snapshot's buffer (not one stopped between a generator's outputs),
     or in a finished slot (a run with ``concurrency``), failed inputs excepted. One listing of
     the progress folder finds the shards that have a snapshot at all."""
-    with_snapshot = set()
-    for key in storage.list(PROGRESS_PREFIX):
-        name = key.rsplit("/", 1)[-1]
-        if name.endswith(".bin") and name[:5].isdigit():
-            with_snapshot.add(int(name[:5]))
+    with_snapshot = {snapshot_shard(key) for key in storage.list(PROGRESS_PREFIX)}
     wanted = [p for s, p in sorted(progress.items()) if s in with_snapshot and not p.done]
 
     def kept(p: ShardProgress) -> int:
