@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from tests.unit.test_trust_round9 import _unsealed, _written
 
 from shardwright.errors import CorruptStateError
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.manifest import Manifest, OutputSettings, new_manifest
 from shardwright.protocol.records import load_progress
+from support.sealed_records import strip_checksum, written_records
 
 
 def _new() -> Manifest:
@@ -39,15 +39,15 @@ def test_a_new_run_stays_sealed_when_its_manifest_is_edited_back_to_protocol_6()
     assert downgraded.records_sealed, "the run id still says this run writes every record with its checksum"
 
 
-def test_a_run_started_by_protocol_6_is_still_unsealed():
+def test_a_run_started_by_protocol_6_is_stillstrip_checksum():
     legacy = replace(_new(), run_id="0123456789abcdef0123456789abcdef", protocol=6)
     assert not Manifest.from_json(legacy.to_json(), "m").records_sealed
 
 
 def test_the_downgraded_run_refuses_a_record_stripped_of_its_checksum(tmp_path):
     manifest = Manifest.from_json({**_new().to_json(), "protocol": 6}, "m")
-    storage, key = _written(tmp_path)
-    _unsealed(storage, key, '"next_input":6', '"next_input":8')
+    storage, key = written_records(tmp_path)
+    strip_checksum(storage, key, '"next_input":6', '"next_input":8')
     with pytest.raises(CorruptStateError, match="has no checksum"):
         load_progress(storage, {0: (0, 12)}, "run", sealed=manifest.records_sealed)
 

@@ -10,25 +10,12 @@ import json
 import pytest
 
 from shardwright.errors import CorruptStateError
-from shardwright.protocol.layout import record_key
-from shardwright.protocol.records import CommitRecord, load_progress, write_records
-from shardwright.storage import open_storage
-
-EPOCH = 7
-
-
-def _written(tmp_path):
-    storage = open_storage(str(tmp_path / "out"))
-    records = [
-        CommitRecord(0, seq, None, 0, 2 * seq, 2 * seq + 2, 0, False, (), "run", EPOCH, None if seq == 0 else EPOCH)
-        for seq in range(3)
-    ]
-    write_records(storage, records)
-    return storage, record_key(0, 0, EPOCH)
+from shardwright.protocol.records import load_progress
+from support.sealed_records import written_records
 
 
 def test_records_as_written_are_read_back(tmp_path):
-    storage, _ = _written(tmp_path)
+    storage, _ = written_records(tmp_path)
     progress = load_progress(storage, {0: (0, 12)})[0]
     assert (progress.next_seq, progress.next_input, progress.done) == (3, 6, False)
 
@@ -51,7 +38,7 @@ def test_records_as_written_are_read_back(tmp_path):
     ids=["next_input", "skip_outputs", "done", "algorithm", "key"],
 )
 def test_a_record_with_one_field_changed_on_disk_is_refused(tmp_path, old, new):
-    storage, key = _written(tmp_path)
+    storage, key = written_records(tmp_path)
     text = storage.read_bytes(key).decode()
     assert old in text
     at = text.rfind(old)
@@ -61,7 +48,7 @@ def test_a_record_with_one_field_changed_on_disk_is_refused(tmp_path, old, new):
 
 
 def test_a_record_file_written_before_checksums_is_still_read(tmp_path):
-    storage, key = _written(tmp_path)
+    storage, key = written_records(tmp_path)
     body = json.loads(storage.read_bytes(key))
     storage.write_bytes(key, json.dumps({"records": body["records"]}).encode())  # an older version's file
     assert load_progress(storage, {0: (0, 12)})[0].next_input == 6

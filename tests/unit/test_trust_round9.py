@@ -6,32 +6,12 @@ read: "next_input":6 changed to 8, checksum removed, published the dataset witho
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from shardwright.errors import CorruptStateError
-from shardwright.protocol.layout import PROTOCOL_VERSION, record_key
-from shardwright.protocol.records import CommitRecord, load_progress, write_records
-from shardwright.storage import open_storage
-
-EPOCH = 7
-
-
-def _written(tmp_path):
-    storage = open_storage(str(tmp_path / "out"))
-    records = [
-        CommitRecord(0, seq, None, 0, 2 * seq, 2 * seq + 2, 0, False, (), "run", EPOCH, None if seq == 0 else EPOCH)
-        for seq in range(3)
-    ]
-    write_records(storage, records)
-    return storage, record_key(0, 0, EPOCH)
-
-
-def _unsealed(storage, key, old: str = "", new: str = "") -> None:
-    body = json.loads(storage.read_bytes(key))
-    text = json.dumps({"records": body["records"]}, separators=(",", ":")).replace(old, new)
-    storage.write_bytes(key, text.encode())
+from shardwright.protocol.layout import PROTOCOL_VERSION
+from shardwright.protocol.records import load_progress
+from support.sealed_records import strip_checksum, written_records
 
 
 def test_a_manifest_written_now_says_its_records_are_sealed():
@@ -44,8 +24,8 @@ def test_a_manifest_written_now_says_its_records_are_sealed():
 
 
 def test_a_record_edited_and_stripped_of_its_checksum_is_refused_in_a_sealed_run(tmp_path):
-    storage, key = _written(tmp_path)
-    _unsealed(storage, key, '"next_input":6', '"next_input":8')
+    storage, key = written_records(tmp_path)
+    strip_checksum(storage, key, '"next_input":6', '"next_input":8')
     with pytest.raises(CorruptStateError, match="has no checksum, though this run writes every record with one"):
         load_progress(storage, {0: (0, 12)}, "run", sealed=True)
     with pytest.raises(CorruptStateError, match="has no checksum") as raised:
@@ -55,8 +35,8 @@ def test_a_record_edited_and_stripped_of_its_checksum_is_refused_in_a_sealed_run
 
 
 def test_a_run_started_before_checksums_still_reads_its_unsealed_records(tmp_path):
-    storage, key = _written(tmp_path)
-    _unsealed(storage, key)
+    storage, key = written_records(tmp_path)
+    strip_checksum(storage, key)
     assert load_progress(storage, {0: (0, 12)}, "run", sealed=False)[0].next_input == 6
 
 
@@ -66,7 +46,7 @@ def test_verify_of_a_run_with_a_damaged_record_names_the_file_and_the_fix(tmp_pa
     from shardwright.errors import IncompleteDatasetError
     from shardwright.reader.verify import verify
 
-    storage, key = _written(tmp_path)
+    storage, key = written_records(tmp_path)
     text = storage.read_bytes(key).decode().replace('"next_input":6', '"next_input":8')
     storage.write_bytes(key, text.encode())
     with pytest.raises(IncompleteDatasetError) as raised:

@@ -1,0 +1,31 @@
+"""Three commit records of shard 0 written as a run writes them (with their checksum), for the
+tests that damage or strip them on disk (trust rounds 8 and 9)."""
+
+from __future__ import annotations
+
+import json
+
+from shardwright.protocol.layout import record_key
+from shardwright.protocol.records import CommitRecord, write_records
+from shardwright.storage import Storage, open_storage
+
+EPOCH = 7
+
+
+def written_records(tmp_path) -> tuple[Storage, str]:
+    """A local output holding the records of one commit round, and that round's record key."""
+    storage = open_storage(str(tmp_path / "out"))
+    records = [
+        CommitRecord(0, seq, None, 0, 2 * seq, 2 * seq + 2, 0, False, (), "run", EPOCH, None if seq == 0 else EPOCH)
+        for seq in range(3)
+    ]
+    write_records(storage, records)
+    return storage, record_key(0, 0, EPOCH)
+
+
+def strip_checksum(storage: Storage, key: str, old: str = "", new: str = "") -> None:
+    """Rewrite a record file without its checksum (as a version before checksums wrote it),
+    replacing ``old`` with ``new`` in its text: a hand edit that drops the seal."""
+    body = json.loads(storage.read_bytes(key))
+    text = json.dumps({"records": body["records"]}, separators=(",", ":")).replace(old, new)
+    storage.write_bytes(key, text.encode())
