@@ -234,7 +234,7 @@ def test_status_counts_the_inputs_kept_in_a_pending_tail_as_done_but_not_committ
     assert report.counts == {"done": 7, "in_tails": 3, "in_progress": 0, "pending": END - 10, "failed": 0}
     assert status_report(out)["inputs_in_tails"] == 3  # status --json
     print_status(report)
-    assert "7 of 40 done (17.5%) (+3 kept in pending tails, committed on resume)" in capsys.readouterr().out
+    assert "7 of 40 committed (17.5%) (+3 kept in pending tails, committed on resume)" in capsys.readouterr().out
     # the resume takes the tail up and commits it: nothing is left in a tail, every input is done
     assert not run_worker(plain, config(out), list(range(END)))
     again = read_status(open_storage(out))
@@ -268,3 +268,27 @@ def test_a_snapshot_key_names_its_shard_whatever_its_width():
     assert snapshot_shard(progress_key(123_456, 3)) == 123_456
     assert snapshot_shard(segment_key(7, 3, "0" * 32)) is None
     assert snapshot_shard("chunk-0-00007-000000-x.bin") is None
+
+
+def fails_on_2_and_8(x: int) -> dict:
+    if x in (2, 8):
+        raise ValueError(f"input {x} fails")
+    return {"x": x}
+
+
+def test_status_counts_an_input_that_failed_inside_a_tail_as_failed_once(tmp_path):
+    """Trust round 10 row 10: "64 done (+37 in pending tails), 0 in progress, 195 pending, 4
+    failed" beside "6 failure record(s)": the 2 inputs that failed inside the tail were pending,
+    and the 4 committed failures were counted twice (in "done" and in "failed"), so pending was
+    short by 2 (the rerun called fn 197 times)."""
+    from shardwright.protocol.status import read_status
+    from shardwright.storage import open_storage
+
+    out = str(tmp_path / "out")
+    manifest_of(out)
+    # 0..7 committed (input 2 failed there: chunk of 7 items), 8 failed and 9..10 kept in the tail
+    assert run_worker(fails_on_2_and_8, config(out, on_error="skip"), list(range(END)), stop_after=11)
+    report = read_status(open_storage(out))
+    assert (report.inputs_done, report.failed_records) == (8, 2), "0..7 through the records; 2 failure records"
+    # each input once: 0..7 less the failed 2 done, 9..10 in the tail, 2 and 8 failed, 11..39 pending
+    assert report.counts == {"done": 7, "in_tails": 2, "in_progress": 0, "pending": 29, "failed": 2}

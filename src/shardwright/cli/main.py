@@ -77,7 +77,7 @@ def print_status(report: RunStatus) -> None:
             else ""
         )
         print(
-            f"inputs:   {report.inputs_done:,} of {total:,} done ({pct:.1f}%){kept}, "
+            f"inputs:   {report.inputs_done:,} of {total:,} committed ({pct:.1f}%){kept}, "
             f"{report.items_committed:,} items in {report.chunks_committed:,} chunks committed"
         )
         print(

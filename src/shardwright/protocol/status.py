@@ -191,14 +191,17 @@ def read_status(storage: Storage) -> RunStatus:
         state, reason = "interrupted", stop_reason(last) if last is not None else None
     claimed = {lease.shard for lease in leases if lease.shard is not None and lease.live}
     done = sum(p.inputs_done for p in progress.values())
-    failed_now = len({i for p in progress.values() for r in p.records for i, _ in r.failed})
     busy = len(in_progress)
-    kept = 0 if state == "running" else inputs_in_tails(storage, manifest.run_id, progress)
+    # trust round 10: the inputs that failed inside a tail were counted as pending ("195
+    # pending, 4 failed" beside 6 failure records); each input is counted once, where it is
+    kept, failed_in_tails = (0, 0) if state == "running" else tail_counts(storage, manifest.run_id, progress)
+    failed_committed = len({i for p in progress.values() for r in p.records for i, _ in r.failed})
+    failed_now = failed_committed + failed_in_tails
     counts = {
-        "done": done,
+        "done": done - failed_committed,  # the failed are counted once: as failed
         "in_tails": kept,
         "in_progress": busy,
-        "pending": max(0, manifest.num_inputs - done - kept - busy - failed_now),
+        "pending": max(0, manifest.num_inputs - done - kept - busy - failed_in_tails),
         "failed": failed_now,
     }
     return RunStatus(
@@ -229,35 +232,40 @@ def read_status(storage: Storage) -> RunStatus:
         started_at=manifest.created_at,
         in_progress=in_progress,
         counts=counts,
-        eta_s=_eta(done, manifest.num_inputs - done - failed_now, history, manifest.created_at)
+        eta_s=_eta(done, manifest.num_inputs - done - failed_in_tails, history, manifest.created_at)
         if state == "running"
         else None,
     )
 
 
-def inputs_in_tails(storage: Storage, run_id: str, progress: dict[int, ShardProgress]) -> int:
-    """Inputs finished past the records of the unfinished shards, in the progress snapshots the
-    resume takes up: the snapshot that extends a shard's chain tip, read and verified by the
-    same :func:`read_snapshot` (one that does not extend the tip, or is torn or damaged, or
-    whose segments are, is ignored here as the resume ignores it). An input is counted when all
-    its outputs are in the snapshot's buffer (not one stopped between a generator's outputs),
-    or in a finished slot (a run with ``concurrency``), failed inputs excepted. One listing of
-    the progress folder finds the shards that have a snapshot at all."""
+def tail_counts(storage: Storage, run_id: str, progress: dict[int, ShardProgress]) -> tuple[int, int]:
+    """(inputs finished, inputs failed) past the records of the unfinished shards, in the
+    progress snapshots the resume takes up: the snapshot that extends a shard's chain tip, read
+    and verified by the same :func:`read_snapshot` (one that does not extend the tip, or is torn
+    or damaged, or whose segments are, is ignored here as the resume ignores it). An input is
+    finished when all its outputs are in the snapshot's buffer (not one stopped between a
+    generator's outputs), or in a finished slot (a run with ``concurrency``); it failed when
+    the buffer lists it as skipped (``on_error="skip"``: its failure record is written) or its
+    slot gave up on it. One listing of the progress folder finds the shards that have a
+    snapshot at all."""
     with_snapshot = {snapshot_shard(key) for key in storage.list(PROGRESS_PREFIX)}
     wanted = [p for s, p in sorted(progress.items()) if s in with_snapshot and not p.done]
 
-    def kept(p: ShardProgress) -> int:
+    def counted(p: ShardProgress) -> tuple[int, int]:
         tip = p.records[-1].epoch if p.records else None
         snapshot = read_snapshot(storage, run_id, p.shard, p.next_seq, tip, (p.next_input, p.skip_outputs))
         if snapshot is None:
-            return 0
+            return 0, 0
         head = snapshot.buffer.position[0]
         if not p.next_input <= head <= p.end:
-            return 0  # not this shard's inputs: the resume redoes them
+            return 0, 0  # not this shard's inputs: the resume redoes them
+        slots = [s for s in snapshot.slots if s.done and s.position < p.end]
+        failed = len(snapshot.buffer.failed) + sum(1 for s in slots if s.failed)
         in_buffer = head - p.next_input - len(snapshot.buffer.failed)
-        return max(0, in_buffer) + sum(1 for s in snapshot.slots if s.done and not s.failed and s.position < p.end)
+        return max(0, in_buffer) + sum(1 for s in slots if not s.failed), failed
 
-    return sum(storage.map_requests(kept, wanted))
+    counts = storage.map_requests(counted, wanted)
+    return sum(kept for kept, _ in counts), sum(failed for _, failed in counts)
 
 
 def node_progress(progress: dict, leases: list[LeaseStatus], num_shards: int) -> list[NodeProgress]:
