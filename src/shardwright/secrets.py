@@ -91,6 +91,35 @@ def is_secret_env_name(name: str) -> bool:
     return upper in _SECRET_ENV_NAMES or any(word in upper for word in _SECRET_ENV_WORDS)
 
 
+# Variables whose value says where a credential is, not what it is (trust round 10: `k8s
+# manifest --env GOOGLE_APPLICATION_CREDENTIALS=/var/secret/key.json`, the usual way to point at
+# a mounted Secret, was refused for the CREDENTIAL in its name). Only an absolute path of
+# ordinary characters passes: a JSON key pasted inline ({"type": ...}) or a token is still a
+# secret. The suffixes: AWS_SHARED_CREDENTIALS_FILE, AWS_WEB_IDENTITY_TOKEN_FILE,
+# AZURE_FEDERATED_TOKEN_FILE, AZURE_CLIENT_CERTIFICATE_PATH, Docker's DB_PASSWORD_FILE.
+_CREDENTIAL_POINTER_NAMES = frozenset({"GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE"})
+_CREDENTIAL_POINTER_SUFFIXES = ("_FILE", "_PATH")
+_PATH_VALUE = re.compile(r"(/[A-Za-z0-9._@-]+)+/?")
+
+
+def is_credential_pointer_name(name: str) -> bool:
+    """Whether an environment variable is one whose value is the path of a credential file."""
+    upper = name.upper()
+    return upper in _CREDENTIAL_POINTER_NAMES or upper.endswith(_CREDENTIAL_POINTER_SUFFIXES)
+
+
+def is_credential_path(name: str, value: str) -> bool:
+    """Whether ``name=value`` points at a credential file (a mounted Secret) rather than
+    holding the credential: a pointer name (above) and an absolute path as its value."""
+    return is_credential_pointer_name(name) and len(value) <= 4096 and _PATH_VALUE.fullmatch(value) is not None
+
+
+def has_url_credentials(text: str) -> bool:
+    """Whether ``text`` holds a URL with a ``user:password@`` part, or a presigned URL's
+    signature or token, anywhere in it (what :func:`redact_url_credentials` hides)."""
+    return redact_url_credentials(text) != text
+
+
 def url_credentials(value: str) -> list[str]:
     """The user and password of a URL's ``user:password@`` part ([] when it has none)."""
     if "@" not in value or "://" not in value:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from ..secrets import is_secret_env_name
+from ..secrets import has_url_credentials, is_credential_path, is_credential_pointer_name, is_secret_env_name
 
 NUM_NODES_VAR = "SHARDWRIGHT_NUM_NODES"
 JOB_NAME_VAR = "SHARDWRIGHT_JOB_NAME"
@@ -97,16 +97,14 @@ class JobSpec:
                 f"--service-account {self.service_account!r} is not a valid ServiceAccount name: lowercase letters, "
                 "digits, '-' and '.' (a DNS-1123 subdomain, at most 253 characters)"
             )
-        for key in self.env:
-            if not _ENV_NAME.match(key):
-                raise UsageError(f"--env {key!r} is not an environment variable name")
-            if is_secret_env_name(key):
-                raise UsageError(
-                    f"--env {key}=... would write a secret into the manifest in plain text; put it in a Secret "
-                    f"(kubectl create secret generic NAME --from-literal={key}=...) and pass --secret NAME"
-                )
-            if key in (NUM_NODES_VAR, JOB_NAME_VAR, "JOB_COMPLETION_INDEX"):
-                raise UsageError(f"--env {key} is set by the manifest itself; leave it out")
+        for key, value in self.env.items():
+            _check_env(key, value)
+        if self.output_dir is not None and has_url_credentials(self.output_dir):
+            raise UsageError(
+                "--output-dir holds a URL with credentials (user:password@ or a signed query), which would be "
+                "written into the manifest in plain text; give the URL without them and put the credentials in a "
+                "Secret (--secret NAME)"
+            )
         if self.output_dir is not None:
             local = "://" not in self.output_dir
             if local and not self.shared_output and self.completions > 1:
@@ -115,6 +113,33 @@ class JobSpec:
                     "bucket URL (s3://...), or --shared-output if every pod mounts the same volume there"
                 )
         return self
+
+
+def _check_env(key: str, value: str) -> None:
+    """One ``--env`` pair, refused if it would put a secret in the manifest (which is kept and
+    shown: kubectl get -o yaml) or clash with the manifest's own variables. The messages never
+    repeat the value."""
+    if not _ENV_NAME.match(key):
+        raise UsageError(f"--env {key!r} is not an environment variable name")
+    if key in (NUM_NODES_VAR, JOB_NAME_VAR, "JOB_COMPLETION_INDEX"):
+        raise UsageError(f"--env {key} is set by the manifest itself; leave it out")
+    in_a_secret = (
+        f"put it in a Secret (kubectl create secret generic NAME --from-literal={key}=...) and pass --secret NAME"
+    )
+    if has_url_credentials(value):  # trust round 10: FOO=https://user:pass@host/x was written as it was
+        raise UsageError(
+            f"--env {key}=... holds a URL with credentials (user:password@ or a signed query), which would be "
+            f"written into the manifest in plain text; {in_a_secret}"
+        )
+    if not is_secret_env_name(key) or is_credential_path(key, value):
+        return  # GOOGLE_APPLICATION_CREDENTIALS=/var/secrets/key.json points at a mounted Secret
+    if is_credential_pointer_name(key):
+        raise UsageError(
+            f"--env {key}=... is not an absolute file path (a key pasted inline?) and would write a secret into "
+            "the manifest in plain text; put the credential file in a Secret, mount it in the pods, and set "
+            f"{key} to the mounted file's absolute path (e.g. /var/secrets/key.json)"
+        )
+    raise UsageError(f"--env {key}=... would write a secret into the manifest in plain text; {in_a_secret}")
 
 
 def job_manifest(spec: JobSpec) -> dict:

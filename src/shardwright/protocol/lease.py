@@ -30,6 +30,22 @@ def lease_ttl() -> float:
 
 MAX_TTL = 7 * 24 * 3600.0  # a lease file claiming a longer TTL was edited by hand
 
+# The way out of a lease over MAX_LEASE_BYTES (trust round 10: the line said "Abandon the run
+# with `shardwright clean OUTPUT_DIR`", which discards the committed work). The writer never
+# writes one that large (HolderFields.bounded), so it is damaged liveness data, and deleting
+# it is what a takeover does: a run still holding it loses it at its next heartbeat or commit
+# check and stops, and the commit records, not the lease, carry the work.
+TOO_LARGE_FIX = (
+    "Delete that one file: a lease holds no work, only which process writes the run; a run still "
+    "holding it stops at its next heartbeat, and rerunning the same call takes a new lease and resumes "
+    "from the commit records (nothing committed is lost)"
+)
+
+
+def read_lease(storage: Storage, key: str) -> bytes:
+    """A lease file's bytes, bounded (FileNotFoundError when missing)."""
+    return read_state(storage, key, "lease", MAX_LEASE_BYTES, TOO_LARGE_FIX)
+
 
 def number(holder: dict, name: str, default: float) -> float:
     """A number of a lease file, bounded: a hand-edited or damaged field never crashes a
@@ -89,8 +105,29 @@ class HolderFields:
                 out[name] = value
         return out
 
+    def bounded(self) -> HolderFields:
+        """What a lease may say of the inputs in flight: the first MAX_SHOWN_INPUTS (all a
+        reader reads), within LEASE_BODY_BUDGET. 1,024 inputs in flight with 4 KiB ResumePoint
+        states came to over MAX_LEASE_BYTES, which every reader, the holder's own check before
+        each commit among them, refused; the states, then the names, are left out first."""
+        n = MAX_SHOWN_INPUTS
+        fields = replace(
+            self,
+            current_inputs=self.current_inputs[:n],
+            current_names=self.current_names[:n],
+            current_states=self.current_states[:n],
+            current_calls=self.current_calls[:n],
+        )
+        if len(dumps(fields.to_json())) > LEASE_BODY_BUDGET:
+            fields = replace(fields, current_states=())
+        if len(dumps(fields.to_json())) > LEASE_BODY_BUDGET:
+            fields = replace(fields, current_names=())
+        return fields
+
 
 HOLDER_FIELDS = tuple(HolderFields.__dataclass_fields__)
+MAX_SHOWN_INPUTS = 1024  # LeaseHolder.from_json reads no more
+LEASE_BODY_BUDGET = MAX_LEASE_BYTES // 4  # the rest of a lease is a few hundred bytes
 
 
 @dataclass(frozen=True)
@@ -204,7 +241,7 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
     """Raise LeaseLostError unless the lease ``key`` still names ``owner``: called before
     each commit-record write, so a writer that was paused past its TTL stops there."""
     try:
-        holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
+        holder = LeaseHolder.parse(read_lease(storage, key), f"{storage.url}/{key}")
     except FileNotFoundError:
         holder = None
     if holder is None or holder.owner != owner:
@@ -217,7 +254,7 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
 def lease_owner(storage: Storage, key: str) -> str | None:
     """The owner the lease ``key`` names now (None: no readable lease)."""
     try:
-        holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
+        holder = LeaseHolder.parse(read_lease(storage, key), f"{storage.url}/{key}")
     except FileNotFoundError:
         return None
     return holder.owner if holder is not None else None
@@ -317,7 +354,7 @@ class Lease:
                 "heartbeat": time.time(),
                 "ttl": lease_ttl(),
                 "epoch": self.epoch,
-                **self.fields.to_json(),
+                **self.fields.bounded().to_json(),
             }
         )
 
@@ -364,7 +401,7 @@ class Lease:
                     continue  # taken over at once (we were paused): try again, from the start
                 self._mark_held()
                 return None
-            current = read_versioned_state(self.storage, self.key, "lease")
+            current = read_versioned_state(self.storage, self.key, "lease", fix=TOO_LARGE_FIX)
             if current is None:
                 continue  # released between our two calls
             data, version = current
@@ -456,7 +493,7 @@ class Lease:
                 # One conditional request where the store has one: deleted only while still at
                 # the version our last write made (any takeover since changed it).
                 if storage.delete_if_version(self.key, self._version) is None:
-                    current = read_versioned_state(storage, self.key, "lease")
+                    current = read_versioned_state(storage, self.key, "lease", fix=TOO_LARGE_FIX)
                     holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
                     if holder is not None and holder.owner == self.owner:
                         storage.delete(self.key, durable=self.durable)
@@ -471,7 +508,7 @@ def read_leases(storage: Storage, prefix: str = "") -> list[tuple[str, LeaseHold
     found = []
     for key in storage.list(LEASES_PREFIX + prefix):
         try:
-            holder = LeaseHolder.parse(read_state(storage, key, "lease", MAX_LEASE_BYTES), f"{storage.url}/{key}")
+            holder = LeaseHolder.parse(read_lease(storage, key), f"{storage.url}/{key}")
         except FileNotFoundError:
             continue
         if holder is not None:

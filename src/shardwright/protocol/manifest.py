@@ -12,8 +12,8 @@ from ..errors import CorruptStateError
 from ..format import ChunkEntry, IndexConfig
 from ..storage import Storage
 from .fn_identity import FnIdentity
-from .hints import START_OVER
-from .jsonio import dumps, loads_object, read_state, require_field
+from .hints import START_OVER, naming_output
+from .jsonio import dumps, field_problem, loads_object, read_state, require_field
 from .layout import (
     MANIFEST_KEY,
     PROTOCOL_VERSION,
@@ -152,7 +152,17 @@ class Manifest:
     def from_json(cls, data: dict, where: str) -> Manifest:
         what = "run manifest"
         protocol = data.get("protocol")
-        if type(protocol) is not int or protocol not in RESUMABLE_PROTOCOLS:
+        # a protocol that is not a whole number (trust round 10: "7", a string) or that no
+        # version wrote is damage, not a version to go and find
+        damage = field_problem(data, "protocol", int)
+        if damage is None and isinstance(protocol, int) and protocol < 1:
+            damage = f"has protocol {protocol}"
+        if damage is not None:
+            raise CorruptStateError(
+                f"{what} {where} {damage}: the manifest is damaged or was edited by hand (it is not another "
+                f"version's). {START_OVER}"
+            )
+        if protocol not in RESUMABLE_PROTOCOLS:
             raise CorruptStateError(
                 f"{what} {where} has protocol {data.get('protocol')!r}, this shardwright writes {PROTOCOL_VERSION}; "
                 "finish the run with the shardwright version that started it, or rerun with mode='overwrite'"
@@ -167,16 +177,16 @@ class Manifest:
             settings=OutputSettings.from_json(require_field(data, "settings", dict, what, where), where),
             use_checkpoint=require_field(data, "use_checkpoint", bool, what, where),
             base_chunks=require_field(data, "base_chunks", list, what, where),
-            base_config=data.get("base_config"),
+            base_config=_optional(data, "base_config", dict, where),
             fn_name=require_field(data, "fn_name", str, what, where),
             created_at=float(require_field(data, "created_at", (int, float), what, where)),
-            input_ids=data.get("input_ids"),
-            input_skips=data.get("input_skips"),
-            fn_code=str(data.get("fn_code") or ""),
-            input_files=data.get("input_files") if isinstance(data.get("input_files"), dict) else None,
+            input_ids=_optional(data, "input_ids", list, where),
+            input_skips=_optional(data, "input_skips", list, where),
+            fn_code=_optional(data, "fn_code", str, where) or "",
+            input_files=_optional(data, "input_files", dict, where),
             fn_identity=_fn_identity_json(data.get("fn_identity"), where),
-            input_ranges=data.get("input_ranges"),
-            range_skips=data.get("range_skips"),
+            input_ranges=_optional(data, "input_ranges", list, where),
+            range_skips=_optional(data, "range_skips", list, where),
             protocol=protocol,
         ).validated(where)
 
@@ -185,8 +195,8 @@ class Manifest:
         problem = None
         inputs = self.inputs
         if not (
-            isinstance(inputs.get("count"), int)
-            and isinstance(inputs.get("block_size"), int)
+            type(inputs.get("count")) is int
+            and type(inputs.get("block_size")) is int
             and isinstance(inputs.get("block_hashes"), str)
         ):
             problem = "its inputs fingerprint is incomplete"
@@ -209,7 +219,7 @@ class Manifest:
         elif self.input_ids is not None and not (
             isinstance(self.input_ids, list)
             and len(self.input_ids) == self.num_inputs
-            and all(isinstance(i, int) and 0 <= i < inputs["count"] for i in self.input_ids)
+            and all(type(i) is int and 0 <= i < inputs["count"] for i in self.input_ids)
             and isinstance(self.input_skips, list)
             and len(self.input_skips) == self.num_inputs
             and all(type(k) is int and 0 <= k <= MAX_INPUTS for k in self.input_skips)
@@ -253,9 +263,12 @@ def read_manifest(storage: Storage) -> Manifest | None:
         data = read_state(storage, MANIFEST_KEY, "run manifest")
     except FileNotFoundError:
         return None
-    return Manifest.from_json(
-        loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}"
-    )
+    try:
+        return Manifest.from_json(
+            loads_object(data, "run manifest", storage, MANIFEST_KEY), f"{storage.url}/{MANIFEST_KEY}"
+        )
+    except CorruptStateError as damaged:  # the line to paste names this output, not OUTPUT_DIR
+        raise CorruptStateError(naming_output(str(damaged), storage.url)) from None
 
 
 def new_manifest(
@@ -312,6 +325,15 @@ def create_manifest(storage: Storage, manifest: Manifest) -> Manifest:
     if existing is None:  # deleted between our attempt and the read: a finished run; try again
         return create_manifest(storage, manifest)
     return existing
+
+
+def _optional(data: dict, name: str, kind: type, where: str):
+    """An optional field of the manifest: absent or null is None, anything else must be of
+    ``kind`` (a wrong type is damage: an input_files that was silently dropped turned off the
+    check that the input files are unchanged)."""
+    if data.get(name) is None:
+        return None
+    return require_field(data, name, kind, "run manifest", where)
 
 
 def _fn_identity_json(data: object, where: str) -> dict | None:

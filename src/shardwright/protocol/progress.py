@@ -68,6 +68,13 @@ MAX_HEADER_BYTES = 64 * 1024 * 1024  # a header is a few hundred bytes per input
 # larger file was damaged or planted and is refused before it is read.
 MAX_SNAPSHOT_BYTES = 1 << 30
 MAX_NUMBER = 2**53
+# The way out of a snapshot over that bound (trust round 10: the line said "Abandon the run
+# with `shardwright clean OUTPUT_DIR`", which discards the committed work): it only ever saves
+# work past the records, which alone are the commit (the module's docstring).
+TOO_LARGE_FIX = (
+    "Delete that one file: a progress snapshot only saves work past its shard's last commit record, "
+    "and the resume redoes that work without it (the records alone are the commit: nothing committed is lost)"
+)
 MAX_RESUME_STATE_BYTES = 4096  # a ResumePoint's state as JSON (UTF-8); its one home (engine.resume refuses more)
 
 
@@ -339,7 +346,7 @@ def read_snapshot(
         if not key.endswith(".bin"):
             continue  # a segment: read only through the snapshot that lists it
         try:
-            snapshot = decode_snapshot(read_state(storage, key, "progress snapshot", MAX_SNAPSHOT_BYTES))
+            snapshot = decode_snapshot(read_state(storage, key, "progress snapshot", MAX_SNAPSHOT_BYTES, TOO_LARGE_FIX))
         except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             continue  # torn by a power cut, another version's, deleted meanwhile: the records stand
         if snapshot.extends(run_id, shard, seq, tip_epoch, committed):
