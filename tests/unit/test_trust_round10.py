@@ -39,7 +39,7 @@ def test_a_new_run_stays_sealed_when_its_manifest_is_edited_back_to_protocol_6()
     assert downgraded.records_sealed, "the run id still says this run writes every record with its checksum"
 
 
-def test_a_run_started_by_protocol_6_is_stillstrip_checksum():
+def test_a_run_started_by_protocol_6_is_still_unsealed():
     legacy = replace(_new(), run_id="0123456789abcdef0123456789abcdef", protocol=6)
     assert not Manifest.from_json(legacy.to_json(), "m").records_sealed
 
