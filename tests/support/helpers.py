@@ -168,13 +168,19 @@ def kill_loop(
         before = committed_records(url, options)
         early_kill = rng.random() < 0.25
         delay = rng.uniform(*early) if early_kill else rng.uniform(0.0, 0.4)
-        proc = start_child(config, CRASH_HOLD_AFTER=str(rng.randint(3 * chunk, 4 * chunk)))
+        hold_after = rng.randint(3 * chunk, 4 * chunk)
+        if config.get("kind") == "filtering":
+            # fn keeps 2 inputs in 3: hold after 3 to 4 chunks of *outputs*, or a worker can hold
+            # with its second chunk still open and the wait below never sees 2 new records
+            hold_after = hold_after * 3 // 2 + chunk
+        proc = start_child(config, CRASH_HOLD_AFTER=str(hold_after))
         if not early_kill:
-            wait_for(
+            committed = wait_for(
                 lambda: proc.poll() is not None or committed_records(url, options) > before + 1,  # noqa: B023
                 120,  # a bound for a run that cannot commit, not a guess at how fast one starts
                 0.02,
             )  # called right here, in this iteration
+            assert committed, f"the run held (CRASH_HOLD_AFTER={hold_after}) before committing 2 new records"
         try:
             proc.wait(timeout=delay)
         except subprocess.TimeoutExpired:
