@@ -7,6 +7,7 @@
 #   SHARDWRIGHT_LAYERS="unit"   runs steps 1-4 only (no apt install, no servers)
 #   SHARDWRIGHT_LAYERS="system" runs steps 1, 2, 5 and 6
 #   SHARDWRIGHT_OTHER_PYTHONS="" skips step 4
+#   SHARDWRIGHT_SYSTEM_WORKERS=N runs step 6 in N pytest processes (default 2; 0: in one process)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -52,7 +53,13 @@ if [[ " $layers " == *" system "* ]]; then
   bash scripts/setup-env.sh --slurm --browser  # apt, only now: the unit layer never waits for it
   elapsed; log "system dependencies took ${el}s"
   set +e
-  .venv/bin/python -m pytest tests/system "${pytest_args[@]}" --durations=15 "$@"
+  # Two pytest processes (pytest-xdist), each taking whole files (--dist loadfile: a file's
+  # module fixtures and its servers stay in one process). Most system tests wait on servers and
+  # child processes, so two at once nearly halve the wall time; each process starts its own
+  # S3/GCS/Azure servers, Slurm cluster and Ray cluster on free ports. SHARDWRIGHT_SYSTEM_WORKERS=0
+  # runs the layer in this one process.
+  .venv/bin/python -m pytest tests/system "${pytest_args[@]}" --durations=15 \
+      -n "${SHARDWRIGHT_SYSTEM_WORKERS:-2}" --dist loadfile "$@"
   rc=$?
   set -e
   report system "$rc" "$@" || exit "$rc"
