@@ -98,13 +98,17 @@ class ShardWriter:
         return self.items  # type: ignore[return-value]
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
-        self._as_list()
+        items = self.items
+        if type(items) is not PackedItems or len(data) != items.itemsize:
+            self._as_list()  # (an item of the blocks' size joins them: a generator's samples)
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
             self.commit()  # the chunk ends before this item, at the current position
-        items = self._as_list()  # (commit() starts a new list)
-        if not items:
+        if not self.items:
             self.first_input = input_index
-        items.append(data)
+        if isinstance(self.items, PackedItems):
+            self.items.add(data)
+        else:
+            self.items.append(data)  # (commit() starts a new list)
         self.items_bytes += len(data)
         self.position = after
         if self.cfg.chunk_size and len(self.items) >= self.cfg.chunk_size:
@@ -283,13 +287,16 @@ class ShardWriter:
     def rollback(self, mark: tuple[int, int, tuple[int, int]]) -> None:
         """Forget what an input added since ``mark`` (fn failed on it, or is retried)."""
         seq, length, position = mark
-        items = self._as_list()
+        items = self.items
         if seq == self.seq:
-            del items[length:]
+            if isinstance(items, PackedItems):
+                items.truncate(length)  # (not one by one: fn failing often on a large chunk)
+            else:
+                del items[length:]
             self.position = position
             while self.segments and sum(s.count for s in self.segments) > length:
                 self.segments.pop()  # it holds items forgotten now: its items are cut again
         else:  # a chunk was committed inside this input: keep that, drop the rest
             items.clear()
             self.position = self.committed
-        self.items_bytes = sum(len(x) for x in items)
+        self.items_bytes = items.nbytes if type(items) is PackedItems else sum(len(x) for x in items)

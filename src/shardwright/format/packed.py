@@ -62,6 +62,20 @@ class PackedItems:
             for start in range(0, len(block), size):
                 yield block[start : start + size]
 
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` items (a rollback), without making the items one by one."""
+        if count >= self.count:
+            return
+        keep, size = max(0, count), self.itemsize
+        blocks, held = [], 0
+        for block in self.blocks:
+            if held >= keep:
+                break
+            take = min(len(block) // size, keep - held)
+            blocks.append(block if take * size == len(block) else block[: take * size])
+            held += take
+        self.blocks, self.count = blocks, held
+
     def clear(self) -> None:
         self.blocks.clear()
         self.count = 0
