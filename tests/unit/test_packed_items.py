@@ -188,7 +188,7 @@ def reference_item(encoder: ItemEncoder, sample) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("limits", [{"chunk_bytes": 700}, {"chunk_size": 13}, {"chunk_bytes": "64MB"}])
+@pytest.mark.parametrize("limits", [{"chunk_bytes": 700}, {"chunk_bytes": "64MB"}])  # chunk_size: the writer tests
 @pytest.mark.parametrize("fn", SHAPES, ids=lambda fn: fn.__name__)
 def test_chunks_on_disk_equal_the_per_item_encoded_chunks(tmp_path, monkeypatch, fn, limits):
     calls = tmp_path / "add_block-calls"
