@@ -46,7 +46,13 @@ PHASES = [
     ("shardwright.engine.worker", "Worker.__init__", "workers", "worker set up"),
     ("shardwright.engine.worker", "Worker.run_shard", "workers", "hot loop (run_shard)"),
     ("shardwright.engine.shard_writer", "FormatGate.encode", "workers", "  of which the format gate"),
-    ("shardwright.engine.shard_writer", "ShardWriter.add_run", "workers", "  of which add_run (chunk cuts)"),
+    ("shardwright.engine.shard_writer", "ShardWriter.add_run", "workers", "  of which add_run/add_block (chunk cuts)"),
+    (
+        "shardwright.engine.shard_writer",
+        "ShardWriter.add_block",
+        "workers",
+        "  of which add_run/add_block (chunk cuts)",
+    ),
     ("shardwright.engine.committer", "ChunkCommitter.submit", "workers", "  of which chunks submitted"),
     ("shardwright.engine.committer", "ChunkCommitter._write_loop", "workers", "committer thread (build, hash, write)"),
     ("shardwright.engine.committer", "ChunkCommitter._seal_loop", "workers", "sealer thread (barriers, records)"),
@@ -72,7 +78,8 @@ def install(dump_dir: str) -> None:
         *parents, name = path.split(".")
         for part in parents:
             owner = getattr(owner, part)
-        setattr(owner, name, _timed(getattr(owner, name), label))
+        if hasattr(owner, name):  # (add_block: not in trees before 2026-12-06's smalldicts branch)
+            setattr(owner, name, _timed(getattr(owner, name), label))
     import shardwright.engine.pool as pool
 
     worker_main = pool.worker_main
@@ -139,9 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 with open(os.path.join(dumps, name)) as f:
                     for label, seconds in json.load(f).items():
                         summed[label] = summed.get(label, 0.0) + seconds
-            for _module, _path, where, label in PHASES:
-                if where == "workers":
-                    add(label, summed.get(label, 0.0))
+            for label in dict.fromkeys(label for _module, _path, where, label in PHASES if where == "workers"):
+                add(label, summed.get(label, 0.0))  # (two methods may share a label)
         loads.append(os.getloadavg()[0])
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 
-from ..format import ItemEncoder, TokenEncoder
+from ..format import ItemEncoder, PackedItems, TokenEncoder
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk
 from ..protocol.progress import MAX_SNAPSHOT_BYTES, BufferState, ProgressSnapshot, SlotState
@@ -78,7 +78,8 @@ class ShardWriter:
     ):
         self.task, self.cfg, self.committer = task, cfg, committer
         self.token_itemsize = token_itemsize  # token datasets: bytes per token, known once encoded
-        self.items: list[bytes] = []
+        # the chunk in progress: one bytes per item, or blocks of items of one size (add_block)
+        self.items: list[bytes] | PackedItems = []
         self.items_bytes = 0
         self.seq = task.next_seq
         self.position = (task.next_input, task.skip_outputs)
@@ -90,12 +91,24 @@ class ShardWriter:
         self.claim = (task.claim.key, task.claim.owner) if task.claim is not None else None
         self.segments: list[Segment] = []  # the first items as segments (protocol.segments)
 
+    def _as_list(self) -> list[bytes]:
+        """The chunk in progress as one bytes per item (what everything but add_block takes)."""
+        if type(self.items) is PackedItems:
+            self.items = self.items.tolist()
+        return self.items  # type: ignore[return-value]
+
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
+        items = self.items
+        if type(items) is not PackedItems or len(data) != items.itemsize:
+            self._as_list()  # (an item of the blocks' size joins them: a generator's samples)
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
             self.commit()  # the chunk ends before this item, at the current position
         if not self.items:
             self.first_input = input_index
-        self.items.append(data)
+        if isinstance(self.items, PackedItems):
+            self.items.add(data)
+        else:
+            self.items.append(data)  # (commit() starts a new list)
         self.items_bytes += len(data)
         self.position = after
         if self.cfg.chunk_size and len(self.items) >= self.cfg.chunk_size:
@@ -107,6 +120,7 @@ class ShardWriter:
         chunk_bytes, chunk_size = self.cfg.chunk_bytes, self.cfg.chunk_size
         if not run:
             return
+        items = self._as_list()
         total = sum(map(len, run))
         if (not chunk_bytes or self.items_bytes + total <= chunk_bytes) and (
             not chunk_size or len(self.items) + len(run) <= chunk_size
@@ -115,7 +129,7 @@ class ShardWriter:
             # table of cumulative sizes, half the per-item cost of the cut below (issue 36).
             if not self.items:
                 self.first_input = first_input
-            self.items.extend(run)
+            items.extend(run)
             self.items_bytes += total
             self.position = (first_input + len(run), 0)
             if chunk_size and len(self.items) >= chunk_size:
@@ -137,11 +151,56 @@ class ShardWriter:
                 stop = min(stop, k + chunk_size - len(self.items))
             if not self.items:
                 self.first_input = first_input + k
-            self.items.extend(run[k:stop])
+            items = self._as_list()  # a commit above made a new list
+            items.extend(run[k:stop])
             self.items_bytes += ends[stop - 1] - before
             self.position = (first_input + stop, 0)
             k = stop
             if (chunk_size and len(self.items) >= chunk_size) or (k < n and chunk_bytes):
+                self.commit()  # full by count, or the next item does not fit
+
+    def add_block(self, block: bytes, itemsize: int, first_input: int) -> None:
+        """``block`` holds one item of ``itemsize`` bytes for each input from ``first_input``
+        on: the same chunks as :meth:`add_run` of those items, kept as blocks of items with
+        no object per item (format/packed.py; issue 36)."""
+        count = len(block) // itemsize
+        if count * itemsize != len(block):
+            raise ValueError(f"a block of {len(block)} bytes is not a whole number of {itemsize}-byte items")
+        items = self.items
+        if type(items) is not PackedItems or items.itemsize != itemsize:
+            if any(len(item) != itemsize for item in items):  # a tail of other items: item by item
+                self.add_run([block[k : k + itemsize] for k in range(0, len(block), itemsize)], first_input)
+                return
+            packed = PackedItems(itemsize)
+            packed.add(b"".join(items))
+            self.items = packed
+        chunk_bytes, chunk_size = self.cfg.chunk_bytes, self.cfg.chunk_size
+        k = 0
+        while k < count:
+            items = self.items
+            if type(items) is not PackedItems:  # commit() left an empty list
+                items = self.items = PackedItems(itemsize)
+            held = items.count
+            take = count - k
+            if chunk_bytes:  # the items that fit in the current chunk (one always fits an empty one)
+                take = min(take, max(0, chunk_bytes - self.items_bytes) // itemsize)
+                if take == 0:
+                    if held:
+                        self.commit()
+                        continue
+                    take = 1
+            if chunk_size:
+                if held >= chunk_size:
+                    self.commit()
+                    continue
+                take = min(take, chunk_size - held)
+            if not held:
+                self.first_input = first_input + k
+            items.add(block if take == count else block[k * itemsize : (k + take) * itemsize])
+            self.items_bytes += take * itemsize
+            k += take
+            self.position = (first_input + k, 0)
+            if (chunk_size and items.count >= chunk_size) or (k < count and chunk_bytes):
                 self.commit()  # full by count, or the next item does not fit
 
     def commit(self, done: bool = False) -> None:
@@ -182,9 +241,10 @@ class ShardWriter:
         where the shard resumes after it, and ``slots`` (inputs in flight past it). The items
         added since the last snapshot become new segments once they pass INLINE_BUFFER_BYTES:
         a large buffer is saved without rewriting it, and without cutting the chunk."""
+        items = self._as_list()
         covered = sum(s.count for s in self.segments)
-        if sum(map(len, self.items[covered:])) > INLINE_BUFFER_BYTES:
-            self.segments.extend(cut_segments(self.items[covered:]))
+        if sum(map(len, items[covered:])) > INLINE_BUFFER_BYTES:
+            self.segments.extend(cut_segments(items[covered:]))
         return ProgressSnapshot(
             run_id=self.cfg.round.run_id,
             shard=self.task.shard,
@@ -193,7 +253,7 @@ class ShardWriter:
             committed=self.committed,
             epoch=self.epoch,
             buffer=BufferState(
-                self.first_input, self.position, [list(p) for p in self.failed], list(self.items), list(self.segments)
+                self.first_input, self.position, [list(p) for p in self.failed], list(items), list(self.segments)
             ),
             slots=slots or [],
         )
@@ -227,12 +287,16 @@ class ShardWriter:
     def rollback(self, mark: tuple[int, int, tuple[int, int]]) -> None:
         """Forget what an input added since ``mark`` (fn failed on it, or is retried)."""
         seq, length, position = mark
+        items = self.items
         if seq == self.seq:
-            del self.items[length:]
+            if isinstance(items, PackedItems):
+                items.truncate(length)  # (not one by one: fn failing often on a large chunk)
+            else:
+                del items[length:]
             self.position = position
             while self.segments and sum(s.count for s in self.segments) > length:
                 self.segments.pop()  # it holds items forgotten now: its items are cut again
         else:  # a chunk was committed inside this input: keep that, drop the rest
-            self.items.clear()
+            items.clear()
             self.position = self.committed
-        self.items_bytes = sum(len(x) for x in self.items)
+        self.items_bytes = items.nbytes if type(items) is PackedItems else sum(len(x) for x in items)

@@ -177,7 +177,12 @@ class Worker:
         :meth:`_process_input` with fn's first outcome, so fn is never called more often
         than the retries allow; a sample that cannot be encoded flushes the inputs before it.
         Stops and progress are looked at every STOP_CHECK_INTERVAL seconds, as in the
-        general loop; the current input is stored for every input."""
+        general loop; the current input is stored for every input.
+
+        Each sample is encoded as it comes (a sample fn mutates later is written as it was).
+        When every item has one size (a format of int/float/bool leaves), a flush hands the
+        writer the batch joined into one block (ShardWriter.add_block, format/packed.py):
+        no per-item sizes summed, cut or put in the chunk's header (issue 36)."""
         fn, inputs, base, current, wid = self.fn, task.inputs, task.next_input, self.current_inputs, self.wid
         monotonic, generator = time.monotonic, types.GeneratorType
         rows = type(inputs) not in (list, range)  # a source's rows (a plain sequence's values: a list or range)
@@ -191,12 +196,29 @@ class Worker:
         look[0] = True  # the first input looks at once
         i = counted = start  # inputs start..counted-1 are in self._pending_progress
 
+        itemsize: int | None = None  # every item's size when the format's leaves are all of fixed size
+        mixed = False  # the batch has items the compiled encoder did not make (their sizes are checked)
+        flush_items = 0  # itemsize: the batch goes to the writer at this many items (FLUSH_BYTES)
+        flush_at = -1  # itemsize: the input whose item fills the batch
+
         def flush(upto: int) -> None:
-            nonlocal first, batch_bytes
+            nonlocal first, batch_bytes, mixed, flush_at
             if batch:
-                writer.add_run(batch, first)
+                if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
+                    writer.add_block(b"".join(batch), itemsize, first)  # one block: format/packed.py
+                else:
+                    writer.add_run(batch, first)
                 batch.clear()
-            first, batch_bytes = upto, 0
+            first, batch_bytes, mixed = upto, 0, False
+            flush_at = upto + flush_items - 1
+
+        def fixed(encoder) -> None:
+            """The format is known: items of a fixed-size format go to the writer as blocks."""
+            nonlocal itemsize, flush_items, flush_at
+            itemsize = getattr(encoder, "fixed_size", None)
+            if itemsize is not None:
+                flush_items = max(1, FLUSH_BYTES // itemsize)
+                flush_at = first + flush_items - 1
 
         try:
             for i in range(start, task.end):
@@ -214,8 +236,9 @@ class Worker:
                         self._last_progress = now
                     if self.should_stop():
                         raise _Stop
-                    if self.gate.encoder is not None:  # the format is known: skip the gate's call
+                    if gated and self.gate.encoder is not None:  # the format is known: skip the gate's call
                         encode, flat, gated = self.gate.encoder.encode, self.gate.encoder.flat, False
+                        fixed(self.gate.encoder)
                 value = inputs[i - base]
                 if rows and isinstance(value, BadRow):
                     flush(i + 1)
@@ -227,28 +250,39 @@ class Worker:
                     flush(i + 1)
                     self._process_input(writer, value, i, i, 0, first=_Raised(exc))
                     continue
-                if result is None or type(result) is generator:
+                if flat is not None and (data := flat(result)) is not None:
+                    append(data)  # the commonest sample (flat.py): checked and encoded at once
+                    if itemsize is not None:
+                        if i >= flush_at:
+                            flush(i + 1)
+                        continue
+                    batch_bytes += len(data)
+                    if batch_bytes >= FLUSH_BYTES:
+                        flush(i + 1)
+                    continue
+                if result is None or type(result) is generator:  # (the compiled encoder takes neither)
                     flush(i + 1)
                     self._process_input(writer, value, i, i, 0, first=_Returned(result))
                     continue
-                if flat is None or (data := flat(result)) is None:
-                    try:
-                        data = encode(result, i)
-                    except BaseException:  # e.g. the sample's structure differs: keep the inputs before it
-                        flush(i)
-                        if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
-                            _refuse_async(result)
-                        raise
-                    if gated and self.gate.encoder is not None:
-                        # The first sample fixed the format just now: take its compiled
-                        # encoder from the next input on, not from the next look 20 ms later
-                        # (a worker's first shard ran most of its items through the gate:
-                        # ~1 us an item instead of ~0.3, issue 36's profile). Once: samples
-                        # of a format with no compiled encoder pay no lookup each.
-                        encode, flat, gated = self.gate.encoder.encode, self.gate.encoder.flat, False
+                mixed = True
+                try:
+                    data = encode(result, i)
+                except BaseException:  # e.g. the sample's structure differs: keep the inputs before it
+                    flush(i)
+                    if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
+                        _refuse_async(result)
+                    raise
+                if gated and self.gate.encoder is not None:
+                    # The first sample fixed the format just now: take its compiled
+                    # encoder from the next input on, not from the next look 20 ms later
+                    # (a worker's first shard ran most of its items through the gate:
+                    # ~1 us an item instead of ~0.3, issue 36's profile). Once: samples
+                    # of a format with no compiled encoder pay no lookup each.
+                    encode, flat, gated = self.gate.encoder.encode, self.gate.encoder.flat, False
+                    fixed(self.gate.encoder)
                 append(data)
                 batch_bytes += len(data)
-                if batch_bytes >= FLUSH_BYTES:
+                if batch_bytes >= FLUSH_BYTES or (itemsize is not None and i >= flush_at):
                     flush(i + 1)
             flush(task.end)
             i = task.end

@@ -12,6 +12,7 @@ from ..errors import CorruptStateError, SampleFormatError
 from .inflate import inflate
 from .layouts import DecodedItem, RowChunk
 from .limits import decoded_limit
+from .packed import PackedItems, packed_header
 
 _U32_MAX = 0xFFFFFFFF
 _U32 = struct.Struct("<I")
@@ -21,21 +22,30 @@ _SPAN = struct.Struct("<II")  # an item's start and end offsets
 # --- chunks -----------------------------------------------------------------------------------
 
 
-def build_chunk(items: list[bytes]) -> bytes:
+def build_chunk(items: list[bytes] | PackedItems) -> bytes:
     """``u32 N | u32 offsets[N+1] | items`` with absolute offsets."""
+    if type(items) is PackedItems:  # the same bytes, joined from its blocks (format/packed.py)
+        return b"".join([chunk_header(items), *items.blocks])
     return b"".join([chunk_header(items), *items])
 
 
-def chunk_header(items: list[bytes]) -> bytes:
+def chunk_header(items: list[bytes] | PackedItems) -> bytes:
     """``u32 N | u32 offsets[N+1]``: the chunk is this followed by the items."""
     n = len(items)
+    if type(items) is PackedItems:
+        _check_offsets(n, 4 + 4 * (n + 1) + items.nbytes)
+        return packed_header(items)
     offsets = list(accumulate(map(len, items), initial=4 + 4 * (n + 1)))  # C-speed: chunks of 1M small items
-    if offsets[-1] > _U32_MAX:
+    _check_offsets(n, offsets[-1])
+    return struct.pack(f"<{n + 2}I", n, *offsets)
+
+
+def _check_offsets(n: int, size: int) -> None:
+    if size > _U32_MAX:
         raise SampleFormatError(
-            f"a chunk of {n} items would be {offsets[-1]} bytes; litdata's chunk offsets are uint32, so a "
+            f"a chunk of {n} items would be {size} bytes; litdata's chunk offsets are uint32, so a "
             "chunk must stay under 4 GiB. Use a smaller chunk_bytes/chunk_size."
         )
-    return struct.pack(f"<{n + 2}I", n, *offsets)
 
 
 def chunk_num_items(chunk: bytes | memoryview | RowChunk) -> int:

@@ -46,7 +46,7 @@ import numpy as np
 from .layouts import DecodedItem
 from .pytree import MAPPINGS, SpecNode
 
-__all__ = ["FlatEncoder", "flat_decoder", "flat_encoder", "flat_split_decoder"]
+__all__ = ["FlatEncoder", "fixed_item_size", "flat_decoder", "flat_encoder", "flat_split_decoder"]
 
 FlatEncoder = Callable[[Any], "bytes | None"]
 
@@ -102,6 +102,17 @@ def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
     lines.append("        return None")
     encode: FlatEncoder = _define(lines, f"flat encoder {data_format}", namespace)
     return encode
+
+
+def fixed_item_size(data_format: list[str]) -> int | None:
+    """The size of every item of a format whose leaves are all of fixed size (``int``,
+    ``float``, ``bool``: the ``u32`` size header and the leaves), or None. The compiled
+    encoder of such a format packs every sample with one ``struct.Struct`` of this size, and
+    the general encoder writes the same bytes (format/packed.py relies on it)."""
+    codes = [_SCALARS[fmt][1] if fmt in _SCALARS else None for fmt in data_format]
+    if not codes or any(code is None for code in codes):
+        return None
+    return struct.calcsize(f"<{len(codes)}I" + "".join(codes))  # type: ignore[arg-type]
 
 
 def _pack_lines(data_format: list[str], namespace: dict[str, Any]) -> list[str]:

@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import CorruptStateError, SampleFormatError
-from .flat import FlatEncoder, flat_encoder
+from .flat import FlatEncoder, fixed_item_size, flat_encoder
 from .leaves import is_tensor
 from .pytree import CONTAINER_NAMES as _CONTAINER_NAMES
 from .pytree import MAPPINGS as _MAPPINGS
@@ -119,6 +119,8 @@ class ItemEncoder:
         # the compiled encoder of flat samples (format/flat.py), or None: returns None for a
         # sample it does not take, which encode() then takes. Public for the worker's hot loop.
         self.flat: FlatEncoder | None = None
+        # the size of every item when all leaves are of fixed size (format/packed.py), or None
+        self.fixed_size: int | None = None
         if data_format is not None and data_spec is not None:
             self._fix(list(data_format), data_spec)
 
@@ -133,6 +135,7 @@ class ItemEncoder:
         self._encoders = [encoder_for(fmt) for fmt in data_format]
         # a scalar or one container of scalars: a compiled encoder takes the samples it can
         self.flat = flat_encoder(root, data_format)
+        self.fixed_size = fixed_item_size(data_format)
         # pickle leaves that name __main__ cannot be read by another process: warn (once per name)
         self._pickled = [i for i, fmt in enumerate(data_format) if fmt in ("pickle", "graph:pickle")]
 

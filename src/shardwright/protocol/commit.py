@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..format import ChunkEntry, build_chunk, chunk_checksum, chunk_header, compress, parts_checksum
+from ..format import ChunkEntry, PackedItems, build_chunk, chunk_checksum, chunk_header, compress, parts_checksum
 from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
@@ -28,7 +28,7 @@ class PendingChunk:
 
     shard: int
     seq: int
-    items: list[bytes]
+    items: list[bytes] | PackedItems  # PackedItems: items of one size, as blocks (format/packed.py)
     first_input: int
     next_input: int
     skip_outputs: int
@@ -41,7 +41,8 @@ class PendingChunk:
 
     @cached_property
     def nbytes(self) -> int:  # asked for by the committer's backpressure twice per chunk
-        return sum(map(len, self.items))
+        items = self.items
+        return items.nbytes if type(items) is PackedItems else sum(map(len, items))
 
 
 @dataclass(frozen=True)
