@@ -70,6 +70,18 @@ def check_row_group(reader: Any, index: int, name: str, columns: list[str] | Non
         )
 
 
+def check_rows_read(table: Any, rows: int, name: str, index: int) -> None:
+    """Refuse a row group that decoded to another number of rows than its footer says (the
+    footer's counts place every row: a group holding fewer rows than it claims left the rows
+    past them unreadable, a raw IndexError that stopped the run whatever ``on_error`` said;
+    trust round 11)."""
+    if table.num_rows != rows:
+        raise CorruptStateError(
+            f"{name} row group {index} decoded to {table.num_rows:,} rows where the file's footer says {rows:,}: "
+            "the file is damaged; replace it"
+        )
+
+
 class ParquetSource(Source):
     kind = "parquet"
 
@@ -109,12 +121,12 @@ class ParquetSource(Source):
                 return first, [BadRow(where, f"{said}: refused before decoding", fix=fix)] * groups[index]
             try:
                 table = self._reader[1].read_row_group(index, columns=self._columns)
+                check_rows_read(table, groups[index], self._files[unit].name, index)
+            except CorruptStateError as exc:  # its rows fail, named, and the run goes on
+                said = str(exc).removeprefix(f"{self._files[unit].name} row group {index} ").split(": the file", 1)[0]
+                return first, [BadRow(where, f"{said}: the file is damaged", fix="replace the file")] * groups[index]
             except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
-                bad = BadRow(
-                    f"{self._files[unit].name} row group {index} (rows {first:,}-{first + groups[index] - 1:,})",
-                    f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})",
-                    fix="replace the file",
-                )
+                bad = BadRow(where, f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})", fix="replace the file")
                 return first, [bad] * groups[index]
             cached = self.__dict__["_group"] = (unit, index, table)
         table = cached[2]
@@ -148,7 +160,9 @@ class ParquetSource(Source):
         if self._reader is None or self._reader[0] != unit:
             self._reader = (unit, _open(self._files[unit], verify))
         check_row_group(self._reader[1], index, self._files[unit].name, self._columns, as_dicts=True)
-        return self._reader[1].read_row_group(index, columns=self._columns).to_pylist()
+        table = self._reader[1].read_row_group(index, columns=self._columns)
+        check_rows_read(table, self._row_groups[unit][index], self._files[unit].name, index)
+        return table.to_pylist()
 
     def _view(self, start: int, stop: int) -> Source:
         view = super()._view(start, stop)

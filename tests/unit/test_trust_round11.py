@@ -1,0 +1,71 @@
+"""Trust round 11 (docs/trust-round11.md): what the round's probes found, each with the
+test that fails without its fix."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardwright import optimize, sources
+from shardwright.errors import CorruptStateError
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while True:
+        low, z = z & 0x7F, z >> 7
+        if not z:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def _footer_claiming(path: Path, rows: int, claimed: int) -> None:
+    """A parquet file of one row group of ``rows`` rows whose footer says ``claimed`` (every
+    count of ``rows`` in the thrift footer rewritten: the file's, the group's, each column's)."""
+    table = pa.table({"i": pa.array(range(rows), pa.int64()), "s": pa.array([f"row{k}" for k in range(rows)])})
+    pq.write_table(table, path, row_group_size=rows, write_statistics=False)
+    data = bytearray(path.read_bytes())
+    (length,) = struct.unpack("<I", data[-8:-4])
+    start = len(data) - 8 - length
+    old, new = _zigzag_varint(rows), _zigzag_varint(claimed)
+    assert len(old) == len(new)
+    footer = bytes(data[start:-8]).replace(old, new)
+    data[start:-8] = footer
+    path.write_bytes(bytes(data))
+    meta = pq.ParquetFile(path).metadata
+    assert (meta.num_rows, meta.row_group(0).num_rows) == (claimed, claimed)
+    assert pq.ParquetFile(path).read_row_group(0).num_rows == rows  # pyarrow decodes what is there
+
+
+def test_a_parquet_row_group_holding_fewer_rows_than_its_footer_says_fails_its_rows_named(tmp_path):
+    """Round 11 row 34: the footer claimed 210 rows of a 200-row group; the rows past 200
+    raised a raw IndexError in the worker, which stopped the run although on_error='skip'."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _footer_claiming(data / "a.parquet", 200, 210)
+    out = tmp_path / "out"
+    result = optimize(
+        lambda row: {"i": row["i"]},
+        sources.parquet(str(data)),
+        str(out),
+        chunk_size=100,
+        num_workers=1,
+        on_error="skip",
+        verbose=False,
+    )
+    assert result.failed == 210
+    record = json.loads(next((out / ".shardwright" / "failed").glob("*.json")).read_text())
+    assert "decoded to 200 rows where the file's footer says 210" in json.dumps(record)
+
+
+def test_the_parquet_reader_refuses_a_row_group_with_fewer_rows_than_its_footer(tmp_path):
+    _footer_claiming(tmp_path / "a.parquet", 1000, 1100)
+    source = sources.parquet(str(tmp_path / "a.parquet"))
+    with pytest.raises(CorruptStateError, match="row group 0 decoded to 1,000 rows where the file's footer says 1,100"):
+        source.read_row_group(0, 0)
