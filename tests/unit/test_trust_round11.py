@@ -3,6 +3,7 @@ test that fails without its fix."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -135,3 +136,23 @@ def test_reading_a_parquet_file_of_many_row_groups_looks_each_group_up_a_bounded
     source._row_groups = [_CountedGroups(source._row_groups[0])]  # the count is the point
     assert [row["i"] for row in source] == list(range(n))
     assert _CountedGroups.lookups < 10 * n, f"{_CountedGroups.lookups:,} lookups of {n:,} row groups"
+
+
+def test_a_jsonl_line_at_the_cap_ended_by_crlf_is_read_like_one_ended_by_lf(tmp_path, monkeypatch):
+    """Round 11 row 39: a line of exactly the cap's bytes was read when it ended with LF and
+    refused as "longer than the line limit" when it ended with CRLF (its CR counted). The cap
+    is lowered here so that the line is small; the code path is the one of 64 MB."""
+    jsonl_module = importlib.import_module("shardwright.sources.jsonl")  # the package exports a function of that name
+
+    cap = 64
+    monkeypatch.setattr(jsonl_module, "MAX_LINE", cap)
+
+    def line(k: int, end: bytes) -> bytes:
+        head = b'{"k":%d,"s":"' % k
+        return head + b"a" * (cap - len(head) - 2) + b'"}' + end
+
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(line(0, b"\n") + line(1, b"\r\n") + line(2, b"a\r\n") + b'{"k":3}\r\n' + line(4, b"ab"))
+    rows = list(sources.jsonl(str(path)))
+    assert [row["k"] for row in rows[:2]] == [0, 1]
+    assert "longer than" in rows[2].problem and rows[3] == {"k": 3} and "longer than" in rows[4].problem
