@@ -156,3 +156,27 @@ def test_a_jsonl_line_at_the_cap_ended_by_crlf_is_read_like_one_ended_by_lf(tmp_
     rows = list(sources.jsonl(str(path)))
     assert [row["k"] for row in rows[:2]] == [0, 1]
     assert "longer than" in rows[2].problem and rows[3] == {"k": 3} and "longer than" in rows[4].problem
+
+
+def test_a_skipped_unreadable_row_is_not_told_to_pass_on_error_skip(tmp_path):
+    """Round 11 row 40: the failure record of a JSONL line over the cap, written by a run with
+    on_error='skip', ended "fix or remove that line (or pass on_error='skip')"."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"k":0}\n{"k":\n{"k":2}\n')
+    for concurrency in (1, 2):
+        out = tmp_path / f"out{concurrency}"
+        result = optimize(
+            lambda row: row,
+            sources.jsonl(str(path)),
+            str(out),
+            num_workers=1,
+            on_error="skip",
+            concurrency=concurrency,
+            verbose=False,
+        )
+        assert result.failed == 1
+        record = json.dumps(json.loads(next((out / ".shardwright" / "failed").glob("*.json")).read_text()))
+        assert "a.jsonl:2: not valid JSON" in record and "fix or remove that line" in record
+        assert "pass on_error" not in record, record
+    with pytest.raises(FnError, match=r"fix or remove that line \(or pass on_error='skip'\)"):
+        optimize(lambda row: row, sources.jsonl(str(path)), str(tmp_path / "raise"), num_workers=1, verbose=False)
