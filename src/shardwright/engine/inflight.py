@@ -263,7 +263,7 @@ class InflightShard:
     async def _iterate_async(self, slot: Slot) -> bool:
         """True: the input is finished; False: paused at a ResumePoint (stopping)."""
         if isinstance(slot.value, BadRow):
-            raise slot.value.error()
+            raise slot.value.error(skipping=self.runner.cfg.on_error == "skip")
         kwargs, index = slot.resume_kwargs()
         if self.runner.kind.mode == ASYNC:
             result = await self.fn(slot.value, **kwargs)
@@ -296,7 +296,7 @@ class InflightShard:
 
     def _attempt_in_thread_bound(self, slot: Slot) -> bool:
         if isinstance(slot.value, BadRow):
-            raise slot.value.error()
+            raise slot.value.error(skipping=self.runner.cfg.on_error == "skip")
         kwargs, index = slot.resume_kwargs()
         result = self.fn(slot.value, **kwargs)
         post = self.runner.loop.call_soon_threadsafe

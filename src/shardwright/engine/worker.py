@@ -350,7 +350,7 @@ class Worker:
         if isinstance(value, BadRow):  # a source's row that could not be read (file:line)
             if value.blank:
                 return  # a blank JSONL line: no input, no failure
-            raise value.error()
+            raise value.error(skipping=self.cfg.on_error == "skip")
         self._add_outputs(writer, self.fn(value), i, input_id, skip)
 
     def _add_outputs(self, writer: ShardWriter, result, i: int, input_id: int, skip: int) -> None:

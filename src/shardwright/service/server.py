@@ -123,6 +123,7 @@ def serve(
         import uvicorn
 
         from .app import create_app
+        from .connections import HeadTimedProtocol
     except ImportError as exc:
         _say(f"error: {exc.name} is not installed; install the service extra: pip install 'shardwright[service]'")
         return 2
@@ -191,5 +192,5 @@ def serve(
         _say("metrics: GET /metrics needs prometheus-client: pip install 'shardwright[telemetry]'")
     else:
         _say(f"metrics: http://{host}:{port}/metrics ({'no token' if metrics_public else 'bearer token required'})")
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5, http=HeadTimedProtocol)
     return 0

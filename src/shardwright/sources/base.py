@@ -49,8 +49,11 @@ class BadRow:
     blank: bool = False
     fix: str = "fix or remove that line"
 
-    def error(self) -> ValueError:
-        return ValueError(f"{self.where}: {self.problem}; {self.fix} (or pass on_error='skip')")
+    def error(self, *, skipping: bool = False) -> ValueError:
+        """``skipping``: the run has on_error='skip' already, so the message does not advise it
+        (trust round 11 row 40)."""
+        advice = "" if skipping else " (or pass on_error='skip')"
+        return ValueError(f"{self.where}: {self.problem}; {self.fix}{advice}")
 
 
 class Source(Sequence):

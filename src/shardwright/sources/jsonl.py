@@ -47,6 +47,11 @@ def _readline(stream: IO[bytes]) -> bytes | None:
     line = stream.readline(MAX_LINE + 1)
     if len(line) <= MAX_LINE or line.endswith(b"\n"):
         return line
+    if line.endswith(b"\r"):  # MAX_LINE bytes ended by CRLF are no longer than by LF (trust round 11)
+        end = stream.readline(1)
+        if end == b"\n":
+            return line + end
+        line = end  # more of this line (or its end of file): skipped below
     while line and not line.endswith(b"\n"):
         line = stream.readline(PIECE)
     return None

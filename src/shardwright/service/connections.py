@@ -1,0 +1,58 @@
+"""The jobs service's HTTP connections: a request head must arrive in time.
+
+uvicorn waits for a request's head without a time limit (its keep-alive timeout starts only
+after a response, and any byte received cancels it), so a client that sends half a head and
+stops holds its connection, and a file descriptor, for as long as it likes: with the server's
+open-file limit at 256, 300 such connections left the API unable to accept another (trust
+round 11 row 42). :class:`HeadTimedProtocol` closes a connection whose request head is not
+complete :data:`REQUEST_HEAD_SECONDS` after it opened or after its previous response. A
+request whose head has arrived is never cut (a slow job submission, a long response).
+Imported only by ``serve`` (uvicorn is the ``service`` extra's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["REQUEST_HEAD_SECONDS", "HeadTimedProtocol"]
+
+#: seconds a client has to send a whole request head (a browser or curl needs milliseconds)
+REQUEST_HEAD_SECONDS = 10.0
+
+
+class HeadTimedProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head does not arrive."""
+
+    head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self.arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.cancel_head_timer()
+        super().connection_lost(exc)
+
+    def arm_head_timer(self) -> None:
+        self.cancel_head_timer()
+        if not self.transport.is_closing():
+            self.head_timer = self.loop.call_later(REQUEST_HEAD_SECONDS, self.head_timed_out)
+
+    def cancel_head_timer(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+
+    def head_timed_out(self) -> None:
+        self.head_timer = None
+        # IDLE: no request head parsed since the connection opened or the last response ended
+        # (half a head included); any later state is a request under way, never cut here
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
