@@ -1,16 +1,18 @@
 #!/usr/bin/env python
 """What checking chunk checksums costs a reader of arrays: checked vs unchecked, paired.
 
-    .venv/bin/python benchmarks/bench_readsum.py                  # 9 pairs, in-process and shuffled loader
-    .venv/bin/python benchmarks/bench_readsum.py --pairs 7 --ways inproc
+    .venv/bin/python benchmarks/bench_readsum.py --pairs 7 --ways inproc --passes 10
+    .venv/bin/python benchmarks/bench_readsum.py --pairs 7 --ways shuffle --passes 3
+    .venv/bin/python benchmarks/bench_readsum.py --src /work/main/src   # another checkout's code
 
 The dataset is bench_read.py's ``arrays`` workload (400 x 256 KiB uint8 arrays, 8 a chunk: 50
 chunks of 2 MiB), written once and read from the page cache. Each run is a fresh process that
-reads it ``--passes`` times, a fresh dataset each time (each checks every chunk again): ``inproc`` iterates a StreamingDataset in that process and sums every array
-(a loop that touches every byte it reads: issue 36's goal is on such a loop); ``shuffle``
-iterates a shuffled 2-worker StreamingDataLoader whose collate sums every array in the
-workers. Per run: the wall seconds of the read, and the cpu seconds (user + sys) of the
-process and its loader workers during it (steadier than wall on a loaded machine, and what a
+reads it ``--passes`` times, a fresh dataset each time (each checks every chunk again):
+``inproc`` iterates a StreamingDataset in that process and sums every array (a loop that
+touches every byte it reads: issue 36's goal is on such a loop); ``shuffle`` iterates a
+shuffled 2-worker StreamingDataLoader whose collate sums every array in the workers. Per run:
+the wall seconds of the read, and the cpu seconds (user + sys) of the process, all its
+threads, and its loader workers during it (steadier than wall on a loaded machine, and what a
 background check costs shows there even when another core hides it from the wall).
 
 Checked and unchecked runs alternate (the first of a pair swaps every pair, so neither side
