@@ -68,7 +68,7 @@ def spare_core() -> bool:
         return False
     try:
         return os.getloadavg()[0] < cpus - 0.5
-    except OSError:  # no load average to read: assume the core is there, as before
+    except (OSError, AttributeError):  # no load average to read (Windows): assume the core is there, as before
         return True
 
 
