@@ -12,13 +12,13 @@ when checked inline, on the reader's thread).
 
 Only with a core to spare (:func:`spare_core`): without one the thread buys no wall time and
 costs cpu time (issue 36, 400 x 256 KiB arrays each summed, at load average 4-11 on 2 cores:
-+27-29 % cpu over unchecked reads checked ahead, +14 % checked inline): the hand-offs between
++22-29 % cpu over unchecked reads checked ahead, +14-16 % checked inline): the hand-offs between
 two threads (about six context switches a chunk), and the reader's copies then come from
 another core's cache instead of its own. So the check runs inline when the machine's load
 leaves no core idle, decided again at most once a second.
 
 A check that fails is raised where the reader takes the chunk (:meth:`CheckAhead.take`), never
-in the background; a chunk never taken (the iteration stopped) has its descriptor closed by
+in the background; a chunk never taken (the iteration stopped) has its descriptor and mapping closed by
 :meth:`CheckAhead.close`.
 """
 
