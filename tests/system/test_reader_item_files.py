@@ -1,5 +1,6 @@
-"""Chunks of large items are read one item at a time into each item's own buffer (no mmap):
-real files, read by the real reader, damaged and replaced under it."""
+"""Chunks of large items are read one item at a time into each item's own buffer (unchecked: no
+mmap; checked: copied out of the mapping the checksum read): real files, read by the real
+reader, damaged and replaced under it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
+from shardwright.reader import checkahead
 from shardwright.reader.itemfile import ITEM_READ_BYTES
 
 ITEM = ITEM_READ_BYTES  # bytes of each item's array: at the threshold, so item files are used
@@ -58,7 +60,8 @@ def test_large_items_are_read_without_mapping_their_chunk(tmp_path):
     check(next(iter(StreamingDataset(out, check_checksums=False))), 0)  # the file is untouched
 
 
-def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
+def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkahead, "spare_core", lambda: True)  # check ahead whatever the machine's load
     out = write(tmp_path / "small", small)
     it = iter(StreamingDataset(out, check_checksums=False))
     next(it)
@@ -66,15 +69,29 @@ def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
     big_out = write(tmp_path / "big", big)
     ds = StreamingDataset(big_out)  # checksums on: each chunk is checked, then read item by item
     names = [entry.filename for entry in ds._source.chunks]
+    chunk_of = [k for k, entry in enumerate(ds._source.chunks) for _ in range(entry.chunk_size)]
+    seen = []
     for i, item in enumerate(ds):
         check(item, i)
-        # the check's map of this item's chunk is gone before its items are read (a later
-        # chunk may be mapped for a moment by the check running ahead on its own thread)
-        assert names[i // 4] not in mapped_chunks(big_out)
+        seen.append(item)
+        # a checked chunk's items are copied out of the mapping its hash read: that chunk (and
+        # the next, checked ahead on a thread of its own) is mapped, none left behind is (a
+        # chunk's last item may come once the reader has moved on)
+        k, mapped = chunk_of[i], mapped_chunks(big_out)
+        last = i + 1 == len(chunk_of) or chunk_of[i + 1] != k
+        assert (names[k] in mapped or last) and not mapped & set(names[:k])
+    assert mapped_chunks(big_out) == set()  # the last chunk's map is closed once it is read
     assert ds._source.state().checks.ahead_checked == len(ds._source.chunks) - 1  # all but the first, ahead
+    # copies: each item owns its buffer, writable, sharing no memory with another or the file
+    seen[0]["x"][:] = 7
+    assert seen[0]["x"].flags.writeable and int(seen[1]["x"][0]) == 1
+    assert not any(np.shares_memory(seen[0]["x"], other["x"]) for other in seen[1:])
+    check(next(iter(StreamingDataset(big_out))), 0)
 
 
-def test_a_damaged_chunk_checked_ahead_is_refused_before_any_of_its_items(tmp_path):
+@pytest.mark.parametrize("spare", [True, False])
+def test_a_damaged_chunk_checked_ahead_is_refused_before_any_of_its_items(tmp_path, monkeypatch, spare):
+    monkeypatch.setattr(checkahead, "spare_core", lambda: spare)  # ahead on a thread, or inline
     out = write(tmp_path / "big", big)
     ds = StreamingDataset(out)
     third = os.path.join(out, ds._source.chunks[2].filename)
@@ -99,12 +116,14 @@ def test_shuffled_and_subsampled_reads_give_the_same_items(tmp_path):
         check(item, item["i"])
 
 
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_a_chunk_truncated_while_read_is_named_not_a_short_item(tmp_path, shuffle):
-    # two chunks of 70 items; the one being read is cut in half under the open reader
+def test_a_chunk_truncated_while_read_is_named_not_a_short_item(tmp_path, shuffle, checked):
+    # two chunks of 70 items; the one being read is cut in half under the open reader (checked:
+    # its items are copied out of a mapping, where a page past the new end would be SIGBUS)
     out = str(tmp_path / "big")
     optimize(big, list(range(140)), out, chunk_size=70, num_workers=1, num_shards=2, verbose=False)
-    ds = StreamingDataset(out, shuffle=shuffle, check_checksums=False)
+    ds = StreamingDataset(out, shuffle=shuffle, check_checksums=checked)
     it = iter(ds)
     first = next(it)
     chunk = os.path.join(out, ds._source.chunks[first["i"] // 70].filename)

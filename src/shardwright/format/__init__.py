@@ -89,7 +89,6 @@ from .checksum import (
     ChecksumMismatch,
     can_check,
     check_checksum,
-    check_file_checksum,
     chunk_checksum,
     parts_checksum,
 )
@@ -169,7 +168,6 @@ __all__ = [
     "chunk_header",
     "can_check",
     "check_checksum",
-    "check_file_checksum",
     "chunk_checksum",
     "parts_checksum",
     "chunk_item",

@@ -16,7 +16,6 @@ a signature: whoever can write the dataset can also rewrite its index.
 
 from __future__ import annotations
 
-import mmap
 import re
 from typing import Any  # any buffer: bytes, memoryview, mmap
 
@@ -29,7 +28,6 @@ __all__ = [
     "ChecksumMismatch",
     "chunk_checksum",
     "check_checksum",
-    "check_file_checksum",
     "parse_checksum",
     "parts_checksum",
 ]
@@ -92,26 +90,6 @@ def check_checksum(data: Any, checksum: str | None, name: str, fix: str) -> None
     if algorithm not in _ALGORITHMS:
         raise CorruptStateError(f"chunk file {name}: {_unknown_algorithm(algorithm)}")
     actual = _ALGORITHMS[algorithm](data)
-    if actual != expected:
-        raise _mismatch(name, algorithm, actual, expected, fix)
-
-
-def check_file_checksum(fd: int, size: int, checksum: str | None, name: str, fix: str) -> None:
-    """:func:`check_checksum` of the first ``size`` bytes of the open file ``fd``, mapped for the
-    hash and unmapped after it. One call hashes it all, with the GIL free throughout, so another
-    thread runs meanwhile (reader.checkahead); hashing block by block through a buffer took the
-    GIL back after every block, and each time waited up to the interpreter's switch interval
-    behind a busy reader thread (issue 36: the check then cost more than reading the chunk)."""
-    if checksum is None:
-        return
-    algorithm, _, expected = checksum.partition(":")
-    if algorithm not in _ALGORITHMS:
-        raise CorruptStateError(f"chunk file {name}: {_unknown_algorithm(algorithm)}")
-    if size == 0:
-        actual = _ALGORITHMS[algorithm](b"")
-    else:
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped:
-            actual = _ALGORITHMS[algorithm](mapped)
     if actual != expected:
         raise _mismatch(name, algorithm, actual, expected, fix)
 

@@ -352,7 +352,7 @@ class ChunkSource:
         """Chunk ``k`` opened to be read one item at a time (reader.itemfile says why), or
         None when its bytes must be loaded whole: remote, compressed, in another layout or
         of small items. A checksum this process has not checked yet is checked first, over
-        the descriptor the items are then read from (reader.checkahead)."""
+        a mapping of the descriptor the items are then copied from (reader.checkahead)."""
         entry = self.chunks[k]
         if not self._reads_item_by_item(entry):
             return None
@@ -363,8 +363,11 @@ class ChunkSource:
                 fd, size = self._open_chunk(entry, path)
             else:
                 state = self.state()
-                fd, size = state.checks.take(entry.filename, lambda: self._open_chunk(entry, path), checksum, path)
+                fd, size, mapped = state.checks.take(
+                    entry.filename, lambda: self._open_chunk(entry, path), checksum, path
+                )
                 state.verified.add(entry.filename)
+                return ItemFile.open(fd, size, entry, path, mapped)
             return ItemFile.open(fd, size, entry, path)
         except (CorruptStateError, FileNotFoundError) as exc:
             if self._replaced():
