@@ -87,7 +87,7 @@ def _maybe_fail(i: int) -> None:
         stuck = os.environ.get("CRASH_STUCK_MARK")
         if stuck:
             open(stuck, "w").close()  # the test waits for this: the stuck input is in flight
-        time.sleep(600)  # a stuck fn: only a second Ctrl-C gets out quickly
+        time.sleep(3600)  # a stuck fn: only an abort (a second Ctrl-C) ends the run before the test gives up
     die_at = os.environ.get("CRASH_DIE_AT")
     if die_at is not None and i == int(die_at):
         os._exit(3)
