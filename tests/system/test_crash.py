@@ -133,7 +133,10 @@ def test_second_ctrl_c_aborts_at_once(tmp_path):
     while proc.poll() is None and time.monotonic() < give_up:
         time.sleep(0.5)
         kill_group(proc, signal.SIGINT)
-    assert proc.poll() is not None, "the second Ctrl-C did not abort the run (it waits for the stuck input)"
+    if proc.poll() is None:
+        kill_group(proc)
+        proc.communicate()
+        raise AssertionError("the second Ctrl-C did not abort the run (it waited for the stuck input)")
     proc.communicate()
     assert proc.returncode != 0
     assert wait_for(lambda: not group_pids(proc.pid), 5)
