@@ -87,7 +87,7 @@ def _maybe_fail(i: int) -> None:
         stuck = os.environ.get("CRASH_STUCK_MARK")
         if stuck:
             open(stuck, "w").close()  # the test waits for this: the stuck input is in flight
-        time.sleep(600)  # a stuck fn: only a second Ctrl-C gets out quickly
+        time.sleep(3600)  # a stuck fn: only an abort (a second Ctrl-C) ends the run before the test gives up
     die_at = os.environ.get("CRASH_DIE_AT")
     if die_at is not None and i == int(die_at):
         os._exit(3)
@@ -138,14 +138,31 @@ def padded(i: int) -> dict:
 
 
 def located(i: int) -> dict:
-    """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray task)."""
-    _count(i)
-    _gated(i)
-    _slow()
-    _maybe_fail(i)
+    """Like plain, plus the host identity of the process that ran fn (a Ray node's, in a Ray
+    task). With ``hosts_dir`` and ``hosts_wanted`` in the config, each call marks its host in
+    that directory and waits until that many hosts have: the first tasks cannot finish every
+    shard before the last node's task has started, at any load."""
     from shardwright.process import host_identity
 
-    return {"i": i, "host": host_identity()}
+    host = host_identity()
+    _count(i)
+    _gated(i)
+    _wait_for_hosts(host)
+    _slow()
+    _maybe_fail(i)
+    return {"i": i, "host": host}
+
+
+def _wait_for_hosts(host: str) -> None:
+    hosts_dir = CONFIG.get("hosts_dir")
+    if not hosts_dir:
+        return
+    import hashlib
+
+    open(os.path.join(hosts_dir, hashlib.sha256(host.encode()).hexdigest()[:16]), "w").close()
+    deadline = time.monotonic() + 600  # only stops a hang
+    while len(os.listdir(hosts_dir)) < CONFIG["hosts_wanted"] and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 FUNCTIONS = {

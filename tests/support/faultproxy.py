@@ -36,6 +36,7 @@ import socket
 import struct
 import sys
 import threading
+import urllib.parse
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 FAULTS = ("503", "429", "reset", "reset_after", "truncate", "hang", "corrupt_body")
@@ -144,6 +145,8 @@ class FaultProxy:
         self._thread: threading.Thread | None = None
         self._active: set[socket.socket] = set()
         self.stats: collections.Counter = collections.Counter()
+        # (method, path, fault or None) of every request, in order: see :meth:`failed`
+        self.log: list[tuple[str, str, str | None]] = []
         self.clear()
 
     # -- configuration --------------------------------------------------------------------
@@ -212,28 +215,41 @@ class FaultProxy:
         self.clear()
         self.configure(**settings)
 
-    def _choose(self, method: str) -> str | None:
+    def failed(self, fault: str, method: str, path: str = "") -> int:
+        """How many ``method`` requests got ``fault``, counting only those whose path (without
+        the query) ends with ``path``: one object's requests, not those of other clients or
+        threads of the process that go through the same proxy."""
+        with self._lock:
+            return sum(1 for m, p, f in self.log if f == fault and m == method and p.endswith(path))
+
+    def _choose(self, method: str, target: str = "") -> str | None:
         self._reload_control()
         with self._lock:
             self.stats["requests"] += 1
             self.stats[f"requests {method}"] += 1
-            if self.methods is not None and method not in self.methods:
-                return None
-            if self.next_faults:
-                return self.next_faults.pop(0)
-            r = self._rng.random()
-            for name, p in (
-                ("503", self.p_503),
-                ("reset", self.p_reset),
-                ("truncate", self.p_truncate),
-                ("hang", self.p_hang),
-            ):
-                if r < p:
-                    if name == "reset" and self._rng.random() < 0.5:
-                        return "reset_after"
-                    return name
-                r -= p
+            fault = self._decide(method)
+            self.log.append((method, target.split("?", 1)[0], fault))
+            return fault
+
+    def _decide(self, method: str) -> str | None:
+        """The fault for this request (under the lock)."""
+        if self.methods is not None and method not in self.methods:
             return None
+        if self.next_faults:
+            return self.next_faults.pop(0)
+        r = self._rng.random()
+        for name, p in (
+            ("503", self.p_503),
+            ("reset", self.p_reset),
+            ("truncate", self.p_truncate),
+            ("hang", self.p_hang),
+        ):
+            if r < p:
+                if name == "reset" and self._rng.random() < 0.5:
+                    return "reset_after"
+                return name
+            r -= p
+        return None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -308,7 +324,8 @@ class FaultProxy:
             else:
                 _recv_exact(client, body, int(_header(headers, "Content-Length") or 0))
 
-            fault = self._choose(method)
+            target = first.split(" ", 2)[1] if first.count(" ") >= 2 else ""
+            fault = self._choose(method, urllib.parse.unquote(target))
             delay = self.latency + (self._rng.uniform(0, self.latency_jitter) if self.latency_jitter else 0)
             if delay:
                 self._stop.wait(delay)

@@ -249,10 +249,10 @@ def test_changed_input_file_is_refused_on_resume(tmp_path):
 
 
 def test_timeout_turns_a_stuck_fn_into_a_failure_of_that_input(tmp_path):
-    started = time.monotonic()
+    # The stuck input sleeps an hour: the call ends only by the timeout, which the error names
+    # (pytest's --timeout only stops a run that ignored it and hangs; no bound on how long).
     with pytest.raises(FnError) as info:
         optimize(stuck_at_3, list(range(8)), tmp_path / "a", num_workers=2, verbose=False, timeout=1)
-    assert time.monotonic() - started < 120  # the stuck input sleeps an hour
     assert info.value.input_index == 3 and "timeout=1" in str(info.value)
     result = optimize(
         stuck_at_3, list(range(8)), tmp_path / "b", num_workers=2, verbose=False, timeout=1, on_error="skip"

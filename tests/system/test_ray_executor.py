@@ -60,7 +60,10 @@ def check_exactly_once(config: dict, options: dict | None = None) -> None:
 
 def test_ray_run_spreads_over_the_nodes_and_writes_once(ray_cluster, tmp_path):
     ray_cluster.restore()
-    config = ray_config(str(tmp_path / "out"), 600, sleep=0.002)
+    # every call waits until the three nodes' tasks have each started one (an event, not a
+    # per-input delay): the shards run on all three nodes at any load
+    (tmp_path / "hosts").mkdir()
+    config = ray_config(str(tmp_path / "out"), 600, hosts_dir=str(tmp_path / "hosts"), hosts_wanted=3)
     code, out, err = run_driver(ray_cluster, config)
     assert code == 0, err[-4000:]
     check_exactly_once(config)
@@ -213,15 +216,26 @@ def test_a_source_is_planned_by_range_and_read_by_the_tasks(ray_cluster, tmp_pat
     source = sources.parquet(raw)
     assert len(pickle.dumps(source)) < 20_000, "the source must travel as a description, not its rows"
 
+    hosts = tmp_path / "hosts"  # one file per node whose task has started a row
+    hosts.mkdir()
+    hosts_dir = str(hosts)
+
     def fn(row):  # a closure: Ray pickles it by value
+        import hashlib
+        import os
         import time
 
         from shardwright.process import host_identity
 
-        # ~0.5 s a shard (12 shards): the tasks that start first must not finish every
-        # shard before the last node's task has started (the hot loop takes ~1 us a row)
-        time.sleep(0.005)
-        return {"id": row["id"], "host": host_identity()}
+        # Every row waits until the three nodes' tasks have each started one: the tasks that
+        # start first cannot finish every shard before the last node's task has started, at
+        # any load (an event, not a per-row delay). 300 s only stops a hang.
+        host = host_identity()
+        open(os.path.join(hosts_dir, hashlib.sha256(host.encode()).hexdigest()[:16]), "w").close()
+        give_up = time.monotonic() + 300
+        while len(os.listdir(hosts_dir)) < 3 and time.monotonic() < give_up:
+            time.sleep(0.05)
+        return {"id": row["id"], "host": host}
 
     out = tmp_path / "out"
     result = optimize(fn, source, out, executor="ray", shared_output=True, num_workers=1, chunk_size=20, verbose=False)

@@ -19,7 +19,6 @@ import pickle
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ import shardwright.storage as storage_package
 from shardwright.errors import OutputDirError, StorageError
 from shardwright.storage import LocalStorage, MemoryStorage, S3Storage, Storage, open_storage, register_backend
 from shardwright.storage.files import TMP_NAME_RE, disk_full_error, raising_disk_full, tmp_name
-from support.helpers import assert_one_request_per_attempt_within_two_seconds
+from support.helpers import assert_attempts_are_the_failed_requests, counted_store_requests
 from support.storage_contract import StorageContract
 
 MiB = 1024 * 1024
@@ -238,15 +237,16 @@ def test_local_list_ignores_foreign_temp_files(tmp_path):
 
 
 @pytest.mark.s3
-def test_s3_bad_credentials(s3_server, s3_bucket):
+def test_s3_bad_credentials(s3_server, s3_bucket, tmp_path):
     secret = "not-the-right-secret-" + "z" * 20
     opts = dict(s3_server.storage_options, aws_secret_access_key=secret)
     s = open_storage(f"s3://{s3_bucket}/p", opts)
-    for call in (s.check, lambda: s.write_bytes("k", b"x"), lambda: s.read_bytes("k"), s.list):
-        t = time.monotonic()
-        with pytest.raises(StorageError) as ei:
-            call()
-        assert time.monotonic() - t < 30  # half the default 60 s retry budget: at any load
+    for n, call in enumerate((s.check, lambda: s.write_bytes("k", b"x"), lambda: s.read_bytes("k"), s.list)):
+        # not retried under the default 60 s budget: one request, counted (not timed)
+        with counted_store_requests(tmp_path / f"counts-{n}") as counts:
+            with pytest.raises(StorageError) as ei:
+                call()
+            assert counts() == {"rejected": 1}, counts()
         msg = str(ei.value)
         assert "credentials rejected" in msg and s3_bucket in msg and s3_server.endpoint in msg, msg
         assert secret not in msg and s3_server.secret_key not in msg
@@ -267,15 +267,16 @@ def test_s3_missing_bucket(s3_server):
 
 
 @pytest.mark.s3
-def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket):
+def test_s3_unreachable_endpoint_fails_fast(s3_server, s3_bucket, tmp_path):
     port = __import__("support.s3server", fromlist=["free_ports"]).free_ports(1)[0]  # nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
     s = open_storage(f"s3://{s3_bucket}/p", dict(s3_server.storage_options, endpoint_url=endpoint))
-    for call in (s.check, lambda: s.write_bytes("k", b"x")):
-        t = time.monotonic()
-        with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
-            call()
-        assert time.monotonic() - t < 30  # half the default 60 s retry budget: at any load
+    for n, call in enumerate((s.check, lambda: s.write_bytes("k", b"x"))):
+        # a service never reached is tried once more, then named: 2 attempts, not the 60 s budget's
+        with counted_store_requests(tmp_path / f"counts-{n}") as counts:
+            with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}"):
+                call()
+            assert counts() == {"unreachable": 2}, counts()
 
 
 @pytest.mark.s3
@@ -354,13 +355,13 @@ def test_s3_gives_up_with_clear_error_when_server_keeps_failing(fault_proxy, s3_
     opts = dict(fault_proxy.storage_options, retry_timeout=2)  # the whole budget: no nested retries
     s = open_storage(f"s3://{s3_bucket}/p", opts)
     s.check()
-    fault_proxy.configure(p_503=1.0)
-    failed_before = fault_proxy.stats["503"]
+    fault_proxy.configure(p_503=1.0, methods={"PUT"})  # the write's requests only
     with pytest.raises(StorageError) as ei:
         s.write_bytes("k", b"x")
     msg = str(ei.value)
     assert "SlowDown" in msg and s3_bucket in msg and fault_proxy.endpoint in msg and "rerun" in msg, msg
-    assert_one_request_per_attempt_within_two_seconds(msg, fault_proxy.stats["503"] - failed_before)
+    # the PUTs of this object only (the fault proxy is this test's alone; the path makes sure)
+    assert_attempts_are_the_failed_requests(msg, fault_proxy.failed("503", "PUT", f"/{s3_bucket}/p/k"))
 
 
 # --------------------------------------------------------------------------------------
