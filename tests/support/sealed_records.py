@@ -1,15 +1,31 @@
-"""Three commit records of shard 0 written as a run writes them (with their checksum), for the
-tests that damage or strip them on disk (trust rounds 8 and 9)."""
+"""Three commit records of shard 0 written as a run writes them (with their checksum), and a
+small run manifest, for the tests that damage, strip or edit them on disk (trust rounds 8-10)."""
 
 from __future__ import annotations
 
 import json
 
+from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.layout import record_key
+from shardwright.protocol.manifest import Manifest, OutputSettings, new_manifest
 from shardwright.protocol.records import CommitRecord, write_records
 from shardwright.storage import Storage, open_storage
 
 EPOCH = 7
+
+
+def small_manifest() -> Manifest:
+    """A new run's manifest: 4 inputs in 2 shards, checkpoints on (sealed, as a new run is)."""
+    return new_manifest(
+        generation=1,
+        mode="create",
+        num_inputs=4,
+        num_shards=2,
+        inputs=InputsFingerprint.of([1, 2, 3, 4]).to_json(),
+        settings=OutputSettings(1, None, None, 2),
+        use_checkpoint=True,
+        fn_name="f",
+    )
 
 
 def written_records(tmp_path) -> tuple[Storage, str]:

@@ -13,39 +13,25 @@ from dataclasses import replace
 import pytest
 
 from shardwright.errors import CorruptStateError
-from shardwright.protocol.fingerprint import InputsFingerprint
-from shardwright.protocol.manifest import Manifest, OutputSettings, new_manifest
+from shardwright.protocol.manifest import Manifest
 from shardwright.protocol.records import load_progress
-from support.sealed_records import strip_checksum, written_records
-
-
-def _new() -> Manifest:
-    return new_manifest(
-        generation=1,
-        mode="create",
-        num_inputs=4,
-        num_shards=2,
-        inputs=InputsFingerprint.of([1, 2, 3, 4]).to_json(),
-        settings=OutputSettings(1, None, None, 2),
-        use_checkpoint=True,
-        fn_name="f",
-    )
+from support.sealed_records import small_manifest, strip_checksum, written_records
 
 
 def test_a_new_run_stays_sealed_when_its_manifest_is_edited_back_to_protocol_6():
-    manifest = _new()
+    manifest = small_manifest()
     assert manifest.records_sealed
     downgraded = Manifest.from_json({**manifest.to_json(), "protocol": 6}, "m")
     assert downgraded.records_sealed, "the run id still says this run writes every record with its checksum"
 
 
 def test_a_run_started_by_protocol_6_is_still_unsealed():
-    legacy = replace(_new(), run_id="0123456789abcdef0123456789abcdef", protocol=6)
+    legacy = replace(small_manifest(), run_id="0123456789abcdef0123456789abcdef", protocol=6)
     assert not Manifest.from_json(legacy.to_json(), "m").records_sealed
 
 
 def test_the_downgraded_run_refuses_a_record_stripped_of_its_checksum(tmp_path):
-    manifest = Manifest.from_json({**_new().to_json(), "protocol": 6}, "m")
+    manifest = Manifest.from_json({**small_manifest().to_json(), "protocol": 6}, "m")
     storage, key = written_records(tmp_path)
     strip_checksum(storage, key, '"next_input":6', '"next_input":8')
     with pytest.raises(CorruptStateError, match="has no checksum"):

@@ -9,25 +9,16 @@ import pytest
 
 from shardwright.cluster.kubernetes import JobSpec
 from shardwright.errors import CorruptStateError, UsageError
-from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.jsonio import dumps
 from shardwright.protocol.layout import MANIFEST_KEY
-from shardwright.protocol.manifest import Manifest, OutputSettings, new_manifest, read_manifest
+from shardwright.protocol.manifest import Manifest, read_manifest
 from shardwright.storage import open_storage
+from support.sealed_records import small_manifest
 
 
 def _written(tmp_path, **edits):
     """A local output whose run manifest has ``edits`` applied to its JSON."""
-    manifest = new_manifest(
-        generation=1,
-        mode="create",
-        num_inputs=4,
-        num_shards=2,
-        inputs=InputsFingerprint.of([1, 2, 3, 4]).to_json(),
-        settings=OutputSettings(1, None, None, 2),
-        use_checkpoint=True,
-        fn_name="f",
-    )
+    manifest = small_manifest()
     storage = open_storage(str(tmp_path / "out"))
     storage.write_bytes(MANIFEST_KEY, dumps({**manifest.to_json(), **edits}))
     return storage
