@@ -50,3 +50,57 @@ def test_a_credential_path_of_other_characters_is_named_as_such():
         _spec(env={"GOOGLE_APPLICATION_CREDENTIALS": "/var/sécret/kéy.json"}).validate()
     message = str(raised.value)
     assert "is not an absolute file path of plain characters" in message and "sécret" not in message, message
+
+
+# --- JSON state nested deeper than the parser goes: a raw RecursionError before ---
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+def _interrupted(tmp_path):
+    from shardwright import optimize
+    from shardwright.errors import FnError
+
+    def fn(i):
+        if i == 7:
+            raise ValueError("boom")
+        return {"i": i}
+
+    out = str(tmp_path / "out")
+    with pytest.raises(FnError):
+        optimize(fn, range(24), out, num_workers=1, chunk_size=2, num_shards=2, verbose=False)
+    return out
+
+
+def test_a_record_file_nested_deeper_than_json_goes_is_named_as_damaged(tmp_path):
+    """Before: `RecursionError: maximum recursion depth exceeded while decoding a JSON array`,
+    naming no file (local, GCS and Azure alike)."""
+    from shardwright import optimize
+    from shardwright.errors import CorruptStateError
+    from shardwright.protocol.records import record_keys_by_shard
+    from shardwright.storage import open_storage
+
+    out = _interrupted(tmp_path)
+    storage = open_storage(out)
+    key = sorted(record_keys_by_shard(storage)[0])[-1]
+    storage.write_bytes(key, NESTED)
+    with pytest.raises(CorruptStateError) as raised:
+        optimize(lambda i: {"i": i}, range(24), out, num_workers=1, chunk_size=2, num_shards=2, verbose=False)
+    assert key in str(raised.value) and "is not valid JSON" in str(raised.value), raised.value
+
+
+@pytest.mark.parametrize("content", [NESTED, b"garbage"])
+def test_a_lease_nested_deeper_than_json_goes_is_taken_over_like_any_unreadable_lease(tmp_path, content):
+    """Before: a raw RecursionError from every run, status and reader of the output; a lease
+    that is not JSON holds no work, and the run takes it over (as one of b"garbage" always was)."""
+    from shardwright import StreamingDataset, optimize
+    from shardwright.protocol.layout import lease_key
+    from shardwright.protocol.lease import read_leases
+    from shardwright.storage import open_storage
+
+    out = _interrupted(tmp_path)
+    storage = open_storage(out)
+    storage.write_bytes(lease_key("node-0"), content)
+    read_leases(storage)
+    optimize(lambda i: {"i": i}, range(24), out, num_workers=1, chunk_size=2, num_shards=2, verbose=False)
+    assert sorted(x["i"] for x in StreamingDataset(out)) == list(range(24))
