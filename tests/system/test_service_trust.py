@@ -237,3 +237,39 @@ def test_a_connection_that_never_finishes_its_request_head_is_closed(tmp_path):
             assert client.get("/pipelines").status_code == 200
     finally:
         server.stop()
+
+
+def test_a_connection_that_never_finishes_its_request_body_is_closed(tmp_path):
+    """Trust round 12: the body is read whole before the token is checked, so a client with no
+    token that sent a head announcing a body (Content-Length, chunked, or Expect:
+    100-continue) and then stopped held its connection for good: round 11's closer looks at
+    heads only. Waited on as the close itself (recv returns b""), never a sleep. A whole slow
+    request is still answered."""
+    from shardwright.service.connections import REQUEST_BODY_SECONDS
+
+    heads = [
+        b"POST /api/v1/jobs HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+        b"POST /api/v1/jobs HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+        b"POST /api/v1/jobs HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n",
+    ]
+    server = Server(tmp_path).start()
+    try:
+        stalled = [socket.create_connection(("127.0.0.1", server.port)) for _ in heads]
+        for conn, head in zip(stalled, heads):
+            conn.settimeout(REQUEST_BODY_SECONDS * 4)  # only the failure's bound: never closed
+            conn.sendall(head)
+        for conn in stalled:
+            data = b""
+            while chunk := conn.recv(100):  # (the 100-continue case is told to go on first)
+                data += chunk
+            assert data in (b"", b"HTTP/1.1 100 Continue\r\n\r\n"), data
+            conn.close()
+        with socket.create_connection(("127.0.0.1", server.port)) as whole:
+            whole.settimeout(REQUEST_BODY_SECONDS * 4)
+            whole.sendall(
+                b"POST /api/v1/jobs HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n"
+            )
+            whole.sendall(b"{}")
+            assert _read_response(whole).startswith(b"HTTP/1.1 401")
+    finally:
+        server.stop()

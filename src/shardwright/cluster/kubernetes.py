@@ -32,10 +32,11 @@ NUM_NODES_VAR = "SHARDWRIGHT_NUM_NODES"
 JOB_NAME_VAR = "SHARDWRIGHT_JOB_NAME"
 OUTPUT_DIR_VAR = "SHARDWRIGHT_OUTPUT_DIR"
 CONTAINER = "optimize"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+# \Z, not $: "$" also matches before a trailing newline, so `--name $'ab\n'` passed (trust round 12)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}\Z)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\Z")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?\Z")
 MAX_COMPLETIONS = 100_000  # Kubernetes' own limit for Indexed Jobs
 
 
@@ -123,6 +124,11 @@ def _check_env(key: str, value: str) -> None:
         raise UsageError(f"--env {key!r} is not an environment variable name")
     if key in (NUM_NODES_VAR, JOB_NAME_VAR, "JOB_COMPLETION_INDEX"):
         raise UsageError(f"--env {key} is set by the manifest itself; leave it out")
+    if key == OUTPUT_DIR_VAR:  # a second entry of the name, which Kubernetes lets win over --output-dir's
+        raise UsageError(
+            f"--env {key} is set by the manifest from --output-dir; pass --output-dir instead (it is checked and "
+            "recorded on the Job)"
+        )
     in_a_secret = (
         f"put it in a Secret (kubectl create secret generic NAME --from-literal={key}=...) and pass --secret NAME"
     )
@@ -135,8 +141,8 @@ def _check_env(key: str, value: str) -> None:
         return  # GOOGLE_APPLICATION_CREDENTIALS=/var/secrets/key.json points at a mounted Secret
     if is_credential_pointer_name(key):
         raise UsageError(
-            f"--env {key}=... is not an absolute file path (a key pasted inline?) and would write a secret into "
-            "the manifest in plain text; put the credential file in a Secret, mount it in the pods, and set "
+            f"--env {key}=... is not an absolute file path of plain characters (ASCII letters, digits, '.', '_', "
+            "'@', '-'; a key pasted inline?) and would write a secret into the manifest in plain text; put the credential file in a Secret, mount it in the pods, and set "
             f"{key} to the mounted file's absolute path (e.g. /var/secrets/key.json)"
         )
     raise UsageError(f"--env {key}=... would write a secret into the manifest in plain text; {in_a_secret}")

@@ -180,7 +180,7 @@ def read_history(storage: Storage, limit: int = MAX_ATTEMPTS) -> list[Attempt]:
             continue
         try:
             attempt = Attempt.from_json(json.loads(raw))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             continue
         if attempt is not None:
             attempts.append(attempt)

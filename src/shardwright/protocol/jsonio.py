@@ -55,7 +55,7 @@ def dumps(data: dict) -> bytes:
 def loads_object(data: bytes, what: str, storage: Storage, key: str) -> dict:
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # (nested deeper than json goes)
         raise CorruptStateError(
             f"{what} {storage.url}/{key} is not valid JSON ({exc}); it was damaged or edited by hand. "
             f"Restore it, or: {naming_output(START_OVER, storage.url)}"

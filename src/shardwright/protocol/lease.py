@@ -201,7 +201,7 @@ class LeaseHolder:
         """The holder in a lease file's bytes; None when they are not a JSON object."""
         try:
             data = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # (nested deeper than json goes: not a lease)
             return None
         return cls.from_json(data, where) if isinstance(data, dict) else None
 

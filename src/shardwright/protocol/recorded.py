@@ -144,7 +144,7 @@ def read_selection(storage: Storage, generation: int) -> tuple[list[list[int]], 
             and isinstance(partial, list)
             and all(isinstance(r, list) and len(r) == 2 and all(type(x) is int and x >= 0 for x in r) for r in partial)
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         ok = False
     if not ok:
         raise CorruptStateError(f"input selection {storage.url}/{key} is damaged or was edited by hand; {START_OVER}")

@@ -97,7 +97,7 @@ def _state_text(state: str) -> str:
     """``{"page": 17}`` as ``page 17`` (anything else as it is)."""
     try:
         value = json.loads(state)
-    except ValueError:
+    except (ValueError, RecursionError):
         return state
     if isinstance(value, dict) and value:
         return ", ".join(f"{k} {v}" for k, v in value.items())

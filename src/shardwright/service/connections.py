@@ -5,8 +5,11 @@ after a response, and any byte received cancels it), so a client that sends half
 stops holds its connection, and a file descriptor, for as long as it likes: with the server's
 open-file limit at 256, 300 such connections left the API unable to accept another (trust
 round 11 row 42). :class:`HeadTimedProtocol` closes a connection whose request head is not
-complete :data:`REQUEST_HEAD_SECONDS` after it opened or after its previous response. A
-request whose head has arrived is never cut (a slow job submission, a long response).
+complete :data:`REQUEST_HEAD_SECONDS` after it opened or after its previous response, and
+one whose request body is not complete :data:`REQUEST_BODY_SECONDS` after its head arrived:
+the body is read whole before the token is checked (``api.problems.RequestLimits``), so a
+client without a token that sent a head announcing a body and then stopped held its connection
+for good, the same hole (trust round 12). A response, however long, is never cut.
 Imported only by ``serve`` (uvicorn is the ``service`` extra's).
 """
 
@@ -17,16 +20,20 @@ import asyncio
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["REQUEST_HEAD_SECONDS", "HeadTimedProtocol"]
+__all__ = ["REQUEST_BODY_SECONDS", "REQUEST_HEAD_SECONDS", "HeadTimedProtocol"]
 
 #: seconds a client has to send a whole request head (a browser or curl needs milliseconds)
 REQUEST_HEAD_SECONDS = 10.0
+#: seconds a client has, once the head is in, to send the body (the largest allowed, 16 MiB by
+#: default, at 0.5 MB/s; a job submission is a few KB)
+REQUEST_BODY_SECONDS = 30.0
 
 
 class HeadTimedProtocol(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head does not arrive."""
 
     head_timer: asyncio.TimerHandle | None = None
+    body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -38,7 +45,27 @@ class HeadTimedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.cancel_head_timer()
+        self.cancel_body_timer()
         super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        # SEND_BODY: a head has arrived and its body has not (all of it): the body's clock runs
+        if self.conn.their_state is h11.SEND_BODY:
+            if self.body_timer is None and not self.transport.is_closing():
+                self.body_timer = self.loop.call_later(REQUEST_BODY_SECONDS, self.body_timed_out)
+        else:
+            self.cancel_body_timer()
+
+    def cancel_body_timer(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
+    def body_timed_out(self) -> None:
+        self.body_timer = None
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self.transport.close()
 
     def arm_head_timer(self) -> None:
         self.cancel_head_timer()
