@@ -69,3 +69,25 @@ def test_reuse_freed_memory_applies_on_glibc_and_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("SHARDWRIGHT_WORKER_MALLOC", "default")
     off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert off.stdout.strip() == "False"
+
+
+def test_a_worker_whose_main_process_died_before_it_started_exits_at_once():
+    """A main process SIGKILLed between forking a worker and the worker's PR_SET_PDEATHSIG
+    request: the kernel never sends the signal, so the worker checks its parent is the one the
+    pool named, and exits (70) instead of waiting on its task queue for good (seen: an orphan
+    left by a Slurm task SIGKILLed mid-start)."""
+    import multiprocessing as mp
+
+    from shardwright.engine.worker import worker_main
+
+    ctx = mp.get_context("fork")
+    task_q = ctx.Queue()  # never fed: a worker that got past the check would block on it
+    not_my_parent = os.getpid() + 1_000_000  # no process's pid: as if the parent had died
+    args = (0, None, None, task_q, ctx.Queue(), ctx.Event(), ctx.Array("q", [-1], lock=False), not_my_parent)
+    proc = ctx.Process(target=worker_main, args=args, daemon=True)
+    proc.start()
+    proc.join(timeout=60)  # only stops a hang: the worker exits before it reads anything
+    alive = proc.is_alive()
+    if alive:
+        proc.kill()
+    assert not alive and proc.exitcode == 70

@@ -82,12 +82,14 @@ class _Watch:
         self.task_q, self.result_q = ctx.Queue(), ctx.Queue()
         self.stop_event = ctx.Event()
         self.current = ctx.Array("q", [-1] * pool.num_workers, lock=False)
+        # fork and spawn make each worker a child of this process; forkserver's are the server's
+        parent = os.getpid() if pool.start_method in ("fork", "spawn") else None
         self.procs = [
             ctx.Process(
                 target=worker_main,
                 name=f"shardwright-worker-{wid}",
                 daemon=True,
-                args=(wid, pool.fn, pool.cfg, self.task_q, self.result_q, self.stop_event, self.current),
+                args=(wid, pool.fn, pool.cfg, self.task_q, self.result_q, self.stop_event, self.current, parent),
             )
             for wid in range(pool.num_workers)
         ]

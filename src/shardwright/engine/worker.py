@@ -472,9 +472,13 @@ def _picklable_exception(exc: BaseException) -> bytes | None:
         return None
 
 
-def worker_main(wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, current_inputs) -> None:
-    """Entry point of a worker process."""
-    die_with_parent()  # a SIGKILLed main process must not leave workers writing on
+def worker_main(
+    wid: int, fn, cfg: WorkerConfig, task_q, result_q, stop_event, current_inputs, parent_pid: int | None = None
+) -> None:
+    """Entry point of a worker process. ``parent_pid``: the main process's pid, when it is this
+    process's parent (fork, spawn): a main process SIGKILLed between the fork and the request
+    below would otherwise leave this worker orphaned, waiting on its queue for good."""
+    die_with_parent(parent_pid)  # a SIGKILLed main process must not leave workers writing on
     reuse_freed_memory()  # large items: reuse the last chunk's pages, not fresh zeroed ones
     sys.setswitchinterval(WORKER_SWITCH_INTERVAL)  # the committer's threads get the GIL back sooner
     worker_ref: list[Worker] = []
