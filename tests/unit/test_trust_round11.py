@@ -10,12 +10,13 @@ import shutil
 import struct
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from shardwright import StreamingDataset, optimize, sources
-from shardwright.errors import CorruptStateError, FnError, RunMismatchError
+pa = pytest.importorskip("pyarrow")  # the core-only venvs (Python 3.10, 3.12) have none
+pq = pytest.importorskip("pyarrow.parquet")
+
+from shardwright import StreamingDataset, optimize, sources  # noqa: E402
+from shardwright.errors import CorruptStateError, FnError, RunMismatchError  # noqa: E402
 
 
 def _zigzag_varint(n: int) -> bytes:
