@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from support.helpers import child_env, wait_for
 
@@ -87,23 +88,33 @@ def _record_holding(out, text: bytes) -> str | None:
     return None
 
 
+RECORD_TO_EDIT = b'"next_input":6,'  # shard 0's last record when the run holds on its gate
+
+
+def _killed_after_a_record(tmp_path) -> tuple[list[str], Path, Path]:
+    """RECORDS_SCRIPT started, SIGKILLed once a record holding RECORD_TO_EDIT is on disk (the
+    run holds on its gate meanwhile): (its command, its output, its gate)."""
+    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
+    script.write_text(RECORDS_SCRIPT)
+    run = [sys.executable, str(script), str(out), str(gate)]
+    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: first.poll() is not None or _record_holding(out, RECORD_TO_EDIT) is not None, 120)
+        assert first.poll() is None, first.communicate()[1][-2000:]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    return run, out, gate
+
+
 def test_a_commit_record_damaged_on_disk_is_refused_not_resumed_from(tmp_path):
     """Trust round 8. Before: after a SIGKILL, shard 0's last record said "next_input":6;
     with that one digit changed to 8 the resumed run skipped inputs 6 and 7 and published
     22 of 24 items, exit 0."""
     import shardwright as sw
 
-    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
-    script.write_text(RECORDS_SCRIPT)
-    run = [sys.executable, str(script), str(out), str(gate)]
-    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
-    last = b'"next_input":6,'
-    try:
-        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
-        assert first.poll() is None, first.communicate()[1][-2000:]
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+    run, out, gate = _killed_after_a_record(tmp_path)
+    last = RECORD_TO_EDIT
     record = _record_holding(out, last)
     data = open(record, "rb").read()
     with open(record, "wb") as f:
@@ -127,17 +138,8 @@ def test_a_record_stripped_of_its_checksum_is_refused_and_verify_names_it(tmp_pa
     "rerun the same optimize call to finish it" (round 8, row 43)."""
     import json
 
-    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
-    script.write_text(RECORDS_SCRIPT)
-    run = [sys.executable, str(script), str(out), str(gate)]
-    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
-    last = b'"next_input":6,'
-    try:
-        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
-        assert first.poll() is None, first.communicate()[1][-2000:]
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+    run, out, gate = _killed_after_a_record(tmp_path)
+    last = RECORD_TO_EDIT
     record = _record_holding(out, last)
     records = json.loads(open(record, "rb").read())["records"]
     edited = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
@@ -167,17 +169,8 @@ def test_a_manifest_edited_back_to_protocol_6_does_not_unseal_its_records(tmp_pa
     version's: the resumed run published 22 of 24 items, exit 0."""
     import json
 
-    script, out, gate = tmp_path / "run.py", tmp_path / "out", tmp_path / "gate"
-    script.write_text(RECORDS_SCRIPT)
-    run = [sys.executable, str(script), str(out), str(gate)]
-    first = subprocess.Popen(run, env=child_env(), start_new_session=True, stderr=subprocess.PIPE)
-    last = b'"next_input":6,'
-    try:
-        assert wait_for(lambda: first.poll() is not None or _record_holding(out, last) is not None, 120)
-        assert first.poll() is None, first.communicate()[1][-2000:]
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+    run, out, gate = _killed_after_a_record(tmp_path)
+    last = RECORD_TO_EDIT
     manifest = out / ".shardwright" / "manifest.json"
     text = manifest.read_bytes()
     assert b'"protocol":7' in text.replace(b" ", b"")
