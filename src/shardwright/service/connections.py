@@ -30,7 +30,7 @@ REQUEST_BODY_SECONDS = 30.0
 
 
 class HeadTimedProtocol(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head does not arrive."""
+    """uvicorn's h11 protocol, closing a connection whose request head or body does not arrive."""
 
     head_timer: asyncio.TimerHandle | None = None
     body_timer: asyncio.TimerHandle | None = None
@@ -44,42 +44,40 @@ class HeadTimedProtocol(H11Protocol):
         self.arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.cancel_head_timer()
-        self.cancel_body_timer()
+        _cancel(self.head_timer)
+        _cancel(self.body_timer)
+        self.head_timer = self.body_timer = None
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
         # SEND_BODY: a head has arrived and its body has not (all of it): the body's clock runs
         if self.conn.their_state is h11.SEND_BODY:
-            if self.body_timer is None and not self.transport.is_closing():
-                self.body_timer = self.loop.call_later(REQUEST_BODY_SECONDS, self.body_timed_out)
+            if self.body_timer is None:
+                self.body_timer = self.close_unless_moved_on(REQUEST_BODY_SECONDS, h11.SEND_BODY)
         else:
-            self.cancel_body_timer()
-
-    def cancel_body_timer(self) -> None:
-        if self.body_timer is not None:
-            self.body_timer.cancel()
+            _cancel(self.body_timer)
             self.body_timer = None
 
-    def body_timed_out(self) -> None:
-        self.body_timer = None
-        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
-            self.transport.close()
-
     def arm_head_timer(self) -> None:
-        self.cancel_head_timer()
-        if not self.transport.is_closing():
-            self.head_timer = self.loop.call_later(REQUEST_HEAD_SECONDS, self.head_timed_out)
-
-    def cancel_head_timer(self) -> None:
-        if self.head_timer is not None:
-            self.head_timer.cancel()
-            self.head_timer = None
-
-    def head_timed_out(self) -> None:
-        self.head_timer = None
         # IDLE: no request head parsed since the connection opened or the last response ended
         # (half a head included); any later state is a request under way, never cut here
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.transport.close()
+        _cancel(self.head_timer)
+        self.head_timer = self.close_unless_moved_on(REQUEST_HEAD_SECONDS, h11.IDLE)
+
+    def close_unless_moved_on(self, seconds: float, waiting_in: object) -> asyncio.TimerHandle | None:
+        """A timer closing the connection if the client is still ``waiting_in`` that state
+        (``conn.their_state``) ``seconds`` from now; None when it is closing already."""
+        if self.transport.is_closing():
+            return None
+
+        def timed_out() -> None:
+            if self.conn.their_state is waiting_in and not self.transport.is_closing():
+                self.transport.close()
+
+        return self.loop.call_later(seconds, timed_out)
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()
