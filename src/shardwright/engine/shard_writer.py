@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 
-from ..format import ItemEncoder, PackedItems, TokenEncoder
+from ..format import ItemEncoder, PackedItems, TokenEncoder, items_nbytes
 from ..protocol.claim import claim_format, read_format
 from ..protocol.commit import PendingChunk
 from ..protocol.progress import MAX_SNAPSHOT_BYTES, BufferState, ProgressSnapshot, SlotState
@@ -299,4 +299,4 @@ class ShardWriter:
         else:  # a chunk was committed inside this input: keep that, drop the rest
             items.clear()
             self.position = self.committed
-        self.items_bytes = items.nbytes if type(items) is PackedItems else sum(len(x) for x in items)
+        self.items_bytes = items_nbytes(items)

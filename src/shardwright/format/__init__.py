@@ -108,7 +108,7 @@ from .index import ChunkEntry, IndexConfig, index_digest, parse_index, parse_siz
 from .jsonleaf import JsonLeaf
 from .layouts import FRAMED_MAGIC, DecodedItem, RowChunk, pack_framed, pack_sample, unpack_chunk
 from .media import Audio, File, Graph, Image, Jpeg, JpegArray, Mesh, Nifti, Pdf, Pil, Tensor, Text, Tiff, Video
-from .packed import PackedItems
+from .packed import PackedItems, items_nbytes
 from .pytree import flatten_sample, parse_spec, unflatten_sample
 from .safe_pickle import load_data_only_pickle
 from .sample import ItemEncoder, decode_plan, leaf_format
@@ -164,6 +164,7 @@ __all__ = [
     "TokenEncoder",
     "TokensLoader",
     "PackedItems",
+    "items_nbytes",
     "build_chunk",
     "chunk_header",
     "can_check",

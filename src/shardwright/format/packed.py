@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["PackedItems", "packed_header"]
+__all__ = ["PackedItems", "items_nbytes", "packed_header"]
 
 
 class PackedItems:
@@ -82,6 +82,11 @@ class PackedItems:
 
     def tolist(self) -> list[bytes]:
         return list(self)
+
+
+def items_nbytes(items: list[bytes] | PackedItems) -> int:
+    """The bytes of a chunk's items, however they are held (no per-item sum for blocks)."""
+    return items.nbytes if type(items) is PackedItems else sum(map(len, items))
 
 
 def packed_header(items: PackedItems) -> bytes:

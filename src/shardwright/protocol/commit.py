@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..format import ChunkEntry, PackedItems, build_chunk, chunk_checksum, chunk_header, compress, parts_checksum
+from ..format import (
+    ChunkEntry,
+    PackedItems,
+    build_chunk,
+    chunk_checksum,
+    chunk_header,
+    compress,
+    items_nbytes,
+    parts_checksum,
+)
 from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
@@ -41,8 +50,7 @@ class PendingChunk:
 
     @cached_property
     def nbytes(self) -> int:  # asked for by the committer's backpressure twice per chunk
-        items = self.items
-        return items.nbytes if type(items) is PackedItems else sum(map(len, items))
+        return items_nbytes(self.items)
 
 
 @dataclass(frozen=True)
