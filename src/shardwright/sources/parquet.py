@@ -72,16 +72,21 @@ def check_row_group(reader: Any, index: int, name: str, columns: list[str] | Non
         )
 
 
-def check_rows_read(table: Any, rows: int, name: str, index: int) -> None:
-    """Refuse a row group that decoded to another number of rows than its footer says (the
-    footer's counts place every row: a group holding fewer rows than it claims left the rows
-    past them unreadable, a raw IndexError that stopped the run whatever ``on_error`` said;
-    trust round 11)."""
+def rows_read_problem(table: Any, rows: int) -> str | None:
+    """What is wrong with a row group that decoded to another number of rows than its footer
+    says (None: nothing). The footer's counts place every row: a group holding fewer rows than
+    it claims left the rows past them unreadable, a raw IndexError that stopped the run
+    whatever ``on_error`` said (trust round 11)."""
     if table.num_rows != rows:
-        raise CorruptStateError(
-            f"{name} row group {index} decoded to {table.num_rows:,} rows where the file's footer says {rows:,}: "
-            "the file is damaged; replace it"
-        )
+        return f"decoded to {table.num_rows:,} rows where the file's footer says {rows:,}"
+    return None
+
+
+def check_rows_read(table: Any, rows: int, name: str, index: int) -> None:
+    """Refuse a row group whose rows are not the footer's count (:func:`rows_read_problem`)."""
+    problem = rows_read_problem(table, rows)
+    if problem is not None:
+        raise CorruptStateError(f"{name} row group {index} {problem}: the file is damaged; replace it")
 
 
 class ParquetSource(Source):
@@ -120,13 +125,12 @@ class ParquetSource(Source):
                 return first, [BadRow(where, f"{said}: refused before decoding", fix=fix)] * groups[index]
             try:
                 table = self._reader[1].read_row_group(index, columns=self._columns)
-                check_rows_read(table, groups[index], self._files[unit].name, index)
-            except CorruptStateError as exc:  # its rows fail, named, and the run goes on
-                said = str(exc).removeprefix(f"{self._files[unit].name} row group {index} ").split(": the file", 1)[0]
-                return first, [BadRow(where, f"{said}: the file is damaged", fix="replace the file")] * groups[index]
             except Exception as exc:  # pyarrow's OSError/ArrowInvalid for a damaged page
                 bad = BadRow(where, f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})", fix="replace the file")
                 return first, [bad] * groups[index]
+            problem = rows_read_problem(table, groups[index])
+            if problem is not None:  # its rows fail, named, and the run goes on
+                return first, [BadRow(where, f"{problem}: the file is damaged", fix="replace the file")] * groups[index]
             cached = self.__dict__["_group"] = (unit, index, table)
         table = cached[2]
         piece = table.slice(batch_first - first, BATCH_ROWS)
