@@ -17,7 +17,7 @@ import time
 from ..engine.abandon import abandon
 from ..errors import DatasetNotFoundError, IncompleteRunError, ShardwrightError, UsageError
 from ..protocol.history import Attempt, read_history
-from ..protocol.layout import FAILED_PREFIX, INDEX_KEY, SEALED_RUN_ID_PREFIX
+from ..protocol.layout import FAILED_PREFIX, INDEX_KEY, short_run_id
 from ..protocol.publish import merge
 from ..protocol.status import RunStatus, read_status, stop_reason
 from ..secrets import redact, redact_url_credentials, secret_values
@@ -68,9 +68,7 @@ def print_status(report: RunStatus) -> None:
         reason = f" ({report.stop_reason})" if report.stop_reason else ""
         if report.stop_reason and report.stop_reason.startswith(report.state):
             reason = report.stop_reason[len(report.state) :]  # "interrupted (SIGTERM)", not the state twice
-        # the run's own digits: a sealed run's id starts with its mark (protocol.layout)
-        short_id = (report.run_id or "").removeprefix(SEALED_RUN_ID_PREFIX)[:8]
-        print(f"state:    {report.state}{reason} (run {short_id}, {report.mode}, fn {report.fn})")
+        print(f"state:    {report.state}{reason} (run {short_run_id(report.run_id)}, {report.mode}, fn {report.fn})")
         kept = (
             f" (+{report.inputs_in_tails:,} kept in pending tails, committed on resume)"
             if report.inputs_in_tails
@@ -165,7 +163,7 @@ def print_history(attempts: list[Attempt], as_json: bool) -> None:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started_at))
         reason = f" ({stop_reason(a)})" if a.ended == "failed" else ""
         print(
-            f"{when}  run {(a.run_id or '-').removeprefix(SEALED_RUN_ID_PREFIX)[:8]}  node {a.node_rank}/{a.num_nodes}  {a.host} pid {a.pid}  "
+            f"{when}  run {short_run_id(a.run_id, '-')}  node {a.node_rank}/{a.num_nodes}  {a.host} pid {a.pid}  "
             f"{a.finished_at - a.started_at:,.1f} s  inputs {a.inputs_done_before:,}->{a.inputs_done_after:,}"
             f"/{a.inputs_total:,}  {a.ended}{reason}"
         )

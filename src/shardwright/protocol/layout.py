@@ -69,6 +69,13 @@ SEALED_RECORDS_PROTOCOL = 7
 # an older run's. The run id is repeated in every record under its checksum, so a run id edited
 # back makes every record another run's: dropped, their work redone, none of it skipped.
 SEALED_RUN_ID_PREFIX = "s7-"
+
+
+def short_run_id(run_id: str | None, missing: str = "") -> str:
+    """A run id as status and history show it: its first 8 digits, without the seal mark."""
+    return (run_id or missing).removeprefix(SEALED_RUN_ID_PREFIX)[:8]
+
+
 # manifests this version resumes: protocol 4 wrote under node-lease epochs, which a claim's
 # epoch (above them by the clock assumption) continues; 5's chunks named by epoch are kept
 # as their records name them, the chunks written after the resume are named by content
