@@ -47,6 +47,11 @@ def read_lease(storage: Storage, key: str) -> bytes:
     return read_state(storage, key, "lease", MAX_LEASE_BYTES, TOO_LARGE_FIX)
 
 
+def read_versioned_lease(storage: Storage, key: str) -> tuple[bytes, str] | None:
+    """A lease file's bytes and version for a compare-and-swap, bounded (None when missing)."""
+    return read_versioned_state(storage, key, "lease", MAX_LEASE_BYTES, TOO_LARGE_FIX)
+
+
 def number(holder: dict, name: str, default: float) -> float:
     """A number of a lease file, bounded: a hand-edited or damaged field never crashes a
     reader nor keeps a lease alive for ever (anything not a finite number is the default)."""
@@ -401,7 +406,7 @@ class Lease:
                     continue  # taken over at once (we were paused): try again, from the start
                 self._mark_held()
                 return None
-            current = read_versioned_state(self.storage, self.key, "lease", fix=TOO_LARGE_FIX)
+            current = read_versioned_lease(self.storage, self.key)
             if current is None:
                 continue  # released between our two calls
             data, version = current
@@ -493,7 +498,7 @@ class Lease:
                 # One conditional request where the store has one: deleted only while still at
                 # the version our last write made (any takeover since changed it).
                 if storage.delete_if_version(self.key, self._version) is None:
-                    current = read_versioned_state(storage, self.key, "lease", fix=TOO_LARGE_FIX)
+                    current = read_versioned_lease(storage, self.key)
                     holder = LeaseHolder.parse(current[0], f"{storage.url}/{self.key}") if current else None
                     if holder is not None and holder.owner == self.owner:
                         storage.delete(self.key, durable=self.durable)
