@@ -99,7 +99,7 @@ class ShardWriter:
 
     def add(self, data: bytes, input_index: int, after: tuple[int, int]) -> None:
         items = self.items
-        if type(items) is not PackedItems or len(data) != items.itemsize:
+        if type(items) is PackedItems and len(data) != items.itemsize:
             self._as_list()  # (an item of the blocks' size joins them: a generator's samples)
         if self.items and self.cfg.chunk_bytes and self.items_bytes + len(data) > self.cfg.chunk_bytes:
             self.commit()  # the chunk ends before this item, at the current position
