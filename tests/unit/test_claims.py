@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -18,9 +19,10 @@ from shardwright.protocol.claims import ShardClaims
 from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
 from shardwright.protocol.layout import PROTOCOL_VERSION, SHARDS_PREFIX, claim_name, claimed_shard, lease_key
 from shardwright.protocol.lease import HOLDER_FIELDS, HolderFields, Lease, task_identity
-from shardwright.protocol.manifest import Manifest, OutputSettings
+from shardwright.protocol.manifest import Manifest
 from shardwright.protocol.records import load_progress
 from shardwright.storage import open_storage
+from support.sealed_records import small_manifest
 
 SETTINGS = RoundSettings("run", 1, None, True)
 
@@ -231,23 +233,8 @@ def test_host_identity_precedence(monkeypatch):
 
 
 def _manifest(protocol: int) -> dict:
-    from shardwright.protocol.fingerprint import InputsFingerprint
-
-    data = Manifest(
-        run_id="r",
-        generation=1,
-        mode="create",
-        num_inputs=4,
-        num_shards=2,
-        inputs=InputsFingerprint.of([1, 2, 3, 4]).to_json(),
-        settings=OutputSettings(1, None, None, 2),
-        use_checkpoint=True,
-        base_chunks=[],
-        base_config=None,
-        fn_name="f",
-        created_at=1.0,
-    ).to_json()
-    return {**data, "protocol": protocol}
+    """A small run's manifest as ``protocol`` wrote it (a plain run id: no seal mark)."""
+    return {**replace(small_manifest(), run_id="r").to_json(), "protocol": protocol}
 
 
 def test_a_protocol_4_run_still_resumes_and_older_ones_are_refused():
