@@ -62,7 +62,11 @@ Steps and the state on disk after each
    seq-1, None for seq 0), and says where the shard resumes: ``next_input`` and ``skip_outputs`` (outputs of
    ``next_input`` already committed: a chunk may end inside a generator's outputs). The
    shard's last record has ``done: true``; ``failed`` lists inputs skipped with
-   ``on_error="skip"``. The record file becomes durable at the writer's next barrier (a
+   ``on_error="skip"``. The file ends with the xxh3-128 checksum of its records
+   (``records.seal_records``); a run started by protocol 7 or later, known by its manifest's
+   protocol or by its run id's seal mark ``s7-`` (``layout.SEALED_RUN_ID_PREFIX``, so a manifest
+   edited back to 6 does not unseal it), refuses a record file without one as edited by hand;
+   protocol-6 runs' unsealed files are still read. The record file becomes durable at the writer's next barrier (a
    worker's committer runs one as soon as no round waits for it). A worker's last round
    gets none: publishing needs only durable chunks, and a power cut before the dataset is
    published loses at most that round's records, which means redoing it.
