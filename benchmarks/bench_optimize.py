@@ -17,7 +17,9 @@ Floors, measured in the same run after each repeat's variants: the fn-only floor
 pool of num_workers processes calling fn over the same inputs, writing nothing, its own
 start included) and the raw-I/O floor (the chunk sizes shardwright wrote, written with plain
 file writes by num_workers processes, each file fsync-ed: the same durability, no
-checksums), and shardwright's ratio to each. The driver's (this process's) peak RSS during
+checksums), the fn + encode floor (the same pool, each sample also encoded to its item bytes by
+the format's own encoder and the bytes joined: the least work that produces these items, no
+checksum, file or bookkeeping), and shardwright's ratio to each. The driver's (this process's) peak RSS during
 each run is reported too (Linux VmHWM, reset before each run).
 
 Variants are interleaved and their order rotated between repeats, so a neighbour's load on
@@ -276,13 +278,49 @@ def _call_range(args: tuple[Callable, int, int]) -> int:
     return n
 
 
-def floor_fn_only(fn: Callable, num_inputs: int) -> float:
+def _encode_range(args: tuple[Callable, int, int]) -> int:
+    """fn over the range and each sample encoded to its item bytes by the format's own
+    encoder (its compiled flat encoder where it takes the sample), the bytes joined as a
+    chunk body would be: what any writer of these bytes must do, with no checksum, no
+    header, no file, no bookkeeping. Generators: each yielded sample encoded."""
+    from shardwright.format import ItemEncoder
+
+    fn, start, end = args
+    encoder = ItemEncoder()
+    encode, flat = encoder.encode, None
+    body: list[bytes] = []
+    n = 0
+    for i in range(start, end):
+        out = fn(i)
+        for sample in out if inspect.isgenerator(out) else (out,):
+            item = flat(sample) if flat is not None else None
+            if item is None:
+                item = encode(sample, i)
+                flat = encoder.flat
+            body.append(item)
+            n += 1
+        if len(body) >= 4096:
+            b"".join(body)
+            body.clear()
+    b"".join(body)
+    return n
+
+
+def _pool_floor(task: Callable, fn: Callable, num_inputs: int) -> float:
     ctx = multiprocessing.get_context("fork")
     bounds = [(fn, k * num_inputs // NUM_WORKERS, (k + 1) * num_inputs // NUM_WORKERS) for k in range(NUM_WORKERS)]
     started = time.perf_counter()
     with ctx.Pool(NUM_WORKERS) as pool:
-        pool.map(_call_range, bounds, chunksize=1)
+        pool.map(task, bounds, chunksize=1)
     return time.perf_counter() - started
+
+
+def floor_fn_only(fn: Callable, num_inputs: int) -> float:
+    return _pool_floor(_call_range, fn, num_inputs)
+
+
+def floor_fn_encode(fn: Callable, num_inputs: int) -> float:
+    return _pool_floor(_encode_range, fn, num_inputs)
 
 
 def _write_files(args: tuple[str, list[tuple[str, int]]]) -> int:
@@ -343,6 +381,8 @@ FLOORS = (
     ("floor_fn", "floor: fn only (fork pool, no writes)"),
     ("floor_io", "floor: raw I/O (same chunks, fsync)"),
     ("floor_sum", "floor: fn only + raw I/O"),
+    ("floor_enc", "floor: fn + encode (fork pool, no writes)"),
+    ("floor_enc_io", "floor: fn + encode + raw I/O"),
 )
 
 
@@ -350,6 +390,8 @@ FLOOR_COMPARISONS = [
     Comparison("shardwright / fn-only floor", "sw", "floor_fn"),
     Comparison("shardwright / raw-I/O floor", "sw", "floor_io"),
     Comparison("shardwright / (fn-only + raw-I/O floors)", "sw", "floor_sum"),
+    Comparison("shardwright / fn+encode floor", "sw", "floor_enc"),
+    Comparison("shardwright / (fn+encode + raw-I/O floors)", "sw", "floor_enc_io"),
 ]
 
 
@@ -421,13 +463,25 @@ def run_floors(w: Workload, rep: int, root: str, sizes: list[int], results: dict
     reset_peak_rss()
     io_s = floor_raw_io(sizes, os.path.join(root, f"w{w.wid}-floor-r{rep}"))
     peak = max(peak, peak_rss_mb())
-    for key, seconds in (("floor_fn", fn_s), ("floor_io", io_s), ("floor_sum", fn_s + io_s)):
+    settle(w.touch_bytes)
+    enc_s = floor_fn_encode(w.fn, w.num_inputs)
+    floors = (
+        ("floor_fn", fn_s),
+        ("floor_io", io_s),
+        ("floor_sum", fn_s + io_s),
+        ("floor_enc", enc_s),
+        ("floor_enc_io", enc_s + io_s),
+    )
+    for key, seconds in floors:
         result = results.setdefault((w.wid, key), Result())
         result.seconds.append(seconds)
         result.cpu.append(float("nan"))
         result.peak_rss_mb.append(peak)
-        result.bytes = sum(sizes) if key != "floor_fn" else 0
-    print(f"  w{w.wid} floors{'':<30} repeat {rep}: fn {fn_s:.3f} s, raw I/O {io_s:.3f} s", flush=True)
+        result.bytes = sum(sizes) if key not in ("floor_fn", "floor_enc") else 0
+    print(
+        f"  w{w.wid} floors{'':<30} repeat {rep}: fn {fn_s:.3f} s, fn + encode {enc_s:.3f} s, raw I/O {io_s:.3f} s",
+        flush=True,
+    )
 
 
 # --- running and checking ---------------------------------------------------------------------
