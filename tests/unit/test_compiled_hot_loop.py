@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import shardwright
-from shardwright.engine.hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view
+from shardwright.engine.hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view, replay
+from shardwright.errors import SampleFormatError
 from shardwright.format import sample as sample_module
+from shardwright.format.packed import LeafColumns
 from shardwright.format.sample import ItemEncoder
 from shardwright.sources import BadRow
 
@@ -31,11 +33,17 @@ def loop_for(first_sample, rows: bool = False) -> tuple[ItemEncoder, CompiledLoo
 
 
 def run(loop: CompiledLoop, fn, inputs, start: int = 0, stop: int | None = None, look=None, current=None):
-    """One segment over ``inputs``: (its result, the batch, the shared slots)."""
+    """One segment over ``inputs``: (its result, the batch's items, the shared slots)."""
     batch: list[bytes] = []
     current = [-1, -1] if current is None else current
-    segment = loop.bind(fn, inputs, 0, current, WID, [False] if look is None else look, batch.append)
-    return segment(start, len(inputs) if stop is None else stop, 0), batch, current
+    cols = LeafColumns(loop.encoder.data_format) if loop.columns else None
+    sinks = cols.appenders if cols is not None else (batch.append,)
+    segment = loop.bind(fn, inputs, 0, current, WID, [False] if look is None else look, sinks)
+    result = segment(start, len(inputs) if stop is None else stop, 0)
+    if cols is not None:  # the block, cut into its items
+        block, size = cols.block(), cols.itemsize
+        batch = [block[k : k + size] for k in range(0, len(block), size)]
+    return result, batch, current
 
 
 # Each shape: (the sample of input i, samples the inlined statements must leave to the encoder)
@@ -47,7 +55,7 @@ SHAPES = {
     ),
     "tuple": (lambda i: (i, i / 7, i % 2 == 0), [(1, 2.0), [1, 2.0, True], (1, 2.0, 1)]),
     "list": (lambda i: [i, -i], [(1, 2), [1, 2, 3]]),
-    "int": (lambda i: -i * 1_000_003, [2**63, -(2**63) - 1, True, 1.5, np.int64(4)]),
+    "int": (lambda i: -i * 1_000_003, [True, 1.5, np.int64(4)]),
     "float": (lambda i: i / 3, [1, np.float64(2.0)]),
     "text": (lambda i: {"i": i, "s": "é" * (i % 4)}, [{"i": 1, "s": "\ud800"}, {"i": 1, "s": b"x"}]),
     "bytes": (lambda i: {"b": b"x" * (i % 5), "n": i % 2 == 0}, [{"b": bytearray(b"x"), "n": True}]),
@@ -67,6 +75,50 @@ def test_the_loop_writes_the_encoders_bytes_and_leaves_it_the_rest(name):
         (i, _, outcome), batch, _ = run(loop, lambda k, other=other: other if k == 3 else make(k), inputs)
         assert i == 3 and type(outcome) is Returned and outcome.value is other, other
         assert batch == [encoder.encode(make(k), k) for k in range(3)]
+
+
+@pytest.mark.parametrize("first", [{"i": 0, "x": 0.5, "b": True}, (0, 1), 7])
+def test_leaves_of_fixed_size_go_to_columns_and_ints_outside_int64_are_found_there(first):
+    """Fixed-size leaves are appended to one list per leaf (no bytes per item); numpy's
+    conversion finds an int outside int64, and the batch replayed item by item keeps the
+    items before it and raises the general encoder's error naming its input."""
+    encoder, loop = loop_for(first)
+    assert loop.columns
+    big = {dict: lambda: {**first, "i": 2**63}, tuple: lambda: (-(2**63) - 1, 1), int: lambda: 2**70}[type(first)]()
+
+    def make(k):
+        return big if k == 30 else first
+
+    cols = LeafColumns(encoder.data_format)
+    segment = loop.bind(make, list(range(40)), 0, [-1, -1], WID, [False], cols.appenders)
+    assert segment(0, 40, 0) == (40, 0, None)  # taken: the range is checked at the block
+    with pytest.raises(OverflowError):
+        cols.block()
+    assert len(cols) == 40  # kept for the replay
+    done: list[bytes] = []
+    with pytest.raises(SampleFormatError, match="input 130: int .* is outside int64"):
+        replay(cols, encoder.encode, encoder.data_spec, 100, done)
+    assert done == [encoder.encode(first, k) for k in range(30)]
+
+
+def test_an_int_outside_int64_fails_the_run_at_its_input_and_keeps_the_ones_before(tmp_path):
+    fixed, calls = tmp_path / "fixed", tmp_path / "calls"
+
+    def fn(i):
+        if fixed.exists():  # the rerun: every call counted
+            with open(calls, "a") as f:
+                f.write(f"{i}\n")
+        return {"i": 2**63 if i == 1_234 and not fixed.exists() else i, "x": 0.5}
+
+    out, args = tmp_path / "out", {"num_workers": 1, "verbose": False, "chunk_size": 100}
+    with pytest.raises(SampleFormatError, match="input 1234: int 9223372036854775808 .* outside int64"):
+        shardwright.optimize(fn, list(range(3_000)), str(out), **args)
+    fixed.touch()
+    shardwright.optimize(fn, list(range(3_000)), str(out), **args)  # resumes
+    again = [int(line) for line in calls.read_text().split()]
+    assert 1_234 in again and min(again) >= 1_200  # the chunks before the failing input were kept
+    ds = shardwright.StreamingDataset(str(out))
+    assert len(ds) == 3_000 and [ds[k]["i"] for k in (0, 1_199, 1_234, 2_999)] == [0, 1_199, 1_234, 2_999]
 
 
 def test_the_loop_hands_back_none_generators_and_fns_exceptions():
@@ -194,3 +246,32 @@ def test_a_run_calls_the_compiled_encoder_for_no_sample(tmp_path, monkeypatch):
     assert len(calls.read_text().split() if calls.exists() else []) <= 2
     ds = shardwright.StreamingDataset(str(out))
     assert len(ds) == 3_000 and ds[2_999] == {"i": 2_999, "x": 2_999 * 2_999}
+
+
+def test_a_block_of_leaf_columns_is_the_items_struct_packs():
+    """numpy's conversion and layout against struct.pack of each item (format.flat's
+    encoder), over the values where they could differ: int64's ends, signed zeros,
+    infinities, NaNs with payloads, both bools; and items given as bytes in between."""
+    import random
+    import struct
+
+    encoder, _ = loop_for({"i": 0, "f": 0.0, "b": False, "j": 0})
+    item = struct.Struct("<4Iqd?q")
+    nan_payload = struct.unpack("<d", struct.pack("<Q", 0x7FF0_0000_0000_0ABC))[0]
+    ints = [0, 1, -1, 2**63 - 1, -(2**63), 2**31, -(2**31) - 1]
+    floats = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), nan_payload, 5e-324, 1.7976931348623157e308]
+    rng = random.Random(36)
+    cols = LeafColumns(encoder.data_format)
+    expected = []
+    for k in range(2_000):
+        leaves = (rng.choice(ints), rng.choice(floats), rng.random() < 0.5, rng.randrange(-(2**63), 2**63))
+        data = item.pack(8, 8, 1, 8, *leaves)
+        assert encoder.flat is not None and encoder.flat(dict(zip("ifbj", leaves))) == data
+        if k % 97 == 0:
+            cols.add_item(data)
+        else:
+            for append, value in zip(cols.appenders, leaves):
+                append(value)
+        expected.append(data)
+    assert cols.block() == b"".join(expected)
+    assert len(cols) == 0 and cols.block() == b""

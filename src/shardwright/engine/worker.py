@@ -21,6 +21,7 @@ import types
 
 from .. import telemetry
 from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
+from ..format.packed import LeafColumns
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.progress import read_snapshot
@@ -30,7 +31,7 @@ from ..sources import BadRow
 from ..storage import open_storage
 from .committer import ChunkCommitter
 from .failed_dir import FailedDir
-from .hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view, refuse_async
+from .hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view, refuse_async, replay
 from .inflight import NOT_RESUMABLE, InflightRunner
 from .messages import MAX_STORED_TEXT, Committed, InFlight, Progress, WorkerExited, worker_failed
 from .resume import ResumePoint
@@ -327,7 +328,10 @@ class Worker:
         current, wid, look, end, base = self.current_view, self.wid, self.look, task.end, task.next_input
         encode = self.gate.encode
         batch: list[bytes] = []
-        segment = loop.bind(self.fn, task.inputs, base, current, wid, look, batch.append)
+        cols = LeafColumns(loop.encoder.data_format) if loop.columns else None  # the batch, for leaves of fixed size
+        segment = loop.bind(
+            self.fn, task.inputs, base, current, wid, look, cols.appenders if cols is not None else (batch.append,)
+        )
         itemsize = loop.itemsize
         step = max(1, FLUSH_BYTES // itemsize) if itemsize is not None else end - start  # inputs a batch holds
         first = i = counted = start  # first: the input whose sample is batch[0]
@@ -337,7 +341,20 @@ class Worker:
         look[0] = True  # the first input looks at once
 
         def flush(upto: int) -> None:
-            nonlocal first, nbytes, mixed
+            nonlocal first, nbytes, mixed, i
+            if cols is not None and len(cols):
+                try:
+                    writer.add_block(cols.block(), cols.itemsize, first)
+                except OverflowError:  # an int outside int64: the items one by one, to the input that fails
+                    done: list[bytes] = []
+                    try:
+                        replay(cols, encode, loop.encoder.data_spec, first, done)
+                    except BaseException:
+                        i = first + len(done)  # the input the failure names; the ones before it are kept
+                        raise
+                    finally:
+                        cols.clear()
+                        writer.add_run(done, first)
             if batch:
                 if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
                     writer.add_block(b"".join(batch), itemsize, first)  # one block: format/packed.py
@@ -370,7 +387,14 @@ class Worker:
                         if isinstance(outcome.value, (types.CoroutineType, types.AsyncGeneratorType)):
                             refuse_async(outcome.value)
                         raise
-                    batch.append(data)
+                    if cols is not None and len(data) == cols.itemsize:
+                        cols.add_item(data)  # its bytes as the general encoder made them
+                    elif cols is not None:  # an item of another size (never made for this format so far)
+                        flush(i)
+                        batch.append(data)
+                        flush(i + 1)
+                    else:
+                        batch.append(data)
                     nbytes += len(data)
                     i += 1
                     if nbytes >= FLUSH_BYTES:

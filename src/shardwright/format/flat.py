@@ -83,7 +83,7 @@ def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
 
 
 def flat_encoder_source(
-    root: SpecNode, data_format: list[str], sample: str, accept: list[str]
+    root: SpecNode, data_format: list[str], sample: str, accept: list[str], pack: bool = True
 ) -> tuple[list[str], dict[str, Any]] | None:
     """The compiled encoder's statements, for a caller that compiles them into its own code
     (the worker's hot loop, engine/hotloop.py), and the namespace they need; None when
@@ -95,7 +95,13 @@ def flat_encoder_source(
     ``data``, ``v0``.. and ``b0``.. and the namespace's keys (``k0``.., ``t0``.., ``ITEM``, ``S0``..,
     ``SIZES``, ``KIND``, ``dict``, ``OrderedDict``, ``struct_error``): the caller's code must
     not use them for anything else. :func:`flat_encoder` is these statements in a function of
-    its own, so both encode a sample to the same bytes."""
+    its own, so both encode a sample to the same bytes.
+
+    ``pack=False`` (fixed-size leaves only): the statements take the sample once its
+    container and each leaf's exact type are checked, with ``v0``.. bound and no ``data``; the
+    caller packs the leaves later (``packed.LeafColumns``: an int outside int64 is found there)."""
+    if not pack and fixed_item_size(data_format) is None:
+        return None
     if not data_format or any(fmt not in _SCALARS for fmt in data_format):
         return None
     if root.kind is not None and (not root.children or any(child.kind is not None for child in root.children)):
@@ -127,6 +133,9 @@ def flat_encoder_source(
     for i, fmt in enumerate(data_format):
         namespace[f"t{i}"] = _SCALARS[fmt][0]
     lines.append(f"{pad}if {' and '.join(f'type(v{i}) is t{i}' for i in range(count))}:")
+    if not pack:
+        lines.extend(f"{pad}    {line}" for line in accept)
+        return lines, namespace
     lines.append(f"{pad}    try:")
     lines.extend(f"{pad}        {line}" for line in _pack_lines(data_format, namespace))
     # an int outside int64, a leaf of 4 GiB or more (its u32 size), text that is not UTF-8

@@ -139,13 +139,13 @@ class ItemEncoder:
         # pickle leaves that name __main__ cannot be read by another process: warn (once per name)
         self._pickled = [i for i, fmt in enumerate(data_format) if fmt in ("pickle", "graph:pickle")]
 
-    def flat_source(self, sample: str, accept: list[str]) -> tuple[list[str], dict[str, Any]] | None:
+    def flat_source(self, sample: str, accept: list[str], pack: bool = True) -> tuple[list[str], dict[str, Any]] | None:
         """The statements of :attr:`flat` and their namespace (``flat.flat_encoder_source``),
         for the worker's hot loop to compile into its own code; None when there is no
         compiled encoder."""
         if self.flat is None or self._root is None or self.data_format is None:
             return None
-        return flat_encoder_source(self._root, self.data_format, sample, accept)
+        return flat_encoder_source(self._root, self.data_format, sample, accept, pack)
 
     def __getstate__(self) -> dict[str, Any]:
         # struct.Struct cannot be pickled: workers rebuild the parsed form from the strings.
