@@ -15,7 +15,7 @@ import pytest
 
 import shardwright
 from shardwright.engine.hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view, replay
-from shardwright.errors import SampleFormatError
+from shardwright.errors import SampleFormatError, WorkerDiedError
 from shardwright.format import sample as sample_module
 from shardwright.format.packed import LeafColumns
 from shardwright.format.sample import ItemEncoder
@@ -275,3 +275,16 @@ def test_a_block_of_leaf_columns_is_the_items_struct_packs():
         expected.append(data)
     assert cols.block() == b"".join(expected)
     assert len(cols) == 0 and cols.block() == b""
+
+
+def test_a_worker_dying_inside_fn_is_reported_at_its_input(tmp_path):
+    """The position stored before each fn call reaches the main process through the pool's
+    shared Array (here for leaves in columns: test_crash.py's die-at-123 has a str leaf)."""
+
+    def fn(i):
+        if i == 777:
+            os._exit(3)
+        return {"i": i, "x": i * 0.5}
+
+    with pytest.raises(WorkerDiedError, match=r"while processing input 777 "):
+        shardwright.optimize(fn, list(range(2_000)), str(tmp_path / "out"), num_workers=2, verbose=False)
