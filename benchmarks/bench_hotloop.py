@@ -17,7 +17,14 @@ Rows (process CPU time, not wall: the machine is shared):
   (a flag a ticker thread sets, engine.worker) and the generator/None checks.
 - ``shardwright encoder``: the previous row with shardwright's own compiled flat encoder
   (format.flat) instead of the bare pack: the type and key checks that fall back to the
-  general encoder for any sample not of the fixed shape.
+  general encoder for any sample not of the fixed shape (the worker's loop until issue 36's
+  hotloop branch).
+- ``compiled loop, bytes per item``: the same work with the encoder's statements inlined in
+  a loop generated for the format (engine.hotloop), the current input stored through an int64
+  memoryview of the pool's shared Array, the batch joined into one block at each flush.
+- ``compiled loop, leaf columns``: the worker's loop today for leaves of fixed size: the
+  leaves checked and appended to one list per leaf, the block built by numpy at each flush
+  (format.packed.LeafColumns), no bytes object per item.
 
 Nothing is written to disk; the chunk's assembly (join, offsets, checksum) comes on top.
 """
@@ -35,6 +42,8 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_optimize as bench
 
+from shardwright.engine.hotloop import CompiledLoop, int64_view
+from shardwright.format.packed import LeafColumns
 from shardwright.format.sample import ItemEncoder
 
 ITEM = struct.Struct("<2Iqq")
@@ -75,6 +84,23 @@ def loop_shape(fn, inputs, flat=None) -> None:
             batch_bytes = 0
 
 
+def compiled_loop(fn, inputs, loop: CompiledLoop) -> None:
+    current = int64_view(multiprocessing.get_context("fork").Array("q", [-1], lock=False))
+    batch: list[bytes] = []
+    cols = LeafColumns(loop.encoder.data_format) if loop.columns else None
+    segment = loop.bind(fn, inputs, 0, current, 0, [False], cols.appenders if cols is not None else (batch.append,))
+    step = (1 << 20) // (loop.itemsize or 1)
+    i, end = 0, len(inputs)
+    while i < end:
+        i, _, outcome = segment(i, min(end, i + step), 0)
+        assert outcome is None
+        if cols is not None:
+            cols.block()  # the block handed to the writer
+        else:
+            b"".join(batch)
+            batch.clear()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1_000_000)
@@ -84,12 +110,19 @@ def main() -> int:
     encoder = ItemEncoder()
     encoder.encode(fn(0), 0)  # fixes the format: the compiled flat encoder exists from here
     flat = encoder.flat
+    loop = CompiledLoop.build(encoder, rows=False)
+    assert loop is not None and loop.columns
+    source = encoder.flat_source("sample", ["append(data)", "continue"])
+    assert source is not None
+    bytes_loop = CompiledLoop(encoder, source, False, ["append"])  # the same loop making one bytes per item
     assert flat is not None and flat(fn(3)) == ITEM.pack(8, 8, 3, 9), "the flat encoder writes the same bytes"
     rows = [
         ("fn only", lambda: fn_only(fn, inputs)),
         ("+ item bytes (one struct.pack)", lambda: item_bytes(fn, inputs)),
         ("+ loop bookkeeping", lambda: loop_shape(fn, inputs)),
         ("shardwright encoder in that loop", lambda: loop_shape(fn, inputs, flat)),
+        ("compiled loop, bytes per item", lambda: compiled_loop(fn, inputs, bytes_loop)),
+        ("compiled loop, leaf columns", lambda: compiled_loop(fn, inputs, loop)),
     ]
     best = {name: float("inf") for name, _ in rows}
     for _ in range(args.repeats):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
+from ..errors import bounded_text
 from ..protocol.records import CommitRecord
+from ..secrets import redact, redact_exception, secret_values
+from .guards import explain_fn_error
+
+MAX_STORED_TEXT = 16_000  # characters of an error message or traceback kept in records and errors
 
 
 @dataclass(frozen=True)
@@ -57,3 +63,42 @@ class WorkerExited:
 
 
 WorkerMessage = Progress | Committed | InFlight | WorkerFailed | WorkerExited
+
+
+def _describe(exc: BaseException) -> str:
+    return bounded_text(explain_fn_error(f"{type(exc).__name__}: {exc}"), MAX_STORED_TEXT)
+
+
+def worker_failed(
+    wid: int, kind: str, exc: BaseException, input_index: int, tb: str, secrets: list[str] | None = None
+) -> WorkerFailed:
+    """The WorkerFailed message of ``exc``: its message and traceback bounded and redacted,
+    the exception itself pickled when it pickles and says nothing the redaction hid."""
+    secrets = secrets if secrets is not None else secret_values(None)
+    pickled = _picklable_exception(exc)
+    if pickled is not None and redact_exception(exc, secrets) is not exc:
+        pickled = None  # the message above is redacted; the original must not travel with it
+    return WorkerFailed(
+        wid,
+        kind,
+        redact(_describe(exc), secrets),
+        input_index,
+        redact(bounded_text(tb, MAX_STORED_TEXT), secrets),
+        pickled,
+    )
+
+
+def _picklable_exception(exc: BaseException) -> bytes | None:
+    # An exception with a huge message would chain megabytes onto the FnError (its message
+    # and traceback are already sent, bounded): then it is not sent at all.
+    try:
+        if len(str(exc)) > MAX_STORED_TEXT:
+            return None
+    except Exception:
+        return None
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return None

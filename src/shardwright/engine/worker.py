@@ -12,7 +12,6 @@ bar, errors and publishing.
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -22,18 +21,19 @@ import types
 
 from .. import telemetry
 from ..errors import ShardwrightError, UsageError, bounded_text, short_repr
+from ..format.packed import LeafColumns
 from ..process import die_with_parent, host_identity, reuse_freed_memory
 from ..protocol.failures import FailureRecord, write_failure
 from ..protocol.progress import read_snapshot
 from ..protocol.records import CommitRecord
-from ..secrets import redact, redact_exception, redact_url_credentials, secret_values
+from ..secrets import redact, redact_url_credentials, secret_values
 from ..sources import BadRow
 from ..storage import open_storage
 from .committer import ChunkCommitter
 from .failed_dir import FailedDir
-from .guards import explain_fn_error
+from .hotloop import FLUSH_BYTES, LOOK, CompiledLoop, Raised, Returned, int64_view, refuse_async, replay
 from .inflight import NOT_RESUMABLE, InflightRunner
-from .messages import Committed, InFlight, Progress, WorkerExited, WorkerFailed
+from .messages import MAX_STORED_TEXT, Committed, InFlight, Progress, WorkerExited, worker_failed
 from .resume import ResumePoint
 from .shard_writer import FormatGate, ShardWriter
 from .stops import FnFailed as _FnFailed
@@ -48,9 +48,6 @@ PROGRESS_INTERVAL = 0.2  # seconds between progress messages (the bar refreshes 
 # Ctrl-C), so seeing it up to this much later only delays a stop that was already racing
 # with the inputs in flight; fencing, not this check, keeps a deposed run from committing.
 STOP_CHECK_INTERVAL = 0.02
-# The hot loop hands its encoded items to the shard's writer at least this often (and every
-# STOP_CHECK_INTERVAL): a chunk is cut no later than this many bytes past its limit.
-FLUSH_BYTES = 1 << 20
 # A worker's committer threads spend their rounds in system calls (writes, fsyncs, the claim
 # checks), each followed by taking the GIL back from the thread running fn. CPython makes a
 # waiting thread wait a whole switch interval (5 ms by default) before it asks the running one
@@ -58,7 +55,6 @@ FLUSH_BYTES = 1 << 20
 # for that backlog at its end (issue 19: +1.4-2.0 ms a worker with checkpoints on 200k small
 # dicts; +0.0-0.4 ms at 1 ms). Only in our worker processes, never the user's main process.
 WORKER_SWITCH_INTERVAL = 0.001
-MAX_STORED_TEXT = 16_000  # characters of an error message or traceback kept in records and errors
 
 
 class Worker:
@@ -69,6 +65,7 @@ class Worker:
         self.result_q = result_q
         self.stop_event = stop_event
         self.current_inputs = current_inputs
+        self.current_view = int64_view(current_inputs)  # the same slots, for the compiled hot loop's stores
         self.signalled = False
         self.storage = open_storage(cfg.output_dir, cfg.storage_options)
         self.committer = ChunkCommitter(self.storage, cfg.round, self._on_commit)
@@ -87,6 +84,7 @@ class Worker:
         # reads a list item per input instead of calling time.monotonic() (~55 ns of a small
         # item's ~450 ns of loop, issue 36). A daemon: it ends with the worker process.
         self.look = [True]
+        self._loops: dict[bool, tuple[object, CompiledLoop | None]] = {}  # rows -> (encoder, its compiled loop)
         threading.Thread(target=_tick, args=(self.look,), name="shardwright-tick", daemon=True).start()
 
     def _on_commit(self, record: CommitRecord) -> None:
@@ -130,7 +128,12 @@ class Worker:
                     self._process_input(writer, task.inputs[i - task.next_input], i, i, skip)
                     self.tick()
                     i += 1
-                self._run_plain(writer, task, i)
+                rows = type(task.inputs) not in (list, range)  # a source's rows (a list or range: a sequence's)
+                if self._compiled(rows) is None:  # the format is not known yet, or has no compiled loop
+                    i = self._run_plain(writer, task, i, rows)
+                loop = self._compiled(rows) if i < task.end else None
+                if loop is not None:
+                    self._run_compiled(writer, task, i, loop)
             else:
                 for i in range(start, task.end):
                     if self.should_stop():
@@ -166,7 +169,29 @@ class Worker:
         self._pending_progress += head - task.next_input  # their outputs are in the tail: done
         return head, (max(kept, task.first_skip(head)) if head < task.end else 0)
 
-    def _run_plain(self, writer: ShardWriter, task: ShardTask, start: int) -> None:
+    def _compiled(self, rows: bool) -> CompiledLoop | None:
+        """The hot loop compiled for the run's format (hotloop.py), once it is known; None
+        when it is not known yet or has no compiled encoder. Made once per worker."""
+        encoder = self.gate.encoder
+        if encoder is None or encoder.flat is None:
+            return None
+        if rows not in self._loops or self._loops[rows][0] is not encoder:
+            self._loops[rows] = (encoder, CompiledLoop.build(encoder, rows))
+        return self._loops[rows][1]
+
+    def _looked(self, i: int, counted: int) -> int:
+        """The hot loop's look before input ``i`` (its batch handed over): progress and stops.
+        Inputs ``counted..i-1`` are done; returns ``i``, the new ``counted``."""
+        self._pending_progress += i - counted
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL:
+            self.flush_progress()
+            self._last_progress = now
+        if self.should_stop():
+            raise _Stop
+        return i
+
+    def _run_plain(self, writer: ShardWriter, task: ShardTask, start: int, rows: bool) -> int:
         """The hot loop over inputs ``start..task.end`` of a task whose input ids are their
         positions, with nothing to skip and no timeout.
 
@@ -182,10 +207,12 @@ class Worker:
         Each sample is encoded as it comes (a sample fn mutates later is written as it was).
         When every item has one size (a format of int/float/bool leaves), a flush hands the
         writer the batch joined into one block (ShardWriter.add_block, format/packed.py):
-        no per-item sizes summed, cut or put in the chunk's header (issue 36)."""
+        no per-item sizes summed, cut or put in the chunk's header (issue 36).
+
+        Returns the input it stopped before: ``task.end``, or earlier once the format is
+        known and has a compiled loop (:meth:`_run_compiled` takes the rest)."""
         fn, inputs, base, current, wid = self.fn, task.inputs, task.next_input, self.current_inputs, self.wid
-        monotonic, generator = time.monotonic, types.GeneratorType
-        rows = type(inputs) not in (list, range)  # a source's rows (a plain sequence's values: a list or range)
+        generator = types.GeneratorType
         encode, flat = self.gate.encode, None
         gated = True  # encode is the format gate's: the format may be fixed by the next sample
         batch: list[bytes] = []
@@ -227,16 +254,11 @@ class Worker:
                 current[wid] = i
                 if look[0]:
                     look[0] = False
-                    now = monotonic()
                     flush(i)
-                    self._pending_progress += i - counted
-                    counted = i
-                    if now - self._last_progress >= PROGRESS_INTERVAL:
-                        self.flush_progress()
-                        self._last_progress = now
-                    if self.should_stop():
-                        raise _Stop
+                    counted = self._looked(i, counted)
                     if gated and self.gate.encoder is not None:  # the format is known: skip the gate's call
+                        if self._compiled(rows) is not None:
+                            return i  # (finally: inputs start..i-1 are counted)
                         encode, flat, gated = self.gate.encoder.encode, self.gate.encoder.flat, False
                         fixed(self.gate.encoder)
                 value = inputs[i - base]
@@ -248,7 +270,7 @@ class Worker:
                     result = fn(value)
                 except (Exception, SystemExit) as exc:
                     flush(i + 1)
-                    self._process_input(writer, value, i, i, 0, first=_Raised(exc))
+                    self._process_input(writer, value, i, i, 0, first=Raised(exc))
                     continue
                 if flat is not None and (data := flat(result)) is not None:
                     append(data)  # the commonest sample (flat.py): checked and encoded at once
@@ -262,7 +284,7 @@ class Worker:
                     continue
                 if result is None or type(result) is generator:  # (the compiled encoder takes neither)
                     flush(i + 1)
-                    self._process_input(writer, value, i, i, 0, first=_Returned(result))
+                    self._process_input(writer, value, i, i, 0, first=Returned(result))
                     continue
                 mixed = True
                 try:
@@ -270,7 +292,7 @@ class Worker:
                 except BaseException:  # e.g. the sample's structure differs: keep the inputs before it
                     flush(i)
                     if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
-                        _refuse_async(result)
+                        refuse_async(result)
                     raise
                 if gated and self.gate.encoder is not None:
                     # The first sample fixed the format just now: take its compiled
@@ -280,6 +302,11 @@ class Worker:
                     # of a format with no compiled encoder pay no lookup each.
                     encode, flat, gated = self.gate.encoder.encode, self.gate.encoder.flat, False
                     fixed(self.gate.encoder)
+                    if self._compiled(rows) is not None:  # the compiled loop takes the next input on
+                        append(data)
+                        i += 1
+                        flush(i)
+                        return i
                 append(data)
                 batch_bytes += len(data)
                 if batch_bytes >= FLUSH_BYTES or (itemsize is not None and i >= flush_at):
@@ -288,6 +315,101 @@ class Worker:
             i = task.end
         except BaseException:
             current[wid] = i  # the input a failure names (worker_main reports it)
+            raise
+        finally:
+            self._pending_progress += i - counted
+        return i
+
+    def _run_compiled(self, writer: ShardWriter, task: ShardTask, start: int, loop: CompiledLoop) -> None:
+        """:meth:`_run_plain`'s loop over inputs ``start..task.end``, once the format is known,
+        with its compiled encoder inlined (hotloop.py): the compiled segment runs the inputs
+        whose samples it takes, and returns here for a batch to hand over, a look, or an input
+        it does not finish, which is handled as in :meth:`_run_plain`, in the same order."""
+        current, wid, look, end, base = self.current_view, self.wid, self.look, task.end, task.next_input
+        encode = self.gate.encode
+        batch: list[bytes] = []
+        cols = LeafColumns(loop.encoder.data_format) if loop.columns else None  # the batch, for leaves of fixed size
+        segment = loop.bind(
+            self.fn, task.inputs, base, current, wid, look, cols.appenders if cols is not None else (batch.append,)
+        )
+        itemsize = loop.itemsize
+        step = max(1, FLUSH_BYTES // itemsize) if itemsize is not None else end - start  # inputs a batch holds
+        first = i = counted = start  # first: the input whose sample is batch[0]
+        nbytes = 0  # the batch's bytes (formats of variable size)
+        mixed = False  # the batch has items the general encoder made (their sizes are checked)
+        in_segment = False
+        look[0] = True  # the first input looks at once
+
+        def flush(upto: int) -> None:
+            nonlocal first, nbytes, mixed, i
+            if cols is not None and len(cols):
+                try:
+                    writer.add_block(cols.block(), cols.itemsize, first)
+                except OverflowError:  # an int outside int64: the items one by one, to the input that fails
+                    done: list[bytes] = []
+                    try:
+                        replay(cols, encode, loop.encoder.data_spec, first, done)
+                    except BaseException:
+                        i = first + len(done)  # the input the failure names; the ones before it are kept
+                        raise
+                    finally:
+                        cols.clear()
+                        writer.add_run(done, first)
+            if batch:
+                if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
+                    writer.add_block(b"".join(batch), itemsize, first)  # one block: format/packed.py
+                else:
+                    writer.add_run(batch, first)
+                batch.clear()
+            first, nbytes, mixed = upto, 0, False
+
+        try:
+            while i < end:
+                in_segment = True
+                i, nbytes, outcome = segment(i, min(end, first + step), nbytes)
+                in_segment = False
+                if outcome is None:  # the batch is full, or the shard's inputs are all in it
+                    flush(i)
+                elif outcome is LOOK:
+                    look[0] = False
+                    flush(i)
+                    counted = self._looked(i, counted)
+                elif (
+                    type(outcome) is Returned
+                    and outcome.value is not None
+                    and type(outcome.value) is not types.GeneratorType
+                ):
+                    mixed = True  # a sample for the general encoder: the same bytes, or the error naming the problem
+                    try:
+                        data = encode(outcome.value, i)
+                    except BaseException:  # keep the inputs before it
+                        flush(i)
+                        if isinstance(outcome.value, (types.CoroutineType, types.AsyncGeneratorType)):
+                            refuse_async(outcome.value)
+                        raise
+                    if cols is not None and len(data) == cols.itemsize:
+                        cols.add_item(data)  # its bytes as the general encoder made them
+                    elif cols is not None:  # an item of another size (never made for this format so far)
+                        flush(i)
+                        batch.append(data)
+                        flush(i + 1)
+                    else:
+                        batch.append(data)
+                    nbytes += len(data)
+                    i += 1
+                    if nbytes >= FLUSH_BYTES:
+                        flush(i)
+                else:  # fn raised, returned None or a generator, or a source's bad row
+                    flush(i + 1)
+                    first_outcome = None if isinstance(outcome, BadRow) else outcome
+                    self._process_input(writer, task.inputs[i - base], i, i, 0, first=first_outcome)
+                    i += 1
+            flush(end)
+        except BaseException:
+            if in_segment:
+                i = current[wid]  # the input fn was given when it raised (the segment stored it)
+            else:
+                current[wid] = i  # the input a failure names (worker_main reports it)
             raise
         finally:
             self._pending_progress += i - counted
@@ -305,7 +427,7 @@ class Worker:
                     apply(writer, value, i, input_id, skip)
                 else:
                     outcome, first = first, None
-                    if type(outcome) is _Raised:
+                    if type(outcome) is Raised:
                         raise outcome.exc
                     self._add_outputs(writer, outcome.value, i, input_id, skip)
                 writer.position = (i + 1, 0)
@@ -366,7 +488,7 @@ class Worker:
                     raise _Stop
         elif result is not None:
             if isinstance(result, (types.CoroutineType, types.AsyncGeneratorType)):
-                _refuse_async(result)
+                refuse_async(result)
             writer.add(self.gate.encode(result, input_id), input_id, after=(i + 1, 0))
 
     def show_in_flight(self, inputs: tuple[int, ...], states: tuple[str, ...], calls: tuple[int, ...] = ()) -> None:
@@ -400,76 +522,10 @@ class Worker:
             self.failed_dir.failed(record, self.cfg.node_rank)
 
 
-class _Raised:
-    """fn's first call on an input raised this (the hot loop hands it to the retry logic)."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-class _Returned:
-    """fn's first call on an input returned this (a generator or None)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object):
-        self.value = value
-
-
-def _refuse_async(result: types.CoroutineType | types.AsyncGeneratorType) -> None:
-    """A sync fn (a wrapper, a lambda) returned a coroutine or an async generator: say so, not
-    that it cannot be pickled."""
-    if isinstance(result, types.CoroutineType):
-        result.close()  # never awaited: no "coroutine was never awaited" warning on top
-    raise UsageError(
-        f"fn returned {type(result).__name__} {short_repr(result)}: it is async, but was not seen as async when the "
-        "call started (a wrapper around an async fn?). Pass the async def (or async generator) function itself as fn"
-    )
-
-
-def _describe(exc: BaseException) -> str:
-    return bounded_text(explain_fn_error(f"{type(exc).__name__}: {exc}"), MAX_STORED_TEXT)
-
-
-def _failure(
-    wid: int, kind: str, exc: BaseException, input_index: int, tb: str, secrets: list[str] | None = None
-) -> WorkerFailed:
-    secrets = secrets if secrets is not None else secret_values(None)
-    pickled = _picklable_exception(exc)
-    if pickled is not None and redact_exception(exc, secrets) is not exc:
-        pickled = None  # the message above is redacted; the original must not travel with it
-    return WorkerFailed(
-        wid,
-        kind,
-        redact(_describe(exc), secrets),
-        input_index,
-        redact(bounded_text(tb, MAX_STORED_TEXT), secrets),
-        pickled,
-    )
-
-
 def _tick(look: list[bool]) -> None:
     while True:
         time.sleep(STOP_CHECK_INTERVAL)
         look[0] = True
-
-
-def _picklable_exception(exc: BaseException) -> bytes | None:
-    # An exception with a huge message would chain megabytes onto the FnError (its message
-    # and traceback are already sent, bounded): then it is not sent at all.
-    try:
-        if len(str(exc)) > MAX_STORED_TEXT:
-            return None
-    except Exception:
-        return None
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return None
 
 
 def worker_main(
@@ -492,7 +548,7 @@ def worker_main(
     try:
         worker = Worker(wid, fn, cfg, result_q, stop_event, current_inputs)
     except BaseException as exc:
-        result_q.put(_failure(wid, "setup", exc, -1, traceback.format_exc(), secret_values(cfg.storage_options)))
+        result_q.put(worker_failed(wid, "setup", exc, -1, traceback.format_exc(), secret_values(cfg.storage_options)))
         result_q.put(WorkerExited(wid, False))
         return
     worker_ref.append(worker)
@@ -517,12 +573,12 @@ def worker_main(
     except _FnFailed as failure:
         # report first, so the main process stops the other workers now, not after our commits
         i = worker.current_inputs[wid]
-        result_q.put(_failure(wid, "fn", failure.original, i, failure.tb, worker.secrets))
+        result_q.put(worker_failed(wid, "fn", failure.original, i, failure.tb, worker.secrets))
         _close_quietly(worker, wid, result_q)
     except BaseException as exc:
         _close_quietly(worker, wid, result_q)
         kind = "shardwright" if isinstance(exc, ShardwrightError) else "internal"
-        result_q.put(_failure(wid, kind, exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets))
+        result_q.put(worker_failed(wid, kind, exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets))
     worker.flush_progress()
     result_q.put(WorkerExited(wid, stopped))
 
@@ -532,4 +588,6 @@ def _close_quietly(worker: Worker, wid: int, result_q) -> None:
     try:
         worker.committer.close()
     except BaseException as exc:
-        result_q.put(_failure(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets))
+        result_q.put(
+            worker_failed(wid, "storage", exc, worker.current_inputs[wid], traceback.format_exc(), worker.secrets)
+        )

@@ -46,7 +46,14 @@ import numpy as np
 from .layouts import DecodedItem
 from .pytree import MAPPINGS, SpecNode
 
-__all__ = ["FlatEncoder", "fixed_item_size", "flat_decoder", "flat_encoder", "flat_split_decoder"]
+__all__ = [
+    "FlatEncoder",
+    "fixed_item_size",
+    "flat_decoder",
+    "flat_encoder",
+    "flat_encoder_source",
+    "flat_split_decoder",
+]
 
 FlatEncoder = Callable[[Any], "bytes | None"]
 
@@ -63,6 +70,38 @@ _SCALARS: dict[str, tuple[type, str | None]] = {
 def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
     """A compiled encoder for samples shaped like ``root``, or None when ``root`` is not a
     scalar or one container of scalars of the formats above."""
+    source = flat_encoder_source(root, data_format, "sample", ["return data"])
+    if source is None:
+        return None
+    lines, namespace = source
+    encode: FlatEncoder = _define(
+        ["def encode(sample):", *(f"    {line}" for line in lines), "    return None"],
+        f"flat encoder {data_format}",
+        namespace,
+    )
+    return encode
+
+
+def flat_encoder_source(
+    root: SpecNode, data_format: list[str], sample: str, accept: list[str], pack: bool = True
+) -> tuple[list[str], dict[str, Any]] | None:
+    """The compiled encoder's statements, for a caller that compiles them into its own code
+    (the worker's hot loop, engine/hotloop.py), and the namespace they need; None when
+    ``root`` is not a scalar or one container of scalars of the formats above.
+
+    The statements check the value named ``sample`` and, when they take it, bind ``data`` to
+    its item bytes and run ``accept`` (which must leave the block: ``return``, ``continue``);
+    a sample they do not take falls through past them. The names they bind or read are
+    ``data``, ``v0``.. and ``b0``.. and the namespace's keys (``k0``.., ``t0``.., ``ITEM``, ``S0``..,
+    ``SIZES``, ``KIND``, ``dict``, ``OrderedDict``, ``struct_error``): the caller's code must
+    not use them for anything else. :func:`flat_encoder` is these statements in a function of
+    its own, so both encode a sample to the same bytes.
+
+    ``pack=False`` (fixed-size leaves only): the statements take the sample once its
+    container and each leaf's exact type are checked, with ``v0``.. bound and no ``data``; the
+    caller packs the leaves later (``packed.LeafColumns``: an int outside int64 is found there)."""
+    if not pack and fixed_item_size(data_format) is None:
+        return None
     if not data_format or any(fmt not in _SCALARS for fmt in data_format):
         return None
     if root.kind is not None and (not root.children or any(child.kind is not None for child in root.children)):
@@ -70,38 +109,41 @@ def flat_encoder(root: SpecNode, data_format: list[str]) -> FlatEncoder | None:
     count = len(data_format)
     names = [f"v{i}" for i in range(count)]
     namespace: dict[str, Any] = {"dict": dict, "OrderedDict": OrderedDict, "struct_error": struct.error}
-    lines = ["def encode(sample):"]
+    lines: list[str] = []
+    pad = ""  # the indentation of the next statement: each check nests what follows it
     if root.kind is None:
-        lines.append("    v0 = sample")
+        lines.append(f"v0 = {sample}")
     elif root.kind in MAPPINGS:
         # By key, as the general encoder: key order may differ, and dict and OrderedDict
         # stand for each other.
-        lines.append(
-            f"    if (type(sample) is not dict and type(sample) is not OrderedDict) or len(sample) != {count}:"
-        )
-        lines.append("        return None")
+        lines.append(f"if (type({sample}) is dict or type({sample}) is OrderedDict) and len({sample}) == {count}:")
         lines.append("    try:")
         for i, key in enumerate(root.keys):
             namespace[f"k{i}"] = key
-            lines.append(f"        v{i} = sample[k{i}]")
+            lines.append(f"        v{i} = {sample}[k{i}]")
         lines.append("    except KeyError:")
-        lines.append("        return None")
+        lines.append("        pass")
+        lines.append("    else:")
+        pad = "        "
     else:
         namespace["KIND"] = root.kind
-        lines.append(f"    if type(sample) is not KIND or len(sample) != {count}:")
-        lines.append("        return None")
-        lines.append(f"    {', '.join(names)}, = sample")
+        lines.append(f"if type({sample}) is KIND and len({sample}) == {count}:")
+        lines.append(f"    {', '.join(names)}, = {sample}")
+        pad = "    "
     for i, fmt in enumerate(data_format):
         namespace[f"t{i}"] = _SCALARS[fmt][0]
-    lines.append(f"    if {' or '.join(f'type(v{i}) is not t{i}' for i in range(count))}:")
-    lines.append("        return None")
-    lines.append("    try:")
-    lines.extend(f"        {line}" for line in _pack_lines(data_format, namespace))
+    lines.append(f"{pad}if {' and '.join(f'type(v{i}) is t{i}' for i in range(count))}:")
+    if not pack:
+        lines.extend(f"{pad}    {line}" for line in accept)
+        return lines, namespace
+    lines.append(f"{pad}    try:")
+    lines.extend(f"{pad}        {line}" for line in _pack_lines(data_format, namespace))
     # an int outside int64, a leaf of 4 GiB or more (its u32 size), text that is not UTF-8
-    lines.append("    except (struct_error, OverflowError, UnicodeEncodeError):")
-    lines.append("        return None")
-    encode: FlatEncoder = _define(lines, f"flat encoder {data_format}", namespace)
-    return encode
+    lines.append(f"{pad}    except (struct_error, OverflowError, UnicodeEncodeError):")
+    lines.append(f"{pad}        pass")
+    lines.append(f"{pad}    else:")
+    lines.extend(f"{pad}        {line}" for line in accept)
+    return lines, namespace
 
 
 def fixed_item_size(data_format: list[str]) -> int | None:
@@ -116,13 +158,13 @@ def fixed_item_size(data_format: list[str]) -> int | None:
 
 
 def _pack_lines(data_format: list[str], namespace: dict[str, Any]) -> list[str]:
-    """The statements that return the item bytes of v0..vN: ``u32 size[L]`` + the leaves."""
+    """The statements that bind ``data`` to the item bytes of v0..vN: ``u32 size[L]`` + the leaves."""
     codes = [_SCALARS[fmt][1] for fmt in data_format]
     count = len(codes)
     if all(code is not None for code in codes):
         sizes = ", ".join(str(struct.calcsize("<" + code)) for code in codes)  # type: ignore[operator]
         namespace["ITEM"] = struct.Struct(f"<{count}I" + "".join(codes))  # type: ignore[arg-type]
-        return [f"return ITEM.pack({sizes}, {', '.join(f'v{i}' for i in range(count))})"]
+        return [f"data = ITEM.pack({sizes}, {', '.join(f'v{i}' for i in range(count))})"]
     lines: list[str] = []
     sizes_of: list[str] = []  # each leaf's size: a number, or len(bN) of a variable one
     pieces: list[str] = []  # the expressions joined after the size header
@@ -146,7 +188,7 @@ def _pack_lines(data_format: list[str], namespace: dict[str, Any]) -> list[str]:
             sizes_of.append(str(struct.calcsize("<" + code)))
     close_run()
     namespace["SIZES"] = struct.Struct(f"<{count}I")
-    lines.append(f"return b''.join((SIZES.pack({', '.join(sizes_of)}), {', '.join(pieces)}))")
+    lines.append(f"data = b''.join((SIZES.pack({', '.join(sizes_of)}), {', '.join(pieces)}))")
     return lines
 
 

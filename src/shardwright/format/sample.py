@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import CorruptStateError, SampleFormatError
-from .flat import FlatEncoder, fixed_item_size, flat_encoder
+from .flat import FlatEncoder, fixed_item_size, flat_encoder, flat_encoder_source
 from .leaves import is_tensor
 from .pytree import CONTAINER_NAMES as _CONTAINER_NAMES
 from .pytree import MAPPINGS as _MAPPINGS
@@ -138,6 +138,14 @@ class ItemEncoder:
         self.fixed_size = fixed_item_size(data_format)
         # pickle leaves that name __main__ cannot be read by another process: warn (once per name)
         self._pickled = [i for i, fmt in enumerate(data_format) if fmt in ("pickle", "graph:pickle")]
+
+    def flat_source(self, sample: str, accept: list[str], pack: bool = True) -> tuple[list[str], dict[str, Any]] | None:
+        """The statements of :attr:`flat` and their namespace (``flat.flat_encoder_source``),
+        for the worker's hot loop to compile into its own code; None when there is no
+        compiled encoder."""
+        if self.flat is None or self._root is None or self.data_format is None:
+            return None
+        return flat_encoder_source(self._root, self.data_format, sample, accept, pack)
 
     def __getstate__(self) -> dict[str, Any]:
         # struct.Struct cannot be pickled: workers rebuild the parsed form from the strings.
