@@ -3,8 +3,8 @@ nothing and repeats nothing. This docstring is THE specification; docs/design.md
 the rest of the system and points here.
 
 Modules: ``layout`` (every name), ``index`` (index.json, read), ``shards`` (input ranges), ``fingerprint`` (input
-identity), ``identity`` (per-input identities), ``recorded`` (the runs' records of them),
-``incremental`` (the incremental plan), ``manifest``, ``records``, ``claim``
+identity; ``int_blocks``: its numpy path for ints, the same bytes), ``identity`` (per-input identities),
+``recorded`` (the runs' records of them), ``incremental`` (the incremental plan), ``manifest``, ``records``, ``claim``
 (sample format), ``lease``, ``claims`` (shard claims), ``failures``,
 ``commit`` (steps 1-2), ``progress`` (work past a record, between chunks), ``publish`` (steps 3-5 and the one cleanup), ``observe`` + ``decide``
 (what a call does with what it finds), ``status`` (a typed report of a run), ``crash``
