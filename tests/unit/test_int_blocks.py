@@ -147,19 +147,32 @@ def test_ints_are_fingerprinted_without_pickling_each_block(monkeypatch):
     assert len(calls) <= 5, calls  # K, M and J blocks checked; the block mixing M and J; the tail
 
 
-def test_a_block_the_pickler_would_write_otherwise_turns_the_fast_path_off(monkeypatch):
+@pytest.mark.parametrize("wrong_batch", [0, 1, 2])
+def test_a_block_the_pickler_would_write_otherwise_turns_the_fast_path_off(monkeypatch, wrong_batch):
     """If a Python's pickler ever wrote ints otherwise, the check against it sends every block
-    through the pickler: the fingerprint stays the pickles' own."""
+    through the pickler, those of batches already hashed too: the fingerprint stays the
+    pickles' own."""
     rows_of = int_blocks.uniform_blocks
 
     def wrong(values, block_size):
-        for numbers, rows in rows_of(values, block_size):
-            rows[:, 1] = 3  # protocol 3 in the header
+        for batch, (numbers, rows) in enumerate(rows_of(values, block_size)):
+            if batch == wrong_batch:
+                rows[:, 1] = 3  # protocol 3 in the header
             yield numbers, rows
 
     monkeypatch.setattr(fingerprint_module, "uniform_blocks", wrong)
     values = list(range(100_000))
     assert InputsFingerprint.of(values) == _reference_fingerprint(values)
+
+
+def test_blocks_are_built_a_bounded_batch_at_a_time():
+    values = np.arange(3 * int_blocks.MAX_ROWS * 256 + 100, dtype=np.int64) + 2**40  # one kind: LONG1 of 6
+    batches = [(numbers, rows) for numbers, rows in uniform_blocks(values, 256)]
+    assert [len(numbers) for numbers, _ in batches] == [int_blocks.MAX_ROWS] * 3
+    assert all(rows.shape == (int_blocks.MAX_ROWS, 11 + 256 * 8 + 4) for _, rows in batches)
+    pickler = StablePickler()
+    last = batches[-1][0][-1]
+    assert batches[-1][1][-1].tobytes() == pickler.dumps(values[last * 256 : (last + 1) * 256].tolist())
 
 
 def test_a_list_of_one_type_is_counted_and_a_mixed_one_collected():

@@ -183,20 +183,23 @@ def _hash_uniform_blocks(
     hashes: list[str | None], inputs: Sequence, ints: np.ndarray, block_size: int, pickler: StablePickler
 ) -> None:
     """Fill ``hashes`` of the blocks ``int_blocks`` builds from ``ints`` (the values of
-    ``inputs``), each kind's first block checked against the pickler's bytes: if one differs
-    (another Python's pickle), none is filled and every block takes the general path."""
-    built = []
+    ``inputs``), the first block of each batch checked against the pickler's bytes: if one
+    differs (another Python's pickle), none is left filled and every block takes the general
+    path."""
+    blake2b = hashlib.blake2b
+    filled: list[np.ndarray] = []
     for numbers, rows in uniform_blocks(ints, block_size):
         first = int(numbers[0]) * block_size
         if rows[0].tobytes() != pickler.dumps(list(inputs[first : first + block_size])):
+            for done in filled:
+                for number in done.tolist():
+                    hashes[number] = None
             return
-        built.append((numbers, rows))
-    blake2b = hashlib.blake2b
-    for numbers, rows in built:
         width = rows.shape[1]
         flat = rows.reshape(-1).data
         for k, number in enumerate(numbers.tolist()):
             hashes[number] = blake2b(flat[k * width : (k + 1) * width], digest_size=8).hexdigest()
+        filled.append(numbers)
 
 
 def _picklable(value: object) -> bool:

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 MAX_BLOCK = 1000  # the pickler's batch: a longer list is several MARK ... APPENDS runs
+MAX_ROWS = 2048  # blocks built at once: 512k values of 256, at most 5 MB of pickles
 
 # the value ranges of one encoding, in order: range r is [_EDGES[r - 1], _EDGES[r])
 _EDGES = np.array([-(2**55), -(2**47), -(2**39), -(2**31), 0, 256, 65_536, 2**31, 2**39, 2**47, 2**55], dtype=np.int64)
@@ -69,11 +70,13 @@ def uniform_blocks(values: np.ndarray, block_size: int) -> Iterator[tuple[np.nda
     low = np.searchsorted(_EDGES, blocks.min(axis=1), side="right")
     high = np.searchsorted(_EDGES, blocks.max(axis=1), side="right")
     for kind in sorted(set(low[low == high].tolist())):  # (not np.unique: it imports numpy.ma, 11 ms)
-        numbers = np.flatnonzero((low == kind) & (high == kind))
-        first, last = int(numbers[0]), int(numbers[-1])
-        # blocks of one kind are usually consecutive (sorted ids, a range): a view, no copy
-        chosen = blocks[first : last + 1] if last - first + 1 == len(numbers) else blocks[numbers]
-        yield numbers, _rows(chosen, *_KINDS[kind])
+        chosen = np.flatnonzero((low == kind) & (high == kind))
+        for start in range(0, len(chosen), MAX_ROWS):  # a bounded buffer of pickles at a time
+            numbers = chosen[start : start + MAX_ROWS]
+            first, last = int(numbers[0]), int(numbers[-1])
+            # blocks of one kind are usually consecutive (sorted ids, a range): a view, no copy
+            these = blocks[first : last + 1] if last - first + 1 == len(numbers) else blocks[numbers]
+            yield numbers, _rows(these, *_KINDS[kind])
 
 
 def _rows(blocks: np.ndarray, opcode: int, long_length: int, width: int) -> np.ndarray:
