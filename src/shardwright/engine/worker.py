@@ -89,8 +89,8 @@ class Worker:
         self.look = [True]
         threading.Thread(target=_tick, args=(self.look,), name="shardwright-tick", daemon=True).start()
 
-    def _on_commit(self, record: CommitRecord) -> None:
-        self.result_q.put(Committed(self.wid, record))
+    def _on_commit(self, record: CommitRecord, file_key: str) -> None:
+        self.result_q.put(Committed(self.wid, record, file_key))
 
     def should_stop(self) -> bool:
         """A signal, the pool's stop event or the parent's death; the last two are looked at
