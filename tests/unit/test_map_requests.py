@@ -3,6 +3,7 @@ thread pool (object stores: yes; local disk and memory: not for a few dozen)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -90,3 +91,25 @@ def test_an_error_of_one_call_reaches_the_caller(tmp_path, kind):
 
     with pytest.raises(FileNotFoundError, match="gone"):
         storage.map_requests(call, range(100))
+
+
+def test_local_delete_prefix_unlinks_through_map_requests(tmp_path):
+    """Cleanup deletes a run's record files with one delete_prefix: on this machine's ext4 an
+    unlink of a file already flushed took 0.2-3 ms, so they go through map_requests (threads
+    once they are slow; issue 36: 80 records, 13-90 ms one by one, 5-17 ms from threads)."""
+    handed: list[list[str]] = []
+
+    class Watched(_NoSerialStart):
+        def map_requests(self, fn, items):
+            todo = list(items)
+            handed.append(todo)
+            return super().map_requests(fn, todo)
+
+    storage = Watched(tmp_path)
+    keys = [f"state/shards/{i:05d}.json" for i in range(100)]
+    for key in keys:
+        storage.write_bytes(key, b"{}", durable=False)
+    storage.write_bytes("state/keep.json", b"{}")
+    storage.delete_prefix("state/shards/")
+    assert sorted(os.path.basename(p) for p in handed[-1]) == [k.rsplit("/", 1)[1] for k in keys]
+    assert storage.list("state/") == ["state/keep.json"] and not (tmp_path / "state" / "shards").exists()
