@@ -34,7 +34,7 @@ def job(seq: int, done: bool = False) -> PendingChunk:
 
 def test_every_round_is_committed_in_order_and_its_memory_freed(storage):
     committed = []
-    committer = ChunkCommitter(storage, SETTINGS, committed.append)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: committed.append(record))
     jobs = [job(seq, done=seq == 9) for seq in range(10)]
     for j in jobs:
         committer.submit(j)
@@ -48,7 +48,7 @@ def test_every_round_is_committed_in_order_and_its_memory_freed(storage):
 def test_records_are_written_only_after_their_own_round_barrier(storage):
     """The sealer's barrier for round k may run while round k+1's chunk is being written;
     a crash at any moment must leave no record naming a chunk no barrier covered."""
-    committer = ChunkCommitter(storage, SETTINGS, lambda record: None)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: None)
     for seq in range(8):
         committer.submit(job(seq, done=seq == 7))
     committer.close()
@@ -68,7 +68,7 @@ def test_records_are_written_only_after_their_own_round_barrier(storage):
 
 def test_a_failed_write_keeps_the_rounds_written_before_it(storage):
     committed = []
-    committer = ChunkCommitter(storage, SETTINGS, committed.append)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: committed.append(record))
     gate = threading.Event()
     calls = {"chunks": 0}
 
@@ -96,7 +96,7 @@ def test_a_failed_write_keeps_the_rounds_written_before_it(storage):
 
 def test_a_failed_seal_stops_every_later_round(storage):
     committed = []
-    committer = ChunkCommitter(storage, SETTINGS, committed.append)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: committed.append(record))
     barriers = {"n": 0}
 
     def fail_second_barrier(op: str, key: str | None):
@@ -118,7 +118,7 @@ def test_a_failed_seal_stops_every_later_round(storage):
 def test_an_idle_sealer_makes_the_round_s_records_durable_at_once(storage):
     """No round waits: the records are made durable now, not by the next round's barrier."""
     committed = []
-    committer = ChunkCommitter(storage, SETTINGS, committed.append)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: committed.append(record))
     committer.submit(job(0))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the barrier follows the record write (the commit)
@@ -137,7 +137,7 @@ def test_an_idle_sealer_makes_the_round_s_records_durable_at_once(storage):
 
 def test_a_power_cut_after_close_loses_at_most_the_last_round(storage):
     """The last round's records get no barrier of their own (publishing does not need them)."""
-    committer = ChunkCommitter(storage, SETTINGS, lambda record: None)
+    committer = ChunkCommitter(storage, SETTINGS, lambda record, _key: None)
     for seq in range(4):
         committer.submit(job(seq, done=seq == 3))
     committer.close()

@@ -24,13 +24,21 @@ from shardwright.protocol.layout import (
     SHARDS_PREFIX,
     STATE_DIR,
     parse_record_key,
+    record_key,
     selection_key,
 )
 from shardwright.protocol.manifest import Manifest, OutputSettings, create_manifest, read_manifest
 from shardwright.protocol.observe import observe
 from shardwright.protocol.publish import finish_published, publish_if_complete
 from shardwright.protocol.recorded import skipped_by_selection
-from shardwright.protocol.records import load_progress
+from shardwright.protocol.records import (
+    CommitRecord,
+    ShardProgress,
+    load_progress,
+    record_file_keys,
+    trusted_progress,
+    write_records,
+)
 from shardwright.protocol.run_record import read_run_record
 from shardwright.protocol.status import read_status
 from shardwright.storage import MemoryStorage, open_storage
@@ -289,3 +297,116 @@ def test_the_manifest_is_created_once_whoever_races(storage):
     winners = {new_run(storage).run_id for _ in range(5)}
     assert len(winners) == 1 and read_manifest(storage).run_id in winners
     assert storage.exists(FORMAT_KEY)
+
+
+# -- publish takes what our workers reported when one listing proves it is what storage holds
+# (records.trusted_progress, step 4 of the package docstring); anything else is read back
+
+
+def our_workers_commit(storage, manifest, shards=(0, 1)) -> dict[int, ShardProgress]:
+    """Every chunk of ``shards``, one round (one record file) per chunk, and what the engine's
+    tracker knows afterwards: each record with the key of the file its worker wrote it into."""
+    known = {s: ShardProgress(s, *b) for s, b in manifest.shard_bounds().items()}
+    for seq in range(3):
+        records = commit_round(storage, [chunk_job(manifest, s, seq) for s in shards], round_settings(manifest))
+        for record, key in zip(records, record_file_keys(records)):
+            known[record.shard].add(record, key)
+    storage.barrier()
+    return known
+
+
+def record_reads(asked) -> list:
+    return [
+        c
+        for c in asked
+        if c[0] not in ("write_bytes", "delete", "delete_prefix", "list", "list_info")
+        and str(c[1]).startswith(SHARDS_PREFIX)
+    ]
+
+
+def published_items(storage) -> int:
+    chunks, _ = parse_index(storage.read_bytes(INDEX_KEY), "index.json")
+    return sum(c.chunk_size for c in chunks)
+
+
+def test_publish_reads_back_no_record_when_the_listing_shows_exactly_those_our_workers_wrote(storage):
+    manifest = new_run(storage)
+    known = our_workers_commit(storage, manifest)
+    assert all(len(p.written) == 3 for p in known.values())
+    taken, trusted = trusted_progress(storage, manifest.shard_bounds(), known, manifest.run_id)
+    assert trusted == [0, 1] and taken == load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    asked: list[tuple[str, str | None]] = []
+    storage.fail_when(lambda op, key: asked.append((op, key)))
+    assert publish_if_complete(storage, manifest, known) == (True, [])
+    assert record_reads(asked) == []
+    assert published_items(storage) == N
+
+
+def thiefs_record(manifest, shard: int, seq: int, prev_epoch: int | None, epoch: int) -> CommitRecord:
+    """A record of another writer of ``shard`` (a takeover: a higher epoch) saying the shard is
+    done with no more chunks."""
+    start, end = manifest.shard_bounds()[shard]
+    return CommitRecord(shard, seq, None, 0, start, end, 0, True, (), manifest.run_id, epoch, prev_epoch)
+
+
+@pytest.mark.parametrize("ours_removed", [False, True])
+def test_a_record_of_another_epoch_beside_or_instead_of_ours_is_read_and_wins(storage, ours_removed):
+    """A thief that took shard 1 over wrote its own record 0 (done): storage's chain is the
+    thief's, and publish must see it, whatever our workers reported (without the fallback the
+    dataset would hold shard 1's chunks: 12 items instead of 6)."""
+    manifest = new_run(storage)
+    known = our_workers_commit(storage, manifest)
+    ours = known[1].records[0].epoch
+    if ours_removed:
+        for key in known[1].written:
+            storage.delete(key)
+    write_records(storage, [thiefs_record(manifest, 1, 0, None, ours + 1000)])
+    asked: list[tuple[str, str | None]] = []
+    storage.fail_when(lambda op, key: asked.append((op, key)))
+    assert publish_if_complete(storage, manifest, known) == (True, [])
+    assert published_items(storage) == N // 2  # shard 0's chunks only: the thief's chain has none
+    assert {str(c[1])[len(SHARDS_PREFIX) :][:5] for c in record_reads(asked)} == {"00001"}  # shard 0 not read
+
+
+def test_a_thiefs_record_after_ours_that_ends_the_chain_is_read(storage):
+    """The thief resumed shard 1 after our record 0 and finished it with its own record 1:
+    our records 1 and 2 are off the chain (a fenced writer's), so shard 1 holds one chunk."""
+    manifest = new_run(storage)
+    known = our_workers_commit(storage, manifest)
+    ours = known[1].records[0].epoch
+    write_records(storage, [thiefs_record(manifest, 1, 1, ours, ours + 1000)])
+    assert publish_if_complete(storage, manifest, known) == (True, [])
+    assert published_items(storage) == N // 2 + 2
+
+
+def test_one_of_our_record_files_gone_is_read_and_leaves_the_shard_unfinished(storage):
+    manifest = new_run(storage)
+    known = our_workers_commit(storage, manifest)
+    storage.delete(sorted(known[1].written)[1])  # record 1 of shard 1: its chain stops at record 0
+    assert publish_if_complete(storage, manifest, known) == (False, [1])
+    assert not storage.exists(INDEX_KEY)
+
+
+def test_progress_read_from_storage_is_never_taken_on_trust(storage):
+    """A record that did not come with its file's key (read back, a resume) makes the shard's
+    files unknown for good: publish reads them."""
+    manifest = new_run(storage)
+    our_workers_commit(storage, manifest)
+    read = load_progress(storage, manifest.shard_bounds(), manifest.run_id)
+    assert all(p.written is None for p in read.values())
+    resumed = ShardProgress(1, *manifest.shard_bounds()[1])
+    resumed.add(read[1].records[0])  # read at the claim
+    for record in read[1].records[1:]:
+        resumed.add(record, record_key(record.shard, record.seq, record.epoch))  # then our workers
+    assert resumed.written is None
+    _, trusted = trusted_progress(storage, manifest.shard_bounds(), {**read, 1: resumed}, manifest.run_id)
+    assert trusted == []
+
+
+def test_each_record_is_reported_with_the_key_of_the_file_it_was_written_into(storage):
+    manifest = new_run(storage)
+    jobs = [chunk_job(manifest, 0, 0), chunk_job(manifest, 0, 1), chunk_job(manifest, 1, 0), chunk_job(manifest, 0, 2)]
+    records = commit_round(storage, jobs, round_settings(manifest))
+    keys = record_file_keys(records)
+    assert keys[0] == keys[1] != keys[2] != keys[3] != keys[0]
+    assert set(keys) == {k for k in storage.list(SHARDS_PREFIX)}

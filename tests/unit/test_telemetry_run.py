@@ -74,7 +74,7 @@ class CommittingExecutor:
         committer = ChunkCommitter(
             storage,
             RoundSettings(manifest.run_id, manifest.generation, None, True),
-            lambda record: tracker.on_message(Committed(0, record)),
+            lambda record, key: tracker.on_message(Committed(0, record, key)),
         )
         for p in list(progress.values()):
             for k in range(p.end - p.next_input):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
 from ..protocol.progress import ProgressSnapshot, SnapshotWriter
-from ..protocol.records import CommitRecord
+from ..protocol.records import CommitRecord, record_file_keys
 from ..storage import Storage
 
 # What may wait for the committer per worker: bounds memory, while small chunks still batch
@@ -53,7 +53,7 @@ class ChunkCommitter:
     chunks are good), then stops too.
     """
 
-    def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord], None]):
+    def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord, str], None]):
         self.storage = storage
         self.run = run
         self.on_commit = on_commit
@@ -179,8 +179,8 @@ class ChunkCommitter:
                     seal_round(self.storage, batch, records, self.run)
                 if batch:
                     counters.chunks_committed(len(batch), time.perf_counter() - started)
-                for record in records:
-                    self.on_commit(record)
+                for record, key in zip(records, record_file_keys(records)):
+                    self.on_commit(record, key)  # with the key of the file it is in (records.trusted_progress)
                 if snapshot is not None:  # after the records it extends (protocol.progress)
                     self._snapshots.write(snapshot)
                 if self.run.use_checkpoint and not last and self._sealing.empty():

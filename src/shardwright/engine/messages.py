@@ -27,6 +27,7 @@ class Committed:
 
     wid: int
     record: CommitRecord
+    file_key: str | None = None  # the record file it was written into (records.trusted_progress)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class Tracker:
                 self.bar.update(message.inputs)
         elif isinstance(message, Committed):
             record = message.record
-            self.progress[record.shard].add(record)
+            self.progress[record.shard].add(record, message.file_key)
             if record.failed:
                 telemetry.get().failed(len(record.failed))
             if record.chunk is not None:

@@ -120,14 +120,49 @@ Steps and the state on disk after each
    when it stops: a SIGKILL repeats its inputs past the last record).
    *After:* the snapshot; nothing in the dataset changed.
 4. **Publish** (whoever holds the ``publish`` lease once every shard is done, after renewing
-   its node lease): the records are read again from storage (never from memory), every
-   chunk they name must exist with the recorded size; the run's *selection*
+   its node lease): each shard's chain is what storage holds: its records are read again
+   from storage, except a shard whose record files ONE listing of ``shards/`` proves to be
+   exactly the ones this process's workers wrote (*What publish takes without reading back*,
+   below); every chunk they name must exist with the recorded size; the run's *selection*
    ``.shardwright/inputs/{gen}.json`` is written (which inputs it put into the dataset: the
    ones it ran minus those that failed and were skipped); then index.json = the base
    chunks (append/retry/incremental: the dataset as the run found it, copied into the
    manifest) + every shard's chunks in shard order. THE PUBLICATION POINT: index.json
    exists only for a complete dataset.
    *After:* the dataset is readable; the manifest and records are still there.
+   *What publish takes without reading back* (``records.trusted_progress``, issue 36: reading
+   a run's record files back was 1-2 % of a 2M-item run on local disk, and one GET per file
+   on an object store). Step by step, like SQLite's page on atomic commit:
+
+   a. A worker reports each record it committed to its main process only after the record's
+      file is written (step 3), together with that file's key (``Committed.file_key``). The
+      main process keeps, per shard, the set of those keys (``ShardProgress.written``); a
+      record it learnt any other way (read from storage when it claimed a shard to resume it)
+      makes the set unknown for that shard for the rest of the call.
+   b. At publish, with every worker of this call stopped, it lists ``shards/`` once. A shard
+      whose reported records end with ``done`` and whose record keys in that listing are
+      exactly its set is taken as reported; every other shard's files are read and its chain
+      followed as before (the *fallback*).
+   c. Why the two give the same chain. A record file's name carries its shard, its first seq
+      and its writer's epoch. An epoch belongs to one claim acquisition (step 0: above the
+      holder it took over from, by compare-and-swap, and above any earlier holder by the clock
+      assumption), and only the process holding that claim writes names with it, each seq of
+      its shard once. So a file with our worker's name holds the records our worker wrote
+      there, which it reported. Every file any other writer leaves -- a process that took the
+      claim over, a fenced writer woken by SIGCONT after it, a leftover of another run --
+      carries another epoch, so another name, and is in the listing: the fallback reads it
+      and its chain wins as it always did. A file of ours that is gone (a new holder's repair,
+      a hand) leaves a key of the set unlisted: the fallback again. When the listing equals the
+      set, storage holds exactly our worker's files; their records form one chain 0..n-1
+      ending in ``done`` (seq 0 with ``prev_epoch`` None, each next one naming its
+      predecessor's epoch) with no other candidate at any seq, which is what the read path
+      would build, dropping nothing.
+   d. What is not looked at again: the bytes of our own record files between their write and
+      publishing. A file of ours damaged on disk or edited by hand in that window (same name)
+      would have been refused by its checksum, or its edit published; now what the worker
+      wrote is published. The chunks are checked as before (every one named exists with the
+      recorded size). A writer that writes after the listing races publishing exactly as it
+      raced the reads before it.
 5. **Run record**: ``.shardwright/run.json`` (counts, timings, failed inputs, run id). The
    failed inputs come from the records, or, when a power cut after step 4 took a worker's
    last records, from the selection (``publish.published_failures``).
@@ -265,7 +300,10 @@ in that window cannot change what B publishes:
 - *One round at most.* A's committer re-reads the lease before each record write, so A
   writes at most the records of the round during which it was paused; its main process
   renews the lease synchronously right before publishing and stops if it cannot.
-- *Publishing trusts storage, not memory.* The publisher re-reads every shard's chain and
+- *Publishing trusts storage, not memory.* The publisher re-reads every shard's chain (or,
+  for a shard whose record files one listing shows to be exactly its own workers', takes the
+  records they reported: step 4 says why that is the chain storage holds; B's or A's late
+  files carry another epoch, so another name, and send the shard back to reading) and
   checks each named chunk exists with the recorded size; A's orphan chunks (other bytes,
   so other names, on no chain) are deleted with the rest of the run's orphans. A chunk A
   writes after that cleanup is an unnamed leftover (invisible to readers, removed by

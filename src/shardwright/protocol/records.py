@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -152,15 +153,25 @@ def write_records(storage: Storage, records: list[CommitRecord]) -> None:
     Callers must have made the records' chunks durable first (``storage.barrier()``); the
     files become durable at the next barrier. A round of many small chunks costs one file,
     not one per chunk."""
+    for key, run in _record_files(records):
+        storage.write_bytes(key, seal_records([r.to_json() for r in run]), durable=False)
+
+
+def _record_files(records: list[CommitRecord]) -> list[tuple[str, list[CommitRecord]]]:
+    """The files :func:`write_records` writes for one round: (key, its records)."""
     runs: list[list[CommitRecord]] = []
     for record in records:
         if runs and runs[-1][-1].shard == record.shard and runs[-1][-1].seq + 1 == record.seq:
             runs[-1].append(record)
         else:
             runs.append([record])
-    for run in runs:
-        body = seal_records([r.to_json() for r in run])
-        storage.write_bytes(record_key(run[0].shard, run[0].seq, run[0].epoch), body, durable=False)
+    return [(record_key(run[0].shard, run[0].seq, run[0].epoch), run) for run in runs]
+
+
+def record_file_keys(records: list[CommitRecord]) -> list[str]:
+    """For each record of a round :func:`write_records` wrote, the key of the file holding it
+    (a worker reports it with the record: :func:`trusted_progress` says why)."""
+    return [key for key, run in _record_files(records) for _ in run]
 
 
 # A record file ends with a checksum of its records' JSON text (trust round 8): a record's
@@ -208,6 +219,10 @@ class ShardProgress:
     start: int
     end: int
     records: list[CommitRecord] = field(default_factory=list)
+    # The keys of the record files that hold exactly ``records``, when this process's workers
+    # wrote every one of them and reported each record with its file's key as they committed
+    # it; None when any record came from elsewhere (read from storage). See trusted_progress.
+    written: set[str] | None = field(default=None, compare=False)
 
     @property
     def done(self) -> bool:
@@ -229,7 +244,14 @@ class ShardProgress:
     def inputs_done(self) -> int:
         return self.end - self.start if self.done else self.next_input - self.start
 
-    def add(self, record: CommitRecord) -> None:
+    def add(self, record: CommitRecord, file_key: str | None = None) -> None:
+        """Append ``record``; ``file_key``: the key of the file our worker wrote it into."""
+        if file_key is None:
+            self.written = None
+        elif not self.records:
+            self.written = {file_key}
+        elif self.written is not None:
+            self.written.add(file_key)
         self.records.append(record)
 
     @property
@@ -386,7 +408,47 @@ def load_progress(
     Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short,
     and are dropped too. ``sealed``: see :func:`parse_record_file` (callers pass their
     manifest's ``records_sealed``)."""
+    return _load(storage, bounds, record_keys_by_shard(storage), run_id, repair, sealed)
+
+
+def trusted_progress(
+    storage: Storage,
+    bounds: dict[int, tuple[int, int]],
+    known: Mapping[int, ShardProgress],
+    run_id: str,
+    sealed: bool = False,
+) -> tuple[dict[int, ShardProgress], list[int]]:
+    """What :func:`load_progress` would read for ``bounds``, taking a shard from ``known`` (what
+    this process's workers reported) without reading its files when ONE listing of ``shards/``
+    proves storage holds exactly what they wrote, and nothing else: the shard is done, every
+    record in ``known`` came from our workers with the key of the file it was written into
+    (``ShardProgress.written``), and the shard's record keys listed are exactly those keys.
+    Why that is enough is protocol step 4 (the package docstring). Any other shard is read as
+    :func:`load_progress` reads it. Returns the progress and the shards taken from ``known``."""
     keys_by_shard = record_keys_by_shard(storage)
+    taken: dict[int, ShardProgress] = {}
+    for shard in bounds:
+        mine = known.get(shard)
+        if (
+            mine is not None
+            and mine.done
+            and mine.written is not None
+            and set(keys_by_shard.get(shard, ())) == mine.written
+        ):
+            taken[shard] = mine
+    rest = {s: b for s, b in bounds.items() if s not in taken}
+    read = _load(storage, rest, keys_by_shard, run_id, False, sealed) if rest else {}
+    return {s: taken[s] if s in taken else read[s] for s in bounds}, sorted(taken)
+
+
+def _load(
+    storage: Storage,
+    bounds: dict[int, tuple[int, int]],
+    keys_by_shard: dict[int, list[str]],
+    run_id: str | None,
+    repair: bool,
+    sealed: bool,
+) -> dict[int, ShardProgress]:
     wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
 
     def read(item: tuple[int, str]) -> tuple[int, str, bytes | None]:

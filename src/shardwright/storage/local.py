@@ -70,6 +70,7 @@ class LocalStorage(Storage):
     writes stay atomic and durable. Picklable: a copy starts with no pending writes."""
 
     PARALLEL_FROM = 64  # see Storage.PARALLEL_FROM: a local read takes microseconds
+    SERIAL_FIRST = 0.002  # ... and threads only once the calls have taken 2 ms (a network file system)
     _pin: Pin | None = None  # a service job's output directory, held for the job (storage.pin)
 
     def __init__(self, root: str | os.PathLike[str]):
@@ -497,15 +498,21 @@ class LocalStorage(Storage):
     def delete_prefix(self, prefix: str) -> None:
         # Also removes our scratch files (crash leftovers) and then empty directories, but
         # never the root itself.
-        dirs = set()
-        for _key, path in list(self._walk(prefix, include_internal=True)):
+        paths = [path for _key, path in self._walk(prefix, include_internal=True)]
+
+        def unlink(path: str) -> None:
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
             except OSError as e:
                 self._raise_os_error(e, path)
-            dirs.add(os.path.dirname(path))
+
+        # Through map_requests: an unlink of a file whose blocks are on disk took 0.2-3 ms on
+        # this machine's ext4 (80 record files: 13-90 ms one after another, 5-17 ms from 8
+        # threads), one of a file still in the page cache ~3 us, where threads only cost.
+        self.map_requests(unlink, paths)
+        dirs = {os.path.dirname(path) for path in paths}
         for d in sorted(dirs, key=len, reverse=True):
             while d != self.root and d.startswith(self.root + os.sep):
                 try:
