@@ -18,11 +18,11 @@ the load average of each pair. Interpreter start and imports are outside both ti
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
+
+from benchsteps import json_run_under
 
 RUN = r"""
 import json, os, resource, shutil, sys, tempfile, time
@@ -51,13 +51,7 @@ if __name__ == "__main__":
 
 
 def run_once(src: str, items: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
-    here = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, str(items), here], env=env, capture_output=True, text=True, check=True
-    )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return json_run_under(src, RUN, [str(items), os.path.dirname(os.path.abspath(__file__))])
 
 
 def main() -> int:

@@ -14,11 +14,11 @@ the timer (``list(range(N))``, or ``f"item-{i}"`` strs).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
+
+from benchsteps import json_run_under
 
 RUN = r"""
 import json, sys, time
@@ -37,12 +37,7 @@ print(json.dumps({"fingerprint": t1 - t0, "identities": t2 - t1, "total": t2 - t
 
 
 def run_once(src: str, items: int, kind: str) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, str(items), kind], env=env, capture_output=True, text=True, check=True
-    )
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return json_run_under(src, RUN, [str(items), kind])
 
 
 def main() -> int:

@@ -104,3 +104,13 @@ def cpu_seconds_between(before: dict[int, float], after: dict[int, float]) -> fl
     """CPU seconds spent between two :func:`tree_cpu_by_pid` readings by the processes alive
     at both (never negative when a process ends in between)."""
     return sum(max(0.0, after[pid] - before[pid]) for pid in before.keys() & after.keys())
+
+
+def json_run_under(src: str, code: str, args: list[str]) -> dict:
+    """Run ``python -c code *args`` in a fresh interpreter with ``src`` as the package's tree
+    (PYTHONPATH) and return the JSON object its last line of output prints: the A/B scripts'
+    one run of one checkout."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=True)
+    result: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
