@@ -230,12 +230,7 @@ class Worker:
 
         def flush(upto: int) -> None:
             nonlocal first, batch_bytes, mixed, flush_at
-            if batch:
-                if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
-                    writer.add_block(b"".join(batch), itemsize, first)  # one block: format/packed.py
-                else:
-                    writer.add_run(batch, first)
-                batch.clear()
+            hand_over(writer, batch, itemsize, mixed, first)
             first, batch_bytes, mixed = upto, 0, False
             flush_at = upto + flush_items - 1
 
@@ -355,12 +350,7 @@ class Worker:
                     finally:
                         cols.clear()
                         writer.add_run(done, first)
-            if batch:
-                if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
-                    writer.add_block(b"".join(batch), itemsize, first)  # one block: format/packed.py
-                else:
-                    writer.add_run(batch, first)
-                batch.clear()
+            hand_over(writer, batch, itemsize, mixed, first)
             first, nbytes, mixed = upto, 0, False
 
         try:
@@ -520,6 +510,18 @@ class Worker:
         write_failure(self.storage, record)  # the output's own record first: the one the run relies on
         if self.failed_dir is not None:
             self.failed_dir.failed(record, self.cfg.node_rank)
+
+
+def hand_over(writer: ShardWriter, batch: list[bytes], itemsize: int | None, mixed: bool, first: int) -> None:
+    """Give the hot loop's batch of item bytes (inputs ``first``..) to the shard's writer and
+    empty it: one block when every item has the format's fixed size (format/packed.py; items
+    the general encoder made, ``mixed``, have their sizes checked), else item by item."""
+    if batch:
+        if itemsize is not None and (not mixed or all(len(item) == itemsize for item in batch)):
+            writer.add_block(b"".join(batch), itemsize, first)
+        else:
+            writer.add_run(batch, first)
+        batch.clear()
 
 
 def _tick(look: list[bool]) -> None:
