@@ -8,9 +8,11 @@ import os
 import tracemalloc
 
 import pytest
+from azure.storage.blob import BlobServiceClient
 
 from shardwright.storage import azure_stream, open_storage
 from shardwright.storage.cloud import TruncatedBody
+from support.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.azure
 
@@ -85,3 +87,30 @@ def test_a_blob_replaced_between_ranges_is_fetched_again(azure_server, azure_con
     s = open_storage(f"az://{azure_container}/data", azure_server.storage_options)
     s.download_to("moving", str(tmp_path / "again"))
     assert (tmp_path / "again").read_bytes() == new
+
+
+@pytest.fixture
+def proxy(azure_server):
+    proxy = FaultProxy(azure_server.endpoint.split("://", 1)[1], seed=int.from_bytes(os.urandom(4), "little")).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_a_body_cut_short_is_fetched_again(azure_server, azure_container, proxy, tmp_path):
+    """A reply cut after 1.5 MiB of a 4 MiB body: a TruncatedBody (retried, never a status
+    error) from the GET, and download_to fetches it again into a whole file."""
+    data = os.urandom(4 * _MiB)
+    azure_server.client().get_blob_client(azure_container, "data/cut").upload_blob(data)
+    proxied = {"connection_string": azure_server.connection_string.replace(azure_server.endpoint, proxy.endpoint)}
+    s = open_storage(f"az://{azure_container}/data", proxied)
+    proxy.configure(next_faults=["truncate"], truncate_after=_MiB + _MiB // 2)
+    blob = BlobServiceClient.from_connection_string(proxied["connection_string"], retry_total=0)
+    with open(tmp_path / "once", "wb") as f, pytest.raises(TruncatedBody, match="cut short|got"):
+        azure_stream.fetch_blob(blob.get_blob_client(azure_container, "data/cut"), f)
+    assert proxy.stats["truncate"] == 1
+    proxy.configure(next_faults=["truncate"])
+    s.download_to("cut", str(tmp_path / "whole"))
+    assert proxy.stats["truncate"] == 2
+    assert (tmp_path / "whole").read_bytes() == data
