@@ -37,8 +37,8 @@ class StreamInto:
         announced = headers.get("Content-Length")
         content_range = headers.get("Content-Range")
         etag = headers.get("ETag")
-        if announced is None or etag is None or headers.get("Content-Encoding") not in (None, "", "identity"):
-            raise TruncatedBody("download reply without Content-Length or ETag (or encoded): fetching again")
+        if announced is None or etag is None:
+            raise TruncatedBody("download reply without Content-Length or ETag: fetching again")
         m = re.fullmatch(r"bytes \d+-\d+/(\d+)", (content_range or "").strip())
         if m is None:  # every GET asks for a range: its reply says which, and of how many bytes
             raise TruncatedBody(f"download reply with Content-Range {content_range!r}: fetching again")
@@ -77,7 +77,10 @@ def fetch_blob(blob: Any, f: Any) -> int | None:
     while total is None or f.tell() < total:
         start = f.tell()
         span = GET_SPAN if total is None else min(GET_SPAN, total - start)
-        kwargs: dict[str, Any] = {"offset": start, "length": span, "max_concurrency": 1, "cls": StreamInto(f)}
+        # decompress=False: the bytes as stored, which Content-Length and Content-Range count
+        # (a chunk is never stored with a Content-Encoding; the reader checks what it reads)
+        kwargs: dict[str, Any] = {"offset": start, "length": span, "max_concurrency": 1, "decompress": False}
+        kwargs["cls"] = StreamInto(f)
         if total is not None:  # later ranges: only from the blob the first one read
             kwargs.update(etag=etag, match_condition=MatchConditions.IfNotModified)
         try:
