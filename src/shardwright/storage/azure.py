@@ -262,7 +262,7 @@ class AzureStorage(CloudStorage):
             read_timeout=60,
             max_single_put_size=self.max_single_put_size,
             max_block_size=self.max_block_size,
-            connection_data_block_size=_MiB,  # downloads stream in 1 MiB pieces (see _fetch)
+            connection_data_block_size=_MiB,  # downloads stream in 1 MiB pieces (azure_stream.py)
         )
         auth = self._auth
         if auth["kind"] == "connection_string":
