@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import OutputDirError, StorageError
 from ..secrets import without_url_credentials
+from .azure_stream import fetch_blob
 from .base import ObjectInfo, check_range
 from .cloud import CloudStorage, TruncatedBody, pop_number, refuse_options
 from .failure import RETRY_STATUS, Failure, Fixes
@@ -261,6 +262,7 @@ class AzureStorage(CloudStorage):
             read_timeout=60,
             max_single_put_size=self.max_single_put_size,
             max_block_size=self.max_block_size,
+            connection_data_block_size=_MiB,  # downloads stream in 1 MiB pieces (azure_stream.py)
         )
         auth = self._auth
         if auth["kind"] == "connection_string":
@@ -509,20 +511,7 @@ class AzureStorage(CloudStorage):
 
     def download_to(self, key: str, local_path: str, *, durable: bool = True) -> None:
         full = self._key(key)
-
-        def fetch(f: Any) -> int | None:
-            from azure.core.exceptions import ResourceNotFoundError
-
-            try:
-                downloader = self._blob(full).download_blob(max_concurrency=self.max_concurrency)
-            except ResourceNotFoundError as e:
-                if "ContainerNotFound" in self._code(e):
-                    raise
-                return None
-            downloader.readinto(f)
-            return int(downloader.properties.size)
-
-        self.download_into(key, local_path, durable, fetch)
+        self.download_into(key, local_path, durable, lambda f: fetch_blob(self._blob(full), f))
 
     def check(self) -> None:
         """One cheap listing (one page of at most one blob) at run start: a wrong container,
