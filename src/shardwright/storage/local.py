@@ -463,7 +463,9 @@ class LocalStorage(Storage):
             size = st.st_size
             parts = [os.read(fd, size + 1)]  # one more: a file grown since the fstat shows here
             total = len(parts[0])
-            while size < total <= limit:  # grown: read on in pieces, never past the limit
+            # a short read (a network file system may give one) or a grown file: read on in
+            # pieces to the end, never past the limit; the size fstat gave, read, is the whole
+            while total != size and total <= limit:
                 more = os.read(fd, min(1 << 20, limit + 1 - total))
                 if not more:
                     break
