@@ -245,11 +245,7 @@ class LeaseHolder:
 def check_still_held(storage: Storage, key: str, owner: str) -> None:
     """Raise LeaseLostError unless the lease ``key`` still names ``owner``: called before
     each commit-record write, so a writer that was paused past its TTL stops there."""
-    try:
-        holder = LeaseHolder.parse(read_lease(storage, key), f"{storage.url}/{key}")
-    except FileNotFoundError:
-        holder = None
-    if holder is None or holder.owner != owner:
+    if lease_owner(storage, key) != owner:
         raise LeaseLostError(
             f"stopped: the lease {storage.url}/{key} was taken over by another run "
             "(this one was paused or cut off longer than the lease TTL)"
@@ -257,12 +253,18 @@ def check_still_held(storage: Storage, key: str, owner: str) -> None:
 
 
 def lease_owner(storage: Storage, key: str) -> str | None:
-    """The owner the lease ``key`` names now (None: no readable lease)."""
+    """The owner the lease ``key`` names now (None: no readable lease): the ``owner`` that
+    :meth:`LeaseHolder.parse` reads, without building the rest of the holder (a worker asks
+    before every record write, for its node lease and each shard claim of the round)."""
     try:
-        holder = LeaseHolder.parse(read_lease(storage, key), f"{storage.url}/{key}")
+        raw = read_lease(storage, key)  # from storage on every call, bounded: never cached
     except FileNotFoundError:
         return None
-    return holder.owner if holder is not None else None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return _optional_str(data, "owner") if isinstance(data, dict) else None
 
 
 def _requeued_since(holder: LeaseHolder) -> bool:

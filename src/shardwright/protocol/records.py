@@ -185,9 +185,14 @@ _SEAL_KEY = b',"checksum":"xxh3_128:'
 _SEAL_TAIL = len(_SEAL_KEY) + 32 + 2  # the key, 32 hex digits and '"}'
 
 
+# One compact encoder for every record file (json.dumps with separators builds a new one per
+# call); it holds only its settings, so nothing of one file carries into the next.
+_ENCODE_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def seal_records(records: list[dict]) -> bytes:
     """The bytes of one record file holding ``records`` (see above)."""
-    listed = json.dumps(records, separators=(",", ":")).encode()
+    listed = _ENCODE_COMPACT(records).encode()
     return _SEAL_HEAD + listed + _SEAL_KEY + xxhash.xxh3_128_hexdigest(listed).encode() + b'"}'
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "fsync_dir",
     "is_disk_full",
     "open_regular",
+    "open_regular_fd",
     "raising_disk_full",
     "syncfs",
     "tmp_name",
@@ -51,6 +52,18 @@ def open_regular(path: str, *, follow_links: bool = True) -> IO[bytes]:
     link at ``path`` (its last part) is refused too (CorruptStateError): the local backend never
     reads its own keys through links (an index.json replaced by a link to another dataset's
     was read as this one's)."""
+    fd, _ = open_regular_fd(path, follow_links=follow_links)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_regular_fd(path: str, *, follow_links: bool = True) -> tuple[int, os.stat_result]:
+    """:func:`open_regular`'s checks, giving the raw descriptor (the caller closes it) and its
+    ``fstat``: for small state files read whole with ``os.read``, with no buffered file object
+    and no second ``fstat`` per read (a worker reads its leases before every record write)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -62,18 +75,18 @@ def open_regular(path: str, *, follow_links: bool = True) -> IO[bytes]:
             ) from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(st.st_mode):
             raise CorruptStateError(
                 f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
                 "shardwright keeps its state and datasets in regular files only: remove it"
             )
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd, st
 
 
 #: Names made by :func:`tmp_name`: ``.{name}.tmp-{pid}-{tid}-{random}``. Groups ``name`` (the

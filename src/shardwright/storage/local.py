@@ -31,6 +31,7 @@ from .files import (
     fsync_dir,
     is_disk_full,
     open_regular,
+    open_regular_fd,
     syncfs,
     tmp_name,
     unlink_quiet,
@@ -453,20 +454,25 @@ class LocalStorage(Storage):
         return sorted(k for k, _ in self._walk(prefix))
 
     def read_at_most(self, key: str, limit: int) -> bytes | None:
-        with open_regular(self._path(key), follow_links=False) as f:
-            # the file's size first: nothing of a file over the limit is read (and a buffered
+        fd, st = open_regular_fd(self._path(key), follow_links=False)
+        try:
+            # the open file's size first: nothing of a file over the limit is read (and a
             # read(n) would allocate n bytes before reading)
-            size = os.fstat(f.fileno()).st_size
-            if size > limit:
+            if st.st_size > limit:
                 return None
-            parts = [f.read(size + 1)]  # one more: a file grown since the fstat shows here
+            size = st.st_size
+            parts = [os.read(fd, size + 1)]  # one more: a file grown since the fstat shows here
             total = len(parts[0])
-            while size < total <= limit:  # grown: read on in pieces, never past the limit
-                more = f.read(min(1 << 20, limit + 1 - total))
+            # a short read (a network file system may give one) or a grown file: read on in
+            # pieces to the end, never past the limit; the size fstat gave, read, is the whole
+            while total != size and total <= limit:
+                more = os.read(fd, min(1 << 20, limit + 1 - total))
                 if not more:
                     break
                 parts.append(more)
                 total += len(more)
+        finally:
+            os.close(fd)
         return b"".join(parts) if total <= limit else None
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
