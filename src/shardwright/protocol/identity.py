@@ -27,6 +27,7 @@ import xxhash
 from ..errors import CorruptStateError
 from .fingerprint import InputsFingerprint, StablePickler, canonical, value_types
 from .hints import START_OVER
+from .int_blocks import int64_values
 
 __all__ = [
     "IdentityTable",
@@ -113,18 +114,12 @@ def values_hashes(
     """value_hash of every input, a block at a time (ints vectorised, str and bytes through
     xxh3). ``types``: :func:`~.fingerprint.value_types` of ``inputs``, if the caller has it;
     ``ints``: ``int_blocks.int64_values`` of them, if the caller has it."""
-    if ints is not None and len(ints) == len(inputs):
-        return _mix_ints(ints)
-    if type(inputs) is range and len(inputs) and _within_int64(inputs):
-        # range(N), the commonest input: its values without a Python int each
-        return _mix_ints(np.arange(inputs.start, inputs.stop, inputs.step, dtype=np.int64))
     if types is None:
         types = value_types(inputs)
-    if types == {int}:  # a list of ints: one conversion (a value past int64 goes block by block)
-        try:
-            return _mix_ints(np.fromiter(inputs, dtype=np.int64, count=len(inputs)))
-        except OverflowError:
-            pass
+    if ints is None:  # range(N), the commonest input, or a list of ints: one conversion
+        ints = int64_values(inputs, types)  # (None: a value past int64 goes block by block)
+    if ints is not None and len(ints) == len(inputs):
+        return _mix_ints(ints)
     # one kind throughout: every block has it; else each block's own (the hashes are the same
     # whichever path a value takes, the paths differ only in speed)
     known = types if types is not None and len(types) == 1 else None
@@ -155,11 +150,6 @@ def values_hashes(
             value_hash(v) if type(v) in (int, str, bytes) else pickled.hash(v) for v in values
         ]
     return out
-
-
-def _within_int64(values: range) -> bool:
-    low, high = -(2**63), 2**63 - 1
-    return low <= values[0] <= high and low <= values[-1] <= high
 
 
 @dataclass
