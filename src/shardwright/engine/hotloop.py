@@ -181,15 +181,16 @@ class CompiledLoop:
             source = flat_source("sample", [*(f"{sink}(v{k})" for k, sink in enumerate(sinks)), "continue"], False)
             if source is not None:
                 return cls(encoder, source, rows, sinks)
-        accept = [  # items of any size: the batch leaves at FLUSH_BYTES
-            "append(data)",
-            "nbytes += len(data)",
-            "if nbytes >= FLUSH_BYTES:",
-            "    return i + 1, nbytes, None",
-            "continue",
-        ]
-        if getattr(encoder, "fixed_size", None) is not None:
+        if getattr(encoder, "fixed_size", None) is not None:  # the batch leaves at its item count
             accept = ["append(data)", "continue"]
+        else:  # items of any size: the batch leaves at FLUSH_BYTES
+            accept = [
+                "append(data)",
+                "nbytes += len(data)",
+                "if nbytes >= FLUSH_BYTES:",
+                "    return i + 1, nbytes, None",
+                "continue",
+            ]
         source = flat_source("sample", accept)
         return None if source is None else cls(encoder, source, rows, ["append"])
 
