@@ -271,10 +271,10 @@ class ShardProgress:
 
 def record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
     """Record file keys under shards/, grouped by shard (foreign names and logs are left out)."""
-    return _listing(storage)[0]
+    return record_listing(storage)[0]
 
 
-def _listing(storage: Storage) -> tuple[dict[int, list[str]], list[str]]:
+def record_listing(storage: Storage) -> tuple[dict[int, list[str]], list[str]]:
     """One listing of shards/: the record files by shard, and the record logs (record_log)."""
     keys: dict[int, list[str]] = {}
     logs: list[str] = []
@@ -451,7 +451,7 @@ def load_progress(
     Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short,
     and are dropped too. ``sealed``: see :func:`parse_record_file` (callers pass their
     manifest's ``records_sealed``)."""
-    return _load(storage, bounds, _listing(storage), run_id, repair, sealed)
+    return _load(storage, bounds, record_listing(storage), run_id, repair, sealed)
 
 
 def trusted_progress(
@@ -468,7 +468,7 @@ def trusted_progress(
     (``ShardProgress.written``), and the shard's record keys listed are exactly those keys.
     Why that is enough is protocol step 4 (the package docstring). Any other shard is read as
     :func:`load_progress` reads it. Returns the progress and the shards taken from ``known``."""
-    listing = _listing(storage)
+    listing = record_listing(storage)
     keys_by_shard, logs = listing
     # A log holds records of any of its writer's shards: one we did not write (or one of ours
     # gone) leaves no shard provably ours, and every shard is read.
@@ -577,7 +577,7 @@ def committed_chunks_and_damage(
     damaged (not torn) when there is one: `verify` of such a run said "rerun the same optimize
     call to finish it", and only that rerun named the damage (trust round 8, row 43).
     ``sealed``: see :func:`parse_record_file`."""
-    keys_by_shard, logs = _listing(storage)
+    keys_by_shard, logs = record_listing(storage)
     keys = sorted(k for keys in keys_by_shard.values() for k in keys)
     if len(keys) + len(logs) > limit:
         return f"at least {len(keys) + len(logs)}", None
