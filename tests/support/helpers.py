@@ -90,34 +90,37 @@ def read_pairs(output_dir: str, storage_options: dict | None = None) -> list[tup
 
 
 def committed_records(output_dir: str, storage_options: dict | None = None) -> int:
-    """Commit record files (one per shard and commit round, holding >= 1 record) of an output,
-    local or s3://, listed through shardwright's own protocol reader."""
-    from shardwright.protocol.records import record_keys_by_shard
-    from shardwright.storage import open_storage
-
-    return sum(len(keys) for keys in record_keys_by_shard(open_storage(output_dir, storage_options)).values())
+    """Commit rounds (record files, one per shard and commit round holding >= 1 record, or the
+    lines of a worker's record log: protocol.record_log) of an output, local or s3://, read
+    through shardwright's own protocol reader."""
+    return len(committed_chunk_names(output_dir, storage_options))
 
 
 def committed_chunk_names(output_dir: str, storage_options: dict | None = None) -> dict[str, list[str]]:
-    """{record file: [chunk filenames its records commit]} of an output (local or s3://), parsed
-    by shardwright's own record reader (torn or unreadable files commit nothing)."""
+    """{record file or log line: [chunk filenames its records commit]} of an output (local or
+    s3://), parsed by shardwright's own record reader (torn or unreadable files commit nothing)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardwright.protocol.records import read_record_file, record_keys_by_shard
+    from shardwright.protocol.layout import SHARDS_PREFIX, is_record_log_key
+    from shardwright.protocol.records import read_record_file, read_record_log, record_keys_by_shard
     from shardwright.storage import open_storage
 
     storage = open_storage(output_dir, storage_options)
     keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
+    logs = [key for key in storage.list(SHARDS_PREFIX) if is_record_log_key(key)]
 
-    def names(key: str) -> list[str]:
+    def names(key: str) -> list[tuple[str, list[str]]]:
         try:
-            records = read_record_file(storage, key)
+            if key in logs:
+                rounds = read_record_log(storage, key)
+            else:
+                rounds = [(key, read_record_file(storage, key) or [])]
         except FileNotFoundError:
             return []  # deleted by a publisher cleaning up meanwhile
-        return [r.chunk.filename for r in records or () if r.chunk is not None]
+        return [(where, [r.chunk.filename for r in records if r.chunk is not None]) for where, records in rounds]
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        return dict(zip(keys, pool.map(names, keys)))
+        return dict(pair for found in pool.map(names, keys + logs) for pair in found)
 
 
 def chunks_named_but_missing(output_dir: str, storage_options: dict | None = None) -> tuple[int, list[str]]:

@@ -45,3 +45,38 @@ def strip_checksum(storage: Storage, key: str, old: str = "", new: str = "") -> 
     body = json.loads(storage.read_bytes(key))
     text = json.dumps({"records": body["records"]}, separators=(",", ":")).replace(old, new)
     storage.write_bytes(key, text.encode())
+
+
+def record_rounds(storage: Storage) -> list[tuple[str, str, int, int]]:
+    """Every commit round of an output's records as (key, where errors name it, line, shard): a
+    record file (line 0), or a line of a record log (protocol.record_log), in the order written."""
+    from shardwright.protocol.layout import SHARDS_PREFIX, is_record_log_key, parse_record_key
+
+    rounds = []
+    for key in sorted(storage.list(SHARDS_PREFIX)):
+        parsed = parse_record_key(key)
+        if parsed is not None:
+            rounds.append((key, key, 0, parsed[0]))
+        elif is_record_log_key(key):
+            lines = storage.read_bytes(key).split(b"\n")[:-1]
+            for n, line in enumerate(lines, 1):
+                rounds.append((key, f"{key} (line {n})", n, json.loads(line)["records"][0]["shard"]))
+    return rounds
+
+
+def replace_round(storage: Storage, round_: tuple, content: bytes | None) -> None:
+    """Put ``content`` where one commit round of :func:`record_rounds` is (a hand edit, damage);
+    None deletes the round (its file, or its line with its newline)."""
+    key, _, line = round_[:3]
+    if line == 0:
+        if content is None:
+            storage.delete(key)
+        else:
+            storage.write_bytes(key, content)
+        return
+    lines = storage.read_bytes(key).split(b"\n")
+    if content is None:
+        del lines[line - 1]
+    else:
+        lines[line - 1] = content
+    storage.write_bytes(key, b"\n".join(lines))

@@ -138,15 +138,15 @@ def _install_hooks(args, rank: int, report_dir: Path) -> None:
     engine_driver.publish_if_complete = hooked_publish_if_complete  # the name optimize() calls
 
     if args.delay_listing_rank is not None and args.delay_listing_rank == rank:
-        original_keys = records.record_keys_by_shard
+        original_listing = records.record_listing
 
         def slow_listing(storage):
-            keys = original_keys(storage)
+            listed = original_listing(storage)
             if in_publish["on"]:
                 time.sleep(args.delay_listing)
-            return keys
+            return listed
 
-        records.record_keys_by_shard = slow_listing
+        records.record_listing = slow_listing
 
 
 def main(argv=None) -> int:

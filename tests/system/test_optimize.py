@@ -35,12 +35,13 @@ from shardwright import (
     StorageError,
     optimize,
 )
-from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX, lease_key
-from shardwright.protocol.records import read_record_file, record_keys_by_shard
+from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX, is_record_log_key, lease_key
+from shardwright.protocol.records import read_record_file, read_record_log, record_keys_by_shard
 from shardwright.storage import LocalStorage
 from support.crash_child import expected as child_expected
 from support.crash_child import plain as child_plain
 from support.helpers import child_env, committed_records, group_pids, kill_group, start_child, wait_for
+from support.sealed_records import record_rounds, replace_round
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -209,13 +210,22 @@ def pairs(output_dir) -> list[tuple[int, int]]:
 
 
 def record_files(output_dir) -> list[Path]:
-    return sorted((Path(output_dir) / SHARDS_PREFIX).glob("*.json"))
+    """Record files and record logs (protocol.record_log: a worker's on local disk)."""
+    return sorted((Path(output_dir) / SHARDS_PREFIX).glob("*.json*"))
+
+
+def rounds(output_dir) -> list[tuple[str, str, int]]:
+    """The commit rounds of an output's records (a record file, or a line of a record log)."""
+    return record_rounds(LocalStorage(output_dir))
 
 
 def committed_items(output_dir) -> int:
     storage = LocalStorage(output_dir)
     keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
-    return sum(r.chunk.chunk_size for key in keys for r in read_record_file(storage, key) or () if r.chunk)
+    in_files = sum(r.chunk.chunk_size for key in keys for r in read_record_file(storage, key) or () if r.chunk)
+    logs = [key for key in storage.list(SHARDS_PREFIX) if is_record_log_key(key)]
+    in_logs = [r for key in logs for _, records in read_record_log(storage, key) for r in records]
+    return in_files + sum(r.chunk.chunk_size for r in in_logs if r.chunk)
 
 
 @pytest.fixture(autouse=True)
@@ -937,7 +947,7 @@ def test_fn_raising_gives_fn_error_with_everything_needed(tmp_path):
 
 def _interrupted_run(out: Path) -> None:
     interrupt(square_fails_at_97, list(range(120)), out, chunk_size=5, num_workers=2, num_shards=4)
-    assert len(record_files(out)) >= 3
+    assert len(rounds(out)) >= 3
 
 
 def _rerun(out: Path, **kwargs):
@@ -962,12 +972,13 @@ GARBAGE = [
 def test_corrupt_checkpoint_record(tmp_path, content):
     out = tmp_path / "out"
     _interrupted_run(out)
-    record_files(out)[1].write_bytes(content)
+    second = rounds(out)[1]
+    replace_round(LocalStorage(out), second, content)
     with pytest.raises(CorruptStateError) as info:
         _rerun(out)
     assert "overwrite" in str(info.value)
     assert not isinstance(info.value, json.JSONDecodeError)
-    assert str(record_files(out)[1].relative_to(out)).replace(os.sep, "/") in str(info.value)
+    assert second[1] in str(info.value)
 
 
 def one_output_fails_at_20(i):
@@ -997,9 +1008,10 @@ def test_torn_record_then_changed_fn_then_second_interruption(tmp_path):
     # run 1: one output per input, chunk_size 4: records 0-4 cover inputs 0-19, then a failure.
     # (Record 0 ends at (input 3, 1 output taken): the generator had not finished input 3.)
     interrupt(one_output_fails_at_20, list(range(n)), out, chunk_size=4, num_workers=1, num_shards=1)
-    records = record_files(out)
+    records = rounds(out)
     assert len(records) == 5
-    records[1].write_bytes(b"\0" * records[1].stat().st_size)
+    storage = LocalStorage(out)
+    replace_round(storage, records[1], b"\0" * len(storage.read_bytes(records[1][0]).split(b"\n")[1]))
     # input 3 is partially committed by another fn: a positional resume is refused unless accepted
     # (issue 33 BAD 6), naming the input
     with pytest.raises(RunMismatchError, match=r"input 3 \(3\) has 1 output\(s\) of the old fn kept"):
@@ -1017,7 +1029,7 @@ def test_corrupt_checkpoint_record_then_overwrite_starts_over(tmp_path):
     """The error says 'rerun with mode=overwrite to start over': that must work."""
     out = tmp_path / "out"
     _interrupted_run(out)
-    record_files(out)[1].write_bytes(b"garbage{")
+    replace_round(LocalStorage(out), rounds(out)[1], b"garbage{")
     _rerun(out, mode="overwrite")
     assert items(out) == [square(i) for i in range(120)]
 
@@ -1026,10 +1038,10 @@ def test_deleted_record_seq_gap(tmp_path):
     out = tmp_path / "out"
     _interrupted_run(out)
     by_shard = {}
-    for path in record_files(out):
-        by_shard.setdefault(path.name.split("-")[0], []).append(path)
-    shard_records = next(paths for paths in by_shard.values() if len(paths) >= 3)
-    shard_records[1].unlink()
+    for round_ in rounds(out):
+        by_shard.setdefault(round_[3], []).append(round_)
+    shard_records = next(found for found in by_shard.values() if len(found) >= 3)
+    replace_round(LocalStorage(out), shard_records[1], None)
     with pytest.raises(CorruptStateError) as info:
         _rerun(out)
     message = str(info.value)

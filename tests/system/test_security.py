@@ -27,7 +27,9 @@ from shardwright import (
     optimize,
 )
 from shardwright.cli.main import main
+from shardwright.storage import LocalStorage
 from support.helpers import committed_records, kill_group, start_child, wait_for
+from support.sealed_records import record_rounds, replace_round
 
 
 def square(i):
@@ -202,10 +204,12 @@ def test_huge_num_shards_is_refused_without_planning_them(tmp_path, capsys):
 def test_absurd_record_numbers_are_corrupt_state(tmp_path, field, value):
     out = tmp_path / "out"
     interrupted(out)
-    path = sorted((out / ".shardwright" / "shards").glob("*.json"))[0]
-    document = json.loads(path.read_text())
+    storage = LocalStorage(out)
+    first = record_rounds(storage)[0]  # a record file, or a line of a worker's record log
+    lines = storage.read_bytes(first[0]).split(b"\n")
+    document = json.loads(lines[max(0, first[2] - 1)])
     document["records"][0][field] = value
-    path.write_text(json.dumps(document))
+    replace_round(storage, first, json.dumps(document).encode())
     with pytest.raises(CorruptStateError):
         optimize(square, list(range(20)), out, chunk_size=2, num_workers=2, num_shards=2, verbose=False)
 

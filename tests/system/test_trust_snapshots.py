@@ -82,10 +82,23 @@ sw.optimize(fn, list(range(24)), out, num_workers=1, chunk_size=2, num_shards=2,
 
 
 def _record_holding(out, text: bytes) -> str | None:
-    for path in glob.glob(f"{out}/.shardwright/shards/00000-*"):
+    """The record file, or the worker's record log (protocol.record_log: local disk), holding ``text``."""
+    for path in glob.glob(f"{out}/.shardwright/shards/*"):
         if text in open(path, "rb").read():
             return path
     return None
+
+
+def _stripped(data: bytes, last: bytes) -> bytes:
+    """The record file or log with the round holding ``last`` edited to next_input 8 and its
+    checksum field deleted: an older version's shape."""
+    import json
+
+    lines = data.split(b"\n")
+    at = next(k for k, line in enumerate(lines) if last in line)
+    records = json.loads(lines[at])["records"]
+    lines[at] = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
+    return b"\n".join(lines)
 
 
 RECORD_TO_EDIT = b'"next_input":6,'  # shard 0's last record when the run holds on its gate
@@ -136,13 +149,11 @@ def test_a_record_stripped_of_its_checksum_is_refused_and_verify_names_it(tmp_pa
     deleted made the file look like an older version's, which was still read: the resumed
     run published 22 of 24 items, exit 0. And `verify` of a run with a damaged record said
     "rerun the same optimize call to finish it" (round 8, row 43)."""
-    import json
 
     run, out, gate = _killed_after_a_record(tmp_path)
     last = RECORD_TO_EDIT
     record = _record_holding(out, last)
-    records = json.loads(open(record, "rb").read())["records"]
-    edited = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
+    edited = _stripped(open(record, "rb").read(), last)
     with open(record, "wb") as f:
         f.write(edited)  # the digit changed and the checksum field deleted: an older version's shape
     gate.touch()
@@ -167,7 +178,6 @@ def test_a_manifest_edited_back_to_protocol_6_does_not_unseal_its_records(tmp_pa
     """Trust round 10, row 1. Before: round 9's edit (next_input 6 to 8, the record's checksum
     deleted) with "protocol":7 edited to 6 in manifest.json (one bit) read the run as an older
     version's: the resumed run published 22 of 24 items, exit 0."""
-    import json
 
     run, out, gate = _killed_after_a_record(tmp_path)
     last = RECORD_TO_EDIT
@@ -176,8 +186,7 @@ def test_a_manifest_edited_back_to_protocol_6_does_not_unseal_its_records(tmp_pa
     assert b'"protocol":7' in text.replace(b" ", b"")
     manifest.write_bytes(text.replace(b'"protocol": 7', b'"protocol": 6').replace(b'"protocol":7', b'"protocol":6'))
     record = _record_holding(out, last)
-    records = json.loads(open(record, "rb").read())["records"]
-    edited = json.dumps({"records": records}, separators=(",", ":")).encode().replace(last, b'"next_input":8,')
+    edited = _stripped(open(record, "rb").read(), last)
     with open(record, "wb") as f:
         f.write(edited)
     gate.touch()

@@ -14,7 +14,7 @@ import pytest
 from shardwright.errors import CorruptStateError, StorageError
 from shardwright.format import ItemEncoder, parse_index
 from shardwright.protocol.claim import claim_format
-from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round
+from shardwright.protocol.commit import PendingChunk, RoundSettings, commit_round, seal_round, write_chunks
 from shardwright.protocol.decide import PlanKind, Request, decide
 from shardwright.protocol.fingerprint import InputsFingerprint
 from shardwright.protocol.layout import (
@@ -35,7 +35,6 @@ from shardwright.protocol.records import (
     CommitRecord,
     ShardProgress,
     load_progress,
-    record_file_keys,
     trusted_progress,
     write_records,
 )
@@ -303,13 +302,14 @@ def test_the_manifest_is_created_once_whoever_races(storage):
 # (records.trusted_progress, step 4 of the package docstring); anything else is read back
 
 
-def our_workers_commit(storage, manifest, shards=(0, 1)) -> dict[int, ShardProgress]:
+def our_workers_commit(storage, manifest, shards=(0, 1), log=None) -> dict[int, ShardProgress]:
     """Every chunk of ``shards``, one round (one record file) per chunk, and what the engine's
     tracker knows afterwards: each record with the key of the file its worker wrote it into."""
     known = {s: ShardProgress(s, *b) for s, b in manifest.shard_bounds().items()}
     for seq in range(3):
-        records = commit_round(storage, [chunk_job(manifest, s, seq) for s in shards], round_settings(manifest))
-        for record, key in zip(records, record_file_keys(records)):
+        jobs = [chunk_job(manifest, s, seq) for s in shards]
+        records = write_chunks(storage, jobs, round_settings(manifest))
+        for record, key in zip(records, seal_round(storage, jobs, records, round_settings(manifest), log)):
             known[record.shard].add(record, key)
     storage.barrier()
     return known
@@ -406,7 +406,7 @@ def test_progress_read_from_storage_is_never_taken_on_trust(storage):
 def test_each_record_is_reported_with_the_key_of_the_file_it_was_written_into(storage):
     manifest = new_run(storage)
     jobs = [chunk_job(manifest, 0, 0), chunk_job(manifest, 0, 1), chunk_job(manifest, 1, 0), chunk_job(manifest, 0, 2)]
-    records = commit_round(storage, jobs, round_settings(manifest))
-    keys = record_file_keys(records)
+    records = write_chunks(storage, jobs, round_settings(manifest))
+    keys = seal_round(storage, jobs, records, round_settings(manifest))
     assert keys[0] == keys[1] != keys[2] != keys[3] != keys[0]
     assert set(keys) == {k for k in storage.list(SHARDS_PREFIX)}

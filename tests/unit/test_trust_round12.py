@@ -77,16 +77,16 @@ def test_a_record_file_nested_deeper_than_json_goes_is_named_as_damaged(tmp_path
     naming no file (local, GCS and Azure alike)."""
     from shardwright import optimize
     from shardwright.errors import CorruptStateError
-    from shardwright.protocol.records import record_keys_by_shard
     from shardwright.storage import open_storage
+    from support.sealed_records import record_rounds, replace_round
 
     out = _interrupted(tmp_path)
     storage = open_storage(out)
-    key = sorted(record_keys_by_shard(storage)[0])[-1]
-    storage.write_bytes(key, NESTED)
+    last = record_rounds(storage)[-1]  # a line of the worker's record log (local disk)
+    replace_round(storage, last, NESTED)
     with pytest.raises(CorruptStateError) as raised:
         optimize(lambda i: {"i": i}, range(24), out, num_workers=1, chunk_size=2, num_shards=2, verbose=False)
-    assert key in str(raised.value) and "is not valid JSON" in str(raised.value), raised.value
+    assert last[1] in str(raised.value) and "is not valid JSON" in str(raised.value), raised.value
 
 
 @pytest.mark.parametrize("content", [NESTED, b"garbage"])

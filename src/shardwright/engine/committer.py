@@ -12,7 +12,8 @@ from collections.abc import Callable
 from .. import telemetry
 from ..protocol.commit import PendingChunk, RoundSettings, seal_round, write_chunks
 from ..protocol.progress import ProgressSnapshot, SnapshotWriter
-from ..protocol.records import CommitRecord, record_file_keys
+from ..protocol.record_log import RecordLog
+from ..protocol.records import CommitRecord
 from ..storage import Storage
 
 # What may wait for the committer per worker: bounds memory, while small chunks still batch
@@ -53,7 +54,7 @@ class ChunkCommitter:
     chunks are good), then stops too.
     """
 
-    def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord, str], None]):
+    def __init__(self, storage: Storage, run: RoundSettings, on_commit: Callable[[CommitRecord, str | None], None]):
         self.storage = storage
         self.run = run
         self.on_commit = on_commit
@@ -67,6 +68,8 @@ class ChunkCommitter:
         ] = queue.Queue(maxsize=SEALING_ROUNDS)
         self._room = threading.Condition()
         self._snapshots = SnapshotWriter(storage)  # on the sealer thread only
+        # where storage appends in place, this worker's rounds go to one record log (issue 36)
+        self._log = RecordLog(storage) if storage.APPENDS and run.use_checkpoint else None  # sealer thread only
         self._pending_bytes = 0
         self._pending_chunks = 0
         self._round_limit = int(os.environ.get(ROUND_LIMIT_ENV, PENDING_CHUNKS_LIMIT))
@@ -176,10 +179,10 @@ class ChunkCommitter:
             try:
                 counters = telemetry.get()
                 with counters.span("shardwright.commit", chunks=len(batch)):
-                    seal_round(self.storage, batch, records, self.run)
+                    keys: list[str | None] = [*seal_round(self.storage, batch, records, self.run, self._log)]
                 if batch:
                     counters.chunks_committed(len(batch), time.perf_counter() - started)
-                for record, key in zip(records, record_file_keys(records)):
+                for record, key in zip(records, keys or [None] * len(records)):
                     self.on_commit(record, key)  # with the key of the file it is in (records.trusted_progress)
                 if snapshot is not None:  # after the records it extends (protocol.progress)
                     self._snapshots.write(snapshot)

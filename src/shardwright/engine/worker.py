@@ -87,7 +87,7 @@ class Worker:
         self._loops: dict[bool, tuple[object, CompiledLoop | None]] = {}  # rows -> (encoder, its compiled loop)
         threading.Thread(target=_tick, args=(self.look,), name="shardwright-tick", daemon=True).start()
 
-    def _on_commit(self, record: CommitRecord, file_key: str) -> None:
+    def _on_commit(self, record: CommitRecord, file_key: str | None) -> None:
         self.result_q.put(Committed(self.wid, record, file_key))
 
     def should_stop(self) -> bool:

@@ -66,7 +66,13 @@ Steps and the state on disk after each
    (``records.seal_records``); a run started by protocol 7 or later, known by its manifest's
    protocol or by its run id's seal mark ``s7-`` (``layout.SEALED_RUN_ID_PREFIX``, so a manifest
    edited back to 6 does not unseal it), refuses a record file without one as edited by hand;
-   protocol-6 runs' unsealed files are still read. The record file becomes durable at the writer's next barrier (a
+   protocol-6 runs' unsealed files are still read. *Record logs* (module ``record_log``, issue 36):
+   where storage appends in place (local disk), a worker appends each round's record file,
+   the same bytes as one line, to its own ``shards/log-{token}-{n}.jsonl`` instead of writing
+   the file (one append per round and one file per worker, instead of a create, rename and
+   fsync per round and an unlink of each at cleanup); a line is read exactly as the file it
+   stands for, a torn line ends its log (nothing after it was durable), and a damaged one is
+   refused like a damaged file. Object stores keep one file per round. The record file becomes durable at the writer's next barrier (a
    worker's committer runs one as soon as no round waits for it). A worker's last round
    gets none: publishing needs only durable chunks, and a power cut before the dataset is
    published loses at most that round's records, which means redoing it.
@@ -135,14 +141,18 @@ Steps and the state on disk after each
    on an object store). Step by step, like SQLite's page on atomic commit:
 
    a. A worker reports each record it committed to its main process only after the record's
-      file is written (step 3), together with that file's key (``Committed.file_key``). The
+      file is written (step 3), together with that file's key (``Committed.file_key``: the
+      record log's, where it appended it). The
       main process keeps, per shard, the set of those keys (``ShardProgress.written``); a
       record it learnt any other way (read from storage when it claimed a shard to resume it)
       makes the set unknown for that shard for the rest of the call.
    b. At publish, with every worker of this call stopped, it lists ``shards/`` once. A shard
       whose reported records end with ``done`` and whose record keys in that listing are
       exactly its set is taken as reported; every other shard's files are read and its chain
-      followed as before (the *fallback*).
+      followed as before (the *fallback*). A record log may hold any shard of its writer, so
+      when the logs listed are not exactly the ones our workers reported, no shard is taken
+      and all are read. A log is named by its writer's random token, created with O_EXCL and
+      appended to by that writer alone: a log of ours holds only what our worker appended.
    c. Why the two give the same chain. A record file's name carries its shard, its first seq
       and its writer's epoch. An epoch belongs to one claim acquisition (step 0: above the
       holder it took over from, by compare-and-swap, and above any earlier holder by the clock
@@ -198,7 +208,8 @@ crash                state                                  the rerun
 before 1             a lease (and claims) at most           takes them over (see above), fresh
 during 2             a temp file                            never read, redone; removed at cleanup
 between 2 and 3      an orphan chunk                        recomputed; same bytes kept, else replaced
-during 3             a temp record file                     the record does not exist; as above
+during 3             a temp record file, or a log line      the record does not exist; as above (a
+                     cut before its newline                 torn line ends its log)
 after 3              the record                             resumes after it: nothing repeated
 power cut in 3       a torn (NUL) or lost last record     dropped with the shard's later records
 after 3, before 3b   a record; the older snapshot is stale  resumes after the record, redoes the rest
@@ -226,7 +237,8 @@ shard: record 0 has ``prev_epoch`` None; record k is, among the records numbered
 ``prev_epoch`` is the epoch of the chain's record k-1, the one of the highest epoch; it ends
 at the ``done`` record or where no record follows. Off the chain are torn records and the
 shard's records after them (a power cut), and records of a lower epoch than the chain's
-(a fenced writer): dropped, and deleted by the next holder. Anything else off the chain
+(a fenced writer): dropped, and deleted by the next holder (a record file; a record log's
+lines stay in their log, off the chain by the same rule, until cleanup). Anything else off the chain
 (a gap, a record after the shard's last, garbage) is a CorruptStateError naming the file,
 never skipped. A record of another run id is a leftover of a cleanup cut short and is
 dropped like a torn one.

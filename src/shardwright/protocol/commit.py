@@ -19,6 +19,7 @@ from ..storage import Storage
 from .crash import crash_point
 from .layout import chunk_filename
 from .lease import check_still_held
+from .record_log import RecordLog
 from .records import CommitRecord, write_records
 
 # Items at least this large on average are written as parts (Storage.write_parts) rather than
@@ -141,11 +142,19 @@ def write_chunks(storage: Storage, batch: list[PendingChunk], run: RoundSettings
     return records
 
 
-def seal_round(storage: Storage, batch: list[PendingChunk], records: list[CommitRecord], run: RoundSettings) -> None:
+def seal_round(
+    storage: Storage,
+    batch: list[PendingChunk],
+    records: list[CommitRecord],
+    run: RoundSettings,
+    log: RecordLog | None = None,
+) -> list[str]:
     """Steps 2-4 of :func:`commit_round` for chunks :func:`write_chunks` wrote (their items
-    may be gone: only the batch's claims are read)."""
+    may be gone: only the batch's claims are read); ``log``: the writer's record log, where
+    storage appends (module ``record_log``). Returns, per record, the key holding it (none
+    without checkpoints)."""
     if not records:
-        return
+        return []
     storage.barrier()
     crash_point("after_chunk")
     if run.use_checkpoint:
@@ -153,4 +162,5 @@ def seal_round(storage: Storage, batch: list[PendingChunk], records: list[Commit
             check_still_held(storage, run.lease_key, run.lease_owner)
         for key, owner in dict.fromkeys(job.claim for job in batch if job.claim is not None):
             check_still_held(storage, key, owner)  # each shard's claim (protocol 5)
-        write_records(storage, records)  # the commit point
+        return write_records(storage, records, log)  # the commit point
+    return []

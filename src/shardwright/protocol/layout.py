@@ -177,6 +177,22 @@ def record_key(shard: int, seq: int, epoch: int) -> str:
     return f"{SHARDS_PREFIX}{shard:05d}-{seq:06d}-{epoch}.json"
 
 
+# A worker's record log (issue 36): on storage that appends in place (local disk) a worker
+# appends its rounds' record files to one log of its own instead of writing one file each
+# (``protocol.record_log``). The name is the writer's random token and the log's number (a log
+# is closed and the next one started past ``record_log.LOG_ROTATE_BYTES``).
+_RECORD_LOG_NAME = re.compile(r"^log-([0-9a-f]{16})-(\d{4,9})\.jsonl$")
+
+
+def record_log_key(token: str, number: int) -> str:
+    """Log ``number`` of the writer ``token`` (16 hex digits)."""
+    return f"{SHARDS_PREFIX}log-{token}-{number:04d}.jsonl"
+
+
+def is_record_log_key(key: str) -> bool:
+    return key.startswith(SHARDS_PREFIX) and bool(_RECORD_LOG_NAME.match(key[len(SHARDS_PREFIX) :]))
+
+
 def progress_key(shard: int, epoch: int) -> str:
     """The progress snapshot of ``shard`` written under its claim's ``epoch`` (one per holder:
     a fenced writer's late snapshot never replaces the new holder's)."""
@@ -274,7 +290,7 @@ def is_state_key(key: str) -> bool:
     if key in (MANIFEST_KEY, FORMAT_KEY, RUN_RECORD_KEY):
         return True
     if key.startswith(SHARDS_PREFIX):
-        return parse_record_key(key) is not None
+        return parse_record_key(key) is not None or is_record_log_key(key)
     if key.startswith(INPUTS_PREFIX):
         return bool(_INPUTS_NAME.match(key[len(INPUTS_PREFIX) :]))
     if key.startswith(SOURCES_PREFIX):

@@ -14,7 +14,8 @@ from ..format import ChunkEntry
 from ..storage import Storage
 from .hints import START_OVER, naming_output
 from .jsonio import MAX_RECORD_FILE_BYTES, loads_object, read_state, require_field
-from .layout import MAX_EPOCH, SHARDS_PREFIX, parse_record_key, record_key
+from .layout import MAX_EPOCH, SHARDS_PREFIX, is_record_log_key, parse_record_key, record_key
+from .record_log import MAX_RECORD_LOG_BYTES, RecordLog, log_lines
 
 MAX_NUMBER = 2**53  # any count or offset a record may hold (JSON's exact integers)
 
@@ -147,14 +148,20 @@ def _plain_record(data: dict) -> CommitRecord | None:
     )
 
 
-def write_records(storage: Storage, records: list[CommitRecord]) -> None:
+def write_records(storage: Storage, records: list[CommitRecord], log: RecordLog | None = None) -> list[str]:
     """Step 3 of the protocol for one commit round: one file per shard holding the round's
-    consecutive records of that shard, named by the first one's seq and the writer's epoch.
-    Callers must have made the records' chunks durable first (``storage.barrier()``); the
-    files become durable at the next barrier. A round of many small chunks costs one file,
-    not one per chunk."""
-    for key, run in _record_files(records):
+    consecutive records of that shard, named by the first one's seq and the writer's epoch
+    (with ``log``, the same files appended to the writer's record log: module ``record_log``).
+    Callers must have made the records' chunks durable first (``storage.barrier()``); the files
+    become durable at the next barrier. Returns, per record, the key holding it (a worker
+    reports it with the record: :func:`trusted_progress` says why)."""
+    files = _record_files(records)
+    if log is not None:
+        key = log.append([seal_records([r.to_json() for r in run]) for _, run in files])
+        return [key] * len(records)
+    for key, run in files:
         storage.write_bytes(key, seal_records([r.to_json() for r in run]), durable=False)
+    return [key for key, run in files for _ in run]
 
 
 def _record_files(records: list[CommitRecord]) -> list[tuple[str, list[CommitRecord]]]:
@@ -166,12 +173,6 @@ def _record_files(records: list[CommitRecord]) -> list[tuple[str, list[CommitRec
         else:
             runs.append([record])
     return [(record_key(run[0].shard, run[0].seq, run[0].epoch), run) for run in runs]
-
-
-def record_file_keys(records: list[CommitRecord]) -> list[str]:
-    """For each record of a round :func:`write_records` wrote, the key of the file holding it
-    (a worker reports it with the record: :func:`trusted_progress` says why)."""
-    return [key for key, run in _record_files(records) for _ in run]
 
 
 # A record file ends with a checksum of its records' JSON text (trust round 8): a record's
@@ -269,13 +270,21 @@ class ShardProgress:
 
 
 def record_keys_by_shard(storage: Storage) -> dict[int, list[str]]:
-    """Record file keys under shards/, grouped by shard (foreign names are ignored)."""
+    """Record file keys under shards/, grouped by shard (foreign names and logs are left out)."""
+    return record_listing(storage)[0]
+
+
+def record_listing(storage: Storage) -> tuple[dict[int, list[str]], list[str]]:
+    """One listing of shards/: the record files by shard, and the record logs (record_log)."""
     keys: dict[int, list[str]] = {}
+    logs: list[str] = []
     for key in storage.list(SHARDS_PREFIX):
         parsed = parse_record_key(key)
         if parsed is not None:
             keys.setdefault(parsed[0], []).append(key)
-    return keys
+        elif is_record_log_key(key):
+            logs.append(key)
+    return keys, sorted(logs)
 
 
 @dataclass
@@ -284,14 +293,20 @@ class _RecordFile:
     seq: int  # its first record's
     epoch: int
     records: list[CommitRecord] | None  # None: torn
+    in_log: bool = False  # a line of a record log: never deleted by itself
 
 
 def _parse_file(storage: Storage, shard: int, key: str, data: bytes, sealed: bool) -> _RecordFile:
     _, seq, epoch = parse_record_key(key) or (shard, 0, 0)
     if is_torn(data):
         return _RecordFile(key, seq, epoch, None)
-    where = f"{storage.url}/{key}"
     records = parse_record_file(data, storage, key, sealed)
+    _check_named(records, shard, seq, epoch, f"{storage.url}/{key}", "does not match its name")
+    return _RecordFile(key, seq, epoch, records)
+
+
+def _check_named(records: list[CommitRecord], shard: int, seq: int, epoch: int, where: str, what: str) -> None:
+    """The records of one round's file are consecutive records of one shard, one epoch, one run."""
     for k, record in enumerate(records):
         prev_ok = k == 0 or record.prev_epoch == epoch
         if (
@@ -302,13 +317,27 @@ def _parse_file(storage: Storage, shard: int, key: str, data: bytes, sealed: boo
             or record.run_id != records[0].run_id
         ):
             raise CorruptStateError(
-                f"checkpoint record {where} does not match its name (shard {shard}, seq {seq + k}, epoch {epoch}); "
+                f"checkpoint record {where} {what} (shard {shard}, seq {seq + k}, epoch {epoch}); "
                 f"it was renamed or edited by hand. {START_OVER}"
             )
-    return _RecordFile(key, seq, epoch, records)
 
 
-def _chain(progress: ShardProgress, files: list[_RecordFile], url: str, strict: bool = True) -> list[str]:
+def _parse_log(storage: Storage, key: str, data: bytes) -> tuple[list[_RecordFile], bool]:
+    """The record files a record log holds (its lines up to a torn one), and whether one was torn."""
+    lines, torn = log_lines(data)
+    files = []
+    for number, line in enumerate(lines, 1):
+        where = f"{key} (line {number})"
+        records = parse_record_file(line, storage, where, sealed=True)  # a log was never written unsealed
+        first = records[0]
+        _check_named(records, first.shard, first.seq, first.epoch, f"{storage.url}/{where}", "is not one round's")
+        files.append(_RecordFile(where, first.seq, first.epoch, records, in_log=True))
+    return files, torn
+
+
+def _chain(
+    progress: ShardProgress, files: list[_RecordFile], url: str, strict: bool = True, log_torn: bool = False
+) -> list[str]:
     """Fill ``progress`` with the shard's committed chain; returns the keys of files off it.
 
     The chain (fencing, see the package docstring): record 0 has no predecessor; record k is,
@@ -316,7 +345,10 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str, strict: 
     the one of the highest epoch (a later lease holder supersedes a fenced one). The chain
     ends at the shard's ``done`` record or where no record follows. Off the chain are:
     records of a superseded (lower) epoch and records after a torn file (a power cut):
-    dropped; anything else means a record was deleted or edited by hand: CorruptStateError."""
+    dropped; anything else means a record was deleted or edited by hand: CorruptStateError.
+    ``log_torn``: a record log read with these files ended in a torn line (record_log), which
+    may have held the records missing before the ones dropped. Lines of a log are never among
+    the keys returned (a log is deleted whole, at cleanup)."""
     by_seq: dict[int, list[CommitRecord]] = {}
     for f in files:
         for record in f.records or ():
@@ -336,14 +368,14 @@ def _chain(progress: ShardProgress, files: list[_RecordFile], url: str, strict: 
         prev = record.epoch
     on_chain = {(r.seq, r.epoch) for r in progress.records}
     top = max((r.epoch for r in progress.records), default=-1)
-    torn = any(f.records is None for f in files)
+    torn = log_torn or any(f.records is None for f in files)
     off = []
     for f in files:
         rest = [r for r in f.records or () if (r.seq, r.epoch) not in on_chain]
         if f.records is not None and not rest:
             continue
         if f.records is None or torn or all(r.epoch < top for r in rest):
-            if len(rest) == len(f.records or ()):
+            if len(rest) == len(f.records or ()) and not f.in_log:
                 off.append(f.key)
             continue
         if not strict:
@@ -395,6 +427,13 @@ def read_record_file(storage: Storage, key: str) -> list[CommitRecord] | None:
         return None
 
 
+def read_record_log(storage: Storage, key: str) -> list[tuple[str, list[CommitRecord]]]:
+    """The rounds of a record log (module ``record_log``): (where, its records) per line, up to
+    a torn one. FileNotFoundError when it is gone; CorruptStateError when a line is damaged."""
+    data = read_state(storage, key, "checkpoint record", MAX_RECORD_LOG_BYTES)
+    return [(f.key, f.records or []) for f in _parse_log(storage, key, data)[0]]
+
+
 def load_progress(
     storage: Storage,
     bounds: dict[int, tuple[int, int]],
@@ -403,8 +442,7 @@ def load_progress(
     sealed: bool = False,
 ) -> dict[int, ShardProgress]:
     """Read the records of the given shards (in parallel on object stores, where round trips
-    dominate: Storage.map_requests) and
-    follow each shard's chain (see :func:`_chain`).
+    dominate: Storage.map_requests) and follow each shard's chain (see :func:`_chain`).
 
     ``repair=True`` (the process about to resume these shards, holding their lease) deletes
     the files off the chain: torn records, the shard's records after them, and records of a
@@ -413,7 +451,7 @@ def load_progress(
     Records of another run (``run_id``) are leftovers of a cleanup that a crash cut short,
     and are dropped too. ``sealed``: see :func:`parse_record_file` (callers pass their
     manifest's ``records_sealed``)."""
-    return _load(storage, bounds, record_keys_by_shard(storage), run_id, repair, sealed)
+    return _load(storage, bounds, record_listing(storage), run_id, repair, sealed)
 
 
 def trusted_progress(
@@ -430,38 +468,47 @@ def trusted_progress(
     (``ShardProgress.written``), and the shard's record keys listed are exactly those keys.
     Why that is enough is protocol step 4 (the package docstring). Any other shard is read as
     :func:`load_progress` reads it. Returns the progress and the shards taken from ``known``."""
-    keys_by_shard = record_keys_by_shard(storage)
+    listing = record_listing(storage)
+    keys_by_shard, logs = listing
+    # A log holds records of any of its writer's shards: one we did not write (or one of ours
+    # gone) leaves no shard provably ours, and every shard is read.
+    ours = {key for p in known.values() if p.written is not None for key in p.written}
+    logs_ours = set(logs) == {key for key in ours if is_record_log_key(key)}
     taken: dict[int, ShardProgress] = {}
     for shard in bounds:
         mine = known.get(shard)
         if (
-            mine is not None
+            logs_ours
+            and mine is not None
             and mine.done
             and mine.written is not None
-            and set(keys_by_shard.get(shard, ())) == mine.written
+            and set(keys_by_shard.get(shard, ())) == {key for key in mine.written if not is_record_log_key(key)}
         ):
             taken[shard] = mine
     rest = {s: b for s, b in bounds.items() if s not in taken}
-    read = _load(storage, rest, keys_by_shard, run_id, False, sealed) if rest else {}
+    read = _load(storage, rest, listing, run_id, False, sealed) if rest else {}
     return {s: taken[s] if s in taken else read[s] for s in bounds}, sorted(taken)
 
 
 def _load(
     storage: Storage,
     bounds: dict[int, tuple[int, int]],
-    keys_by_shard: dict[int, list[str]],
+    listing: tuple[dict[int, list[str]], list[str]],
     run_id: str | None,
     repair: bool,
     sealed: bool,
 ) -> dict[int, ShardProgress]:
-    wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))]
+    keys_by_shard, logs = listing
+    # a log (shard None) is read whole once: its lines go to the shards they are of
+    wanted = [(s, k) for s in bounds for k in sorted(keys_by_shard.get(s, []))] + [(None, k) for k in logs]
 
-    def read(item: tuple[int, str]) -> tuple[int, str, bytes | None]:
+    def read(item: tuple[int | None, str]) -> tuple[int | None, str, bytes | None]:
         shard, key = item
+        limit = MAX_RECORD_FILE_BYTES if shard is not None else MAX_RECORD_LOG_BYTES
         try:
-            return shard, key, read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
+            return shard, key, read_state(storage, key, "checkpoint record", limit)
         except FileNotFoundError:
-            if repair:  # only we delete our shards' records while we hold their lease
+            if repair and shard is not None:  # only we delete our shards' record files while we hold their lease
                 raise
             return shard, key, None  # deleted since the listing: a cleanup (or repair) is running
 
@@ -481,16 +528,25 @@ def _load(
 def _follow(
     storage: Storage,
     bounds: dict[int, tuple[int, int]],
-    results: list[tuple[int, str, bytes | None]],
+    results: list[tuple[int | None, str, bytes | None]],
     run_id: str | None,
     repair: bool,
     sealed: bool,
 ) -> tuple[dict[int, ShardProgress], list[str]]:
-    """The shards' chains from the record files read, and the keys of the files off them."""
+    """The shards' chains from the record files and logs read, and the keys of the files off them."""
     files: dict[int, list[_RecordFile]] = {s: [] for s in bounds}
     stale: list[str] = []
+    log_torn = False
     for shard, key, data in results:
         if data is None:
+            continue
+        if shard is None:
+            lines, torn = _parse_log(storage, key, data)
+            log_torn = log_torn or torn
+            for line in lines:
+                first = line.records[0] if line.records else None  # a log's lines are never torn
+                if first is not None and first.shard in files and run_id in (None, first.run_id):
+                    files[first.shard].append(line)  # another run's lines are left to cleanup
             continue
         parsed = _parse_file(storage, shard, key, data, sealed)
         if run_id is not None and parsed.records is not None and parsed.records[0].run_id != run_id:
@@ -500,7 +556,7 @@ def _follow(
     progress = {s: ShardProgress(s, *bounds[s]) for s in bounds}
     dropped = list(stale)
     for shard, shard_files in files.items():
-        dropped += _chain(progress[shard], shard_files, storage.url, strict=repair)
+        dropped += _chain(progress[shard], shard_files, storage.url, strict=repair, log_torn=log_torn)
     return progress, dropped
 
 
@@ -521,21 +577,23 @@ def committed_chunks_and_damage(
     damaged (not torn) when there is one: `verify` of such a run said "rerun the same optimize
     call to finish it", and only that rerun named the damage (trust round 8, row 43).
     ``sealed``: see :func:`parse_record_file`."""
-    keys = sorted(k for keys in record_keys_by_shard(storage).values() for k in keys)
-    if len(keys) > limit:
-        return f"at least {len(keys)}", None
+    keys_by_shard, logs = record_listing(storage)
+    keys = sorted(k for keys in keys_by_shard.values() for k in keys)
+    if len(keys) + len(logs) > limit:
+        return f"at least {len(keys) + len(logs)}", None
 
     def count(key: str) -> tuple[int, str | None]:
         try:
-            data = read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
-            if is_torn(data):
-                return 0, None
-            records = parse_record_file(data, storage, key, sealed)
+            if is_record_log_key(key):
+                rounds = [records for _, records in read_record_log(storage, key)]
+            else:
+                data = read_state(storage, key, "checkpoint record", MAX_RECORD_FILE_BYTES)
+                rounds = [] if is_torn(data) else [parse_record_file(data, storage, key, sealed)]
         except FileNotFoundError:
             return 0, None
         except CorruptStateError as damaged:
             return 0, naming_output(str(damaged), storage.url)
-        return sum(1 for r in records if r.chunk is not None), None
+        return sum(1 for records in rounds for r in records if r.chunk is not None), None
 
-    counted = storage.map_requests(count, keys)
+    counted = storage.map_requests(count, keys + logs)
     return sum(n for n, _ in counted), next((d for _, d in counted if d is not None), None)

@@ -56,6 +56,7 @@ WRITE_OPERATIONS = (
     "write_bytes",
     "write_parts",
     "write_content_named",
+    "append_bytes",
     "remove_leftover_temps",
     "create_exclusive",
     "replace_if_version",
@@ -203,6 +204,21 @@ class Storage(abc.ABC):
             self.write_bytes(key, parts[0], durable=durable)
         else:
             self.write_parts(key, parts, durable=durable)
+
+    #: True where :meth:`append_bytes` adds to a file in place (local disk). An object store
+    #: replaces a whole object on every write, so the protocol writes one record file per
+    #: commit round there instead of appending to a log (protocol.record_log).
+    APPENDS: ClassVar[bool] = False
+
+    def append_bytes(self, key: str, data: bytes, *, create: bool) -> None:
+        """Add ``data`` at the end of ``key``, a file only this process appends to.
+
+        ``create=True``: ``key`` must not exist yet (FileExistsError, nothing written);
+        ``create=False``: it must (FileNotFoundError). Unlike every other write this one is
+        not atomic: a crash may leave a prefix of ``data`` at the end, so callers frame what
+        they append and check every frame when they read. It is durable at the next
+        :meth:`barrier`. Only backends with APPENDS implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot append to an object (check APPENDS first)")
 
     def remove_leftover_temps(self, prefix: str) -> int:
         """Remove the temp files a writer killed between creating and placing a top-level key

@@ -89,6 +89,25 @@ def open_regular_fd(path: str, *, follow_links: bool = True) -> tuple[int, os.st
     return fd, st
 
 
+def append_regular(path: str, data: bytes, create: bool, dir_fd: int | None = None) -> None:
+    """Append ``data`` to the regular file ``path`` (``create``: a new one, O_EXCL), never
+    through a link (O_NOFOLLOW) and never into a FIFO, device or socket planted there
+    (O_NONBLOCK: a FIFO fails instead of blocking; then the fstat)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    if create:
+        flags |= os.O_CREAT | os.O_EXCL
+    fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptStateError(
+                f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
+                "shardwright keeps its state in regular files only: remove it"
+            )
+        write_all(fd, [data])
+    finally:
+        os.close(fd)
+
+
 #: Names made by :func:`tmp_name`: ``.{name}.tmp-{pid}-{tid}-{random}``. Groups ``name`` (the
 #: final file's name, possibly shortened) and ``pid`` (the writer, to tell a crash leftover
 #: from a write in progress).

@@ -26,6 +26,7 @@ from .file_lock import FileLock
 from .files import (
     NOT_WRITABLE_ERRNOS,
     TMP_NAME_RE,
+    append_regular,
     disk_full_error,
     download_atomically,
     fsync_dir,
@@ -271,6 +272,35 @@ class LocalStorage(Storage):
                 os.close(directory)
         if not durable:  # the barrier fsyncs whatever file is at the path: ours or the one kept
             self._pend(path)
+
+    APPENDS = True
+
+    def append_bytes(self, key: str, data: bytes, *, create: bool) -> None:
+        """O_APPEND write of ``data`` (see Storage.append_bytes), never through a link
+        (O_NOFOLLOW; under a pin, through the directory's descriptor), never into anything but
+        a regular file (O_NONBLOCK: a FIFO planted at the name fails instead of blocking)."""
+        path = self._path(key)
+        directory = None
+        try:
+            if self._pin is not None:
+                directory = open_pinned_dir(self._pin, os.path.dirname(path))
+                append_regular(os.path.basename(path), data, create, directory)
+            else:
+                try:
+                    append_regular(path, data, create)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    self._mkdirs(os.path.dirname(path))  # the first record log of this output
+                    append_regular(path, data, create)
+        except (FileExistsError, FileNotFoundError):
+            raise
+        except OSError as e:
+            self._raise_os_error(e, path)
+        finally:
+            if directory is not None:
+                os.close(directory)
+        self._pend(path)
 
     def remove_leftover_temps(self, prefix: str) -> int:
         if self._pin is not None:
