@@ -53,6 +53,11 @@ under 7 refuses a record file without one (trust round 9: deleting the field mad
 file look like an older version's, which was still read). A protocol-6 run resumes under 7
 (its record files may predate checksums); a protocol-6 process refuses a protocol-7 manifest
 (it would add unsealed records to a run that requires the seal).
+Record logs (``shards/log-{token}-{n}.jsonl``, issue 36: a worker's record files appended to
+one file on local disk) need no bump, for the reason ``progress/`` needs none: a version that
+does not know them sees a shorter chain and redoes that work (chunk names come from their
+content, and a redone record's newer epoch wins the chain for every reader), and its cleanup
+leaves the logs behind, where their run id keeps any later run from using them.
 ``history/`` (informational, read by nothing in the protocol) needs no bump: older
 versions ignore it and their overwrite or cleanup removes it with the rest of the state.
 """
