@@ -228,3 +228,24 @@ def test_a_pinned_output_appends_through_the_directory_never_a_link_swapped_in(t
     with pytest.raises(OutputDirError, match="replaced by a symbolic link"):
         write_records(storage, chain()[1], log)
     assert os.listdir(elsewhere) == []
+
+
+def test_a_barrier_flushes_the_logs_directory_only_after_the_append_that_created_it(tmp_path, monkeypatch):
+    """Every fsync of a directory is a device flush (~80 us here): a round's append to an
+    existing log needs its data flushed, not its name."""
+    from shardwright.storage import local as local_module
+
+    flushed: list[str] = []
+    original = local_module.fsync_dir
+
+    def counting(directory):
+        flushed.append(os.path.basename(directory))
+        original(directory)
+
+    monkeypatch.setattr(local_module, "fsync_dir", counting)
+    storage, log, _ = logged(tmp_path, chain()[:1])  # the creating append, then a barrier
+    assert flushed == ["shards"]
+    write_records(storage, chain()[1], log)
+    storage.barrier()
+    assert flushed == ["shards"]  # data only
+    assert inputs_done(storage) == {0: 4, 1: 4}

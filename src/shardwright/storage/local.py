@@ -83,7 +83,7 @@ class LocalStorage(Storage):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_pending_pid", "_pending", "_pending_lock", "_pending_dirs"):
+        for k in ("_pending_pid", "_pending", "_pending_lock", "_pending_dirs", "_appended"):
             state.pop(k, None)
         state["_pending_pid"] = None
         return state
@@ -94,6 +94,7 @@ class LocalStorage(Storage):
             self._pending_lock = threading.Lock()
             self._pending: set[str] = set()
             self._pending_dirs: set[str] = set()  # directories of durable=False deletes
+            self._appended: set[str] = set()  # pending appends to files whose names are durable
             self._pending_pid = os.getpid()
         return self._pending_lock, self._pending
 
@@ -117,6 +118,7 @@ class LocalStorage(Storage):
         lock, pending = self._pending_set()
         with lock:
             pending.discard(path)
+            self._appended.discard(path)
             if not durable:
                 self._pending_dirs.add(os.path.dirname(path))
         if durable:
@@ -300,7 +302,11 @@ class LocalStorage(Storage):
         finally:
             if directory is not None:
                 os.close(directory)
-        self._pend(path)
+        if create:
+            self._pend(path)
+        else:  # the barrier after the creating append flushes the name: only data to fsync here
+            with self._pending_set()[0]:
+                self._appended.add(path)
 
     def remove_leftover_temps(self, prefix: str) -> int:
         if self._pin is not None:
@@ -318,8 +324,9 @@ class LocalStorage(Storage):
         is flushed with one syncfs(2) instead."""
         lock, pending = self._pending_set()
         with lock:
-            paths = sorted(pending)
+            paths, named = sorted(pending | self._appended), set(pending)
             pending.clear()
+            self._appended.clear()
             deleted_in, self._pending_dirs = self._pending_dirs, set()
         if not paths and not deleted_in:
             return
@@ -328,7 +335,8 @@ class LocalStorage(Storage):
                 return  # one flush of the filesystem: every file, its data and its name
         except OSError as e:
             with lock:  # not durable: a later barrier must try again
-                pending.update(paths)
+                pending.update(named)
+                self._appended.update(set(paths) - named)
                 self._pending_dirs.update(deleted_in)
             self._raise_os_error(e, self.root)
         dirs = {d for d in deleted_in if os.path.isdir(d)}
@@ -343,12 +351,14 @@ class LocalStorage(Storage):
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                dirs.add(os.path.dirname(path))
+                if path in named:
+                    dirs.add(os.path.dirname(path))
             for d in sorted(dirs):
                 fsync_dir(d)
         except OSError as e:
             with lock:  # not durable: a later barrier must try again
-                pending.update(paths[i:])
+                pending.update(named.intersection(paths[i:]))
+                self._appended.update(set(paths[i:]) - named)
                 self._pending_dirs.update(deleted_in)
             self._raise_os_error(e, path)
 
