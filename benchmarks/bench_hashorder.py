@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_hashorder.py --rounds 9 --passes 20
 
 A reader that checks a chunk's checksum must hash every byte of the chunk before it hands out
-any of its items. The reader (reader.checkahead, reader.itemfile) maps the chunk, hashes the
+any of its items. The reader (reader.checked_map, reader.itemfile) maps the chunk, hashes the
 mapping in one call (the bytes come from memory: xxh3 at ~15 GB/s here), then copies each
 item out of the mapping into a buffer of its own (``memmove``, its source still warm from the
 hash). The other order copies each item into its own buffer first, in file order, and feeds
