@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_hashorder.py --rounds 9 --passes 20
 
 A reader that checks a chunk's checksum must hash every byte of the chunk before it hands out
-any of its items. The reader (reader.checkahead, reader.itemfile) maps the chunk, hashes the
+any of its items. The reader (reader.checked_map, reader.itemfile) maps the chunk, hashes the
 mapping in one call (the bytes come from memory: xxh3 at ~15 GB/s here), then copies each
 item out of the mapping into a buffer of its own (``memmove``, its source still warm from the
 hash). The other order copies each item into its own buffer first, in file order, and feeds
@@ -19,7 +19,10 @@ items handed to a loop that sums each one (every byte touched) and drops it befo
 - ``hash_then_copy``: the reader's checked path (the mapping hashed whole, items copied out);
 - ``copy_then_hash``: ``preadv`` of each item into its own buffer, each piece hashed as it
   lands, all items first;
-- ``copy_then_hash_mapped``: the same, the items copied out of a mapping instead.
+- ``copy_then_hash_mapped``: the same, the items copied out of a mapping instead;
+- ``hash_pieces_copy``: the mapping hashed ``--piece-kib`` at a time, each piece copied into
+  the buffers of the items it holds right after (while it is in L2), all items first (the
+  hashpieces branch's experiment: it did not pay).
 
 Every checked order compares its digest with the checksum index.json records (the incremental
 hash covers the header, every item and any tail: exactly the file), so a wrong order fails.
@@ -42,14 +45,14 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "src")
-ORDERS = ("unchecked", "hash_then_copy", "copy_then_hash", "copy_then_hash_mapped")
+ORDERS = ("unchecked", "hash_then_copy", "copy_then_hash", "copy_then_hash_mapped", "hash_pieces_copy")
 
 RUN = r"""
 import json, mmap, os, resource, sys
 import numpy as np, xxhash
 from shardwright.format import chunk_offsets
 
-PIECE = 256 << 10  # hashed as soon as copied: well inside L2 (2 MiB a core here)
+PIECE = int(os.environ.get("HASHORDER_PIECE_KIB", "256")) << 10  # hashed as soon as copied: inside L2 (2 MiB a core)
 
 def opened(path):
     fd = os.open(path, os.O_RDONLY)
@@ -129,6 +132,35 @@ def copy_then_hash_mapped(path, expected):
         whole.release()
         mapped.close()
 
+def hash_pieces_copy(path, expected):
+    # the mapping hashed a piece at a time, each piece then copied into the items it holds
+    # while it is in L2; every item handed out after the digest matched
+    fd, size, head, offsets = opened(path)
+    mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    whole = np.frombuffer(mapped, dtype=np.uint8)
+    items = [np.empty(offsets[j + 1] - offsets[j], dtype=np.uint8) for j in range(len(offsets) - 1)]
+    hasher, j = xxhash.xxh3_128(), 0
+    for start in range(0, size, PIECE):
+        end = min(start + PIECE, size)
+        if os.fstat(fd).st_size < end:  # the reader's guard against SIGBUS, once a piece
+            raise SystemExit("truncated")
+        hasher.update(whole[start:end])
+        while j < len(items) and offsets[j] < end:
+            first, stop = offsets[j], offsets[j + 1]
+            a, b = max(start, first), min(end, stop)
+            items[j][a - first : b - first] = whole[a:b]
+            if stop > end:
+                break
+            j += 1
+    if hasher.hexdigest() != expected:
+        raise SystemExit(f"{path}: digest differs")
+    del whole
+    mapped.close()
+    os.close(fd)
+    items.reverse()
+    while items:
+        yield items.pop()
+
 def usage():
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime, own.ru_minflt
@@ -169,7 +201,10 @@ def main() -> None:
         help="kept: glibc keeps freed item memory, as in a loader worker (reader.itemfile.keep_freed_item_memory)",
     )
     parser.add_argument("--src", default=SRC, help="the shardwright source to write the dataset with")
+    parser.add_argument("--orders", default=",".join(ORDERS), help="the orders run (unchecked is always run)")
+    parser.add_argument("--piece-kib", type=int, default=256, help="the piece hashed (and copied) at a time")
     args = parser.parse_args()
+    orders = ("unchecked", *(o for o in args.orders.split(",") if o != "unchecked"))
     sys.path.insert(0, HERE)
     import bench_readsum
 
@@ -179,11 +214,11 @@ def main() -> None:
         script = os.path.join(root, "run.py")
         with open(script, "w") as f:
             f.write(RUN)
-        env = dict(os.environ, PYTHONPATH=os.path.abspath(args.src))
+        env = dict(os.environ, PYTHONPATH=os.path.abspath(args.src), HASHORDER_PIECE_KIB=str(args.piece_kib))
         load_before = os.getloadavg()[0]
-        runs: dict[str, list[tuple[float, float]]] = {order: [] for order in ORDERS}
+        runs: dict[str, list[tuple[float, float]]] = {order: [] for order in orders}
         for r in range(args.rounds):
-            for order in ORDERS[r % len(ORDERS) :] + ORDERS[: r % len(ORDERS)]:
+            for order in orders[r % len(orders) :] + orders[: r % len(orders)]:
                 done = subprocess.run(
                     [sys.executable, script, data, order, str(args.passes), args.memory],
                     env=env,

@@ -14,7 +14,6 @@ import pytest
 
 from shardwright import StreamingDataset, optimize
 from shardwright.errors import CorruptStateError
-from shardwright.reader import checkahead
 from shardwright.reader.itemfile import ITEM_READ_BYTES
 
 ITEM = ITEM_READ_BYTES  # bytes of each item's array: at the threshold, so item files are used
@@ -60,8 +59,7 @@ def test_large_items_are_read_without_mapping_their_chunk(tmp_path):
     check(next(iter(StreamingDataset(out, check_checksums=False))), 0)  # the file is untouched
 
 
-def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkahead, "spare_core", lambda: True)  # check ahead whatever the machine's load
+def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path):
     out = write(tmp_path / "small", small)
     it = iter(StreamingDataset(out, check_checksums=False))
     next(it)
@@ -74,14 +72,12 @@ def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path, monkeypatch
     for i, item in enumerate(ds):
         check(item, i)
         seen.append(item)
-        # a checked chunk's items are copied out of the mapping its hash read: that chunk (and
-        # the next, checked ahead on a thread of its own) is mapped, none left behind is (a
-        # chunk's last item may come once the reader has moved on)
+        # a checked chunk's items are copied out of the mapping its hash read: that chunk is
+        # mapped, none left behind is (a chunk's last item may come once the reader has moved on)
         k, mapped = chunk_of[i], mapped_chunks(big_out)
         last = i + 1 == len(chunk_of) or chunk_of[i + 1] != k
         assert (names[k] in mapped or last) and not mapped & set(names[:k])
     assert mapped_chunks(big_out) == set()  # the last chunk's map is closed once it is read
-    assert ds._source.state().checks.ahead_checked == len(ds._source.chunks) - 1  # all but the first, ahead
     # copies: each item owns its buffer, writable, sharing no memory with another or the file
     seen[0]["x"][:] = 7
     assert seen[0]["x"].flags.writeable and int(seen[1]["x"][0]) == 1
@@ -89,9 +85,7 @@ def test_small_items_and_unchecked_chunks_are_still_mapped(tmp_path, monkeypatch
     check(next(iter(StreamingDataset(big_out))), 0)
 
 
-@pytest.mark.parametrize("spare", [True, False])
-def test_a_damaged_chunk_checked_ahead_is_refused_before_any_of_its_items(tmp_path, monkeypatch, spare):
-    monkeypatch.setattr(checkahead, "spare_core", lambda: spare)  # ahead on a thread, or inline
+def test_a_damaged_chunk_is_refused_before_any_of_its_items(tmp_path):
     out = write(tmp_path / "big", big)
     ds = StreamingDataset(out)
     third = os.path.join(out, ds._source.chunks[2].filename)

@@ -13,7 +13,7 @@ per-item call). The file is opened with the checks every chunk gets (no links, a
 file) and its offset table is checked once, as a mapped chunk's is. An item that the file
 no longer holds (truncated while read) is an error naming the chunk, never a short item.
 
-A chunk whose checksum was checked in this process (reader.checkahead) is the exception: its
+A chunk whose checksum was checked in this process (reader.checked_map) is the exception: its
 hash read it through a mapping, which faulted its pages in, so its items are copied out of
 that mapping (one memcpy from pages already mapped and, reading in order, still in the CPU's
 cache) instead of read again through the kernel. Issue 36, 400 x 256 KiB arrays each summed,

@@ -61,14 +61,12 @@ def item_reader(
     held: dict[int, tuple[Any, tuple[int, ...] | None, ItemFile | None]] = {}
     last = [-1]  # the chunk the previous item came from (in order: the one to release)
     find = bisect.bisect_right
-    check_next: Callable[[int], None] = source.check_ahead if in_order else (lambda k: None)
 
     def load(k: int) -> tuple[Any, tuple[int, ...] | None, ItemFile | None]:
         entry: tuple[Any, tuple[int, ...] | None, ItemFile | None]
         file = source.item_file(k) if decode_owned is not None else None
         if file is not None:
             held[k] = entry = (None, None, file)
-            check_next(k + 1)  # in order: its checksum is hashed while this chunk is read
             return entry
         buf = source.chunk(k, sequential_hint=False)
         spans = chunk_spans(buf)

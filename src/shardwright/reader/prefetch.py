@@ -17,7 +17,6 @@ from collections import OrderedDict
 
 from ..format import ChunkEntry
 from .cache import ChunkCache, Pin
-from .checkahead import CheckAhead
 from .checks import release_buffer
 
 __all__ = ["Loaded", "Prefetcher", "ProcState"]
@@ -132,7 +131,6 @@ class ProcState:
         self.last_loaded: int | None = None
         self.prefetcher: Prefetcher | None = None
         self.verified: set[str] = set()  # local chunks whose checksum this process has checked
-        self.checks = CheckAhead()  # local chunks read item by item: checked one ahead
 
     def prefetch(self, cache: ChunkCache, upcoming: list[tuple[int, ChunkEntry]], depth: int) -> None:
         if depth <= 0:
@@ -144,7 +142,6 @@ class ProcState:
     def close(self) -> None:
         if self.prefetcher is not None:
             self.prefetcher.close()
-        self.checks.close()
         with self.lock:
             while self.lru:
                 _, old = self.lru.popitem()

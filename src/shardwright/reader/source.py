@@ -31,6 +31,7 @@ from ..protocol.layout import INDEX_KEY
 from ..protocol.records import count_committed_chunks
 from ..storage import LocalStorage, open_storage, parse_location
 from .cache import ChunkCache, cache_name, default_cache_root
+from .checked_map import open_checked
 from .checks import (
     CHUNK_FIX,
     check_exact_size,
@@ -352,7 +353,7 @@ class ChunkSource:
         """Chunk ``k`` opened to be read one item at a time (reader.itemfile says why), or
         None when its bytes must be loaded whole: remote, compressed, in another layout or
         of small items. A checksum this process has not checked yet is checked first, over
-        a mapping of the descriptor the items are then copied from (reader.checkahead)."""
+        a mapping of the descriptor the items are then copied from (reader.checked_map)."""
         entry = self.chunks[k]
         if not self._reads_item_by_item(entry):
             return None
@@ -362,11 +363,8 @@ class ChunkSource:
             if checksum is None:
                 fd, size = self._open_chunk(entry, path)
             else:
-                state = self.state()
-                fd, size, mapped = state.checks.take(
-                    entry.filename, lambda: self._open_chunk(entry, path), checksum, path
-                )
-                state.verified.add(entry.filename)
+                fd, size, mapped = open_checked(lambda: self._open_chunk(entry, path), checksum, path)
+                self.state().verified.add(entry.filename)
                 return ItemFile.open(fd, size, entry, path, mapped)
             return ItemFile.open(fd, size, entry, path)
         except (CorruptStateError, FileNotFoundError) as exc:
@@ -375,17 +373,6 @@ class ChunkSource:
             if isinstance(exc, FileNotFoundError):
                 raise self._missing_error(entry) from None
             raise
-
-    def check_ahead(self, k: int) -> None:
-        """Start checking chunk ``k``'s checksum in the background, when it will be read item by
-        item and is still to be checked: a reader reading in order is about to need it."""
-        if k >= len(self.chunks):
-            return
-        entry = self.chunks[k]
-        checksum = self._to_check(entry)
-        if checksum is not None and self._reads_item_by_item(entry):
-            path = os.path.join(self.output_dir, entry.filename)
-            self.state().checks.ahead(entry.filename, lambda: self._open_chunk(entry, path), checksum, path)
 
     def _missing_error(self, entry: ChunkEntry) -> CorruptStateError:
         return CorruptStateError(

@@ -1,13 +1,12 @@
-"""Checked chunks of large items (reader.checkahead, reader.itemfile): checked ahead only with a
-core to spare, items copied out of the mapping the hash read, and a damaged or truncated chunk
-refused. Real files written by optimize; the policy is the module's own function, swapped."""
+"""Checked chunks of large items (reader.checked_map, reader.itemfile): checked on the reader's
+thread before any of their items, items copied out of the mapping the hash read, and a damaged or
+truncated chunk refused. Real files written by optimize."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,7 @@ import pytest
 
 from shardwright import StreamingDataset, optimize
 from shardwright.format import ChecksumMismatch
-from shardwright.reader import checkahead
-from shardwright.reader.checkahead import CheckAhead
+from shardwright.reader.checked_map import open_checked
 from shardwright.reader.itemfile import ITEM_READ_BYTES, ItemFile
 
 
@@ -47,11 +45,9 @@ def flip_last_byte(path: str) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
 
 
-def test_no_core_to_spare_checks_inline_and_still_refuses_a_damaged_chunk(dataset, monkeypatch):
-    monkeypatch.setattr(checkahead, "spare_core", lambda: False)
+def test_a_damaged_chunk_is_refused_before_any_of_its_items(dataset):
     ds = StreamingDataset(dataset)
     assert [item["i"] for item in ds] == list(range(12))
-    assert ds._source.state().checks.ahead_checked == 0  # every chunk checked inline, on take()
     damaged = StreamingDataset(dataset)
     flip_last_byte(os.path.join(dataset, damaged._source.chunks[2].filename))
     seen = []
@@ -61,42 +57,11 @@ def test_no_core_to_spare_checks_inline_and_still_refuses_a_damaged_chunk(datase
     assert seen == list(range(sum(entry.chunk_size for entry in damaged._source.chunks[:2])))
 
 
-def test_a_spare_core_checks_ahead(dataset, monkeypatch):
-    monkeypatch.setattr(checkahead, "spare_core", lambda: True)
-    ds = StreamingDataset(dataset)
-    assert [item["i"] for item in ds] == list(range(12))
-    assert ds._source.state().checks.ahead_checked == len(ds._source.chunks) - 1
-
-
-def test_the_policy_is_asked_again_after_its_time(monkeypatch):
-    answers = iter([False, True])
-    monkeypatch.setattr(checkahead, "spare_core", lambda: next(answers))
-    checks = CheckAhead()
-    assert not checks._worth_it() and not checks._worth_it()  # one answer, used for a second
-    checks._spare = (False, checks._spare[1] - CheckAhead.POLICY_SECONDS)  # that second has passed
-    assert checks._worth_it()
-
-
-def test_one_cpu_is_no_core_to_spare():
-    if not hasattr(os, "sched_setaffinity"):
-        pytest.skip("no CPU affinity on this platform")
-    code = textwrap.dedent(
-        """
-        import os
-        from shardwright.reader.checkahead import spare_core
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-        print(spare_core())
-        """
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "False"
-
-
 def test_a_checked_chunk_is_taken_mapped_and_its_items_are_copies(dataset):
     ds = StreamingDataset(dataset)
     entry = ds._source.chunks[0]
     path = os.path.join(dataset, entry.filename)
-    fd, size, mapped = CheckAhead().take(entry.filename, opener(path), entry.checksum, path)
+    fd, size, mapped = open_checked(opener(path), entry.checksum, path)
     assert mapped is not None and len(mapped) == size
     file = ItemFile.open(fd, size, entry, path, mapped)
     assert file is not None
@@ -123,7 +88,7 @@ def test_a_damaged_chunk_is_not_taken_and_nothing_is_left_open(dataset):
         return fd, size
 
     with pytest.raises(ChecksumMismatch, match="is damaged"):
-        CheckAhead().take(entry.filename, open_chunk, entry.checksum, path)
+        open_checked(open_chunk, entry.checksum, path)
     with pytest.raises(OSError):
         os.fstat(opened[0])  # closed
 
@@ -133,7 +98,7 @@ import os, sys
 import numpy as np
 from shardwright import StreamingDataset
 from shardwright.errors import CorruptStateError
-from shardwright.reader.checkahead import CheckAhead
+from shardwright.reader.checked_map import open_checked
 from shardwright.reader.itemfile import ItemFile
 
 dataset = sys.argv[1]
@@ -142,7 +107,7 @@ path = os.path.join(dataset, entry.filename)
 def open_chunk():
     fd = os.open(path, os.O_RDONLY)
     return fd, os.fstat(fd).st_size
-fd, size, mapped = CheckAhead().take(entry.filename, open_chunk, entry.checksum, path)
+fd, size, mapped = open_checked(open_chunk, entry.checksum, path)
 file = ItemFile.open(fd, size, entry, path, mapped)
 first = file.read(0)
 assert bytes(first) == bytes(np.frombuffer(mapped, dtype=np.uint8)[file.offsets[0] : file.offsets[1]])
