@@ -78,15 +78,21 @@ def open_regular_fd(path: str, *, follow_links: bool = True) -> tuple[int, os.st
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptStateError(
-                f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
-                "shardwright keeps its state and datasets in regular files only: remove it"
-            )
+        refuse_unless_regular(st.st_mode, path)
     except BaseException:
         os.close(fd)
         raise
     return fd, st
+
+
+def refuse_unless_regular(mode: int, path: str) -> None:
+    """CorruptStateError when the file opened at ``path`` (its fstat ``mode``) is not a regular
+    file: a FIFO, device or socket put where our state or a dataset's file should be."""
+    if not stat.S_ISREG(mode):
+        raise CorruptStateError(
+            f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
+            "shardwright keeps its state and datasets in regular files only: remove it"
+        )
 
 
 def append_regular(path: str, data: bytes, create: bool, dir_fd: int | None = None) -> None:
@@ -98,11 +104,7 @@ def append_regular(path: str, data: bytes, create: bool, dir_fd: int | None = No
         flags |= os.O_CREAT | os.O_EXCL
     fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CorruptStateError(
-                f"{path} is not a regular file (a FIFO, a device or a socket was put there); "
-                "shardwright keeps its state in regular files only: remove it"
-            )
+        refuse_unless_regular(os.fstat(fd).st_mode, path)
         write_all(fd, [data])
     finally:
         os.close(fd)
