@@ -101,13 +101,12 @@ def committed_chunk_names(output_dir: str, storage_options: dict | None = None) 
     s3://), parsed by shardwright's own record reader (torn or unreadable files commit nothing)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardwright.protocol.layout import SHARDS_PREFIX, is_record_log_key
-    from shardwright.protocol.records import read_record_file, read_record_log, record_keys_by_shard
+    from shardwright.protocol.records import read_record_file, read_record_log, record_listing
     from shardwright.storage import open_storage
 
     storage = open_storage(output_dir, storage_options)
-    keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
-    logs = [key for key in storage.list(SHARDS_PREFIX) if is_record_log_key(key)]
+    by_shard, logs = record_listing(storage)  # one listing: record files and record logs
+    keys = [key for keys in by_shard.values() for key in keys]
 
     def names(key: str) -> list[tuple[str, list[str]]]:
         try:

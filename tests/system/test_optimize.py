@@ -35,8 +35,8 @@ from shardwright import (
     StorageError,
     optimize,
 )
-from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX, is_record_log_key, lease_key
-from shardwright.protocol.records import read_record_file, read_record_log, record_keys_by_shard
+from shardwright.protocol.layout import MANIFEST_KEY, SHARDS_PREFIX, lease_key
+from shardwright.protocol.records import read_record_file, read_record_log, record_listing
 from shardwright.storage import LocalStorage
 from support.crash_child import expected as child_expected
 from support.crash_child import plain as child_plain
@@ -221,9 +221,9 @@ def rounds(output_dir) -> list[tuple[str, str, int]]:
 
 def committed_items(output_dir) -> int:
     storage = LocalStorage(output_dir)
-    keys = [key for keys in record_keys_by_shard(storage).values() for key in keys]
+    by_shard, logs = record_listing(storage)  # one listing: record files and record logs
+    keys = [key for keys in by_shard.values() for key in keys]
     in_files = sum(r.chunk.chunk_size for key in keys for r in read_record_file(storage, key) or () if r.chunk)
-    logs = [key for key in storage.list(SHARDS_PREFIX) if is_record_log_key(key)]
     in_logs = [r for key in logs for _, records in read_record_log(storage, key) for r in records]
     return in_files + sum(r.chunk.chunk_size for r in in_logs if r.chunk)
 
