@@ -182,6 +182,25 @@ class StorageContract:
         if self.fsync_barrier:
             assert syncfs_calls == [] and len(synced) == 3 + 1
 
+    def test_append_bytes_where_the_backend_appends_else_refused(self, storage):
+        """Record logs (protocol.record_log) append where ``APPENDS``; every other backend
+        refuses, writing nothing, and an input view refuses on any backend."""
+        with pytest.raises(PermissionError):
+            storage.input_view().append_bytes("logs/a", b"x\n", create=True)
+        if not storage.APPENDS:
+            with pytest.raises(NotImplementedError):
+                storage.append_bytes("logs/a", b"x\n", create=True)
+            assert storage.list("logs/") == []
+            return
+        with pytest.raises(FileNotFoundError):
+            storage.append_bytes("logs/a", b"x\n", create=False)  # appends go to a log created first
+        storage.append_bytes("logs/a", b"one\n", create=True)
+        with pytest.raises(FileExistsError):
+            storage.append_bytes("logs/a", b"two\n", create=True)  # a created log is never another's
+        storage.append_bytes("logs/a", b"two\n", create=False)
+        storage.barrier()
+        assert storage.read_bytes("logs/a") == b"one\ntwo\n" and storage.list("logs/") == ["logs/a"]
+
     def test_deferred_create_and_delete(self, storage, monkeypatch):
         """create_exclusive and delete with durable=False: exclusive and visible at once, no
         flush of their own (local disk: no fsync), made durable by the next barrier (the
